@@ -1,0 +1,436 @@
+"""Reading party data: CSV files, sklearn's breast cancer data, the shared benchmarks, a9a.
+
+Every problem with the input (missing file, unreadable CSV, missing column,
+non-numeric feature, malformed LIBSVM line, ...) is raised as
+:class:`vfl.errors.InputError` naming the file, party and column.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from pandas.api import types as ptypes
+
+from vfl.errors import InputError
+
+from .frames import PartyFrame, _show, validate_party_frame
+from .split import _check_int, party_names, vertical_split
+
+__all__ = [
+    "read_party_csv",
+    "load_guest_host",
+    "breast_cancer_parties",
+    "shared_datasets_dir",
+    "load_shared",
+    "load_a9a",
+    "SHARED_DATASETS",
+    "SHARED_TASKS",
+]
+
+PathLike = str | os.PathLike
+
+# A canonical decimal integer id: no sign other than "-", no leading zeros, no spaces.
+_INT_ID = r"-?(?:0|[1-9][0-9]{0,17})"
+
+
+def _party_label(name: str | None) -> str:
+    return f" (party {name!r})" if name else ""
+
+
+def _read_header(path: Path, name: str | None) -> list[str]:
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            header = next(csv.reader(fh), None)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"cannot read {str(path)!r}{_party_label(name)}: not UTF-8 text ({exc.reason})") from None
+    except csv.Error as exc:
+        raise InputError(f"cannot read {str(path)!r}{_party_label(name)}: bad CSV header ({exc})") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {str(path)!r}{_party_label(name)}: {exc.strerror or exc}") from None
+    if header is None or not any(h.strip() for h in header):
+        raise InputError(f"file {str(path)!r}{_party_label(name)} is empty (no CSV header)")
+    seen, dups = set(), []
+    for h in header:
+        if h in seen and h not in dups:
+            dups.append(h)
+        seen.add(h)
+    if dups:
+        raise InputError(f"file {str(path)!r}{_party_label(name)} has duplicated column names: {_show(dups)}")
+    return header
+
+
+def _ids_to_int_if_canonical(series: pd.Series) -> pd.Series:
+    """Ids read as text become int64 when every one is a canonical decimal integer.
+
+    Ids like ``"007"`` or ``"1.0"`` stay strings, so two parties' ids are never
+    silently made equal by a numeric conversion.
+    """
+    if series.isna().any() or not ptypes.is_string_dtype(series.dtype) or len(series) == 0:
+        return series
+    text = series.astype(str)
+    if bool(text.str.fullmatch(_INT_ID).all()):
+        return text.astype(np.int64)
+    return series
+
+
+def read_party_csv(path: PathLike, name: str, id_col: str, label_col: str | None = None) -> PartyFrame:
+    """Read one party's CSV file (header row required) and validate it.
+
+    The id column is read as text and turned into int64 when every id is a
+    canonical integer (so ``"007"`` stays a string id). Feature columns must be
+    numeric; empty cells are NaN. Raises :class:`InputError` naming the file
+    for a missing, unreadable or empty file and for every validation problem.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"file {str(p)!r}{_party_label(name)} does not exist")
+    if p.is_dir():
+        raise InputError(f"{str(p)!r}{_party_label(name)} is a directory, expected a CSV file")
+    header = _read_header(p, name)
+    dtype = {id_col: str} if id_col in header else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            frame = pd.read_csv(p, dtype=dtype, index_col=False, low_memory=False, encoding="utf-8-sig")
+        except pd.errors.EmptyDataError:
+            raise InputError(f"file {str(p)!r}{_party_label(name)} is empty") from None
+        except pd.errors.ParserError as exc:
+            msg = str(exc).strip().replace("Error tokenizing data. C error: ", "")
+            raise InputError(f"cannot parse CSV file {str(p)!r}{_party_label(name)}: {msg}") from None
+        except UnicodeDecodeError as exc:
+            raise InputError(f"cannot read {str(p)!r}{_party_label(name)}: not UTF-8 text ({exc.reason})") from None
+        except OSError as exc:
+            raise InputError(f"cannot read {str(p)!r}{_party_label(name)}: {exc.strerror or exc}") from None
+        except (ValueError, TypeError) as exc:
+            raise InputError(f"cannot parse CSV file {str(p)!r}{_party_label(name)}: {exc}") from None
+    for w in caught:
+        if issubclass(w.category, pd.errors.ParserWarning):
+            raise InputError(
+                f"cannot parse CSV file {str(p)!r}{_party_label(name)}: some rows have more fields "
+                f"than the header has columns ({w.message})"
+            )
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if len(frame) == 0:
+        raise InputError(f"file {str(p)!r}{_party_label(name)} has a header but no data rows")
+    if id_col in frame.columns:
+        frame[id_col] = _ids_to_int_if_canonical(frame[id_col])
+    pf = PartyFrame(name=name, frame=frame, id_col=id_col, label_col=label_col, source=str(p))
+    validate_party_frame(pf, require_features=False)
+    return pf
+
+
+def _host_names(n_hosts: int) -> list[str]:
+    return ["host"] if n_hosts == 1 else [f"host{i}" for i in range(1, n_hosts + 1)]
+
+
+def load_guest_host(
+    guest_path: PathLike,
+    host_paths: list[PathLike],
+    id_col: str = "id",
+    label_col: str = "y",
+) -> list[PartyFrame]:
+    """Read a guest file (ids, label, features) and host files (ids, features).
+
+    Returns ``[guest, host]`` for one host, ``[guest, host1, host2, ...]`` for
+    several. The label must be in the guest file and in no host file; every
+    host file must have at least one feature column.
+    """
+    if isinstance(host_paths, (str, os.PathLike)):
+        host_paths = [host_paths]
+    host_paths = list(host_paths)
+    if not host_paths:
+        raise InputError("load_guest_host needs at least one host file")
+    if label_col is None:
+        raise InputError("load_guest_host needs the name of the guest's label column")
+    guest = read_party_csv(guest_path, "guest", id_col, label_col)
+    parties = [guest]
+    for name, path in zip(_host_names(len(host_paths)), host_paths):
+        host = read_party_csv(path, name, id_col, None)
+        if label_col in host.frame.columns:
+            raise InputError(
+                f"party {name!r} (file {str(path)!r}) has the label column {label_col!r}; "
+                f"labels must only be held by the active party (guest)"
+            )
+        validate_party_frame(host, require_features=True)
+        parties.append(host)
+    return parties
+
+
+def breast_cancer_parties(n_parties: int = 2, id_col: str = "id", label_col: str = "y") -> list[PartyFrame]:
+    """sklearn's bundled breast cancer data (569 rows, 30 features) split among ``n_parties``.
+
+    Ids are the ints 0..568; the label is sklearn's target (1 = benign, 357 rows).
+    The 30 features, named like ``mean_radius``, are cut into contiguous chunks
+    as evenly as possible; the guest gets the first chunk and the label.
+    Parties are named ``guest``, ``host1``, ``host2``, ...
+    """
+    n_parties = _check_int(n_parties, "n_parties", 2, 30)
+    if id_col == label_col:
+        raise InputError(f"id_col and label_col must differ, both are {id_col!r}")
+    from sklearn.datasets import load_breast_cancer
+
+    bunch = load_breast_cancer()
+    names = [str(n).replace(" ", "_") for n in bunch.feature_names]
+    if id_col in names or label_col in names:
+        raise InputError(f"id_col/label_col ({id_col!r}, {label_col!r}) clash with a feature name")
+    df = pd.DataFrame(np.asarray(bunch.data, dtype=np.float64), columns=names)
+    df.insert(0, label_col, np.asarray(bunch.target, dtype=np.int64))
+    df.insert(0, id_col, np.arange(len(df), dtype=np.int64))
+    return vertical_split(df, id_col, label_col, n_parties, names=party_names(n_parties))
+
+
+# --------------------------------------------------------------------------- shared data
+
+# name -> (guest file, host files, id column, label column)
+SHARED_DATASETS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
+    "breast": ("breast_hetero_guest.csv", ("breast_hetero_host.csv",), "id", "y"),
+    "default_credit": ("default_credit_hetero_guest.csv", ("default_credit_hetero_host.csv",), "id", "y"),
+    "ionosphere": ("ionosphere_scale_hetero_guest.csv", ("ionosphere_scale_hetero_host.csv",), "sid", "label"),
+    "vehicle": ("vehicle_scale_hetero_guest.csv", ("vehicle_scale_hetero_host.csv",), "id", "y"),
+    "student": ("student_hetero_guest.csv", ("student_hetero_host.csv",), "id", "y"),
+    "dvisits": ("dvisits_hetero_guest.csv", ("dvisits_hetero_host.csv",), "id", "doctorco"),
+    "motor": (
+        "motor_hetero_guest.csv",
+        ("motor_hetero_host_1.csv", "motor_hetero_host_2.csv"),
+        "idx",
+        "motor_speed",
+    ),
+}
+_GIVE_CREDIT_FILE = "give_credit_homo_test.csv"
+_GIVE_CREDIT_GUEST = [f"x{i}" for i in range(4)]
+_GIVE_CREDIT_HOST = [f"x{i}" for i in range(4, 10)]
+
+# name -> task ("binary", "multiclass", "regression")
+SHARED_TASKS: dict[str, str] = {
+    "breast": "binary",
+    "default_credit": "binary",
+    "give_credit": "binary",
+    "ionosphere": "binary",
+    "vehicle": "multiclass",
+    "student": "regression",
+    "dvisits": "regression",
+    "motor": "regression",
+    "a9a": "binary",
+}
+
+
+def shared_datasets_dir() -> Path | None:
+    """The shared benchmark directory, or None when it does not exist.
+
+    ``$VFL_SHARED_DATASETS`` if set (and non-empty), else
+    ``<repo root>/../shared/datasets`` (repo root = parent of this package).
+    """
+    env = os.environ.get("VFL_SHARED_DATASETS")
+    if env:
+        path = Path(env).expanduser()
+    else:
+        path = Path(__file__).resolve().parent.parent.parent / "shared" / "datasets"
+    return path.resolve() if path.is_dir() else None
+
+
+def _shared_root(root: PathLike | None) -> Path:
+    if root is not None:
+        path = Path(root)
+        if not path.is_dir():
+            raise InputError(f"shared datasets directory {str(path)!r} does not exist")
+        return path
+    path = shared_datasets_dir()
+    if path is None:
+        default = Path(__file__).resolve().parent.parent.parent / "shared" / "datasets"
+        where = os.environ.get("VFL_SHARED_DATASETS") or str(default)
+        raise InputError(
+            f"shared datasets directory not found: {where!r} "
+            f"(set VFL_SHARED_DATASETS to the directory holding the benchmark files)"
+        )
+    return path
+
+
+def _require_file(path: Path, dataset: str) -> Path:
+    if not path.is_file():
+        raise InputError(f"shared dataset {dataset!r}: file {str(path)!r} is missing")
+    return path
+
+
+def load_shared(name: str, root: PathLike | None = None) -> list[PartyFrame]:
+    """Load one of the shared vertically split benchmark data sets.
+
+    ``name`` is one of ``breast``, ``default_credit``, ``give_credit``,
+    ``ionosphere``, ``vehicle``, ``student``, ``dvisits``, ``motor`` (three
+    parties: guest, host1, host2) or ``a9a`` (= ``load_a9a("train")``).
+    Columns keep their original names; ``PartyFrame.id_col`` / ``label_col``
+    say which is which. ``give_credit`` is stored unsplit: the guest gets
+    ``x0..x3`` and the label, the host ``x4..x9``.
+    """
+    valid = sorted([*SHARED_DATASETS, "give_credit", "a9a"])
+    if name not in valid:
+        raise InputError(f"unknown shared dataset {name!r}; choose one of {', '.join(valid)}")
+    base = _shared_root(root)
+    if name == "a9a":
+        return load_a9a("train", root=base)
+    if name == "give_credit":
+        return _load_give_credit(base)
+    guest_file, host_files, id_col, label_col = SHARED_DATASETS[name]
+    guest_path = _require_file(base / guest_file, name)
+    host_paths = [_require_file(base / f, name) for f in host_files]
+    return load_guest_host(guest_path, host_paths, id_col=id_col, label_col=label_col)
+
+
+def _load_give_credit(base: Path) -> list[PartyFrame]:
+    path = _require_file(base / _GIVE_CREDIT_FILE, "give_credit")
+    full = read_party_csv(path, "guest", "id", "y")
+    features = full.feature_names
+    expected = _GIVE_CREDIT_GUEST + _GIVE_CREDIT_HOST
+    if sorted(features) != sorted(expected):
+        extra = [c for c in features if c not in expected]
+        missing = [c for c in expected if c not in features]
+        raise InputError(
+            f"file {str(path)!r}: expected feature columns x0..x9; "
+            f"missing [{_show(missing)}], unexpected [{_show(extra)}]"
+        )
+    guest = PartyFrame("guest", full.frame[["id", "y", *_GIVE_CREDIT_GUEST]].copy(), "id", "y", str(path))
+    host = PartyFrame("host", full.frame[["id", *_GIVE_CREDIT_HOST]].copy(), "id", None, str(path))
+    return [guest, host]
+
+
+# --------------------------------------------------------------------------- a9a (LIBSVM)
+
+# Checked on the files: a9a_vertical_p0.libsvm uses indices 1..61 (= a9a features
+# 1..61); a9a_vertical_p1.libsvm is renumbered locally, 1..62 (= a9a features
+# 62..123, local j <-> global 61 + j); a9a_vertical_test.libsvm uses the global
+# indices 1..123. Labels are "0" / "+1".
+A9A_P0_FEATURES = 61
+A9A_P1_FEATURES = 62
+A9A_FEATURES = A9A_P0_FEATURES + A9A_P1_FEATURES
+_A9A_FILES = {
+    "p0": "a9a_vertical_p0.libsvm",
+    "p1": "a9a_vertical_p1.libsvm",
+    "test": "a9a_vertical_test.libsvm",
+}
+_LABELS = {"0": 0, "+1": 1, "1": 1, "-1": 0}
+
+
+def _parse_label(token: str, path: Path, lineno: int) -> int:
+    label = _LABELS.get(token)
+    if label is not None:
+        return label
+    try:
+        value = float(token)
+    except ValueError:
+        value = None
+    if value in (0.0, -1.0):
+        return 0
+    if value == 1.0:
+        return 1
+    raise InputError(f"LIBSVM file {str(path)!r}, line {lineno}: label {token!r} is not one of 0, +1, -1")
+
+
+def parse_libsvm(path: PathLike, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """Parse a LIBSVM file into ``(labels int64 0/1, dense float32 matrix n x n_features)``.
+
+    Feature ``k`` (1-based) goes to column ``k - 1``; absent entries are 0
+    (LIBSVM's sparse convention, not missing values). Labels 0/-1 -> 0, +1 -> 1.
+    Trailing blank lines are ignored; any other malformed line raises
+    :class:`InputError` naming the file and line.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="ascii")
+    except FileNotFoundError:
+        raise InputError(f"LIBSVM file {str(p)!r} does not exist") from None
+    except UnicodeDecodeError:
+        raise InputError(f"LIBSVM file {str(p)!r} is not ASCII text") from None
+    except OSError as exc:
+        raise InputError(f"cannot read LIBSVM file {str(p)!r}: {exc.strerror or exc}") from None
+    lines = text.rstrip().split("\n") if text.strip() else []
+    if not lines:
+        raise InputError(f"LIBSVM file {str(p)!r} is empty")
+    labels = np.empty(len(lines), dtype=np.int64)
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    for i, line in enumerate(lines):
+        parts = line.split()
+        if not parts:
+            raise InputError(f"LIBSVM file {str(p)!r}, line {i + 1}: blank line")
+        labels[i] = _parse_label(parts[0], p, i + 1)
+        prev = 0
+        seen: set[int] = set()
+        for tok in parts[1:]:
+            idx_s, sep, val_s = tok.partition(":")
+            try:
+                idx = int(idx_s)
+                val = float(val_s)
+            except ValueError:
+                idx = val = None
+            if not sep or idx is None:
+                raise InputError(f"LIBSVM file {str(p)!r}, line {i + 1}: bad token {tok!r} (expected index:value)")
+            if not 1 <= idx <= n_features:
+                raise InputError(
+                    f"LIBSVM file {str(p)!r}, line {i + 1}: feature index {idx} outside 1..{n_features}"
+                )
+            if idx <= prev and idx in seen:
+                raise InputError(f"LIBSVM file {str(p)!r}, line {i + 1}: feature index {idx} repeated")
+            seen.add(idx)
+            if not np.isfinite(val):
+                raise InputError(f"LIBSVM file {str(p)!r}, line {i + 1}: feature {idx} has value {val_s!r}")
+            prev = idx
+            rows.append(i)
+            cols.append(idx - 1)
+            vals.append(val)
+    dense = np.zeros((len(lines), n_features), dtype=np.float32)
+    dense[np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)] = np.asarray(vals, dtype=np.float32)
+    return labels, dense
+
+
+def _a9a_frame(ids: np.ndarray, x: np.ndarray, first_feature: int, id_col: str, labels=None, label_col=None):
+    names = [f"f{first_feature + j}" for j in range(x.shape[1])]
+    frame = pd.DataFrame(x, columns=names)
+    if labels is not None:
+        frame.insert(0, label_col, labels)
+    frame.insert(0, id_col, ids)
+    return frame
+
+
+def load_a9a(split: str = "train", root: PathLike | None = None) -> list[PartyFrame]:
+    """The a9a (UCI Adult) benchmark of FedTree as ``[guest, host]``, dense float32.
+
+    The guest holds a9a features 1..61 (columns ``f1``..``f61``) and the label
+    ``y`` (0/1); the host holds features 62..123 (``f62``..``f123``). Ids
+    (column ``id``) are the row numbers 0..n-1. ``split="train"`` reads the two
+    vertical part files (32561 rows), ``split="test"`` the single test file
+    (16281 rows), whose columns are split the same way.
+    """
+    if split not in ("train", "test"):
+        raise InputError(f"a9a split must be 'train' or 'test', got {split!r}")
+    base = _shared_root(root) / "a9a"
+    id_col, label_col = "id", "y"
+    if split == "train":
+        p0 = _require_file(base / _A9A_FILES["p0"], "a9a")
+        p1 = _require_file(base / _A9A_FILES["p1"], "a9a")
+        y0, x0 = parse_libsvm(p0, A9A_P0_FEATURES)
+        y1, x1 = parse_libsvm(p1, A9A_P1_FEATURES)
+        if len(y0) != len(y1):
+            raise InputError(f"a9a: {str(p0)!r} has {len(y0)} rows but {str(p1)!r} has {len(y1)}")
+        mismatch = np.flatnonzero(y0 != y1)
+        if len(mismatch):
+            raise InputError(
+                f"a9a: the labels of {str(p0)!r} and {str(p1)!r} differ on {len(mismatch)} rows "
+                f"(lines {_show((mismatch + 1).tolist())})"
+            )
+        labels, src0, src1 = y0, str(p0), str(p1)
+    else:
+        pt = _require_file(base / _A9A_FILES["test"], "a9a")
+        labels, x = parse_libsvm(pt, A9A_FEATURES)
+        x0, x1 = x[:, :A9A_P0_FEATURES], x[:, A9A_P0_FEATURES:]
+        src0 = src1 = str(pt)
+    ids = np.arange(len(labels), dtype=np.int64)
+    guest = PartyFrame(
+        "guest", _a9a_frame(ids, x0, 1, id_col, labels, label_col), id_col, label_col, src0
+    )
+    host = PartyFrame("host", _a9a_frame(ids, x1, A9A_P0_FEATURES + 1, id_col), id_col, None, src1)
+    return [guest, host]

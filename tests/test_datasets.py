@@ -1,0 +1,507 @@
+"""Tests of the datasets package: party frames, loaders, synthetic data, splits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from datasets import (
+    PartyFrame,
+    breast_cancer_parties,
+    check_binary_labels,
+    load_a9a,
+    load_guest_host,
+    load_shared,
+    make_synthetic,
+    parse_libsvm,
+    read_party_csv,
+    shared_datasets_dir,
+    train_test_split_parties,
+    validate_party_frame,
+    vertical_split,
+)
+from vfl.errors import InputError
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def guest_frame(**extra) -> pd.DataFrame:
+    data = {"id": [1, 2, 3, 4], "y": [0, 1, 0, 1], "a": [0.5, np.nan, 1.5, 2.0], "b": [1, 2, 3, 4]}
+    data.update(extra)
+    return pd.DataFrame(data)
+
+
+def pf(frame, name="guest", label="y", source="g.csv") -> PartyFrame:
+    return PartyFrame(name=name, frame=frame, id_col="id", label_col=label, source=source)
+
+
+def need_shared() -> Path:
+    root = shared_datasets_dir()
+    if root is None:
+        pytest.skip("shared datasets directory (../shared/datasets or $VFL_SHARED_DATASETS) not present")
+    return root
+
+
+# --------------------------------------------------------------------------- PartyFrame / validation
+
+
+def test_feature_names_exclude_id_and_label():
+    p = pf(guest_frame())
+    assert p.feature_names == ["a", "b"]
+    assert PartyFrame("host", guest_frame().drop(columns="y"), "id").feature_names == ["a", "b"]
+    validate_party_frame(p, require_features=True)  # NaN in features is fine
+
+
+def test_validate_accepts_string_ids_and_bool_features():
+    frame = pd.DataFrame({"id": ["u1", "u2"], "flag": [True, False], "n": [1, 2]})
+    validate_party_frame(PartyFrame("host", frame, "id"), require_features=True)
+
+
+def test_validate_missing_id_column():
+    with pytest.raises(InputError, match=r"party 'guest'.*g\.csv.*id column 'id' not found"):
+        validate_party_frame(pf(guest_frame().rename(columns={"id": "ID"})), require_features=False)
+
+
+def test_validate_missing_label_column():
+    with pytest.raises(InputError, match=r"party 'guest'.*g\.csv.*label column 'y' not found"):
+        validate_party_frame(pf(guest_frame().drop(columns="y")), require_features=False)
+
+
+def test_validate_string_feature_names_column_and_value():
+    frame = guest_frame(c=["1.0", "2.5", "oops", "3"])
+    with pytest.raises(InputError, match=r"party 'guest'.*g\.csv.*feature column 'c' is not numeric.*'oops'"):
+        validate_party_frame(pf(frame), require_features=False)
+
+
+def test_validate_object_feature_rejected():
+    frame = guest_frame(c=pd.Series([1.0, "x", None, 2.0], dtype=object))
+    with pytest.raises(InputError, match=r"feature column 'c'.*'x' in row 1"):
+        validate_party_frame(pf(frame), require_features=False)
+
+
+def test_validate_inf_feature():
+    frame = guest_frame(c=[1.0, np.inf, -np.inf, 0.0])
+    with pytest.raises(InputError, match=r"party 'guest'.*feature column 'c' has 2 infinite values"):
+        validate_party_frame(pf(frame), require_features=False)
+
+
+def test_validate_no_features():
+    frame = guest_frame().drop(columns=["a", "b"])
+    validate_party_frame(pf(frame), require_features=False)
+    with pytest.raises(InputError, match=r"party 'guest'.*g\.csv.*no feature columns"):
+        validate_party_frame(pf(frame), require_features=True)
+
+
+def test_validate_ids_missing_and_duplicated():
+    with pytest.raises(InputError, match=r"party 'host'.*id column 'id' has 2 duplicated ids: 1, 2"):
+        validate_party_frame(pf(guest_frame(id=[1, 1, 2, 2]), name="host", label=None), require_features=False)
+    frame = guest_frame(id=pd.Series(["a", None, "c", "d"], dtype="str"))
+    with pytest.raises(InputError, match=r"party 'guest'.*id column 'id' has 1 missing ids"):
+        validate_party_frame(pf(frame), require_features=False)
+    with pytest.raises(InputError, match=r"id column 'id' must hold integers or strings"):
+        validate_party_frame(pf(guest_frame(id=[1.5, 2.5, 3.5, 4.5])), require_features=False)
+    with pytest.raises(InputError, match=r"id column 'id' must hold only integers or only strings"):
+        validate_party_frame(pf(guest_frame(id=pd.Series([1, "b", 3, 4], dtype=object))), require_features=False)
+
+
+def test_validate_non_numeric_label():
+    with pytest.raises(InputError, match=r"party 'guest'.*label column 'y' is not numeric.*'no' in row 0"):
+        validate_party_frame(pf(guest_frame(y=["no", "yes", "no", "no"])), require_features=False)
+
+
+def test_check_binary_labels_ok():
+    assert check_binary_labels(pf(guest_frame(y=[0.0, 1.0, 1.0, 0.0]))).tolist() == [0, 1, 1, 0]
+    assert check_binary_labels(pf(guest_frame(y=[True, False, True, True]))).tolist() == [1, 0, 1, 1]
+
+
+def test_check_binary_labels_bad_values():
+    p = pf(guest_frame(y=[0, 2, 3, -1]))
+    with pytest.raises(InputError, match=r"label column 'y' of party 'guest'.*3 rows hold other values: -1, 2, 3"):
+        check_binary_labels(p)
+    many = pf(pd.DataFrame({"id": range(8), "y": [0, 1, 2, 3, 4, 5, 6, 7], "a": 0.0}))
+    with pytest.raises(InputError, match=r"2, 3, 4, 5, 6, \.\.\. \(6 in total\)"):
+        check_binary_labels(many)
+    with pytest.raises(InputError, match=r"0\.5"):
+        check_binary_labels(pf(guest_frame(y=[0.0, 0.5, 1.0, 1.0])))
+
+
+def test_check_binary_labels_nan_inf():
+    p = pf(guest_frame(y=[np.nan, 1.0, np.inf, np.nan]))
+    with pytest.raises(InputError, match=r"label column 'y' of party 'guest' has 3 NaN/inf values"):
+        check_binary_labels(p)
+
+
+def test_check_binary_labels_needs_label():
+    with pytest.raises(InputError, match=r"party 'host'"):
+        check_binary_labels(pf(guest_frame(), name="host", label=None))
+
+
+# --------------------------------------------------------------------------- CSV loading
+
+
+def test_read_party_csv_missing_file(tmp_path):
+    missing = tmp_path / "nope.csv"
+    with pytest.raises(InputError, match=r"nope\.csv.*party 'guest'.*does not exist"):
+        read_party_csv(missing, "guest", "id", "y")
+
+
+def test_read_party_csv_empty_and_header_only(tmp_path):
+    with pytest.raises(InputError, match=r"empty\.csv.*is empty"):
+        read_party_csv(write(tmp_path / "empty.csv", ""), "guest", "id")
+    with pytest.raises(InputError, match=r"head\.csv.*no data rows"):
+        read_party_csv(write(tmp_path / "head.csv", "id,y,a\n"), "guest", "id", "y")
+    with pytest.raises(InputError, match=r"is a directory"):
+        read_party_csv(tmp_path, "guest", "id")
+
+
+def test_read_party_csv_unparsable(tmp_path):
+    bad = write(tmp_path / "bad.csv", "id,a\n1,2\n3,4,5\n")
+    with pytest.raises(InputError, match=r"bad\.csv.*party 'host'"):
+        read_party_csv(bad, "host", "id")
+    wide = write(tmp_path / "wide.csv", "id,a\n1,2,3,4\n5,6\n")
+    with pytest.raises(InputError, match=r"wide\.csv.*more fields than the header"):
+        read_party_csv(wide, "host", "id")
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"id,a\n1,\xff\xfe\n")
+    with pytest.raises(InputError, match=r"bin\.csv.*not UTF-8"):
+        read_party_csv(binary, "host", "id")
+    dup = write(tmp_path / "dup.csv", "id,a,a\n1,2,3\n")
+    with pytest.raises(InputError, match=r"dup\.csv.*duplicated column names: 'a'"):
+        read_party_csv(dup, "host", "id")
+
+
+def test_read_party_csv_errors_name_file_and_column(tmp_path):
+    path = write(tmp_path / "g.csv", "id,y,a,b\n1,0,0.5,x\n2,1,1.5,2\n")
+    with pytest.raises(InputError, match=r"party 'guest'.*g\.csv.*feature column 'b'.*'x'"):
+        read_party_csv(path, "guest", "id", "y")
+    path = write(tmp_path / "g2.csv", "key,y,a\n1,0,0.5\n")
+    with pytest.raises(InputError, match=r"g2\.csv.*id column 'id' not found"):
+        read_party_csv(path, "guest", "id", "y")
+    path = write(tmp_path / "g3.csv", "id,a\n1,inf\n2,3\n")
+    with pytest.raises(InputError, match=r"g3\.csv.*feature column 'a' has 1 infinite"):
+        read_party_csv(path, "guest", "id")
+    path = write(tmp_path / "g4.csv", "id,a\n1,1\n1,3\n")
+    with pytest.raises(InputError, match=r"g4\.csv.*duplicated ids: 1"):
+        read_party_csv(path, "guest", "id")
+
+
+def test_read_party_csv_id_types(tmp_path):
+    ints = read_party_csv(write(tmp_path / "i.csv", "id,a\n10,1\n-2,2\n"), "host", "id")
+    assert ints.frame["id"].dtype == np.int64 and ints.frame["id"].tolist() == [10, -2]
+    text = read_party_csv(write(tmp_path / "s.csv", "id,a\n007,1\n8,2\n"), "host", "id")
+    assert text.frame["id"].tolist() == ["007", "8"]  # leading zeros kept: ids stay strings
+    assert read_party_csv(tmp_path / "s.csv", "host", "id").source == str(tmp_path / "s.csv")
+
+
+def make_pair(tmp_path: Path):
+    g = write(tmp_path / "guest.csv", "id,y,g0,g1\n3,1,0.1,1\n1,0,,2\n2,1,0.3,3\n")
+    h = write(tmp_path / "host.csv", "id,h0\n3,5.0\n1,6.0\n2,7.5\n")
+    return g, h
+
+
+def test_load_guest_host_round_trip(tmp_path):
+    g, h = make_pair(tmp_path)
+    guest, host = load_guest_host(g, [h])
+    assert (guest.name, host.name) == ("guest", "host")
+    assert guest.label_col == "y" and host.label_col is None
+    assert guest.feature_names == ["g0", "g1"] and host.feature_names == ["h0"]
+    assert guest.frame["id"].tolist() == [3, 1, 2] and host.frame["id"].tolist() == [3, 1, 2]
+    assert np.isnan(guest.frame["g0"].iloc[1])
+    assert host.frame["h0"].tolist() == [5.0, 6.0, 7.5]
+    # and back: written frames read identically
+    guest.frame.to_csv(tmp_path / "g_out.csv", index=False)
+    again = read_party_csv(tmp_path / "g_out.csv", "guest", "id", "y")
+    pd.testing.assert_frame_equal(again.frame, guest.frame)
+
+
+def test_load_guest_host_multi_host_names(tmp_path):
+    g, h = make_pair(tmp_path)
+    h2 = write(tmp_path / "host2.csv", "id,k\n1,0\n2,0\n3,1\n")
+    parties = load_guest_host(g, [h, h2])
+    assert [p.name for p in parties] == ["guest", "host1", "host2"]
+
+
+def test_load_guest_host_errors(tmp_path):
+    g, h = make_pair(tmp_path)
+    with pytest.raises(InputError, match=r"party 'host'.*host_y\.csv.*label column 'y'"):
+        load_guest_host(g, [write(tmp_path / "host_y.csv", "id,y,h0\n1,0,1\n")])
+    with pytest.raises(InputError, match=r"guest_nolabel\.csv.*label column 'y' not found"):
+        load_guest_host(write(tmp_path / "guest_nolabel.csv", "id,g0\n1,2\n"), [h])
+    with pytest.raises(InputError, match=r"party 'host'.*host_nofeat\.csv.*no feature columns"):
+        load_guest_host(g, [write(tmp_path / "host_nofeat.csv", "id\n1\n")])
+    with pytest.raises(InputError, match=r"missing\.csv.*party 'host2'.*does not exist"):
+        load_guest_host(g, [h, tmp_path / "missing.csv"])
+    with pytest.raises(InputError, match=r"at least one host"):
+        load_guest_host(g, [])
+
+
+# --------------------------------------------------------------------------- breast cancer / vertical split
+
+
+@pytest.mark.parametrize("n, sizes", [(2, [15, 15]), (3, [10, 10, 10]), (4, [8, 8, 7, 7])])
+def test_breast_cancer_parties_shapes(n, sizes):
+    parties = breast_cancer_parties(n)
+    assert [p.name for p in parties] == ["guest"] + [f"host{i}" for i in range(1, n)]
+    assert [len(p.feature_names) for p in parties] == sizes
+    assert all(p.frame.shape[0] == 569 for p in parties)
+    guest = parties[0]
+    assert guest.label_col == "y" and all(p.label_col is None for p in parties[1:])
+    assert guest.frame["id"].tolist() == list(range(569))
+    assert guest.frame["id"].dtype == np.int64
+    assert guest.feature_names[0] == "mean_radius"
+    assert all(" " not in c for p in parties for c in p.feature_names)
+    assert check_binary_labels(guest).sum() == 357
+    for p in parties:
+        validate_party_frame(p, require_features=True)
+
+
+@pytest.mark.parametrize("bad", [1, 31, 0, "2", 2.0, True])
+def test_breast_cancer_parties_bad_n(bad):
+    with pytest.raises(InputError, match=r"n_parties"):
+        breast_cancer_parties(bad)
+
+
+def test_vertical_split():
+    df = pd.DataFrame({"id": [1, 2], "y": [0, 1], "a": [1.0, 2.0], "b": [3, 4], "c": [5, 6]})
+    parties = vertical_split(df, "id", "y", 2)
+    assert [list(p.frame.columns) for p in parties] == [["id", "y", "a", "b"], ["id", "c"]]
+    with pytest.raises(InputError, match=r"n_parties must be in 1\.\.3"):
+        vertical_split(df, "id", "y", 4)
+    with pytest.raises(InputError, match=r"label column 'z' not found"):
+        vertical_split(df, "id", "z", 2)
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+def test_make_synthetic_shapes_and_determinism():
+    a = make_synthetic(500, [3, 4, 2], seed=7)
+    b = make_synthetic(500, [3, 4, 2], seed=7)
+    c = make_synthetic(500, [3, 4, 2], seed=8)
+    assert [p.name for p in a] == ["guest", "host1", "host2"]
+    assert [p.frame.shape for p in a] == [(500, 5), (500, 5), (500, 3)]
+    assert a[0].label_col == "y" and a[1].label_col is None
+    for x, y in zip(a, b):
+        pd.testing.assert_frame_equal(x.frame, y.frame)
+    assert not a[1].frame.equals(c[1].frame)
+    labels = check_binary_labels(a[0])
+    assert 0.2 < labels.mean() < 0.8
+    assert a[1].frame[a[1].feature_names].dtypes.unique().tolist() == [np.float32]
+    for p in a:
+        validate_party_frame(p, require_features=True)
+
+
+def test_make_synthetic_tasks_and_missing():
+    reg = make_synthetic(300, [2, 2], task="regression", seed=1)[0]
+    assert reg.frame["y"].dtype == np.float64 and reg.frame["y"].nunique() == 300
+    multi = make_synthetic(3000, [2, 3], task="multiclass", seed=1)[0]
+    assert sorted(multi.frame["y"].unique()) == [0, 1, 2]
+    four = make_synthetic(3000, [2, 3], task="multiclass", n_classes=4)[0]
+    assert sorted(four.frame["y"].unique()) == [0, 1, 2, 3]
+    miss = make_synthetic(2000, [5, 5], missing_rate=0.25, seed=3)
+    rate = miss[1].frame[miss[1].feature_names].isna().to_numpy().mean()
+    assert 0.2 < rate < 0.3
+    assert miss[0].frame["y"].notna().all() and miss[0].frame["id"].notna().all()
+
+
+def test_make_synthetic_hosts_carry_signal():
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    parties = make_synthetic(4000, [4, 4], seed=2)
+    train, test = train_test_split_parties(parties, seed=0)
+
+    def auc(cols_train, cols_test):
+        model = LogisticRegression().fit(cols_train, train[0].frame["y"])
+        return roc_auc_score(test[0].frame["y"], model.predict_proba(cols_test)[:, 1])
+
+    g_tr, g_te = train[0].frame[train[0].feature_names], test[0].frame[test[0].feature_names]
+    both_tr = pd.concat([g_tr, train[1].frame[train[1].feature_names]], axis=1)
+    both_te = pd.concat([g_te, test[1].frame[test[1].feature_names]], axis=1)
+    assert auc(both_tr, both_te) > auc(g_tr, g_te) + 0.05
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"n_samples": 0, "n_features_per_party": [2]}, r"n_samples"),
+        ({"n_samples": 10, "n_features_per_party": []}, r"at least one party"),
+        ({"n_samples": 10, "n_features_per_party": [2, 0]}, r"party 'host1'"),
+        ({"n_samples": 10, "n_features_per_party": [2], "task": "ranking"}, r"task must be one of"),
+        ({"n_samples": 10, "n_features_per_party": [2], "missing_rate": 1.0}, r"missing_rate"),
+        ({"n_samples": 10, "n_features_per_party": [2], "task": "multiclass", "n_classes": 1}, r"n_classes"),
+    ],
+)
+def test_make_synthetic_bad_args(kwargs, pattern):
+    with pytest.raises(InputError, match=pattern):
+        make_synthetic(**kwargs)
+
+
+# --------------------------------------------------------------------------- train/test split
+
+
+def test_train_test_split_consistent():
+    parties = make_synthetic(1000, [3, 3, 2], seed=4)
+    # the second host misses some ids and has extra ones, in another order
+    h = parties[2].frame
+    h = pd.concat([h.iloc[::-1].iloc[10:], pd.DataFrame({"id": [5000, 5001], "host2_x0": 0.0, "host2_x1": 1.0})])
+    parties[2] = PartyFrame("host2", h.reset_index(drop=True), "id")
+    train, test = train_test_split_parties(parties, test_size=0.25, seed=1)
+    g_train, g_test = set(train[0].frame["id"]), set(test[0].frame["id"])
+    assert len(g_test) == 250 and len(g_train) == 750 and not g_train & g_test
+    assert set(train[1].frame["id"]) == g_train and set(test[1].frame["id"]) == g_test
+    assert train[1].frame["id"].tolist() == train[0].frame["id"].tolist()
+    # host2: only ids the guest has, its own (reversed) order kept
+    ids2 = train[2].frame["id"].tolist() + test[2].frame["id"].tolist()
+    assert set(ids2) == set(range(1000)) - set(range(990, 1000))
+    assert train[2].frame["id"].is_monotonic_decreasing
+    assert [p.name for p in train] == ["guest", "host1", "host2"]
+    # stratified: class balance preserved
+    y = parties[0].frame["y"].mean()
+    assert abs(test[0].frame["y"].mean() - y) < 0.01
+    # deterministic
+    again, _ = train_test_split_parties(parties, test_size=0.25, seed=1)
+    pd.testing.assert_frame_equal(again[2].frame, train[2].frame)
+
+
+def test_train_test_split_regression_and_unstratified():
+    parties = make_synthetic(200, [2, 2], task="regression", seed=0)
+    train, test = train_test_split_parties(parties, test_size=0.3)
+    assert len(test[0].frame) == 60 and len(train[1].frame) == 140
+    train, test = train_test_split_parties(make_synthetic(200, [2, 2]), stratify=False)
+    assert len(test[0].frame) == 40
+
+
+@pytest.mark.parametrize("bad", [0, 1, 0.0, 1.0, -0.1, 1.5, float("nan"), "0.2", None])
+def test_train_test_split_bad_test_size(bad):
+    with pytest.raises(InputError, match=r"test_size"):
+        train_test_split_parties(make_synthetic(20, [1, 1]), test_size=bad)
+
+
+def test_train_test_split_errors():
+    parties = make_synthetic(20, [1, 1])
+    with pytest.raises(InputError, match=r"first party \('host1'\) must be the guest"):
+        train_test_split_parties(parties[::-1])
+    other = PartyFrame("host1", parties[1].frame.assign(id=parties[1].frame["id"].astype(str)), "id")
+    with pytest.raises(InputError, match=r"party 'host1' shares no ids with party 'guest'"):
+        train_test_split_parties([parties[0], other])
+
+
+# --------------------------------------------------------------------------- libsvm parser
+
+
+def test_parse_libsvm(tmp_path):
+    path = write(tmp_path / "d.libsvm", "+1 1:1 3:0.5\n0 2:2\n-1\n\n")
+    labels, x = parse_libsvm(path, 3)
+    assert labels.tolist() == [1, 0, 0]
+    assert x.dtype == np.float32
+    assert x.tolist() == [[1.0, 0.0, 0.5], [0.0, 2.0, 0.0], [0.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize(
+    "text, pattern",
+    [
+        ("+1 4:1\n", r"line 1: feature index 4 outside 1\.\.3"),
+        ("0 1:1\n2 1:1\n", r"line 2: label '2'"),
+        ("0 1=1\n", r"line 1: bad token '1=1'"),
+        ("0 2:1 2:1\n", r"line 1: feature index 2 repeated"),
+        ("0 1:1\n\n0 2:1\n", r"line 2: blank line"),
+        ("0 1:inf\n", r"line 1: feature 1 has value 'inf'"),
+        ("", r"is empty"),
+    ],
+)
+def test_parse_libsvm_errors(tmp_path, text, pattern):
+    path = write(tmp_path / "bad.libsvm", text)
+    with pytest.raises(InputError, match=r"bad\.libsvm.*" + pattern):
+        parse_libsvm(path, 3)
+
+
+# --------------------------------------------------------------------------- shared data
+
+
+def test_shared_datasets_dir_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("VFL_SHARED_DATASETS", str(tmp_path))
+    assert shared_datasets_dir() == tmp_path.resolve()
+    monkeypatch.setenv("VFL_SHARED_DATASETS", str(tmp_path / "absent"))
+    assert shared_datasets_dir() is None
+    with pytest.raises(InputError, match=r"shared datasets directory not found.*absent.*VFL_SHARED_DATASETS"):
+        load_shared("breast")
+
+
+def test_load_shared_missing_file_and_unknown_name(tmp_path):
+    with pytest.raises(InputError, match=r"unknown shared dataset 'iris'"):
+        load_shared("iris", root=tmp_path)
+    with pytest.raises(InputError, match=r"'breast'.*breast_hetero_guest\.csv.*missing"):
+        load_shared("breast", root=tmp_path)
+    with pytest.raises(InputError, match=r"a9a_vertical_test\.libsvm.*missing"):
+        load_a9a("test", root=tmp_path)
+    with pytest.raises(InputError, match=r"split must be 'train' or 'test'"):
+        load_a9a("valid", root=tmp_path)
+
+
+# name -> (rows, id, label, features per party)
+SHARED_SHAPES = {
+    "breast": (569, "id", "y", [10, 20]),
+    "default_credit": (30000, "id", "y", [13, 10]),
+    "give_credit": (30000, "id", "y", [4, 6]),
+    "ionosphere": (351, "sid", "label", [15, 19]),
+    "vehicle": (846, "id", "y", [9, 9]),
+    "student": (395, "id", "y", [6, 7]),
+    "dvisits": (5190, "id", "doctorco", [3, 9]),
+    "motor": (800, "idx", "motor_speed", [4, 3, 4]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_SHAPES))
+def test_load_shared_shapes(name):
+    need_shared()
+    rows, id_col, label_col, n_features = SHARED_SHAPES[name]
+    parties = load_shared(name)
+    assert [len(p.feature_names) for p in parties] == n_features
+    assert all(len(p.frame) == rows for p in parties)
+    assert all(p.id_col == id_col for p in parties)
+    assert parties[0].label_col == label_col and parties[0].frame.columns[1] == label_col
+    assert all(p.label_col is None for p in parties[1:])
+    expected_names = ["guest", "host"] if len(parties) == 2 else ["guest", "host1", "host2"]
+    assert [p.name for p in parties] == expected_names
+    ids = parties[0].frame[id_col].tolist()
+    assert all(p.frame[id_col].tolist() == ids for p in parties[1:])
+    if name == "breast":
+        assert check_binary_labels(parties[0]).sum() == 357  # y=1 is benign, as in sklearn
+    if name == "ionosphere":
+        assert parties[0].frame["x2"].isna().all()
+    if name == "give_credit":
+        assert parties[0].feature_names == ["x0", "x1", "x2", "x3"]
+        assert parties[1].feature_names == [f"x{i}" for i in range(4, 10)]
+
+
+def test_load_a9a_train():
+    need_shared()
+    guest, host = load_a9a("train")
+    assert len(guest.frame) == len(host.frame) == 32561
+    assert len(guest.feature_names) + len(host.feature_names) == 123
+    assert guest.feature_names == [f"f{i}" for i in range(1, 62)]
+    assert host.feature_names == [f"f{i}" for i in range(62, 124)]
+    assert guest.frame["id"].tolist() == list(range(32561))
+    assert int(check_binary_labels(guest).sum()) == 7841
+    assert guest.frame[guest.feature_names].dtypes.unique().tolist() == [np.float32]
+    # p1 is numbered locally from 1: its first row "2:1 7:1 10:1 32:1 39:1" is a9a features 63, 68, 71, 93, 100
+    row0 = host.frame.iloc[0]
+    assert [c for c in host.feature_names if row0[c] == 1.0] == ["f63", "f68", "f71", "f93", "f100"]
+
+
+def test_load_a9a_test():
+    need_shared()
+    guest, host = load_a9a("test")
+    assert len(guest.frame) == len(host.frame) == 16281
+    assert len(guest.feature_names) == 61 and len(host.feature_names) == 62
+    assert int(guest.frame["y"].sum()) == 3846
+    # first test line: "0 5:1 13:1 18:1 28:1 34:1 35:1 36:1 40:1 42:1 62:1 66:1 76:1 92:1 100:1"
+    row0 = host.frame.iloc[0]
+    assert [c for c in host.feature_names if row0[c] == 1.0] == ["f62", "f66", "f76", "f92", "f100"]
