@@ -1,0 +1,66 @@
+"""Paillier key pairs (phe) with the toolkit's key-size policy.
+
+The active party (label holder) generates the key pair and keeps the private
+key; passive parties only ever receive the modulus ``n``.
+"""
+from __future__ import annotations
+
+import warnings
+
+import phe
+
+from vfl.errors import InputError
+
+MIN_KEY_BITS = 1024
+DEFAULT_KEY_BITS = 2048
+MAX_KEY_BITS = 8192
+
+
+class WeakKeyWarning(UserWarning):
+    """A 1024-bit key: fine for tests and benchmarks, below current guidance for real data."""
+
+
+def check_key_bits(bits: int) -> int:
+    """Validate a key size: refuse < 1024 bits, warn at < 2048 bits."""
+    try:
+        bits = int(bits)
+    except (TypeError, ValueError):
+        raise InputError(f"key size must be an integer number of bits, got {bits!r}") from None
+    if bits < MIN_KEY_BITS:
+        raise InputError(
+            f"key size {bits} bits is refused: Paillier keys must have at least {MIN_KEY_BITS} bits "
+            f"(default {DEFAULT_KEY_BITS})")
+    if bits > MAX_KEY_BITS:
+        raise InputError(f"key size {bits} bits is larger than the supported maximum {MAX_KEY_BITS}")
+    if bits % 8:
+        raise InputError(f"key size must be a multiple of 8 bits, got {bits}")
+    if bits < DEFAULT_KEY_BITS:
+        warnings.warn(
+            f"{bits}-bit Paillier keys offer about 80-bit security: use {DEFAULT_KEY_BITS} bits or more "
+            "for real data", WeakKeyWarning, stacklevel=2)
+    return bits
+
+
+def generate_keypair(bits: int = DEFAULT_KEY_BITS):
+    """Return ``(public_key, private_key)`` as phe objects, after the key-size policy."""
+    bits = check_key_bits(bits)
+    return phe.paillier.generate_paillier_keypair(n_length=bits)
+
+
+def public_key_from_n(n: int) -> phe.PaillierPublicKey:
+    """Rebuild a public key from the modulus received from the key holder."""
+    n = int(n)
+    if n.bit_length() < MIN_KEY_BITS - 8 or n % 2 == 0:
+        raise InputError(f"received Paillier modulus of {n.bit_length()} bits is not acceptable")
+    return phe.PaillierPublicKey(n)
+
+
+def security_bits(key_bits: int) -> int:
+    """Symmetric-equivalent security of an RSA-type modulus (NIST SP 800-57 table)."""
+    if key_bits >= 7680:
+        return 192
+    if key_bits >= 3072:
+        return 128
+    if key_bits >= 2048:
+        return 112
+    return 80

@@ -1,0 +1,245 @@
+"""The active party: holds the labels and the private key, and drives training.
+
+Passive parties appear to the boosting loop as :class:`RemoteSource`
+histogram sources; the transport underneath (in memory or network) is
+invisible here.
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+
+import gmpy2
+import numpy as np
+import pandas as pd
+
+from crypto.keys import generate_keypair
+from crypto.packing import PackingLayout, decode_sums, pack
+from crypto.paillier import Decryptor, Encryptor
+from protocols import alignment
+from protocols import messages as m
+from protocols.serialization import BigInts
+from protocols.transport import Transport
+from vfl.boosting import Booster, HistogramSource, LocalSource, SplitRef
+from vfl.errors import InputError, PeerError
+from vfl.frames import party_data
+from vfl.loss import get_loss
+from vfl.model import BoostedModel
+from vfl.params import TrainParams
+
+
+@dataclass
+class RoundCrypto:
+    """The gradient vector of one round, packed and encrypted once for all passive parties."""
+    round_idx: int = -1
+    message: m.Gradients | None = None
+    layout: PackingLayout | None = None
+    per: int = 1
+    stats: dict = field(default_factory=dict)
+
+
+class GradientChannel:
+    """Packs, encrypts (``he``) and decrypts for every remote source of one training."""
+
+    def __init__(self, mode: str, key_bits: int, encryption: str):
+        self.mode = mode
+        self.key_bits = key_bits
+        self.public_key = self.private_key = None
+        self.encryptor = self.decryptor = None
+        if mode == "he":
+            self.public_key, self.private_key = generate_keypair(key_bits)
+            self.encryptor = Encryptor(self.public_key, self.private_key, method=encryption)
+            self.decryptor = Decryptor(self.private_key)
+        self.current = RoundCrypto()
+        self.timing: dict[str, float] = {}
+
+    def _tick(self, stage, t0):
+        self.timing[stage] = self.timing.get(stage, 0.0) + time.perf_counter() - t0
+
+    def gradients(self, round_idx, g_int, h_int, layout) -> RoundCrypto:
+        if self.current.round_idx == round_idx:
+            return self.current
+        t0 = time.perf_counter()
+        packed = pack(g_int, h_int, layout)
+        per = layout.values_per_plaintext(self.key_bits)
+        if self.mode == "he":
+            values = self.encryptor.encrypt(packed)
+        else:
+            values = packed
+        self._tick("encrypt", t0)
+        msg = m.Gradients(round_idx, self.mode == "he", layout.to_dict(), per, BigInts(values))
+        self.current = RoundCrypto(round_idx, msg, layout, per)
+        return self.current
+
+    def decode(self, values, total: int):
+        t0 = time.perf_counter()
+        if self.mode == "he":
+            plain = self.decryptor.decrypt_signed(values)
+        else:
+            plain = [int(v) for v in values]
+        self._tick("decrypt", t0)
+        return decode_sums(plain, self.current.layout, self.current.per, total)
+
+
+class RemoteSource(HistogramSource):
+    """A passive party's features behind a transport."""
+
+    def __init__(self, transport: Transport, peer: str, bin_offsets: np.ndarray, channel: GradientChannel):
+        self.transport = transport
+        self.party = peer
+        self.bin_offsets = np.asarray(bin_offsets, dtype=np.int64)
+        self.channel = channel
+
+    def start_round(self, round_idx, g_int, h_int, layout):
+        rc = self.channel.gradients(round_idx, g_int, h_int, layout)
+        self.transport.call(self.party, rc.message)
+
+    def build(self, round_idx, depth, tree_idx, node_ids, assignment):
+        reply = self.transport.call(self.party, m.HistogramRequest(
+            round_idx, depth, np.asarray(tree_idx, np.int32), np.asarray(node_ids, np.int32),
+            np.asarray(assignment, np.int32)))
+        n_flat = int(self.bin_offsets[-1])
+        total = len(node_ids) * n_flat
+        if reply.n_values != total:
+            raise PeerError(f"party {self.party!r} returned {reply.n_values} bin sums, expected {total}")
+        g, h = self.channel.decode(reply.values.values, total)
+        layout = self.channel.current.layout
+        scale = float(2 ** layout.precision_bits)
+        tgt = np.repeat(np.asarray(tree_idx, dtype=np.int64), n_flat)
+        sel = np.arange(total)
+        sg = np.array([float(v) for v in g[sel, tgt]]) / scale
+        sh = np.array([float(v) for v in h[sel, tgt]]) / scale
+        return sg.reshape(len(node_ids), n_flat), sh.reshape(len(node_ids), n_flat)
+
+    def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment):
+        reply = self.transport.call(self.party, m.SplitRequest(
+            round_idx, node_ids, tree_idx, feature_idx, bin_idx, default_left))
+        if len(reply.record_ids) != len(node_ids) or len(reply.n_rows) != len(node_ids) \
+                or int(reply.n_rows.sum()) != len(reply.go_left):
+            raise PeerError(f"party {self.party!r} sent a malformed split response")
+        out, start = [], 0
+        for rid, cnt in zip(reply.record_ids.tolist(), reply.n_rows.tolist()):
+            out.append((SplitRef(self.party, record_id=int(rid)), reply.go_left[start:start + cnt]))
+            start += cnt
+        return out
+
+    def finish(self, n_rounds, completed):
+        pass
+
+
+class ActiveParty:
+    """The label holder. ``frame`` has the id column, the label column and zero or more features."""
+
+    def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", label_col: str = "y",
+                 source: str | None = None):
+        self.name = str(name)
+        self.id_col, self.label_col, self.source = id_col, label_col, source
+        d = party_data(frame, self.name, id_col, label_col, source, require_features=False)
+        self.ids, self.X, self.feature_names, self.y_raw = d
+        self.model: BoostedModel | None = None
+        self.alignment_report: dict = {}
+        self.timings: list[dict] = []
+        self.channel: GradientChannel | None = None
+
+    # -- training -----------------------------------------------------------
+    def align(self, transport: Transport, peers: list[str], salt: bytes, session_id: str):
+        own = alignment.hash_ids(self.ids, salt)
+        alignment.check_unique(alignment.hashes_to_keys(own), self.name)
+        replies = transport.call_many({p: m.AlignRequest(session_id, salt, "train") for p in peers})
+        common = alignment.intersect({self.name: own, **{p: r.hashes for p, r in replies.items()}})
+        acks = transport.call_many({p: m.AlignResult(common) for p in peers})
+        rows = alignment.positions(own, common, self.name)
+        self.alignment_report = {self.name: {"n_rows": int(len(self.ids)), "n_kept": int(len(rows))},
+                                 **{p: {"n_rows": a.n_rows, "n_kept": a.n_kept} for p, a in acks.items()}}
+        return rows
+
+    def fit(self, transport: Transport, peers: list[str], params: TrainParams | None = None,
+            on_round=None) -> BoostedModel:
+        params = params or TrainParams()
+        peers = list(peers)
+        if len(set(peers)) != len(peers) or self.name in peers:
+            raise InputError(f"party names must be unique, got active {self.name!r} and passive {peers}")
+        loss = get_loss(params.objective)
+        if not peers and not self.feature_names:
+            raise InputError(f"party {self.name!r} has no feature columns and there is no passive party")
+        salt = alignment.new_salt()
+        session_id = secrets.token_hex(8)
+        model_id = secrets.token_hex(8)
+        rows = self.align(transport, peers, salt, session_id)
+        y = loss.check_labels(self.y_raw[rows], self.name, self.label_col)
+        X = self.X[rows]
+        infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id) for p in peers})
+        self.channel = GradientChannel(params.mode, params.key_bits, params.encryption)
+        if params.mode == "he":
+            transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
+        sources: list[HistogramSource] = []
+        if self.feature_names:
+            sources.append(LocalSource(self.name, X, self.feature_names, params.max_bin))
+        for p in peers:
+            nb = infos[p].n_bins
+            sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel))
+        booster = Booster(sources, loss, params, on_round)
+        completed = False
+        try:
+            base, rounds, _ = booster.fit(y)
+            completed = True
+        finally:
+            try:
+                transport.call_many({p: m.TrainEnd(model_id, len(booster.timings), completed) for p in peers})
+            except Exception:
+                if completed:
+                    raise
+        self.timings = booster.timings
+        self.model = BoostedModel(loss.name, loss.n_targets, [float(b) for b in base], params.learning_rate,
+                                  self.name, self.feature_names, peers, model_id, salt.hex(), rounds,
+                                  params.to_dict())
+        return self.model
+
+    # -- prediction ---------------------------------------------------------
+    def predict_raw(self, transport: Transport, frame: pd.DataFrame | None = None,
+                    source: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Raw scores for the rows of ``frame`` (the active party's columns of new samples);
+        returns ``(ids, raw)``."""
+        model = self.model
+        if model is None:
+            raise InputError(f"party {self.name!r} has no trained model")
+        if frame is None:
+            ids, X = self.ids, self.X
+        else:
+            d = party_data(frame, self.name, self.id_col, None, source, require_features=False)
+            missing = [f for f in model.active_features if f not in d.feature_names]
+            if missing:
+                raise InputError(f"party {self.name!r}: prediction data lacks feature column(s) {missing}")
+            ids, X = d.ids, d.X[:, [d.feature_names.index(f) for f in model.active_features]] \
+                if model.active_features else np.zeros((len(d.ids), 0))
+        salt = bytes.fromhex(model.salt)
+        hashes = alignment.hash_ids(ids, salt)
+        alignment.check_unique(alignment.hashes_to_keys(hashes), self.name)
+        session_id = secrets.token_hex(8)
+        transport.call_many({p: m.PredictStart(model.model_id, session_id, hashes)
+                             for p in model.passive_parties})
+
+        def route(owner, record_ids, rows):
+            return transport.call(owner, m.RouteRequest(session_id, record_ids, rows)).go_left
+
+        return ids, model.predict_raw(X, route)
+
+    def predict_proba(self, transport, frame=None, source=None) -> tuple[np.ndarray, np.ndarray]:
+        ids, raw = self.predict_raw(transport, frame, source)
+        return ids, get_loss(self.model.objective).transform(raw)
+
+    def save_model(self, path) -> None:
+        if self.model is None:
+            raise InputError(f"party {self.name!r} has no trained model to save")
+        self.model.save(path)
+
+    @classmethod
+    def from_model(cls, model: BoostedModel, id_col: str = "id") -> "ActiveParty":
+        obj = cls.__new__(cls)
+        obj.name, obj.id_col, obj.label_col, obj.source = model.active_party, id_col, None, None
+        obj.ids = obj.X = obj.y_raw = None
+        obj.feature_names = list(model.active_features)
+        obj.model = model
+        obj.alignment_report, obj.timings, obj.channel = {}, [], None
+        return obj

@@ -1,0 +1,252 @@
+"""The passive party: holds feature columns, never sees a label or a plaintext gradient.
+
+It is a message handler: every request from the active party arrives as a
+typed message (already deserialized from bytes by the transport) and gets a
+typed reply. Its thresholds live in its own lookup table, saved to its own
+model file; the active party only ever learns ``(party, record_id)``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gmpy2
+import numpy as np
+import pandas as pd
+
+from crypto.compress import compress
+from crypto.histogram import histogram
+from crypto.keys import public_key_from_n
+from crypto.packing import PackingLayout
+from protocols import alignment
+from protocols import messages as m
+from protocols.serialization import BigInts
+from vfl.binning import Binner
+from vfl.errors import InputError, ProtocolError
+from vfl.frames import feature_matrix
+
+PASSIVE_FORMAT = "vfl-boost-passive-model"
+
+
+def _jf(x: float):
+    x = float(x)
+    return x if np.isfinite(x) else repr(x)
+
+
+class PassiveParty:
+    """A passive party: ``frame`` has the id column and this party's feature columns."""
+
+    def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
+                 source: str | None = None):
+        self.name = str(name)
+        self.id_col = id_col
+        self.source = source
+        self.feature_names: list[str] = []
+        self._ids = None
+        self._X = None
+        if frame is not None:
+            self._ids, self._X, self.feature_names = feature_matrix(frame, self.name, id_col, None,
+                                                                    source, require_features=True)
+        self.model_id: str | None = None
+        self.salt: bytes | None = None
+        self.records: list[dict] = []
+        self._reset_training()
+        self._pred_ids = None
+        self._pred_X = None
+        self._pred_rows = {}
+
+    # -- state --------------------------------------------------------------
+    def _reset_training(self):
+        self._rows = None
+        self._bin_idx = None
+        self._binner = None
+        self._nsquare = None
+        self._mode = None
+        self._values = None
+        self._layout = None
+        self._per = None
+        self._assignment = None
+        self._round = None
+        self.completed = False
+
+    def handle(self, request):
+        """Answer one message from the active party."""
+        handler = getattr(self, "_on_" + type(request).__name__, None)
+        if handler is None:
+            raise ProtocolError(f"party {self.name!r} does not accept {type(request).__name__}")
+        return handler(request)
+
+    def _need(self, what, value):
+        if value is None:
+            raise ProtocolError(f"party {self.name!r} received a request before {what}")
+        return value
+
+    # -- alignment ----------------------------------------------------------
+    def _on_AlignRequest(self, req: m.AlignRequest):
+        if len(req.salt) < 16:
+            raise ProtocolError("salt must have at least 16 bytes")
+        self._need("any training data", self._X)
+        self._reset_training()
+        self.salt = req.salt
+        self._hashes = alignment.hash_ids(self._ids, req.salt)
+        alignment.check_unique(alignment.hashes_to_keys(self._hashes), self.name)
+        return m.IdHashes(self._hashes)
+
+    def _on_AlignResult(self, req: m.AlignResult):
+        self._need("alignment", self.salt)
+        self._rows = alignment.positions(self._hashes, req.hashes, self.name)
+        return m.AlignAck(int(len(self._ids)), int(len(self._rows)))
+
+    # -- setup --------------------------------------------------------------
+    def _on_TrainSetup(self, req: m.TrainSetup):
+        rows = self._need("alignment", self._rows)
+        if req.mode not in ("he", "plain"):
+            raise ProtocolError(f"unknown mode {req.mode!r}")
+        self._mode = req.mode
+        self.model_id = req.model_id
+        self.records = []
+        X = self._X[rows]
+        self._binner = Binner(req.max_bin).fit(X)
+        self._bin_idx = self._binner.transform(X)
+        return m.BinningInfo(self._binner.n_bins)
+
+    def _on_PublicKey(self, req: m.PublicKey):
+        pk = public_key_from_n(int(req.n, 16))
+        self._nsquare = gmpy2.mpz(pk.nsquare)
+        return m.Ack()
+
+    # -- one round ----------------------------------------------------------
+    def _on_Gradients(self, req: m.Gradients):
+        self._need("setup", self._binner)
+        if len(req.values) != len(self._rows):
+            raise ProtocolError(f"got {len(req.values)} gradient values for {len(self._rows)} samples")
+        if req.encrypted != (self._mode == "he"):
+            raise ProtocolError(f"mode {self._mode!r} does not match encrypted={req.encrypted}")
+        if req.encrypted:
+            n2 = self._need("the public key", self._nsquare)
+            if any(not (0 < v < n2) for v in req.values):
+                raise ProtocolError("a ciphertext is out of range")
+        self._layout = PackingLayout.from_dict(req.layout)
+        if req.values_per_ciphertext < 1:
+            raise ProtocolError("values_per_ciphertext must be positive")
+        self._per = int(req.values_per_ciphertext)
+        self._values = req.values.values
+        self._round = req.round_idx
+        return m.Ack()
+
+    def _node_rows(self, assignment, tree_idx, node_ids):
+        return [np.flatnonzero(assignment[t] == nid) for t, nid in zip(tree_idx, node_ids)]
+
+    def _check_assignment(self, a):
+        if a.ndim != 2 or a.shape[1] != len(self._rows):
+            raise ProtocolError(f"assignment of shape {a.shape} does not cover {len(self._rows)} samples")
+
+    def _on_HistogramRequest(self, req: m.HistogramRequest):
+        values = self._need("gradients", self._values)
+        self._check_assignment(req.assignment)
+        self._assignment = req.assignment
+        node_rows = self._node_rows(req.assignment, req.tree_idx, req.node_ids)
+        modulus = self._nsquare if self._mode == "he" else None
+        hists = histogram(values, self._bin_idx, node_rows, self._binner.bin_offsets, modulus)
+        flat = [v for h in hists for v in h]
+        packed = compress(flat, self._layout.value_bits, self._per, modulus)
+        return m.HistogramResponse(len(flat), BigInts(packed))
+
+    def _on_SplitRequest(self, req: m.SplitRequest):
+        a = self._need("a histogram request", self._assignment)
+        record_ids, go_left, n_rows = [], [], []
+        for t, nid, f, b, dl in zip(req.tree_idx, req.node_ids, req.feature_idx, req.bin_idx,
+                                    req.default_left):
+            f, b = int(f), int(b)
+            if not 0 <= f < len(self.feature_names) or not 0 <= b < len(self._binner.thresholds_[f]) + 1:
+                raise ProtocolError(f"no feature {f} / bin {b} at party {self.name!r}")
+            rows = np.flatnonzero(a[int(t)] == int(nid))
+            bins = self._bin_idx[rows, f].astype(np.int64)
+            missing = bins == len(self._binner.thresholds_[f]) + 1
+            go_left.append(np.where(missing, bool(dl), bins <= b))
+            n_rows.append(len(rows))
+            rid = len(self.records)
+            self.records.append({"record_id": rid, "round": int(self._round), "tree": int(t),
+                                 "node_id": int(nid), "feature_idx": f, "feature": self.feature_names[f],
+                                 "threshold": self._binner.threshold(f, b), "default_left": bool(dl)})
+            record_ids.append(rid)
+        return m.SplitResponse(np.array(record_ids, dtype=np.int64),
+                               np.concatenate(go_left) if go_left else np.zeros(0, dtype=bool),
+                               np.array(n_rows, dtype=np.int64))
+
+    def _on_TrainEnd(self, req: m.TrainEnd):
+        if req.model_id != self.model_id:
+            raise ProtocolError("TrainEnd for an unknown model")
+        self.completed = bool(req.completed)
+        self._values = None
+        return m.Ack({"n_records": len(self.records)})
+
+    # -- prediction ---------------------------------------------------------
+    def load_prediction_data(self, frame: pd.DataFrame, source: str | None = None) -> None:
+        """Rows this party can answer prediction queries about (its features of new samples)."""
+        ids, X, names = feature_matrix(frame, self.name, self.id_col, None, source, require_features=True)
+        missing = [f for f in self.feature_names if f not in names]
+        if missing:
+            raise InputError(f"party {self.name!r}: prediction data{' ' + source if source else ''} "
+                             f"lacks the model's feature column(s) {missing}")
+        idx = [names.index(f) for f in self.feature_names]
+        self._pred_ids, self._pred_X = ids, X[:, idx]
+
+    def _on_PredictStart(self, req: m.PredictStart):
+        if req.model_id != self.model_id:
+            raise ProtocolError(f"party {self.name!r} holds no model {req.model_id!r}")
+        ids = self._pred_ids if self._pred_ids is not None else self._ids
+        X = self._pred_X if self._pred_X is not None else self._X
+        if ids is None:
+            raise InputError(f"party {self.name!r} has no data to predict on")
+        own = alignment.hash_ids(ids, self.salt)
+        rows = alignment.positions(own, req.hashes, self.name)
+        self._pred_rows[req.session_id] = X[rows]
+        return m.Ack({"n_rows": int(len(rows))})
+
+    def _on_RouteRequest(self, req: m.RouteRequest):
+        X = self._pred_rows.get(req.session_id)
+        if X is None:
+            raise ProtocolError(f"unknown prediction session {req.session_id!r}")
+        rec = req.record_ids
+        if rec.size and (rec.min() < 0 or rec.max() >= len(self.records)):
+            raise ProtocolError(f"unknown record id at party {self.name!r}")
+        if req.rows.size and (req.rows.min() < 0 or req.rows.max() >= len(X)):
+            raise ProtocolError("row index out of range")
+        feat = np.array([self.records[r]["feature_idx"] for r in rec.tolist()], dtype=np.int64)
+        thr = np.array([self.records[r]["threshold"] for r in rec.tolist()], dtype=np.float64)
+        dl = np.array([self.records[r]["default_left"] for r in rec.tolist()], dtype=bool)
+        x = X[req.rows, feat] if rec.size else np.zeros(0)
+        return m.RouteResponse(np.where(np.isnan(x), dl, x <= thr))
+
+    # -- persistence --------------------------------------------------------
+    def model_dict(self) -> dict:
+        if self.model_id is None:
+            raise InputError(f"party {self.name!r} has no trained model to save")
+        return {"format": PASSIVE_FORMAT, "version": 1, "role": "passive", "party": self.name,
+                "model_id": self.model_id, "salt": self.salt.hex(), "id_col": self.id_col,
+                "features": list(self.feature_names), "completed": self.completed,
+                "records": [{**r, "threshold": _jf(r["threshold"])} for r in self.records]}
+
+    def save_model(self, path) -> None:
+        Path(path).write_text(json.dumps(self.model_dict(), indent=1))
+
+    @classmethod
+    def from_model_dict(cls, d: dict) -> "PassiveParty":
+        if d.get("format") != PASSIVE_FORMAT or d.get("role") != "passive":
+            raise InputError("not a passive-party model file of this toolkit")
+        p = cls(d["party"], None, d.get("id_col", "id"))
+        p.feature_names = list(d["features"])
+        p.model_id = d["model_id"]
+        p.salt = bytes.fromhex(d["salt"])
+        p.completed = bool(d.get("completed", True))
+        p.records = [{**r, "threshold": float(r["threshold"])} for r in d["records"]]
+        return p
+
+    @classmethod
+    def load_model(cls, path) -> "PassiveParty":
+        try:
+            d = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError(f"cannot read model file {path}: {exc}") from None
+        return cls.from_model_dict(d)

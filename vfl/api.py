@@ -1,0 +1,126 @@
+"""Public Python API: build parties from DataFrames, federate, fit, predict, save, load.
+
+Example (three parties)::
+
+    from vfl import ActiveParty, PassiveParty, Federation, TrainParams
+    bank = ActiveParty("bank", bank_df, id_col="id", label_col="y")
+    telco = PassiveParty("telco", telco_df, id_col="id")
+    shop = PassiveParty("shop", shop_df, id_col="id")
+    fed = Federation(bank, [telco, shop])
+    fed.fit(TrainParams(mode="he", n_estimators=10, max_depth=4))
+    proba = fed.predict_proba({"bank": bank_new, "telco": telco_new, "shop": shop_new})
+    fed.save("model_dir")            # one JSON file per party
+    fed2 = Federation.load("model_dir")
+
+This is the only module (with ``cli.py``) that wires parties together.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from parties.active import ActiveParty
+from parties.passive import PassiveParty
+from protocols.transport import InMemoryTransport, frame_handler
+from vfl.errors import InputError
+from vfl.model import BoostedModel
+from vfl.params import TrainParams
+
+__all__ = ["ActiveParty", "PassiveParty", "Federation", "TrainParams", "load_federation"]
+
+
+class Federation:
+    """An in-process federation: one active party and any number of passive parties.
+
+    Every message between them is serialized to bytes (``transport.bytes_sent``
+    counts them per sender->receiver pair); no party touches another's objects.
+    """
+
+    def __init__(self, active: ActiveParty, passives: list[PassiveParty], record: bool = False):
+        names = [active.name] + [p.name for p in passives]
+        if len(set(names)) != len(names):
+            raise InputError(f"party names must be unique, got {names}")
+        self.active = active
+        self.passives = {p.name: p for p in passives}
+        self.transport = InMemoryTransport(active.name, {p.name: frame_handler(p.handle) for p in passives},
+                                           record=record)
+
+    @property
+    def model(self) -> BoostedModel | None:
+        return self.active.model
+
+    def fit(self, params: TrainParams | None = None, on_round=None, **kwargs) -> BoostedModel:
+        """Train; ``kwargs`` are :class:`TrainParams` fields (used when ``params`` is None)."""
+        if params is None:
+            params = TrainParams(**kwargs)
+        elif kwargs:
+            raise InputError("give either params or keyword hyperparameters, not both")
+        return self.active.fit(self.transport, list(self.passives), params, on_round)
+
+    def _load_frames(self, frames: dict[str, pd.DataFrame] | None):
+        if frames is None:
+            return None
+        unknown = set(frames) - {self.active.name, *self.passives}
+        if unknown:
+            raise InputError(f"no party named {sorted(unknown)} in this federation")
+        if self.active.name not in frames:
+            raise InputError(f"prediction data for the active party {self.active.name!r} is required")
+        for name, p in self.passives.items():
+            if name not in frames:
+                raise InputError(f"prediction data for passive party {name!r} is missing")
+            p.load_prediction_data(frames[name])
+        return frames[self.active.name]
+
+    def predict_raw(self, frames: dict[str, pd.DataFrame] | None = None) -> np.ndarray:
+        return self.active.predict_raw(self.transport, self._load_frames(frames))[1]
+
+    def predict_proba(self, frames: dict[str, pd.DataFrame] | None = None) -> np.ndarray:
+        """Probability of class 1 per row of the active party's frame (federated routing)."""
+        return self.active.predict_proba(self.transport, self._load_frames(frames))[1]
+
+    def bytes_report(self) -> dict[str, int]:
+        return self.transport.bytes_report()
+
+    def save(self, directory) -> list[Path]:
+        """One JSON model file per party; the active one holds no passive threshold."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        paths = [d / f"{self.active.name}.json"]
+        self.active.save_model(paths[0])
+        for name, p in self.passives.items():
+            paths.append(d / f"{name}.json")
+            p.save_model(paths[-1])
+        return paths
+
+    @classmethod
+    def load(cls, directory, id_col: str = "id") -> "Federation":
+        d = Path(directory)
+        if not d.is_dir():
+            raise InputError(f"model directory {d} does not exist")
+        active_model, passives = None, []
+        for f in sorted(d.glob("*.json")):
+            try:
+                role = json.loads(f.read_text()).get("role")
+            except (OSError, json.JSONDecodeError) as exc:
+                raise InputError(f"cannot read model file {f}: {exc}") from None
+            if role == "active":
+                active_model = BoostedModel.load(f)
+            elif role == "passive":
+                passives.append(PassiveParty.load_model(f))
+        if active_model is None:
+            raise InputError(f"no active-party model file in {d}")
+        have = {p.name for p in passives}
+        missing = set(active_model.passive_parties) - have
+        if missing:
+            raise InputError(f"model directory {d} lacks the model file(s) of party {sorted(missing)}")
+        for p in passives:
+            p.id_col = id_col
+        return cls(ActiveParty.from_model(active_model, id_col),
+                   [p for p in passives if p.name in active_model.passive_parties])
+
+
+def load_federation(directory, id_col: str = "id") -> Federation:
+    return Federation.load(directory, id_col)

@@ -1,0 +1,120 @@
+"""The active party's boosted model and federated routing of rows through it."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from vfl.errors import InputError
+from vfl.loss import get_loss
+from vfl.tree import Tree
+
+MODEL_FORMAT = "vfl-boost-model"
+MODEL_VERSION = 1
+
+# route_remote(owner, record_ids, rows) -> bool array: go left?
+RemoteRouter = Callable[[str, np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass
+class BoostedModel:
+    objective: str
+    n_targets: int
+    base_score: list[float]
+    learning_rate: float
+    active_party: str
+    active_features: list[str]
+    passive_parties: list[str]
+    model_id: str
+    salt: str                                   # hex; hashing ids for prediction
+    rounds: list[list[Tree]] = field(default_factory=list)
+    params: dict = field(default_factory=dict)
+    history: dict = field(default_factory=dict)
+    best_iteration: int | None = None
+
+    @property
+    def n_rounds(self) -> int:
+        return len(self.rounds)
+
+    def to_dict(self) -> dict:
+        return {
+            "format": MODEL_FORMAT, "version": MODEL_VERSION, "role": "active",
+            "objective": self.objective, "n_targets": self.n_targets,
+            "base_score": [float(b) for b in self.base_score], "learning_rate": self.learning_rate,
+            "active_party": self.active_party, "active_features": list(self.active_features),
+            "passive_parties": list(self.passive_parties), "model_id": self.model_id, "salt": self.salt,
+            "params": self.params, "history": self.history, "best_iteration": self.best_iteration,
+            "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BoostedModel":
+        if d.get("format") != MODEL_FORMAT or d.get("role") != "active":
+            raise InputError("not an active-party model file of this toolkit")
+        if d.get("version") != MODEL_VERSION:
+            raise InputError(f"model format version {d.get('version')} is not supported")
+        return cls(d["objective"], int(d["n_targets"]), list(d["base_score"]), float(d["learning_rate"]),
+                   d["active_party"], list(d["active_features"]), list(d["passive_parties"]),
+                   d["model_id"], d["salt"], [[Tree.from_dict(t) for t in rnd] for rnd in d["rounds"]],
+                   d.get("params", {}), d.get("history", {}), d.get("best_iteration"))
+
+    def save(self, path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path) -> "BoostedModel":
+        try:
+            d = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError(f"cannot read model file {path}: {exc}") from None
+        return cls.from_dict(d)
+
+    def predict_raw(self, X_active: np.ndarray, route_remote: RemoteRouter,
+                    n_rounds: int | None = None) -> np.ndarray:
+        """Raw scores ``(n_samples, n_targets)``; passive nodes are resolved by ``route_remote``."""
+        X = np.asarray(X_active, dtype=np.float64)
+        n = X.shape[0]
+        rounds = self.rounds[: (self.n_rounds if n_rounds is None else n_rounds)]
+        trees = [(k, t) for rnd in rounds for k, t in enumerate(rnd)]
+        raw = np.tile(np.asarray(self.base_score, dtype=np.float64), (n, 1))
+        pos = np.zeros((len(trees), n), dtype=np.int64)
+        for _ in range(max((t.max_depth for _, t in trees), default=0) + 1):
+            queries: dict[str, list] = {}
+            moves = []
+            for ti, (_, tree) in enumerate(trees):
+                for nid in np.unique(pos[ti]):
+                    node = tree.nodes[nid]
+                    if node.is_leaf:
+                        continue
+                    rows = np.flatnonzero(pos[ti] == nid)
+                    if node.owner == self.active_party:
+                        x = X[rows, node.feature_idx]
+                        go = np.where(np.isnan(x), bool(node.default_left), x <= node.threshold)
+                        moves.append((ti, node, rows, go))
+                    else:
+                        queries.setdefault(node.owner, []).append((ti, node, rows))
+            for owner, qs in queries.items():
+                rec = np.concatenate([np.full(len(r), node.record_id, dtype=np.int64) for _, node, r in qs])
+                rows_all = np.concatenate([r for _, _, r in qs]).astype(np.int64)
+                go_all = np.asarray(route_remote(owner, rec, rows_all), dtype=bool)
+                if go_all.shape != rows_all.shape:
+                    raise InputError(f"party {owner!r} answered {go_all.shape} routing decisions "
+                                     f"for {rows_all.shape} queries")
+                start = 0
+                for ti, node, rows in qs:
+                    moves.append((ti, node, rows, go_all[start:start + len(rows)]))
+                    start += len(rows)
+            if not moves:
+                break
+            for ti, node, rows, go in moves:
+                pos[ti, rows] = np.where(go, node.left, node.right)
+        for ti, (k, tree) in enumerate(trees):
+            values = np.array([nd.value for nd in tree.nodes])
+            raw[:, k] += values[pos[ti]]
+        return raw
+
+    def predict_proba(self, X_active, route_remote, n_rounds=None) -> np.ndarray:
+        return get_loss(self.objective).transform(self.predict_raw(X_active, route_remote, n_rounds))

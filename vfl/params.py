@@ -1,0 +1,76 @@
+"""Training hyperparameters, validated once with errors that name the parameter.
+
+Names and defaults follow XGBoost where one exists.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+from vfl.errors import InputError
+
+MODES = ("he", "plain")
+OBJECTIVES = ("binary",)
+
+
+@dataclass
+class TrainParams:
+    n_estimators: int = 10
+    max_depth: int = 4
+    learning_rate: float = 0.3
+    max_bin: int = 32
+    reg_lambda: float = 1.0
+    min_child_weight: float = 1.0
+    gamma: float = 0.0
+    objective: str = "binary"
+    mode: str = "he"
+    key_bits: int = 2048
+    precision_bits: int = 32
+    encryption: str = "fast"      # "fast" (short-exponent) or "standard"
+    seed: int = 0
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> "TrainParams":
+        def num(name, lo=None, hi=None, lo_open=False, integer=False):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                    (isinstance(v, float) and math.isnan(v)):
+                raise InputError(f"parameter {name} must be a number, got {v!r}")
+            if integer and int(v) != v:
+                raise InputError(f"parameter {name} must be an integer, got {v!r}")
+            if lo is not None and (v <= lo if lo_open else v < lo):
+                raise InputError(f"parameter {name} must be {'>' if lo_open else '>='} {lo}, got {v}")
+            if hi is not None and v > hi:
+                raise InputError(f"parameter {name} must be <= {hi}, got {v}")
+            setattr(self, name, int(v) if integer else float(v))
+
+        num("n_estimators", 1, integer=True)
+        num("max_depth", 1, 30, integer=True)
+        num("learning_rate", 0, 1e6, lo_open=True)
+        num("max_bin", 2, 256, integer=True)
+        num("reg_lambda", 0, 1e12)
+        num("min_child_weight", 0, 1e12)
+        num("gamma", 0, 1e12)
+        num("key_bits", integer=True)
+        num("precision_bits", 8, 48, integer=True)
+        num("seed", 0, integer=True)
+        if self.mode not in MODES:
+            raise InputError(f"parameter mode must be one of {MODES}, got {self.mode!r}")
+        if self.objective not in OBJECTIVES:
+            raise InputError(f"parameter objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.encryption not in ("fast", "standard"):
+            raise InputError(f"parameter encryption must be 'fast' or 'standard', got {self.encryption!r}")
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainParams":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise InputError(f"unknown training parameter(s): {sorted(unknown)}")
+        return cls(**d)
