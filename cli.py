@@ -1,0 +1,134 @@
+"""The ``vfl`` command line."""
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import click
+
+from vfl.errors import VFLError
+
+
+def _fail(exc: Exception):
+    raise click.ClickException(str(exc))
+
+
+@click.group()
+@click.version_option(package_name="vfl-boost")
+def main():
+    """Vertical federated gradient boosting (SecureBoost with Paillier; DP-only mode)."""
+
+
+def _load_parties(dataset, guest, hosts, id_col, label_col, parties):
+    from datasets import breast_cancer_parties, load_guest_host, load_shared
+    if guest or hosts:
+        if not (guest and hosts):
+            raise click.UsageError("--guest and at least one --host are needed together")
+        return load_guest_host(guest, list(hosts), id_col=id_col, label_col=label_col)
+    if dataset == "breast_cancer":
+        return breast_cancer_parties(parties, id_col=id_col, label_col=label_col)
+    return load_shared(dataset)
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+@main.command()
+@click.option("--dataset", default="breast_cancer", show_default=True,
+              help="Bundled 'breast_cancer', or a name from ../shared/datasets (breast, default_credit, ...).")
+@click.option("--guest", type=click.Path(dir_okay=False), help="Guest (active party) CSV: id, label, features.")
+@click.option("--host", "hosts", multiple=True, type=click.Path(dir_okay=False),
+              help="Host (passive party) CSV; repeat for several hosts.")
+@click.option("--id-col", default="id", show_default=True)
+@click.option("--label-col", default="y", show_default=True)
+@click.option("--parties", default=2, show_default=True, help="Parties for the bundled dataset.")
+@click.option("--mode", type=click.Choice(["he", "plain"]), default="he", show_default=True)
+@click.option("--trees", default=10, show_default=True, help="Boosting rounds (n_estimators).")
+@click.option("--depth", default=4, show_default=True, help="max_depth.")
+@click.option("--learning-rate", default=0.3, show_default=True)
+@click.option("--max-bin", default=32, show_default=True)
+@click.option("--reg-lambda", default=1.0, show_default=True)
+@click.option("--min-child-weight", default=1.0, show_default=True)
+@click.option("--gamma", default=0.0, show_default=True)
+@click.option("--key-bits", default=2048, show_default=True)
+@click.option("--encryption", type=click.Choice(["fast", "standard"]), default="fast", show_default=True,
+              help="Paillier randomness: short-exponent 'fast' or phe-style 'standard'.")
+@click.option("--test-size", default=0.2, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
+@click.option("--predictions", type=click.Path(dir_okay=False), help="Write test ids and probabilities (CSV).")
+@click.option("--save-model", type=click.Path(file_okay=False), help="Write one JSON model file per party.")
+@click.option("--verbose", is_flag=True, help="Print the per-tree time breakdown.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, depth, learning_rate, max_bin,
+             reg_lambda, min_child_weight, gamma, key_bits, encryption, test_size, seed, output_json,
+             predictions, save_model, verbose, quiet):
+    """Run a whole federation in one process and report time, test metric and bytes."""
+    from tqdm import tqdm
+
+    from crypto.keys import WeakKeyWarning
+    from vfl.api import simulate as run
+    from vfl.params import TrainParams
+
+    try:
+        party_frames = _load_parties(dataset, guest, hosts, id_col, label_col, parties)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", WeakKeyWarning)
+            params = TrainParams(n_estimators=trees, max_depth=depth, learning_rate=learning_rate,
+                                 max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight,
+                                 gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed)
+            from crypto.keys import check_key_bits
+            if mode == "he":
+                check_key_bits(key_bits)
+        for w in caught:
+            click.echo(f"warning: {w.message}", err=True)
+        names = ", ".join(f"{pf.name} ({len(pf.feature_names)} features)" for pf in party_frames)
+        click.echo(f"parties: {names}; mode {mode}" + (f", {key_bits}-bit Paillier" if mode == "he" else ""))
+        bar = tqdm(total=trees, desc="trees", unit="tree", disable=quiet, file=sys.stderr)
+
+        def on_round(r, info):
+            bar.update(1)
+            if verbose:
+                t = info["timing"]
+                bar.write(f"tree {r + 1}: " + ", ".join(f"{k} {v:.3f}s" for k, v in t.items()))
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", WeakKeyWarning)
+            fed, result, test_ids, proba = run(party_frames, params, test_size=test_size, seed=seed,
+                                               on_round=on_round)
+        bar.close()
+    except VFLError as exc:
+        _fail(exc)
+    except OSError as exc:
+        _fail(exc)
+    for party, rep in result["alignment"].items():
+        click.echo(f"aligned {party}: {rep['n_kept']} of {rep['n_rows']} rows kept")
+    click.echo(f"train: {result['n_train']} rows, test: {result['n_test']} rows")
+    click.echo(f"train time: {result['train_seconds']:.2f} s")
+    if result["test_auc"] is not None:
+        click.echo(f"test AUC: {result['test_auc']:.4f}")
+    for pair, n in result["bytes_sent"].items():
+        click.echo(f"bytes {pair}: {n} ({_fmt_bytes(n)})")
+    if verbose and result["crypto_seconds"]:
+        click.echo("crypto: " + ", ".join(f"{k} {v:.3f}s" for k, v in result["crypto_seconds"].items()))
+    try:
+        if output_json:
+            Path(output_json).write_text(json.dumps(result, indent=1, default=float))
+        if predictions:
+            import pandas as pd
+            pd.DataFrame({id_col: test_ids, "proba": proba}).to_csv(predictions, index=False)
+        if save_model:
+            paths = fed.save(save_model)
+            click.echo("saved model files: " + ", ".join(str(p) for p in paths))
+    except OSError as exc:
+        _fail(exc)
+
+
+if __name__ == "__main__":
+    main()
