@@ -39,6 +39,18 @@ def _fmt_bytes(n: int) -> str:
         n /= 1024
 
 
+_BREAKDOWN = ("encrypt", "histogram", "compress", "decrypt", "split_search", "total")
+
+
+def _fmt_breakdown(t: dict) -> str:
+    """One tree's time breakdown: the hot-path stages first, then the rest, then bytes."""
+    keys = [k for k in _BREAKDOWN if k in t] + [k for k in t if k not in _BREAKDOWN and k != "bytes_sent"]
+    parts = [f"{k} {t[k]:.3f}s" for k in keys]
+    if "bytes_sent" in t:
+        parts.append(f"sent {_fmt_bytes(int(t['bytes_sent']))}")
+    return ", ".join(parts)
+
+
 @main.command()
 @click.option("--dataset", default="breast_cancer", show_default=True,
               help="Bundled 'breast_cancer', or a name from ../shared/datasets (breast, default_credit, ...).")
@@ -95,8 +107,7 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
         def on_round(r, info):
             bar.update(1)
             if verbose:
-                t = info["timing"]
-                bar.write(f"tree {r + 1}: " + ", ".join(f"{k} {v:.3f}s" for k, v in t.items()))
+                bar.write(f"tree {r + 1}: " + _fmt_breakdown(info["timing"]))
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", WeakKeyWarning)

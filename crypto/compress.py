@@ -5,6 +5,17 @@ A passive party shifts and adds ``per`` sums (each a signed-digit value of
 rule; under encryption a shift by ``w`` bits is ``c^(2^w) mod n^2`` and an
 addition is a multiplication. The key holder then decrypts ``per`` times fewer
 ciphertexts and splits the signed-digit stream back into sums.
+
+Cost: Horner needs ``w`` squarings mod ``n**2`` per bin sum (``w`` = slot
+width), about a thousand per output ciphertext; with many nodes of few rows
+(small data, deep trees) that dominates the passive party's work. The key
+holder can instead do the shifts in plaintext, where they are free: it sends
+``per`` encryptions of every packed value, ``Enc(v * 2**(s*w))`` for
+``s = 0..per-1`` (``shifts = per`` in :func:`compressed_histogram`), and the
+passive party adds each row straight into the slot of its bin: no squaring at
+all, ``per`` times more encryption (cheap for the key holder: fixed-base
+table and CRT) and gradient bytes. :func:`choose_shifts` picks the cheaper
+per round. Both give identical ciphertext plaintexts.
 """
 from __future__ import annotations
 
@@ -15,8 +26,19 @@ import gmpy2
 from crypto.packing import split_digits
 
 
-def compress(values: Sequence, shift_bits: int, per: int, modulus=None) -> list:
-    """Group ``values`` by ``per`` (last group may be shorter); first value ends lowest."""
+COMPRESS_POOL_MIN = 40_000      # squarings below which compression runs inline
+
+
+def compress(values: Sequence, shift_bits: int, per: int, modulus=None, *, pool=None) -> list:
+    """Group ``values`` by ``per`` (last group may be shorter); first value ends lowest.
+
+    With ``modulus`` and a ``pool`` big batches are cut into chunks of whole
+    groups and spread over the pool's workers."""
+    if per < 1 or shift_bits < 1:
+        raise ValueError("per and shift_bits must be positive")
+    if modulus is not None and pool is not None and pool.n_workers > 1 \
+            and len(values) * shift_bits >= COMPRESS_POOL_MIN:
+        return _compress_pool(values, shift_bits, per, modulus, pool)
     out = []
     if modulus is None:
         for start in range(0, len(values), per):
@@ -56,4 +78,133 @@ def decompress(plain_values: Sequence[int], shift_bits: int, per: int, total: in
             out.append(val)
     if len(out) != total:
         raise ValueError(f"decompressed {len(out)} values, expected {total}")
+    return out
+
+
+def _compress_pool(values, shift_bits, per, modulus, pool):
+    from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
+    w = int_width(modulus)
+    groups = -(-len(values) // per)
+    n_chunks = min(groups, 4 * pool.n_workers)
+    step = -(-groups // n_chunks) * per
+    mhex = format(int(modulus), "x")
+    replies = pool.map([({"op": "compress", "modulus": mhex, "shift_bits": shift_bits, "per": per},
+                         [ints_to_bytes(values[i:i + step], w)]) for i in range(0, len(values), step)])
+    return [v for _, blobs in replies for v in bytes_to_ints(blobs[0], w)]
+
+
+# --- straight into compressed slots, from pre-shifted copies ---------------------
+def shifted_plaintexts(packed: Sequence[int], shift_bits: int, shifts: int) -> list[int]:
+    """``packed[i] << (s * shift_bits)`` for ``s`` in ``range(shifts)``, shift-major (what the key
+    holder encrypts when it does the compression shifts in plaintext)."""
+    return [int(v) << (s * shift_bits) for s in range(shifts) for v in packed]
+
+
+def choose_shifts(n_samples: int, n_bins: int, per: int, shift_bits: int, max_depth: int,
+                  encrypt_cost: float = 24.0) -> int:
+    """``per`` if pre-shifted copies are cheaper than Horner squarings for one round, else 1.
+
+    ``n_bins``: slots of all passive parties' histograms of one node. Costs are in
+    squarings mod ``n**2``: Horner spends ``(per - 1) * shift_bits`` per output
+    ciphertext; the copies cost ``(per - 1) * n_samples`` encryptions of about
+    ``encrypt_cost`` squarings each (fixed-base table with the CRT, measured at
+    1024 and 2048 bits). Nodes built per level: 1 at the root, then at most
+    ``2**(d-1)`` smaller children, and never more than ``n_samples / 4``.
+    """
+    if per <= 1:
+        return 1
+    built = sum(1 if d == 0 else min(2 ** (d - 1), max(1, n_samples // 4)) for d in range(max_depth))
+    outputs = built * n_bins / per
+    horner = outputs * (per - 1) * shift_bits
+    copies = (per - 1) * n_samples * encrypt_cost
+    return per if copies < horner else 1
+
+
+def direct_block(values: Sequence, n_samples: int, rows, bins, slot0: int, n_bins: Sequence[int],
+                 per: int, modulus=None) -> tuple[int, list]:
+    """Add the rows of one block straight into compressed ciphertexts.
+
+    ``values[s * n_samples + i]`` is sample ``i``'s value shifted by ``s`` slots;
+    the block's first bin is flat slot ``slot0`` (flat over all nodes of the
+    request). Returns ``(first ciphertext index, partial ciphertexts)``."""
+    import numpy as np
+    rows = np.asarray(rows, dtype=np.int64)
+    bins = np.asarray(bins)
+    width = int(sum(n_bins))
+    c0 = slot0 // per
+    c1 = (slot0 + max(width, 1) - 1) // per
+    one = 0 if modulus is None else 1
+    acc = [one] * (c1 - c0 + 1)
+    m = modulus
+    off = slot0
+    for f, nb in enumerate(n_bins):
+        slots = off + bins[:, f].astype(np.int64)
+        idx = (slots % per) * n_samples + rows
+        cj = (slots // per - c0).tolist()
+        if m is None:
+            for x, c in zip(idx.tolist(), cj):
+                acc[c] += values[x]
+        else:
+            for x, c in zip(idx.tolist(), cj):
+                acc[c] = acc[c] * values[x] % m
+        off += int(nb)
+    return c0, acc
+
+
+def compressed_histogram(values: Sequence, bin_idx, node_rows, bin_offsets, shift_bits: int, per: int,
+                         modulus=None, *, shifts: int = 1, pool=None, joint="auto") -> list:
+    """What a passive party returns: the histograms of ``node_rows`` (node-major, flat
+    (feature, bin) order), ``per`` bin sums per output value.
+
+    ``shifts=1``: ``values`` has one value per sample; :func:`crypto.histogram.histogram`
+    then Horner :func:`compress`. ``shifts=per``: ``values`` holds ``per`` shifted
+    copies per sample (:func:`shifted_plaintexts` order) and rows go straight into
+    their slots (no squaring)."""
+    import numpy as np
+
+    from crypto.histogram import histogram
+    if shifts == 1:
+        hists = histogram(values, bin_idx, node_rows, bin_offsets, modulus, pool=pool, joint=joint)
+        return compress([v for h in hists for v in h], shift_bits, per, modulus, pool=pool)
+    if shifts != per:
+        raise ValueError(f"shifts must be 1 or per={per}, got {shifts}")
+    bin_idx = np.asarray(bin_idx)
+    offsets = np.asarray(bin_offsets, dtype=np.int64)
+    n_bins = np.diff(offsets).tolist()
+    n_samples = bin_idx.shape[0]
+    if len(values) != per * n_samples:
+        raise ValueError(f"{len(values)} values are not {per} shifted copies of {n_samples} samples")
+    node_rows = [np.asarray(r, dtype=np.int64) for r in node_rows]
+    total = int(offsets[-1])
+    n_out = -(-total * len(node_rows) // per)
+    one = 0 if modulus is None else 1
+    out = [one] * n_out
+    work = sum(len(r) for r in node_rows) * len(n_bins)
+
+    def merge(c0, accs):
+        for c, a in enumerate(accs, start=c0):
+            if modulus is None:
+                out[c] += a
+            else:
+                out[c] = a if out[c] == 1 else out[c] * a % modulus
+
+    from crypto.histogram import _units, share_inputs, share_rows, use_pool
+    if modulus is not None and use_pool(pool, work):
+        from crypto.pool import bytes_to_ints, int_width
+        share_inputs(pool, values, bin_idx, modulus)
+        sizes, _ = share_rows(pool, node_rows)
+        units = _units(sizes, len(n_bins), pool.n_workers)
+        mhex = format(int(modulus), "x")
+        replies = pool.map([({"op": "direct", "values": "values", "bins": "bins", "rows": "rows",
+                              "node": j, "f0": f0, "f1": f1, "r0": r0, "r1": r1, "modulus": mhex,
+                              "n_samples": n_samples, "slot0": j * total + int(offsets[f0]),
+                              "n_bins": n_bins[f0:f1], "per": per}, ())
+                            for j, f0, f1, r0, r1 in units])
+        w = int_width(modulus)
+        for h, blobs in replies:
+            merge(int(h["c0"]), bytes_to_ints(blobs[0], w))
+        return out
+    for j, rows in enumerate(node_rows):
+        if len(rows):
+            merge(*direct_block(values, n_samples, rows, bin_idx[rows], j * total, n_bins, per, modulus))
     return out

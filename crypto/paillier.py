@@ -14,6 +14,12 @@ Encryption of ``m`` is ``(1 + m*n) * r^n mod n^2``. Two ways to draw ``r^n``:
   Intel IPCL and SecretFlow HEU). Documented in the README.
 
 The key holder computes either power with the CRT modulo ``p^2`` and ``q^2``.
+For ``fast`` the powers of ``hs`` come from a fixed-base table
+(:class:`FixedBaseTable`: one 8-bit window of the exponent per table row, so
+``hs^a`` is ``bits(a)/8 - 1`` multiplications and no squaring), built once per
+key and per worker process. Batches are spread over a
+:class:`crypto.pool.WorkerPool` when one is given; the workers draw their own
+randomness from the OS (``secrets``).
 """
 from __future__ import annotations
 
@@ -45,23 +51,92 @@ class _CrtPow:
         return _crt(xp, xq, self.p2, self.q2, self.q2_inv_p2)
 
 
+class FixedBaseTable:
+    """``base^e mod modulus`` for ``0 <= e < 2**(8*n_windows)`` with a precomputed table.
+
+    Row ``j`` holds ``base^(d * 2**(8j))`` for every byte value ``d``; an
+    exponent given as little-endian bytes is one table lookup per byte and one
+    multiplication per non-first byte.
+    """
+
+    WINDOW = 8
+
+    def __init__(self, base, modulus, exponent_bits: int):
+        self.modulus = m = mpz(modulus)
+        self.n_windows = -(-int(exponent_bits) // self.WINDOW)
+        b = mpz(base) % m
+        rows = []
+        for _ in range(self.n_windows):
+            row = [mpz(1), b]
+            x = b
+            for _ in range(2, 1 << self.WINDOW):
+                x = x * b % m
+                row.append(x)
+            rows.append(row)
+            b = x * b % m                  # base^(2**(8(j+1)))
+        self.rows = rows
+
+    def pow_bytes(self, exponent: bytes):
+        """``base^int.from_bytes(exponent, "little") mod modulus``."""
+        m = self.modulus
+        rows = self.rows
+        acc = rows[0][exponent[0]]
+        for j in range(1, self.n_windows):
+            acc = acc * rows[j][exponent[j]] % m
+        return acc
+
+
 class Encryptor:
     """Encrypts many plaintext integers into raw ciphertext integers."""
 
     METHODS = ("fast", "standard")
+    POOL_MIN = 256                 # values below which a batch runs inline
 
-    def __init__(self, public_key, private_key=None, method: str = "fast"):
+    def __init__(self, public_key, private_key=None, method: str = "fast", _hs=None):
         if method not in self.METHODS:
             raise ValueError(f"unknown encryption method {method!r}; choose one of {self.METHODS}")
         self.method = method
         self.n = mpz(public_key.n)
         self.nsquare = self.n * self.n
         self.key_bits = int(self.n.bit_length())
-        self._crt = _CrtPow(private_key.p, private_key.q) if private_key is not None else None
+        self._p = self._q = None
+        self._crt = None
+        if private_key is not None:
+            self._p, self._q = mpz(private_key.p), mpz(private_key.q)
+            self._crt = _CrtPow(self._p, self._q)
         self.exponent_bits = 2 * security_bits(self.key_bits)
+        self._tables = None
         if method == "fast":
-            h = self._random_unit()
-            self.hs = self._pow(h, self.n)
+            self.hs = mpz(_hs) if _hs is not None else self._pow(self._random_unit(), self.n)
+            self._build_tables()
+
+    def _build_tables(self):
+        c = self._crt
+        if c is not None:
+            self._tables = (FixedBaseTable(self.hs, c.p2, self.exponent_bits),
+                            FixedBaseTable(self.hs, c.q2, self.exponent_bits))
+        else:
+            self._tables = (FixedBaseTable(self.hs, self.nsquare, self.exponent_bits),)
+        self._exp_bytes = self._tables[0].n_windows
+
+    # -- worker processes ---------------------------------------------------
+    def state(self) -> dict:
+        """What a worker process of the key holder needs to encrypt like this object."""
+        return {"n": format(int(self.n), "x"), "method": self.method,
+                "p": format(int(self._p), "x") if self._p is not None else None,
+                "q": format(int(self._q), "x") if self._q is not None else None,
+                "hs": format(int(self.hs), "x") if self.method == "fast" else None}
+
+    @classmethod
+    def from_state(cls, st: dict) -> "Encryptor":
+        from phe import PaillierPublicKey
+
+        class _Priv:
+            p = int(st["p"], 16) if st.get("p") else None
+            q = int(st["q"], 16) if st.get("q") else None
+        pub = PaillierPublicKey(int(st["n"], 16))
+        return cls(pub, _Priv if _Priv.p else None, st["method"],
+                   _hs=int(st["hs"], 16) if st.get("hs") else None)
 
     def _random_unit(self):
         while True:
@@ -77,20 +152,69 @@ class Encryptor:
     def obfuscator(self):
         """One fresh ``r^n mod n^2``."""
         if self.method == "fast":
-            return self._pow(self.hs, mpz(secrets.randbits(self.exponent_bits)))
+            exp = secrets.token_bytes(self._exp_bytes)
+            if len(self._tables) == 2:
+                c = self._crt
+                return _crt(self._tables[0].pow_bytes(exp), self._tables[1].pow_bytes(exp),
+                            c.p2, c.q2, c.q2_inv_p2)
+            return self._tables[0].pow_bytes(exp)
         return self._pow(self._random_unit(), self.n)
 
-    def encrypt(self, plaintexts: Sequence[int]) -> list:
-        """Encrypt signed integers with ``|m| < n/2`` (negative ``m`` is taken mod ``n``)."""
+    def encrypt(self, plaintexts: Sequence[int], pool=None) -> list:
+        """Encrypt signed integers with ``|m| < n/2`` (negative ``m`` is taken mod ``n``).
+
+        With a ``pool`` (worker processes of the key holder) big batches are split
+        over its workers."""
         n, n2 = self.n, self.nsquare
         half = n // 2
+        for m in plaintexts:
+            if -m >= half or m >= half:
+                raise OverflowError("plaintext does not fit the key's message space")
+        if pool is not None and pool.n_workers > 1 and len(plaintexts) >= self.POOL_MIN:
+            return self._encrypt_pool(plaintexts, pool)
+        if self.method == "fast" and len(self._tables) == 2:
+            return self._encrypt_fast_crt(plaintexts)
         out = []
         for m in plaintexts:
             m = mpz(m)
-            if -m >= half or m >= half:
-                raise OverflowError("plaintext does not fit the key's message space")
             out.append(((1 + (m % n) * n) * self.obfuscator()) % n2)
         return out
+
+    def _encrypt_fast_crt(self, plaintexts) -> list:
+        """``(1 + m n) hs^a`` computed modulo ``p^2`` and ``q^2`` from the tables, then CRT."""
+        tp, tq = self._tables
+        rp, rq = tp.rows, tq.rows
+        c = self._crt
+        p2, q2, qinv = c.p2, c.q2, c.q2_inv_p2
+        n = self.n
+        k = self._exp_bytes
+        rand = secrets.token_bytes(k * len(plaintexts))
+        out = []
+        for i, m in enumerate(plaintexts):
+            e = rand[i * k:(i + 1) * k]
+            xp = rp[0][e[0]]
+            xq = rq[0][e[0]]
+            for j in range(1, k):
+                d = e[j]
+                xp = xp * rp[j][d] % p2
+                xq = xq * rq[j][d] % q2
+            g = 1 + (mpz(m) % n) * n        # (1+n)^m = 1 + m n  (mod n^2)
+            xp = xp * g % p2
+            xq = xq * g % q2
+            out.append(xq + q2 * ((xp - xq) * qinv % p2))
+        return out
+
+    def _encrypt_pool(self, plaintexts, pool) -> list:
+        from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
+        pool.share("encryptor", self, {"kind": "encryptor", "state": self.state()})
+        width = int_width(self.n) + 1
+        w2 = int_width(self.nsquare)
+        n_chunks = min(len(plaintexts), 4 * pool.n_workers)
+        step = -(-len(plaintexts) // n_chunks)
+        replies = pool.map([({"op": "encrypt", "slot": "encryptor", "width": width},
+                             [ints_to_bytes(plaintexts[i:i + step], width, signed=True)])
+                            for i in range(0, len(plaintexts), step)])
+        return [v for _, blobs in replies for v in bytes_to_ints(blobs[0], w2)]
 
 
 class Decryptor:
@@ -107,9 +231,21 @@ class Decryptor:
         self.hq = gmpy2.invert(self._l(gmpy2.powmod(n1, q - 1, self.q2), q), q)
         self.q_inv_p = gmpy2.invert(q, p)
 
+    POOL_MIN = 16                  # ciphertexts below which a batch runs inline
+
     @staticmethod
     def _l(x, d):
         return (x - 1) // d
+
+    def state(self) -> dict:
+        return {"p": format(int(self.p), "x"), "q": format(int(self.q), "x")}
+
+    @classmethod
+    def from_state(cls, st: dict) -> "Decryptor":
+        class _Priv:
+            p = int(st["p"], 16)
+            q = int(st["q"], 16)
+        return cls(_Priv)
 
     def decrypt(self, ciphertexts: Sequence) -> list[int]:
         """Plaintexts in ``[0, n)``."""
@@ -124,8 +260,22 @@ class Decryptor:
             out.append(int(mq + q * (((mp - mq) * qinv) % p)))
         return out
 
-    def decrypt_signed(self, ciphertexts: Sequence) -> list[int]:
-        """Plaintexts mapped to the centred range ``(-n/2, n/2]``."""
+    def decrypt_signed(self, ciphertexts: Sequence, pool=None) -> list[int]:
+        """Plaintexts mapped to the centred range ``(-n/2, n/2]``; big batches over ``pool``."""
+        if pool is not None and pool.n_workers > 1 and len(ciphertexts) >= self.POOL_MIN:
+            return self._decrypt_pool(ciphertexts, pool)
         n = int(self.n)
         half = n // 2
         return [m - n if m > half else m for m in self.decrypt(ciphertexts)]
+
+    def _decrypt_pool(self, ciphertexts, pool) -> list[int]:
+        from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
+        pool.share("decryptor", self, {"kind": "decryptor", "state": self.state()})
+        w2 = int_width(self.nsquare)
+        width = int_width(self.n) + 1
+        n_chunks = min(len(ciphertexts), 4 * pool.n_workers)
+        step = -(-len(ciphertexts) // n_chunks)
+        replies = pool.map([({"op": "decrypt", "slot": "decryptor"},
+                             [ints_to_bytes(ciphertexts[i:i + step], w2)])
+                            for i in range(0, len(ciphertexts), step)])
+        return [int(v) for _, blobs in replies for v in bytes_to_ints(blobs[0], width, signed=True)]

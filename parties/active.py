@@ -14,9 +14,11 @@ import gmpy2
 import numpy as np
 import pandas as pd
 
+from crypto.compress import choose_shifts, shifted_plaintexts
 from crypto.keys import generate_keypair
 from crypto.packing import PackingLayout, decode_sums, pack
 from crypto.paillier import Decryptor, Encryptor
+from crypto.pool import WorkerPool, resolve_workers
 from protocols import alignment
 from protocols import messages as m
 from protocols.serialization import BigInts
@@ -37,45 +39,77 @@ class RoundCrypto:
     layout: PackingLayout | None = None
     per: int = 1
     stats: dict = field(default_factory=dict)
+    shifts: int = 1
 
 
 class GradientChannel:
     """Packs, encrypts (``he``) and decrypts for every remote source of one training."""
 
-    def __init__(self, mode: str, key_bits: int, encryption: str):
+    def __init__(self, mode: str, key_bits: int, encryption: str, n_jobs: int | None = None):
         self.mode = mode
         self.key_bits = key_bits
         self.public_key = self.private_key = None
         self.encryptor = self.decryptor = None
+        self.pool = None
         if mode == "he":
             self.public_key, self.private_key = generate_keypair(key_bits)
             self.encryptor = Encryptor(self.public_key, self.private_key, method=encryption)
             self.decryptor = Decryptor(self.private_key)
+            if resolve_workers(n_jobs) > 1:      # processes start at the first big batch
+                self.pool = WorkerPool(n_jobs, name="active")
         self.current = RoundCrypto()
         self.timing: dict[str, float] = {}
+        self.n_bins = 0          # histogram slots of one node, over all passive parties
+        self.max_depth = 1
+        self.preshift: str | bool = "auto"
+
+    def plan(self, n_bins: int, max_depth: int, preshift: str | bool = "auto") -> None:
+        """What the shifts decision needs: passive slots per node, tree depth, and the policy
+        (``"auto"``: cost model, ``True``/``False``: always/never send pre-shifted copies)."""
+        self.n_bins, self.max_depth, self.preshift = int(n_bins), int(max_depth), preshift
+
+    def close(self) -> None:
+        """Stop the worker processes (end of training)."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
     def _tick(self, stage, t0):
-        self.timing[stage] = self.timing.get(stage, 0.0) + time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self.timing[stage] = self.timing.get(stage, 0.0) + dt
+        self.current.stats[stage] = self.current.stats.get(stage, 0.0) + dt
+
+    def _shifts(self, n_samples: int, layout: PackingLayout, per: int) -> int:
+        if self.mode != "he" or per <= 1 or self.preshift is False:
+            return 1
+        if self.preshift is True:
+            return per
+        return choose_shifts(n_samples, self.n_bins, per, layout.value_bits, self.max_depth)
 
     def gradients(self, round_idx, g_int, h_int, layout) -> RoundCrypto:
         if self.current.round_idx == round_idx:
             return self.current
+        self.current = RoundCrypto(round_idx)
         t0 = time.perf_counter()
         packed = pack(g_int, h_int, layout)
         per = layout.values_per_plaintext(self.key_bits)
+        shifts = self._shifts(len(packed), layout, per)
+        if shifts > 1:
+            packed = shifted_plaintexts(packed, layout.value_bits, shifts)
         if self.mode == "he":
-            values = self.encryptor.encrypt(packed)
+            values = self.encryptor.encrypt(packed, pool=self.pool)
         else:
             values = packed
         self._tick("encrypt", t0)
-        msg = m.Gradients(round_idx, self.mode == "he", layout.to_dict(), per, BigInts(values))
-        self.current = RoundCrypto(round_idx, msg, layout, per)
+        msg = m.Gradients(round_idx, self.mode == "he", layout.to_dict(), per, BigInts(values), shifts)
+        self.current.message, self.current.layout, self.current.per = msg, layout, per
+        self.current.shifts = shifts
         return self.current
 
     def decode(self, values, total: int):
         t0 = time.perf_counter()
         if self.mode == "he":
-            plain = self.decryptor.decrypt_signed(values)
+            plain = self.decryptor.decrypt_signed(values, pool=self.pool)
         else:
             plain = [int(v) for v in values]
         self._tick("decrypt", t0)
@@ -103,6 +137,11 @@ class RemoteSource(HistogramSource):
         total = len(node_ids) * n_flat
         if reply.n_values != total:
             raise PeerError(f"party {self.party!r} returned {reply.n_values} bin sums, expected {total}")
+        stats = self.channel.current.stats
+        for stage in ("histogram", "compress"):
+            v = reply.seconds.get(stage, 0.0)
+            if isinstance(v, (int, float)) and v >= 0:
+                stats[stage] = stats.get(stage, 0.0) + float(v)
         g, h = self.channel.decode(reply.values.values, total)
         layout = self.channel.current.layout
         scale = float(2 ** layout.precision_bits)
@@ -131,9 +170,14 @@ class RemoteSource(HistogramSource):
 class ActiveParty:
     """The label holder. ``frame`` has the id column, the label column and zero or more features."""
 
+    #: send pre-shifted gradient copies so passive parties skip compression squarings:
+    #: "auto" (cost model per round), True or False
+    preshift: str | bool = "auto"
+
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", label_col: str = "y",
-                 source: str | None = None):
+                 source: str | None = None, n_jobs: int | None = None):
         self.name = str(name)
+        self.n_jobs = n_jobs          # worker processes for encryption/decryption (None: all cores)
         self.id_col, self.label_col, self.source = id_col, label_col, source
         d = party_data(frame, self.name, id_col, label_col, source, require_features=False)
         self.ids, self.X, self.feature_names, self.y_raw = d
@@ -170,7 +214,8 @@ class ActiveParty:
         y = loss.check_labels(self.y_raw[rows], self.name, self.label_col)
         X = self.X[rows]
         infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id) for p in peers})
-        self.channel = GradientChannel(params.mode, params.key_bits, params.encryption)
+        self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.n_jobs)
+        self.channel.plan(sum(int(np.sum(infos[p].n_bins)) for p in peers), params.max_depth, self.preshift)
         if params.mode == "he":
             transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
         sources: list[HistogramSource] = []
@@ -179,12 +224,13 @@ class ActiveParty:
         for p in peers:
             nb = infos[p].n_bins
             sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel))
-        booster = Booster(sources, loss, params, on_round)
+        booster = Booster(sources, loss, params, self._round_hook(transport, on_round))
         completed = False
         try:
             base, rounds, _ = booster.fit(y)
             completed = True
         finally:
+            self.channel.close()
             try:
                 transport.call_many({p: m.TrainEnd(model_id, len(booster.timings), completed) for p in peers})
             except Exception:
@@ -195,6 +241,26 @@ class ActiveParty:
                                   self.name, self.feature_names, peers, model_id, salt.hex(), rounds,
                                   params.to_dict())
         return self.model
+
+    def _round_hook(self, transport: Transport, on_round):
+        """Complete each round's timing with the per-tree breakdown, then call ``on_round``.
+
+        Added keys: ``encrypt`` and ``decrypt`` (this party), ``histogram`` and
+        ``compress`` (compute time reported by the passive parties, summed),
+        ``bytes_sent`` (all frames of the round, both directions)."""
+        last = [transport.total_bytes()]
+
+        def hook(r, info):
+            timing = info["timing"]
+            stats = self.channel.current.stats if self.channel.current.round_idx == r else {}
+            for stage in ("encrypt", "histogram", "compress", "decrypt"):
+                timing[stage] = float(stats.get(stage, 0.0))
+            total = transport.total_bytes()
+            timing["bytes_sent"] = int(total - last[0])
+            last[0] = total
+            return on_round(r, info) if on_round is not None else None
+
+        return hook
 
     # -- prediction ---------------------------------------------------------
     def predict_raw(self, transport: Transport, frame: pd.DataFrame | None = None,
@@ -242,4 +308,5 @@ class ActiveParty:
         obj.feature_names = list(model.active_features)
         obj.model = model
         obj.alignment_report, obj.timings, obj.channel = {}, [], None
+        obj.n_jobs = None
         return obj

@@ -8,16 +8,18 @@ model file; the active party only ever learns ``(party, record_id)``.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import gmpy2
 import numpy as np
 import pandas as pd
 
-from crypto.compress import compress
+from crypto.compress import compress, compressed_histogram
 from crypto.histogram import histogram
 from crypto.keys import public_key_from_n
 from crypto.packing import PackingLayout
+from crypto.pool import WorkerPool, resolve_workers
 from protocols import alignment
 from protocols import messages as m
 from protocols.serialization import BigInts
@@ -37,8 +39,10 @@ class PassiveParty:
     """A passive party: ``frame`` has the id column and this party's feature columns."""
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
-                 source: str | None = None):
+                 source: str | None = None, n_jobs: int | None = None):
         self.name = str(name)
+        self.n_jobs = n_jobs          # worker processes for the ciphertext kernels (None: all cores)
+        self._pool = None
         self.id_col = id_col
         self.source = source
         self.feature_names: list[str] = []
@@ -57,6 +61,8 @@ class PassiveParty:
 
     # -- state --------------------------------------------------------------
     def _reset_training(self):
+        self.close_pool()
+        self._shifts = 1
         self._rows = None
         self._bin_idx = None
         self._binner = None
@@ -118,8 +124,9 @@ class PassiveParty:
     # -- one round ----------------------------------------------------------
     def _on_Gradients(self, req: m.Gradients):
         self._need("setup", self._binner)
-        if len(req.values) != len(self._rows):
-            raise ProtocolError(f"got {len(req.values)} gradient values for {len(self._rows)} samples")
+        if req.shifts < 1 or len(req.values) != req.shifts * len(self._rows):
+            raise ProtocolError(f"got {len(req.values)} gradient values for {len(self._rows)} samples "
+                                f"(shifts={req.shifts})")
         if req.encrypted != (self._mode == "he"):
             raise ProtocolError(f"mode {self._mode!r} does not match encrypted={req.encrypted}")
         if req.encrypted:
@@ -130,6 +137,9 @@ class PassiveParty:
         if req.values_per_ciphertext < 1:
             raise ProtocolError("values_per_ciphertext must be positive")
         self._per = int(req.values_per_ciphertext)
+        if req.shifts not in (1, self._per):
+            raise ProtocolError(f"shifts must be 1 or values_per_ciphertext={self._per}, got {req.shifts}")
+        self._shifts = int(req.shifts)
         self._values = req.values.values
         self._round = req.round_idx
         return m.Ack()
@@ -147,10 +157,33 @@ class PassiveParty:
         self._assignment = req.assignment
         node_rows = self._node_rows(req.assignment, req.tree_idx, req.node_ids)
         modulus = self._nsquare if self._mode == "he" else None
-        hists = histogram(values, self._bin_idx, node_rows, self._binner.bin_offsets, modulus)
-        flat = [v for h in hists for v in h]
-        packed = compress(flat, self._layout.value_bits, self._per, modulus)
-        return m.HistogramResponse(len(flat), BigInts(packed))
+        offsets = self._binner.bin_offsets
+        pool = self._get_pool() if modulus is not None else None
+        t0 = time.perf_counter()
+        if self._shifts == 1:
+            hists = histogram(values, self._bin_idx, node_rows, offsets, modulus, pool=pool)
+            flat = [v for h in hists for v in h]
+            t1 = time.perf_counter()
+            packed = compress(flat, self._layout.value_bits, self._per, modulus, pool=pool)
+        else:       # the key holder sent pre-shifted copies: rows go straight into their slots
+            packed = compressed_histogram(values, self._bin_idx, node_rows, offsets, self._layout.value_bits,
+                                          self._per, modulus, shifts=self._shifts, pool=pool)
+            t1 = time.perf_counter()
+        t2 = time.perf_counter()
+        n_values = len(node_rows) * int(offsets[-1])
+        return m.HistogramResponse(n_values, BigInts(packed), {"histogram": t1 - t0, "compress": t2 - t1})
+
+    def _get_pool(self):
+        """This party's worker processes (started at the first big request, closed at TrainEnd)."""
+        if (self._pool is None or self._pool.closed) and resolve_workers(self.n_jobs) > 1:
+            self._pool = WorkerPool(self.n_jobs, name=f"passive:{self.name}")
+        return self._pool
+
+    def close_pool(self) -> None:
+        """Stop this party's worker processes (also done at TrainEnd and by garbage collection)."""
+        pool, self._pool = getattr(self, "_pool", None), None
+        if pool is not None:
+            pool.close()
 
     def _on_SplitRequest(self, req: m.SplitRequest):
         a = self._need("a histogram request", self._assignment)
@@ -179,6 +212,7 @@ class PassiveParty:
             raise ProtocolError("TrainEnd for an unknown model")
         self.completed = bool(req.completed)
         self._values = None
+        self.close_pool()
         return m.Ack({"n_records": len(self.records)})
 
     # -- prediction ---------------------------------------------------------

@@ -90,6 +90,8 @@ class Gradients:
     layout: dict              # crypto.packing.PackingLayout.to_dict()
     values_per_ciphertext: int  # bin sums per returned ciphertext (compression)
     values: BigInts
+    shifts: int = 1           # 1, or values_per_ciphertext: values[s * n_samples + i] is sample i's
+    #                           value shifted by s slots (the key holder did the compression shifts)
 
 
 @register
@@ -109,6 +111,7 @@ class HistogramResponse:
     """Compressed bin sums, node-major then flat (feature, bin) order."""
     n_values: int
     values: BigInts
+    seconds: dict = field(default_factory=dict)   # the sender's compute time by stage
 
 
 @register

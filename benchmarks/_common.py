@@ -1,0 +1,37 @@
+"""Shared helpers of the benchmark scripts (run from the repository root or anywhere)."""
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def quiet_keys() -> None:
+    """1024-bit keys warn by design; benchmarks use them on purpose."""
+    from crypto.keys import WeakKeyWarning
+    warnings.filterwarnings("ignore", category=WeakKeyWarning)
+
+
+def peak_memory() -> dict:
+    """Peak resident memory in MB: this process, the largest finished child, and the sum of
+    this process and every worker peak recorded by :mod:`crypto.pool` (an upper bound of
+    the simultaneous total)."""
+    from crypto.pool import WORKER_PEAKS
+    self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    workers_mb = sum((w["peak_kb"] or 0) for w in WORKER_PEAKS) / 1024
+    return {"self_mb": round(self_mb, 1), "largest_child_mb": round(child_mb, 1),
+            "workers_mb": round(workers_mb, 1), "total_mb_upper_bound": round(self_mb + workers_mb, 1)}
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
