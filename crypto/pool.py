@@ -128,12 +128,15 @@ class _Worker:
         self.task = None
 
 
-def _shutdown(workers: list, name: str, record: bool = True) -> None:
-    """Close stdin of every worker, wait briefly, kill stragglers (idempotent)."""
+def _shutdown(workers: list, name: str, kill: list) -> None:
+    """Close stdin of every worker and wait for it (kill it at once if ``kill[0]``, or after
+    5 s); idempotent."""
     for w in workers:
-        if record and w.proc.poll() is None:
+        if w.proc.poll() is None:
             del WORKER_PEAKS[:-999]
             WORKER_PEAKS.append({"pool": name, "pid": w.proc.pid, "peak_kb": _peak_kb(w.proc.pid)})
+            if kill[0]:
+                w.proc.kill()
         try:
             w.proc.stdin.close()
         except OSError:
@@ -197,7 +200,8 @@ class WorkerPool:
             proc = subprocess.Popen([sys.executable, "-m", "crypto.worker"], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, env=env, cwd=_ROOT)
             self._workers.append(_Worker(proc))
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self.name)
+        self._kill = [False]
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self.name, self._kill)
         _LIVE.add(self)
 
     @property
@@ -208,10 +212,13 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self._workers]
 
-    def close(self) -> None:
-        """Stop every worker (idempotent). A closed pool cannot be used again."""
+    def close(self, kill: bool = False) -> None:
+        """Stop every worker (idempotent): let it finish its request, or ``kill`` it now.
+        A closed pool cannot be used again."""
         with self._lock:
             self.closed = True
+            if kill and self._workers:
+                self._kill[0] = True
             self._slots.clear()
             if self._finalizer is not None:
                 self._finalizer()
@@ -261,7 +268,7 @@ class WorkerPool:
                     self._send(w, frame)
                 return [self._receive(w) for w in self._workers]
             except BaseException:
-                self.close()
+                self.close(kill=True)
                 raise
 
     def map(self, requests: Sequence[tuple[dict, Sequence[bytes]]]) -> list[tuple[dict, list[bytes]]]:
@@ -298,7 +305,7 @@ class WorkerPool:
                             busy -= 1
             except BaseException:
                 sel.close()
-                self.close()
+                self.close(kill=True)
                 raise
             sel.close()
             return results

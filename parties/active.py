@@ -138,10 +138,10 @@ class RemoteSource(HistogramSource):
         if reply.n_values != total:
             raise PeerError(f"party {self.party!r} returned {reply.n_values} bin sums, expected {total}")
         stats = self.channel.current.stats
-        for stage in ("histogram", "compress"):
-            v = reply.seconds.get(stage, 0.0)
-            if isinstance(v, (int, float)) and v >= 0:
-                stats[stage] = stats.get(stage, 0.0) + float(v)
+        for stage in ("histogram", "compress"):     # the passive party's own compute time
+            v = reply.compute_us.get(stage, 0)
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                stats[stage] = stats.get(stage, 0.0) + v / 1e6
         g, h = self.channel.decode(reply.values.values, total)
         layout = self.channel.current.layout
         scale = float(2 ** layout.precision_bits)

@@ -171,7 +171,8 @@ class PassiveParty:
             t1 = time.perf_counter()
         t2 = time.perf_counter()
         n_values = len(node_rows) * int(offsets[-1])
-        return m.HistogramResponse(n_values, BigInts(packed), {"histogram": t1 - t0, "compress": t2 - t1})
+        return m.HistogramResponse(n_values, BigInts(packed), {"histogram": int((t1 - t0) * 1e6),
+                                                               "compress": int((t2 - t1) * 1e6)})
 
     def _get_pool(self):
         """This party's worker processes (started at the first big request, closed at TrainEnd)."""

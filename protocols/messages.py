@@ -111,7 +111,7 @@ class HistogramResponse:
     """Compressed bin sums, node-major then flat (feature, bin) order."""
     n_values: int
     values: BigInts
-    seconds: dict = field(default_factory=dict)   # the sender's compute time by stage
+    compute_us: dict = field(default_factory=dict)   # the sender's compute time by stage, integer µs
 
 
 @register

@@ -1,0 +1,324 @@
+"""Hot-path kernels: joint bins, worker pool, compression variants, fast encryption, decryption.
+
+Every fast path is checked against the naive plaintext oracle, exactly.
+"""
+import os
+import signal
+
+import gmpy2
+import numpy as np
+import pytest
+
+import crypto.compress as compress_mod
+import crypto.histogram as hist_mod
+from crypto.compress import (choose_shifts, compress, compressed_histogram, direct_block,
+                             shifted_plaintexts)
+from crypto.encoding import encode_fixed
+from crypto.histogram import _units, block_sums, histogram, plan_groups, reference_histogram
+from crypto.packing import PackingLayout, decode_sums, pack, unpack
+from crypto.paillier import Decryptor, Encryptor, FixedBaseTable
+from crypto.pool import WorkerError, WorkerPool, bytes_to_ints, ints_to_bytes, resolve_workers
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with WorkerPool(2, "test") as p:
+        yield p
+
+
+@pytest.fixture
+def always_parallel(monkeypatch):
+    """Send even tiny batches to the workers, so the pool paths run on test-sized data."""
+    monkeypatch.setattr(hist_mod, "POOL_MIN_WORK", 0)
+    monkeypatch.setattr(hist_mod, "UNIT_MIN_WORK", 50)
+    monkeypatch.setattr(compress_mod, "COMPRESS_POOL_MIN", 0)
+    monkeypatch.setattr(Encryptor, "POOL_MIN", 0)
+    monkeypatch.setattr(Decryptor, "POOL_MIN", 0)
+
+
+def _problem(n=700, seed=0, n_bins=(5, 33, 2, 17, 33, 33, 9, 3)):
+    """Packed gradients, bins with a missing-value bin in use, and nodes of every size."""
+    rng = np.random.default_rng(seed)
+    nb = np.array(n_bins)
+    bins = np.stack([rng.integers(0, b, n) for b in nb], axis=1).astype(np.uint16)
+    bins[rng.random(n) < 0.1, 1] = nb[1] - 1          # missing values: the last bin
+    offsets = np.concatenate([[0], np.cumsum(nb)])
+    layout = PackingLayout.for_bounds(1.0, 0.25, max_rows=n)
+    g = encode_fixed(rng.uniform(-1, 1, (n, 1)))
+    h = encode_fixed(rng.uniform(0, 0.25, (n, 1)))
+    plain = pack(g, h, layout)
+    nodes = [np.arange(n), np.flatnonzero(rng.random(n) < 0.35), np.array([], dtype=np.int64),
+             np.array([3, 5, 7]), np.flatnonzero(rng.random(n) < 0.7)]
+    return plain, bins, offsets, nodes, layout
+
+
+@pytest.fixture(scope="module")
+def enc_problem(keypair):
+    pub, priv = keypair
+    plain, bins, offsets, nodes, layout = _problem()
+    enc = Encryptor(pub, priv)
+    return enc, Decryptor(priv), gmpy2.mpz(pub.nsquare), plain, enc.encrypt(plain), bins, offsets, nodes, layout
+
+
+# --- joint bins ---------------------------------------------------------------
+@pytest.mark.parametrize("joint", ["auto", 1, 2, 3])
+def test_joint_bin_histograms_equal_the_reference_in_plaintext(joint):
+    plain, bins, offsets, nodes, _ = _problem()
+    expected = reference_histogram(plain, bins, nodes, offsets)
+    assert histogram(plain, bins, nodes, offsets, joint=joint) == expected
+
+
+@pytest.mark.parametrize("joint", ["auto", 2, 3])
+def test_joint_bin_histograms_decrypt_to_the_plaintext_sums(enc_problem, joint):
+    enc, dec, n2, plain, cts, bins, offsets, nodes, _ = enc_problem
+    expected = reference_histogram(plain, bins, nodes, offsets)
+    got = histogram(cts, bins, nodes, offsets, n2, joint=joint)
+    assert [dec.decrypt_signed(h) for h in got] == expected
+    assert got[2] == [1] * int(offsets[-1])            # an empty node: identities
+
+
+def test_plan_picks_joint_cells_for_big_nodes_and_plain_bins_for_small_ones():
+    rng = np.random.default_rng(0)
+    big = rng.integers(0, 33, (5000, 6))
+    groups = plan_groups(big, [33] * 6)
+    assert all(len(g) == 2 for g in groups)            # (n + C2)/2 ~ 0.6 n per feature beats n
+    small = rng.integers(0, 33, (40, 6))
+    assert plan_groups(small, [33] * 6) == [(f,) for f in range(6)]
+    # cells are counted exactly: two identical features have only 33 joint cells -> triples pay off
+    same = np.repeat(rng.integers(0, 33, (3000, 1)), 6, axis=1)
+    assert all(len(g) == 3 for g in plan_groups(same, [33] * 6))
+    # groups cover every feature once, in order
+    assert [f for g in plan_groups(big[:, :5], [33] * 5) for f in g] == list(range(5))
+    # a code space above MAX_JOINT_CELLS stays feature by feature
+    wide = rng.integers(0, 257, (5000, 2))
+    assert plan_groups(wide, [257, 257], joint=2) == [(0,), (1,)]
+    with pytest.raises(ValueError):
+        plan_groups(big, [33] * 6, joint=4)
+
+
+def test_block_sums_joint_cells_cover_rare_and_missing_bins():
+    # every row in one joint cell except one: the marginals must still see that row
+    n = 300
+    bins = np.zeros((n, 2), dtype=np.uint16)
+    bins[7] = [32, 1]
+    vals = list(range(1, n + 1))
+    sums = block_sums(vals, bins, [33, 2], None, joint=2)
+    assert sums[0] == sum(vals) - 8 and sums[32] == 8 and sums[33] == sum(vals) - 8 and sums[34] == 8
+    assert sum(sums[:33]) == sum(sums[33:]) == sum(vals)
+
+
+# --- units and the worker pool ---------------------------------------------------
+@pytest.mark.parametrize("sizes,n_features", [([50_000], 10), ([100, 0, 7, 30_000, 12], 23), ([5], 1)])
+def test_units_cover_every_node_feature_and_row_exactly_once(monkeypatch, sizes, n_features):
+    monkeypatch.setattr(hist_mod, "UNIT_MIN_WORK", 100)
+    units = _units(sizes, n_features, 2)
+    seen = {j: np.zeros((n, n_features), dtype=int) for j, n in enumerate(sizes)}
+    for j, f0, f1, r0, r1 in units:
+        seen[j][r0:r1, f0:f1] += 1
+    assert all((s == 1).all() for s in seen.values())
+    assert len(units) >= min(8, sum(1 for n in sizes if n))   # enough units to balance 2 workers
+
+
+@pytest.mark.parametrize("joint", ["auto", 1])
+def test_histogram_over_the_pool_equals_inline(enc_problem, pool, always_parallel, joint):
+    enc, dec, n2, plain, cts, bins, offsets, nodes, _ = enc_problem
+    expected = reference_histogram(plain, bins, nodes, offsets)
+    got = histogram(cts, bins, nodes, offsets, n2, pool=pool, joint=joint)
+    assert [dec.decrypt_signed(h) for h in got] == expected
+    assert got[2] == [1] * int(offsets[-1])
+
+
+def test_the_ciphertext_vector_is_shipped_once_not_per_request(enc_problem, always_parallel):
+    enc, dec, n2, plain, cts, bins, offsets, nodes, _ = enc_problem
+    with WorkerPool(2, "count") as p:
+        sent = []
+        real = p.broadcast
+
+        def counting(header, blobs=()):
+            sent.append((header.get("op"), header.get("slot")))
+            return real(header, blobs)
+
+        p.broadcast = counting
+        for _ in range(3):                              # three tree levels of one round
+            histogram(cts, bins, nodes[:2], offsets, n2, pool=p)
+        assert sent.count(("put", "values")) == 1 and sent.count(("put", "bins")) == 1
+        assert sent.count(("put", "rows")) == 3          # only the node rows travel per request
+        fresh = list(cts)                               # next round: a new vector replaces it
+        histogram(fresh, bins, nodes[:2], offsets, n2, pool=p)
+        assert sent.count(("put", "values")) == 2
+
+
+def test_int_bytes_round_trip():
+    vals = [0, 1, 2 ** 2047 + 5, 12345]
+    assert bytes_to_ints(ints_to_bytes(vals, 256), 256) == vals
+    signed = [-5, 0, 2 ** 100, -(2 ** 1000)]
+    assert bytes_to_ints(ints_to_bytes(signed, 130, signed=True), 130, signed=True) == signed
+
+
+def test_worker_errors_are_reported_and_a_dead_worker_does_not_hang():
+    p = WorkerPool(2, "errors")
+    try:
+        with pytest.raises(WorkerError, match="unknown slot kind"):
+            p.broadcast({"op": "put", "slot": "x", "kind": "nonsense"})
+        assert p.closed                                  # a failed pool is closed, not half-used
+        with pytest.raises(WorkerError, match="closed"):
+            p.broadcast({"op": "ping"})
+    finally:
+        p.close()
+    p = WorkerPool(2, "dies")
+    try:
+        p.broadcast({"op": "ping"})
+        pids = p.pids
+        os.kill(pids[0], signal.SIGKILL)
+        with pytest.raises(WorkerError, match="died"):
+            p.map([({"op": "ping"}, ()) for _ in range(4)])
+    finally:
+        p.close()
+    for pid in pids:                                     # nothing left running
+        assert not _alive(pid)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def test_pool_close_is_idempotent_and_stops_workers():
+    p = WorkerPool(2, "close")
+    assert not p.started                                 # processes start at first use
+    replies = p.broadcast({"op": "ping"})
+    pids = [h["pid"] for h, _ in replies]
+    assert sorted(pids) == sorted(p.pids) and len(set(pids)) == 2
+    p.close()
+    p.close()
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_resolve_workers(monkeypatch):
+    monkeypatch.setenv("VFL_N_JOBS", "3")
+    assert resolve_workers(None) == 3 and resolve_workers(0) == 3 and resolve_workers(2) == 2
+    monkeypatch.delenv("VFL_N_JOBS")
+    assert resolve_workers(None) == len(os.sched_getaffinity(0))
+
+
+# --- compression ------------------------------------------------------------------
+def _flat_expected(plain, bins, offsets, nodes):
+    return [v for h in reference_histogram(plain, bins, nodes, offsets) for v in h]
+
+
+def test_compressed_histograms_decrypt_to_the_plaintext_sums_both_ways(enc_problem, pool, always_parallel):
+    enc, dec, n2, plain, cts, bins, offsets, nodes, layout = enc_problem
+    per = layout.values_per_plaintext(1024)
+    assert per >= 10
+    flat = _flat_expected(plain, bins, offsets, nodes)
+    eg, eh = unpack(flat, layout)
+    w = layout.value_bits
+
+    def check(packed):
+        assert len(packed) == -(-len(flat) // per)     # >= 10x fewer ciphertexts than bins
+        g, h = decode_sums(dec.decrypt_signed(packed), layout, per, len(flat))
+        assert g.tolist() == eg.tolist() and h.tolist() == eh.tolist()
+
+    check(compressed_histogram(cts, bins, nodes, offsets, w, per, n2))                # Horner, inline
+    check(compressed_histogram(cts, bins, nodes, offsets, w, per, n2, pool=pool))     # Horner, workers
+    shifted = enc.encrypt(shifted_plaintexts(plain, w, per), pool=pool)
+    check(compressed_histogram(shifted, bins, nodes, offsets, w, per, n2, shifts=per))             # direct
+    check(compressed_histogram(shifted, bins, nodes, offsets, w, per, n2, shifts=per, pool=pool))  # direct, workers
+    # plaintext mode follows the same slot layout
+    direct_plain = compressed_histogram(shifted_plaintexts(plain, w, per), bins, nodes, offsets, w, per,
+                                        shifts=per)
+    assert direct_plain == compress(flat, w, per)
+    with pytest.raises(ValueError):
+        compressed_histogram(cts, bins, nodes, offsets, w, per, n2, shifts=2)
+
+
+def test_compress_over_the_pool_equals_inline(enc_problem, pool, always_parallel):
+    enc, dec, n2, plain, cts, *_ = enc_problem
+    vals = cts[:95]
+    assert compress(vals, 40, 7, n2, pool=pool) == compress(vals, 40, 7, n2)
+
+
+def test_direct_block_partials_merge_across_row_ranges():
+    plain, bins, offsets, nodes, layout = _problem(n=200)
+    per, w = 6, 50
+    shifted = shifted_plaintexts(plain, w, per)
+    rows = nodes[0]
+    nb = np.diff(offsets).tolist()
+    c0, whole = direct_block(shifted, 200, rows, bins[rows], 0, nb, per)
+    a0, first = direct_block(shifted, 200, rows[:77], bins[rows[:77]], 0, nb, per)
+    b0, second = direct_block(shifted, 200, rows[77:], bins[rows[77:]], 0, nb, per)
+    assert c0 == a0 == b0 == 0 and [x + y for x, y in zip(first, second)] == whole
+
+
+def test_choose_shifts_prefers_copies_for_small_data_and_horner_for_large():
+    # breast-like: 455 rows, 660 passive slots per node, depth 4, 12 sums per ciphertext
+    assert choose_shifts(455, 660, 12, 81, 4) == 12
+    # default_credit-like: 24,000 rows, 330 slots, depth 3
+    assert choose_shifts(24_000, 330, 10, 93, 3) == 1
+    assert choose_shifts(455, 660, 1, 81, 4) == 1
+
+
+# --- histogram subtraction --------------------------------------------------------
+def test_subtracted_histograms_decrypt_to_exactly_the_directly_built_ones(enc_problem):
+    """The active party builds the smaller child and takes parent - child in plaintext
+    after decryption: exactly the sibling's own histogram, to the last fixed-point unit."""
+    enc, dec, n2, plain, cts, bins, offsets, _, layout = enc_problem
+    rng = np.random.default_rng(5)
+    parent = np.arange(len(plain))
+    left = np.flatnonzero(rng.random(len(plain)) < 0.3)
+    right = np.setdiff1d(parent, left)
+    per = layout.values_per_plaintext(1024)
+    total = int(offsets[-1])
+    hp, hl, hr = (decode_sums(dec.decrypt_signed(compressed_histogram(cts, bins, [rows], offsets,
+                                                                      layout.value_bits, per, n2)),
+                              layout, per, total) for rows in (parent, left, right))
+    assert (hp[0] - hl[0]).tolist() == hr[0].tolist()      # gradient sums
+    assert (hp[1] - hl[1]).tolist() == hr[1].tolist()      # hessian sums
+    # and the float64 view the boosting loop subtracts is exact as well
+    scale = 2.0 ** layout.precision_bits
+    f = lambda a: np.array([float(v) for v in a[:, 0]]) / scale  # noqa: E731
+    assert np.array_equal(f(hp[0]) - f(hl[0]), f(hr[0])) and np.array_equal(f(hp[1]) - f(hl[1]), f(hr[1]))
+
+
+# --- encryption and decryption --------------------------------------------------
+def test_fixed_base_table_matches_powmod(keypair):
+    pub, _ = keypair
+    n2 = gmpy2.mpz(pub.nsquare)
+    base = gmpy2.mpz(123456789) ** 20 % n2
+    t = FixedBaseTable(base, n2, 160)
+    assert t.n_windows == 20
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        e = bytes(rng.integers(0, 256, 20, dtype=np.uint8))
+        assert t.pow_bytes(e) == gmpy2.powmod(base, int.from_bytes(e, "little"), n2)
+    assert t.pow_bytes(bytes(20)) == 1 and t.pow_bytes(b"\xff" * 20) == gmpy2.powmod(base, 2 ** 160 - 1, n2)
+
+
+@pytest.mark.parametrize("method", ["fast", "standard"])
+def test_encryption_on_the_pool_decrypts_with_phe_and_is_randomized(keypair, pool, always_parallel, method):
+    pub, priv = keypair
+    enc = Encryptor(pub, priv, method=method)
+    vals = [0, 1, -1, 7, 7, 7, -(2 ** 300), int(pub.n) // 2 - 1] * 5
+    cts = enc.encrypt(vals, pool=pool)
+    assert len(set(int(c) for c in cts)) == len(cts)    # fresh randomness per value, per worker
+    assert all(priv.raw_decrypt(int(c)) == v % pub.n for c, v in zip(cts, vals))
+    dec = Decryptor(priv)
+    assert dec.decrypt_signed(cts, pool=pool) == vals == dec.decrypt_signed(cts)
+    with pytest.raises(OverflowError):
+        enc.encrypt([int(pub.n) // 2 + 1], pool=pool)
+
+
+def test_fast_encryption_short_exponents_are_fresh_and_full_length(keypair):
+    pub, priv = keypair
+    enc = Encryptor(pub, priv, "fast")
+    assert enc.exponent_bits == 160 and enc._exp_bytes == 20
+    r = [enc.obfuscator() for _ in range(50)]
+    assert len(set(int(x) for x in r)) == 50
+    # every obfuscator is an n-th power: it decrypts to zero
+    assert Decryptor(priv).decrypt(r) == [0] * 50
+    # the worker's copy of the key encrypts with the same hs (its table comes from the same state)
+    twin = Encryptor.from_state(enc.state())
+    assert twin.hs == enc.hs and Decryptor(priv).decrypt_signed(twin.encrypt([5, -5])) == [5, -5]

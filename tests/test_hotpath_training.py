@@ -1,0 +1,202 @@
+"""The hot path inside a federation: lossless with every fast path on, no leaked processes,
+per-tree breakdown, subtraction checked against direct builds."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import crypto.compress as compress_mod
+import crypto.histogram as hist_mod
+import parties.active as active_mod
+import vfl.boosting as boosting_mod
+from crypto.paillier import Decryptor, Encryptor
+from crypto.pool import WorkerPool
+from protocols import messages as m
+from protocols.serialization import BigInts, loads
+from vfl import ActiveParty, Federation, PassiveParty, TrainParams
+from vfl.errors import ProtocolError
+
+from conftest import KEY_BITS, small_frames
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def always_parallel(monkeypatch):
+    monkeypatch.setattr(hist_mod, "POOL_MIN_WORK", 0)
+    monkeypatch.setattr(hist_mod, "UNIT_MIN_WORK", 50)
+    monkeypatch.setattr(compress_mod, "COMPRESS_POOL_MIN", 0)
+    monkeypatch.setattr(Encryptor, "POOL_MIN", 0)
+    monkeypatch.setattr(Decryptor, "POOL_MIN", 0)
+
+
+@pytest.fixture
+def started_pids(monkeypatch):
+    """pid of every worker process started during the test."""
+    pids = []
+    real = WorkerPool._start
+
+    def start(self):
+        fresh = not self._workers
+        real(self)
+        if fresh:
+            pids.extend(self.pids)
+
+    monkeypatch.setattr(WorkerPool, "_start", start)
+    return pids
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def _federation(n=160, record=False, n_jobs=2, seed=0):
+    a, b, c = small_frames(n, seed=seed)
+    return Federation(ActiveParty("bank", a, n_jobs=n_jobs),
+                      [PassiveParty("telco", b, n_jobs=n_jobs), PassiveParty("shop", c, n_jobs=n_jobs)],
+                      record=record)
+
+
+def _structures(model):
+    return [t.structure() for rnd in model.rounds for t in rnd]
+
+
+@pytest.mark.parametrize("preshift", [False, True, "auto"])
+def test_he_equals_plain_with_every_fast_path_on_two_passive_pools(always_parallel, started_pids, preshift,
+                                                                  monkeypatch):
+    monkeypatch.setattr(ActiveParty, "preshift", preshift)
+    params = dict(n_estimators=2, max_depth=3, key_bits=KEY_BITS)
+    plain = _federation()
+    m_plain = plain.fit(TrainParams(mode="plain", **params))
+    fed = _federation()
+    m_he = fed.fit(TrainParams(mode="he", **params))
+    assert _structures(m_plain) == _structures(m_he)
+    assert np.array_equal(plain.predict_raw(), fed.predict_raw())
+    owners = {n.owner for rnd in m_he.rounds for t in rnd for n in t.nodes if not n.is_leaf}
+    assert {"telco", "shop"} & owners
+    # the active party and both passive parties ran their own worker processes, all stopped now
+    assert len(started_pids) == 6
+    assert not any(_alive(p) for p in started_pids)
+    assert fed.active.channel.pool is None
+    assert all(p._pool is None for p in fed.passives.values())
+
+
+def test_every_histogram_the_split_search_sees_equals_a_direct_build(always_parallel, monkeypatch):
+    """Derived (parent - smaller child) histograms are exactly what building the node directly gives."""
+    direct = []      # (G, H, sg, sh) of every frontier node, built directly by the passive party
+    seen = []        # (G, H, sg, sh) the split search received for the passive party
+
+    class SpySource(active_mod.RemoteSource):
+        def build(self, round_idx, depth, tree_idx, node_ids, assignment):
+            out = super().build(round_idx, depth, tree_idx, node_ids, assignment)
+            ids = np.unique(assignment[0])
+            sg, sh = super().build(round_idx, depth, np.zeros(len(ids), np.int32), ids.astype(np.int32),
+                                   assignment)
+            f0 = slice(int(self.bin_offsets[0]), int(self.bin_offsets[1]))
+            for i in range(len(ids)):
+                direct.append((sg[i, f0].sum(), sh[i, f0].sum(), sg[i], sh[i]))
+            return out
+
+    real = boosting_mod.find_best_split
+
+    def spy_split(sg, sh, offsets, G, H, *args):
+        if args[-1] == 1:                                  # source 1: the passive party
+            f0 = slice(int(offsets[0]), int(offsets[1]))
+            seen.append((np.sum(sg[f0]), np.sum(sh[f0]), np.array(sg), np.array(sh)))
+        return real(sg, sh, offsets, G, H, *args)
+
+    monkeypatch.setattr(active_mod, "RemoteSource", SpySource)
+    monkeypatch.setattr(boosting_mod, "find_best_split", spy_split)
+    a, b, _ = small_frames(300, seed=3)
+    fed = Federation(ActiveParty("bank", a, n_jobs=2), [PassiveParty("telco", b, n_jobs=2)])
+    fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=2, max_depth=4))
+    by_sums = {}
+    for G, H, sg, sh in direct:
+        by_sums.setdefault((G, H), []).append((sg, sh))
+    matched = 0
+    for G, H, sg, sh in seen:
+        candidates = by_sums[(G, H)]
+        assert any(np.array_equal(sg, dg) and np.array_equal(sh, dh) for dg, dh in candidates)
+        matched += 1
+    assert matched > 6 and len(seen) < len(direct)     # derived siblings were among them
+
+
+def test_no_worker_survives_a_failed_training(always_parallel, started_pids):
+    fed = _federation()
+
+    def boom(r, info):
+        raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=3, max_depth=2), on_round=boom)
+    assert started_pids and not any(_alive(p) for p in started_pids)
+
+
+def test_per_tree_breakdown_from_the_python_api(always_parallel):
+    fed = _federation()
+    fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=3, max_depth=3))
+    timings = fed.active.timings
+    assert len(timings) == 3
+    for t in timings:
+        for stage in ("encrypt", "histogram", "compress", "decrypt", "split_search", "total"):
+            assert isinstance(t[stage], float) and t[stage] >= 0
+        assert t["encrypt"] > 0 and t["histogram"] > 0 and t["decrypt"] > 0
+        assert t["encrypt"] + t["decrypt"] < t["total"]
+        assert isinstance(t["bytes_sent"], int) and t["bytes_sent"] > 0
+    # every byte of the rounds is counted once: rounds + setup + TrainEnd = all bytes
+    rounds = sum(t["bytes_sent"] for t in timings)
+    assert rounds < fed.transport.total_bytes()
+    assert fed.transport.total_bytes() - rounds < 0.2 * fed.transport.total_bytes()
+
+
+def test_simulate_verbose_prints_the_breakdown():
+    out = subprocess.run([sys.executable, "-m", "cli", "simulate", "--trees", "2", "--depth", "2",
+                          "--key-bits", "1024", "--verbose", "--quiet"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("tree ")]
+    assert len(lines) == 2
+    for ln in lines:
+        for word in ("encrypt", "histogram", "compress", "decrypt", "split_search", "total", "sent"):
+            assert word in ln
+        assert "bytes_sent" not in ln
+
+
+def test_preshifted_gradients_are_fresh_ciphertexts_of_every_shift(monkeypatch):
+    monkeypatch.setattr(ActiveParty, "preshift", True)
+    fed = _federation(record=True)
+    fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=2))
+    grads = [loads(f) for s, r, f in fed.transport.log if r == "telco" and b"Gradients" in f[:200]]
+    (g,) = [x for x in grads if isinstance(x, m.Gradients)]
+    n = int(fed.active.channel.public_key.n)
+    n_rows = len(fed.passives["telco"]._rows)
+    assert g.shifts == g.values_per_ciphertext > 1 and len(g.values) == g.shifts * n_rows
+    vals = [int(v) for v in g.values]
+    assert all(n < v < n * n for v in vals) and len(set(vals)) == len(vals)
+    # copy s of row i decrypts to row i's packed value shifted by s slots
+    dec = Decryptor(fed.active.channel.private_key)
+    w = m_layout_bits = fed.active.channel.current.layout.value_bits
+    first = dec.decrypt_signed([vals[s * n_rows] for s in range(g.shifts)])
+    assert all(first[s] == first[0] << (s * w) for s in range(g.shifts)) and m_layout_bits > 0
+
+
+def test_passive_refuses_inconsistent_shifts():
+    a, b, _ = small_frames(40)
+    p = PassiveParty("telco", b)
+    fed = Federation(ActiveParty("bank", a), [p])
+    fed.fit(TrainParams(mode="plain", n_estimators=1, max_depth=1))
+    p._on_TrainSetup(m.TrainSetup("plain", 32, "x"))
+    n = len(p._rows)
+    layout = fed.active.channel.current.layout.to_dict()
+    with pytest.raises(ProtocolError, match="shifts"):
+        p.handle(m.Gradients(0, False, layout, 4, BigInts([1] * (3 * n)), 3))
+    with pytest.raises(ProtocolError, match="gradient values"):
+        p.handle(m.Gradients(0, False, layout, 4, BigInts([1] * n), 4))
+    assert isinstance(p.handle(m.Gradients(0, False, layout, 4, BigInts([1] * (4 * n)), 4)), m.Ack)
