@@ -78,10 +78,15 @@ def _fmt_breakdown(t: dict) -> str:
 @click.option("--save-model", type=click.Path(file_okay=False), help="Write one JSON model file per party.")
 @click.option("--verbose", is_flag=True, help="Print the per-tree time breakdown.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--jobs", type=click.IntRange(0, 256), default=None,
+              help="Worker processes per party for the ciphertext work (default and 0: all cores).")
 def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, depth, learning_rate, max_bin,
              reg_lambda, min_child_weight, gamma, key_bits, encryption, test_size, seed, output_json,
-             predictions, save_model, verbose, quiet):
+             predictions, save_model, verbose, quiet, jobs):
     """Run a whole federation in one process and report time, test metric and bytes."""
+    if jobs is not None:
+        import os
+        os.environ["VFL_N_JOBS"] = str(jobs)
     from tqdm import tqdm
 
     from crypto.keys import WeakKeyWarning

@@ -50,7 +50,7 @@ MAX_JOINT_CELLS = 1 << 16     # a joint group's code space (accumulator list len
 MIN_JOINT_ROWS = 64           # below this a unit accumulates feature by feature
 POOL_MIN_WORK = 60_000        # additions below which a request runs inline (~75 ms at 1024 bits)
 UNIT_MIN_WORK = 8_000         # smallest unit of work sent to a worker
-UNITS_PER_WORKER = 4
+UNITS_PER_WORKER = 8
 
 
 def _check_joint(joint):

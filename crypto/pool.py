@@ -17,9 +17,9 @@ only ``gmpy2`` (and numpy for histograms) has none of these problems; it
 costs ~0.1 s once per pool.
 
 Lifetime: a pool belongs to one party object and is closed by it (end of
-training), by garbage collection, or at interpreter exit. A worker exits on
-its own when its stdin closes, so even a killed parent leaves no orphan
-computing. Frames are a JSON header and raw byte blobs (never pickle); all
+training, errors), by garbage collection, or at interpreter exit. A worker
+exits on its own when its stdin closes, so a killed parent leaves no orphan
+beyond the request in flight. Frames are a JSON header and raw byte blobs (never pickle); all
 processes belong to the same party.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any, Iterable, Sequence
 
 import gmpy2
 
-from vfl.errors import VFLError
+from vfl.errors import InputError, VFLError
 
 _HDR = struct.Struct("<I")
 _SIZE = struct.Struct("<Q")
@@ -52,15 +52,21 @@ class WorkerError(VFLError, RuntimeError):
     """A worker process failed (its traceback is in the message) or died."""
 
 
+MAX_WORKERS = 256
+
+
 def default_workers() -> int:
-    """Worker processes to use: ``VFL_N_JOBS`` if set, else the cores this process may run on."""
+    """Worker processes to use: ``VFL_N_JOBS`` if set (0: all cores), else the cores this
+    process may run on."""
     env = os.environ.get("VFL_N_JOBS", "").strip()
     if env:
         try:
             n = int(env)
         except ValueError:
-            raise ValueError(f"VFL_N_JOBS must be an integer, got {env!r}") from None
-        if n >= 1:
+            raise InputError(f"environment variable VFL_N_JOBS must be an integer, got {env!r}") from None
+        if not 0 <= n <= MAX_WORKERS:
+            raise InputError(f"environment variable VFL_N_JOBS must be from 0 to {MAX_WORKERS}, got {n}")
+        if n:
             return n
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -69,10 +75,13 @@ def default_workers() -> int:
 
 
 def resolve_workers(n_jobs: int | None) -> int:
-    """``None``/``0``/negative: all cores (see :func:`default_workers`); else ``n_jobs``."""
-    if n_jobs is None or int(n_jobs) <= 0:
+    """``None`` or ``0``: the default (see :func:`default_workers`); else ``n_jobs`` processes
+    (``1``: everything runs in the calling process)."""
+    if n_jobs is None:
         return default_workers()
-    return int(n_jobs)
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or not 0 <= n_jobs <= MAX_WORKERS:
+        raise InputError(f"n_jobs must be an integer from 0 (all cores) to {MAX_WORKERS}, got {n_jobs!r}")
+    return n_jobs or default_workers()
 
 
 # --- frames -----------------------------------------------------------------

@@ -177,6 +177,7 @@ class ActiveParty:
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", label_col: str = "y",
                  source: str | None = None, n_jobs: int | None = None):
         self.name = str(name)
+        resolve_workers(n_jobs)       # validate early
         self.n_jobs = n_jobs          # worker processes for encryption/decryption (None: all cores)
         self.id_col, self.label_col, self.source = id_col, label_col, source
         d = party_data(frame, self.name, id_col, label_col, source, require_features=False)

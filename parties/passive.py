@@ -41,6 +41,7 @@ class PassiveParty:
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
                  source: str | None = None, n_jobs: int | None = None):
         self.name = str(name)
+        resolve_workers(n_jobs)       # validate early
         self.n_jobs = n_jobs          # worker processes for the ciphertext kernels (None: all cores)
         self._pool = None
         self.id_col = id_col

@@ -17,7 +17,7 @@ from crypto.pool import WorkerPool
 from protocols import messages as m
 from protocols.serialization import BigInts, loads
 from vfl import ActiveParty, Federation, PassiveParty, TrainParams
-from vfl.errors import ProtocolError
+from vfl.errors import InputError, ProtocolError
 
 from conftest import KEY_BITS, small_frames
 
@@ -200,3 +200,21 @@ def test_passive_refuses_inconsistent_shifts():
     with pytest.raises(ProtocolError, match="gradient values"):
         p.handle(m.Gradients(0, False, layout, 4, BigInts([1] * n), 4))
     assert isinstance(p.handle(m.Gradients(0, False, layout, 4, BigInts([1] * (4 * n)), 4)), m.Ack)
+
+
+def test_n_jobs_is_validated_with_a_clear_error(monkeypatch):
+    a, b, _ = small_frames(40)
+    for bad in (-1, "2", 2.5, True, 10_000):
+        with pytest.raises(InputError, match="n_jobs"):
+            ActiveParty("bank", a, n_jobs=bad)
+        with pytest.raises(InputError, match="n_jobs"):
+            PassiveParty("telco", b, n_jobs=bad)
+    monkeypatch.setenv("VFL_N_JOBS", "many")
+    with pytest.raises(InputError, match="VFL_N_JOBS"):
+        ActiveParty("bank", a)
+
+
+def test_one_job_keeps_all_work_in_process(always_parallel, started_pids):
+    fed = _federation(n_jobs=1)
+    fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=2))
+    assert started_pids == []
