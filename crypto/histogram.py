@@ -19,6 +19,8 @@ Contract (the hot path; one function, one contract)::
   are cut into (node, feature block, row range) units spread over its
   processes. ``values`` and ``bin_idx`` are shared into the workers once and
   stay there while the caller passes the same objects (one ship per round).
+* ``stats``: optional dict; ``stats["additions"]`` counts the homomorphic
+  additions performed (benchmarks).
 * ``joint``: ``"auto"`` (default) lets each unit pick, per group of
   consecutive features, plain per-feature accumulation (k=1) or accumulation
   over the *joint* bins of a pair (k=2) or triple (k=3) of features followed
@@ -133,15 +135,24 @@ def _codes(bins: np.ndarray, f0: int, dims: Sequence[int]) -> np.ndarray:
     return code
 
 
-def block_sums(vals: Sequence, bins: np.ndarray, n_bins: Sequence[int], modulus=None, joint="auto") -> list:
+def block_sums(vals: Sequence, bins: np.ndarray, n_bins: Sequence[int], modulus=None, joint="auto",
+               stats: dict | None = None) -> list:
     """The flat bin sums of one block: rows ``vals``/``bins`` (``bins[i, j]`` = bin of row i in
-    the block's feature j, with ``n_bins[j]`` slots). Used inline and by the workers."""
+    the block's feature j, with ``n_bins[j]`` slots). Used inline and by the workers.
+
+    ``stats["additions"]`` is increased by the homomorphic additions performed, not
+    counting the first value into an empty slot (the textbook count for one feature is
+    ``n - non-empty bins``)."""
     bins = np.asarray(bins)
+    n = bins.shape[0]
     out: list = []
+    adds = 0
     for group in plan_groups(bins, n_bins, joint):
         dims = [int(n_bins[f]) for f in group]
         if len(group) == 1:
-            out.extend(_accumulate(vals, bins[:, group[0]].tolist(), dims[0], modulus))
+            col = bins[:, group[0]]
+            out.extend(_accumulate(vals, col.tolist(), dims[0], modulus))
+            adds += n - int(np.count_nonzero(np.bincount(col, minlength=dims[0]))) if n else 0
             continue
         codes = _codes(bins, group[0], dims)
         n_cells = int(np.prod(dims))
@@ -149,6 +160,11 @@ def block_sums(vals: Sequence, bins: np.ndarray, n_bins: Sequence[int], modulus=
         nonempty = np.flatnonzero(np.bincount(codes, minlength=n_cells))
         for marg in _marginals(cells, nonempty, dims, modulus):
             out.extend(marg)
+        if n:
+            adds += n - len(nonempty) + sum(len(nonempty) - int(np.count_nonzero(np.bincount(
+                _codes(bins, f, [d]), minlength=d))) for f, d in zip(group, dims))
+    if stats is not None:
+        stats["additions"] = stats.get("additions", 0) + adds
     return out
 
 
@@ -200,7 +216,8 @@ def use_pool(pool, work: int) -> bool:
 
 
 def histogram(values: Sequence, bin_idx: np.ndarray, node_rows: Sequence[np.ndarray],
-              bin_offsets: np.ndarray, modulus=None, *, pool=None, joint="auto") -> list[list]:
+              bin_offsets: np.ndarray, modulus=None, *, pool=None, joint="auto",
+              stats: dict | None = None) -> list[list]:
     joint = _check_joint(joint)
     bin_idx = np.asarray(bin_idx)
     offsets = np.asarray(bin_offsets, dtype=np.int64)
@@ -212,20 +229,20 @@ def histogram(values: Sequence, bin_idx: np.ndarray, node_rows: Sequence[np.ndar
     total = int(offsets[-1])
     work = sum(len(r) for r in node_rows) * n_features
     if modulus is not None and use_pool(pool, work):
-        return _histogram_pool(pool, values, bin_idx, node_rows, offsets, modulus, joint)
+        return _histogram_pool(pool, values, bin_idx, node_rows, offsets, modulus, joint, stats)
     out = []
     for rows in node_rows:
         if len(rows) == len(values) and np.array_equal(rows, np.arange(len(values))):
             vals = values
         else:
             vals = [values[r] for r in rows.tolist()]
-        sums = block_sums(vals, bin_idx[rows], n_bins, modulus, joint)
+        sums = block_sums(vals, bin_idx[rows], n_bins, modulus, joint, stats)
         assert len(sums) == total
         out.append(sums)
     return out
 
 
-def _histogram_pool(pool, values, bin_idx, node_rows, offsets, modulus, joint):
+def _histogram_pool(pool, values, bin_idx, node_rows, offsets, modulus, joint, stats=None):
     from crypto.pool import bytes_to_ints, int_width
     import gmpy2
     width = int_width(modulus)
@@ -241,11 +258,19 @@ def _histogram_pool(pool, values, bin_idx, node_rows, offsets, modulus, joint):
     m = gmpy2.mpz(modulus)
     total = int(offsets[-1])
     out = [[gmpy2.mpz(1)] * total for _ in node_rows]
-    for (j, f0, f1, _, _), (_, blobs) in zip(units, replies):
+    adds = 0
+    for (j, f0, f1, _, _), (header, blobs) in zip(units, replies):
         acc = out[j]
         start = int(offsets[f0])
+        adds += int(header.get("additions", 0))
         for i, v in enumerate(bytes_to_ints(blobs[0], width), start=start):
-            acc[i] = v if acc[i] == 1 else acc[i] * v % m
+            if acc[i] == 1:
+                acc[i] = v
+            elif v != 1:                       # partial sums of the same bin from two row ranges
+                acc[i] = acc[i] * v % m
+                adds += 1
+    if stats is not None:
+        stats["additions"] = stats.get("additions", 0) + adds
     return out
 
 

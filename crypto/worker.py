@@ -79,8 +79,9 @@ def _hist(req, blobs):
     vals = [values[i] for i in rows.tolist()]
     m = _modulus(req["modulus"])
     joint = req["joint"]
-    sums = block_sums(vals, bins[rows, f0:f1], req["n_bins"], m, joint)
-    return {}, [ints_to_bytes(sums, int_width(m))]
+    stats = {}
+    sums = block_sums(vals, bins[rows, f0:f1], req["n_bins"], m, joint, stats)
+    return {"additions": stats.get("additions", 0)}, [ints_to_bytes(sums, int_width(m))]
 
 
 def _direct(req, blobs):

@@ -322,3 +322,18 @@ def test_fast_encryption_short_exponents_are_fresh_and_full_length(keypair):
     # the worker's copy of the key encrypts with the same hs (its table comes from the same state)
     twin = Encryptor.from_state(enc.state())
     assert twin.hs == enc.hs and Decryptor(priv).decrypt_signed(twin.encrypt([5, -5])) == [5, -5]
+
+
+def test_joint_bins_perform_fewer_additions_than_the_textbook_count():
+    rng = np.random.default_rng(1)
+    n, F = 3000, 6
+    bins = rng.integers(0, 33, (n, F)).astype(np.uint16)
+    offsets = np.arange(F + 1) * 33
+    vals = [int(v) for v in rng.integers(1, 1000, n)]
+    textbook = n * F - sum(int(np.count_nonzero(np.bincount(bins[:, f]))) for f in range(F))
+    one, auto = {}, {}
+    assert histogram(vals, bins, [np.arange(n)], offsets, joint=1, stats=one) == \
+        histogram(vals, bins, [np.arange(n)], offsets, stats=auto)
+    assert one["additions"] == textbook
+    # pairs: n - C + 2 (C - 33) per pair instead of 2 (n - 33)
+    assert auto["additions"] < 0.6 * textbook
