@@ -326,7 +326,7 @@ def test_fast_encryption_short_exponents_are_fresh_and_full_length(keypair):
 
 def test_joint_bins_perform_fewer_additions_than_the_textbook_count():
     rng = np.random.default_rng(1)
-    n, F = 3000, 6
+    n, F = 20000, 6
     bins = rng.integers(0, 33, (n, F)).astype(np.uint16)
     offsets = np.arange(F + 1) * 33
     vals = [int(v) for v in rng.integers(1, 1000, n)]
