@@ -112,15 +112,25 @@ def write_frame(stream, header: dict, blobs: Sequence[bytes] = ()) -> None:
 
 
 # --- big integers as fixed-width bytes ---------------------------------------
+_NATIVE_BYTES = hasattr(gmpy2.mpz, "to_bytes") and hasattr(gmpy2.mpz, "from_bytes")   # gmpy2 >= 2.2
+
+
 def ints_to_bytes(values: Iterable, width: int, signed: bool = False) -> bytes:
-    mpz = gmpy2.mpz
-    return b"".join(mpz(v).to_bytes(width, "big", signed=signed) for v in values)
+    """Fixed-width big-endian bytes of (mpz or int) values."""
+    if _NATIVE_BYTES:
+        mpz = gmpy2.mpz
+        return b"".join(mpz(v).to_bytes(width, "big", signed=signed) for v in values)
+    return b"".join(int(v).to_bytes(width, "big", signed=signed) for v in values)
 
 
 def bytes_to_ints(data, width: int, signed: bool = False) -> list:
-    frm = gmpy2.mpz.from_bytes
+    """Inverse of :func:`ints_to_bytes`, as ``mpz``."""
     mv = memoryview(data)
-    return [frm(mv[i:i + width], "big", signed=signed) for i in range(0, len(mv), width)]
+    if _NATIVE_BYTES:
+        frm = gmpy2.mpz.from_bytes
+        return [frm(mv[i:i + width], "big", signed=signed) for i in range(0, len(mv), width)]
+    mpz, frm = gmpy2.mpz, int.from_bytes
+    return [mpz(frm(mv[i:i + width], "big", signed=signed)) for i in range(0, len(mv), width)]
 
 
 def int_width(modulus) -> int:
