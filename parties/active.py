@@ -21,6 +21,8 @@ from protocols import alignment
 from protocols import messages as m
 from protocols.serialization import BigInts
 from protocols.transport import Transport
+from parties.checkpoint import CheckpointTracker
+from parties.fanout import fan_out
 from vfl.boosting import Booster, HistogramSource, LocalSource, SplitRef
 from vfl.errors import InputError, PeerError
 from vfl.frames import party_data
@@ -155,7 +157,13 @@ class ActiveParty:
         return rows
 
     def fit(self, transport: Transport, peers: list[str], params: TrainParams | None = None,
-            on_round=None) -> BoostedModel:
+            on_round=None, checkpoint=None, resume=None) -> BoostedModel:
+        """Train with the passive parties ``peers`` behind ``transport``.
+
+        ``checkpoint(ck)`` (optional) receives a :class:`parties.checkpoint.Checkpoint` after every
+        round; ``resume`` (such a checkpoint) continues that training with the same salt and model
+        id, after checks that the data and parameters are the same.
+        """
         params = params or TrainParams()
         peers = list(peers)
         if len(set(peers)) != len(peers) or self.name in peers:
@@ -166,10 +174,19 @@ class ActiveParty:
         salt = alignment.new_salt()
         session_id = secrets.token_hex(8)
         model_id = secrets.token_hex(8)
+        if resume is not None:
+            salt, model_id = bytes.fromhex(resume.salt), resume.model_id
         rows = self.align(transport, peers, salt, session_id)
         y = loss.check_labels(self.y_raw[rows], self.name, self.label_col)
         X = self.X[rows]
+        tracker = None
+        if checkpoint is not None or resume is not None:
+            tracker = CheckpointTracker(self.name, peers, params, salt, model_id, self.ids[rows], X, y,
+                                        self.feature_names, resume, checkpoint)
         infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id) for p in peers})
+        if resume is not None:
+            transport.call_many({p: m.TrainResume(model_id, resume.n_rounds, resume.records.get(p, 0))
+                                 for p in peers})
         self.channel = GradientChannel(params.mode, params.key_bits, params.encryption)
         if params.mode == "he":
             transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
@@ -179,10 +196,13 @@ class ActiveParty:
         for p in peers:
             nb = infos[p].n_bins
             sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel))
+        sources = fan_out(transport, sources)
+        if tracker is not None:
+            on_round = tracker.wrap(on_round)
         booster = Booster(sources, loss, params, on_round)
         completed = False
         try:
-            base, rounds, _ = booster.fit(y)
+            base, rounds, _ = booster.fit(y, **(tracker.booster_kwargs() if tracker is not None else {}))
             completed = True
         finally:
             try:

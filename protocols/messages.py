@@ -162,3 +162,15 @@ class RouteRequest:
 @dataclass
 class RouteResponse:
     go_left: np.ndarray       # bool
+
+
+# --- network deployments: resuming an interrupted training ----------------
+@register
+@dataclass
+class TrainResume:
+    """Continue model ``model_id`` after its first ``n_rounds`` rounds (sent right after
+    :class:`TrainSetup`); the active party's checkpoint references ``n_records`` of the
+    receiver's lookup-table records, which the receiver must still hold."""
+    model_id: str
+    n_rounds: int
+    n_records: int
