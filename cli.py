@@ -353,11 +353,12 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
 def predict(model_dir, data, id_col, peer_specs, out, prediction, timeout, connect_timeout, output_json,
             tls_dir, insecure, token_file, max_message_mb, log_level):
     """Score new rows with a model trained by `vfl party active` (passive parties must be serving)."""
-    from parties.network import load_active_model, predict_active
+    from parties.network import check_prediction, load_active_model, predict_active
     from protocols.grpc_transport import parse_peers
 
     _setup_logging(log_level)
     try:
+        check_prediction(prediction)
         peers = parse_peers(peer_specs)
         model = load_active_model(model_dir)
         sec = _security(model.active_party, tls_dir, insecure, token_file)

@@ -24,7 +24,8 @@ import pandas as pd
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
 from parties.server import PassiveServer
-from protocols.grpc_transport import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, GrpcTransport, PartyServer
+from protocols.grpc_transport import (DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, GrpcTransport, PartyServer,
+                                      check_address)
 from vfl.errors import InputError, PeerError, VFLError
 from vfl.model import BoostedModel
 from vfl.params import TrainParams
@@ -45,6 +46,7 @@ def _read_csv(path, name, id_col, label_col=None):
 def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security,
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, on_ready=None, stop_event=None) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop_event``). ``on_ready(port)`` is called once listening."""
+    check_address(listen, "--listen address")
     pf = _read_csv(data, name, id_col)
     service = PassiveServer(name, pf.frame, id_col, model_dir, source=str(data))
     server = PartyServer(name, service.handle_frame, listen, security, max_frame_bytes=max_frame_bytes)
@@ -106,9 +108,8 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     model_dir = Path(model_dir)
     if model_dir.exists() and not model_dir.is_dir():
         raise InputError(f"--model-dir {model_dir} is not a directory")
-    model_dir.mkdir(parents=True, exist_ok=True)
     ck_path, final_path = model_dir / CHECKPOINT_FILE, model_dir / f"{name}.json"
-    existing = _find_active_model(model_dir)
+    existing = _find_active_model(model_dir) if model_dir.is_dir() else None
     ck = None
     if resume:
         if not ck_path.exists():
@@ -125,6 +126,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         if existing is not None and not force:
             raise InputError(f"{model_dir} already holds a finished model ({existing.name}); use another "
                              "--model-dir or --force to replace it")
+        model_dir.mkdir(parents=True, exist_ok=True)
     pf = _read_csv(data, name, id_col, label_col)
     active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data))
     transport = GrpcTransport(name, peers, security, timeout=timeout, max_frame_bytes=max_frame_bytes)
@@ -180,7 +182,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
 
 
 # --------------------------------------------------------------------------- active: prediction
-def _check_prediction(prediction: str) -> None:
+def check_prediction(prediction: str) -> None:
     """Plumbing for ``--prediction``: ``node`` is the core's routing; ``one-round`` needs leaf masks."""
     if prediction not in PREDICTION_METHODS:
         raise InputError(f"--prediction must be one of {PREDICTION_METHODS}, got {prediction!r}")
@@ -212,7 +214,7 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
                    timeout: float = DEFAULT_TIMEOUT, prediction: str = "node",
                    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, connect_timeout: float | None = None):
     """Score the rows of ``data`` (the active party's columns); returns ``(ids, proba, summary)``."""
-    _check_prediction(prediction)
+    check_prediction(prediction)
     model = load_active_model(model_dir)
     missing = [p for p in model.passive_parties if p not in peers]
     if missing:

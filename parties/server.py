@@ -212,9 +212,7 @@ class PassiveServer:
         if req.model_id in self.models:
             raise ProtocolError(f"party {self.name!r} already holds a finished model {req.model_id!r}")
         reply = p.handle(req)
-        self._digest = self._data_digest(p)
-        if not self.model_path(req.model_id).exists():
-            self._persist()
+        self._digest = self._data_digest(p)     # the file is written at the first split (or TrainResume)
         log.info("%s: model %s: %s mode, %d rows aligned, %d features, max_bin %d (from %s)", self.name,
                  req.model_id, req.mode, len(p._rows), len(p.feature_names), req.max_bin, who)
         return reply

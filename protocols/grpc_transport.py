@@ -373,7 +373,7 @@ class GrpcTransport(Transport):
             text = f"{where} did not answer within {self.timeout:g} s (--timeout); is it running and reachable?"
         elif code == grpc.StatusCode.UNAVAILABLE:
             low = details.lower()
-            if "handshake" in low or "ssl" in low or "certificate" in low or "tls" in low:
+            if any(w in low for w in ("handshake", "ssl", "certificate", "tls", "verification")):
                 text = (f"TLS handshake with {where} failed (wrong CA, or a certificate not issued for "
                         f"{peer!r}, or our certificate was refused): {details}")
             else:
