@@ -163,10 +163,9 @@ class PassiveServer:
             return self._sessions[sid].handle(request)
         if kind == "RouteRequest":
             raise ProtocolError(f"unknown or expired prediction session {request.session_id!r}")
-        p = self.training
-        if p is None:
-            raise ProtocolError(f"party {self.name!r} has no training session in progress for {kind} "
-                                "(a session starts with alignment)")
+        if not hasattr(PassiveParty, f"_on_{kind}"):
+            raise ProtocolError(f"party {self.name!r} does not accept {kind}")
+        p = self._need_training(kind)
         reply = p.handle(request)
         if kind == "Gradients":
             log.info("%s: round %d: %d %s gradient values from %s", self.name, request.round_idx,

@@ -258,6 +258,17 @@ def test_passive_server_persists_and_serves_models(tmp_path):
         sb2.handle(m.TrainSetup("plain", 8, "../../etc/passwd"))
     with pytest.raises(ProtocolError, match="already holds a finished model"):
         sb2.handle(m.TrainSetup("plain", 8, model.model_id))
+    # a second model trained by the same server: both are served, each by its own model id
+    model2, _ = _fit(ActiveParty("a", a), {"b": sb2, "c": sc2}, TrainParams(mode="plain", n_estimators=2,
+                                                                            max_depth=3))
+    assert set(sb2.models) == {model.model_id, model2.model_id} and len(list((tmp_path / "b").glob("*.json"))) == 2
+    ref2 = Federation(ActiveParty("a", a), [PassiveParty("b", b), PassiveParty("c", c)])
+    ref2.fit(TrainParams(mode="plain", n_estimators=2, max_depth=3))
+    np.testing.assert_allclose(ActiveParty.from_model(model2).predict_proba(t2, a)[1], ref2.predict_proba(),
+                               atol=1e-12)
+    np.testing.assert_allclose(pred.predict_proba(t2, a)[1], ref.predict_proba(), atol=1e-12)
+    with pytest.raises(ProtocolError, match="does not accept Ack"):
+        sb2.handle(m.Ack())
     with pytest.raises(ProtocolError, match="no training session"):
         _server(tmp_path, b, "b").handle(m.HistogramRequest(0, 0, np.zeros(1, np.int32), np.zeros(1, np.int32),
                                                             np.zeros((1, 3), np.int32)))
