@@ -393,3 +393,35 @@ def test_passive_server_handles_requests_from_threads(tmp_path):
     assert not errors and len(results) == 4
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
+
+
+def test_active_process_dies_without_notice_then_resumes(tmp_path):
+    """The active party vanishes mid-training (no TrainEnd): the passive servers keep their tables;
+    the restarted active party resumes from its checkpoint with the same servers."""
+    a, b, c = small_frames(n=150)
+    params = TrainParams(mode="plain", n_estimators=4, max_depth=3)
+    full, _ = _fit(ActiveParty("a", a), {"b": _server(tmp_path / "full", b, "b"),
+                                         "c": _server(tmp_path / "full", c, "c")}, params)
+
+    class Vanishing(InMemoryTransport):
+        rounds = 0
+
+        def call(self, peer, message):
+            if isinstance(message, m.Gradients) and message.round_idx == 2:
+                raise _Dies()                 # dies in round 2, after some messages of it
+            if isinstance(message, m.TrainEnd):
+                raise AssertionError("a dead process sends nothing")
+            return super().call(peer, message)
+
+    sb, sc = _server(tmp_path, b, "b"), _server(tmp_path, c, "c")
+    saved = []
+    with pytest.raises(_Dies):
+        _fit(ActiveParty("a", a), {"b": sb, "c": sc}, params, Vanishing, checkpoint=saved.append)
+    assert sb.training is not None and saved[-1].n_rounds == 2
+    resumed, _ = _fit(ActiveParty("a", a), {"b": sb, "c": sc}, params, resume=saved[-1])
+    for r1, r2 in zip(full.rounds, resumed.rounds):
+        for t1, t2 in zip(r1, r2):
+            assert [n[:2] + n[3:] for n in t1.structure()] == [n[:2] + n[3:] for n in t2.structure()]
+    got = json.loads((tmp_path / "b" / f"{resumed.model_id}.json").read_text())
+    want = json.loads((tmp_path / "full" / "b" / f"{full.model_id}.json").read_text())
+    assert got["completed"] is True and got["records"] == want["records"]
