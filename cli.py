@@ -48,7 +48,11 @@ def _fmt_bytes(n: int) -> str:
 @click.option("--id-col", default="id", show_default=True)
 @click.option("--label-col", default="y", show_default=True)
 @click.option("--parties", default=2, show_default=True, help="Parties for the bundled dataset.")
-@click.option("--mode", type=click.Choice(["he", "plain"]), default="he", show_default=True)
+@click.option("--mode", type=click.Choice(["he", "plain", "dp"]), default="he", show_default=True)
+@click.option("--epsilon", type=float, default=None,
+              help="Mode dp: each passive party's privacy budget, split evenly over its features (inf: no noise).")
+@click.option("--epsilon-per-feature", type=float, default=None,
+              help="Mode dp: the budget per released feature instead (a party's total is this times its features).")
 @click.option("--trees", default=10, show_default=True, help="Boosting rounds (n_estimators).")
 @click.option("--depth", default=4, show_default=True, help="max_depth.")
 @click.option("--learning-rate", default=0.3, show_default=True)
@@ -66,7 +70,7 @@ def _fmt_bytes(n: int) -> str:
 @click.option("--save-model", type=click.Path(file_okay=False), help="Write one JSON model file per party.")
 @click.option("--verbose", is_flag=True, help="Print the per-tree time breakdown.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, depth, learning_rate, max_bin,
+def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, epsilon, epsilon_per_feature, trees, depth, learning_rate, max_bin,
              reg_lambda, min_child_weight, gamma, key_bits, encryption, test_size, seed, output_json,
              predictions, save_model, verbose, quiet):
     """Run a whole federation in one process and report time, test metric and bytes."""
@@ -82,7 +86,8 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
             warnings.simplefilter("always", WeakKeyWarning)
             params = TrainParams(n_estimators=trees, max_depth=depth, learning_rate=learning_rate,
                                  max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight,
-                                 gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed)
+                                 gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed,
+                                 epsilon=epsilon, epsilon_per_feature=epsilon_per_feature)
             from crypto.keys import check_key_bits
             if mode == "he":
                 check_key_bits(key_bits)
@@ -111,6 +116,9 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
         click.echo(f"aligned {party}: {rep['n_kept']} of {rep['n_rows']} rows kept")
     click.echo(f"train: {result['n_train']} rows, test: {result['n_test']} rows")
     click.echo(f"train time: {result['train_seconds']:.2f} s")
+    if mode == "dp":
+        for p, e in result["epsilon_per_party"].items():
+            click.echo(f"privacy {p}: epsilon {e} per row in total, {result['epsilon_per_feature'][p]} per feature")
     if result["test_auc"] is not None:
         click.echo(f"test AUC: {result['test_auc']:.4f}")
     for pair, n in result["bytes_sent"].items():

@@ -176,7 +176,12 @@ class ActiveParty:
         sources: list[HistogramSource] = []
         if self.feature_names:
             sources.append(LocalSource(self.name, X, self.feature_names, params.max_bin))
-        for p in peers:
+        self.dp_report = {}
+        if params.mode == "dp":     # one noisy release per passive party, then local training
+            from parties.dp import dp_sources
+            dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(rows))
+            sources.extend(dp)
+        for p in (peers if params.mode != "dp" else []):
             nb = infos[p].n_bins
             sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel))
         booster = Booster(sources, loss, params, on_round)

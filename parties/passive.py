@@ -24,6 +24,7 @@ from protocols.serialization import BigInts
 from vfl.binning import Binner
 from vfl.errors import InputError, ProtocolError
 from vfl.frames import feature_matrix
+from parties.dp import DPPassiveMixin
 
 PASSIVE_FORMAT = "vfl-boost-passive-model"
 
@@ -33,7 +34,7 @@ def _jf(x: float):
     return x if np.isfinite(x) else repr(x)
 
 
-class PassiveParty:
+class PassiveParty(DPPassiveMixin):
     """A passive party: ``frame`` has the id column and this party's feature columns."""
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
@@ -74,6 +75,7 @@ class PassiveParty:
         handler = getattr(self, "_on_" + type(request).__name__, None)
         if handler is None:
             raise ProtocolError(f"party {self.name!r} does not accept {type(request).__name__}")
+        self._dp_guard(request)
         return handler(request)
 
     def _need(self, what, value):
@@ -100,7 +102,7 @@ class PassiveParty:
     # -- setup --------------------------------------------------------------
     def _on_TrainSetup(self, req: m.TrainSetup):
         rows = self._need("alignment", self._rows)
-        if req.mode not in ("he", "plain"):
+        if req.mode not in ("he", "plain", "dp"):
             raise ProtocolError(f"unknown mode {req.mode!r}")
         self._mode = req.mode
         self.model_id = req.model_id
@@ -226,7 +228,8 @@ class PassiveParty:
         return {"format": PASSIVE_FORMAT, "version": 1, "role": "passive", "party": self.name,
                 "model_id": self.model_id, "salt": self.salt.hex(), "id_col": self.id_col,
                 "features": list(self.feature_names), "completed": self.completed,
-                "records": [{**r, "threshold": _jf(r["threshold"])} for r in self.records]}
+                "records": [{**r, "threshold": _jf(r["threshold"])} for r in self.records],
+                **({"dp_release": self.dp_release_info()} if self.dp_release_info() else {})}
 
     def save_model(self, path) -> None:
         Path(path).write_text(json.dumps(self.model_dict(), indent=1))
@@ -241,6 +244,8 @@ class PassiveParty:
         p.salt = bytes.fromhex(d["salt"])
         p.completed = bool(d.get("completed", True))
         p.records = [{**r, "threshold": float(r["threshold"])} for r in d["records"]]
+        if d.get("dp_release"):
+            p.dp_releases.append(dict(d["dp_release"]))
         return p
 
     @classmethod

@@ -162,3 +162,38 @@ class RouteRequest:
 @dataclass
 class RouteResponse:
     go_left: np.ndarray       # bool
+
+
+# --- DP-only mode (vfl.dp): one noisy release, then split registration ------
+@register
+@dataclass
+class DPReleaseRequest:
+    """Release this training's buckets once, each (row, feature) ``epsilon_per_feature``-LDP."""
+    model_id: str
+    epsilon_per_feature: float    # inf: no noise
+
+
+@register
+@dataclass
+class DPRelease:
+    """Noisy bucket index per aligned row (alignment order) per feature; boundaries stay home."""
+    buckets: np.ndarray           # uint8/uint16 (n_samples, n_features)
+    n_bins: np.ndarray            # int32 per feature: value buckets + the missing slot (last)
+    rr_domain: np.ndarray         # int32 per feature: buckets randomized over (missing included if present)
+    epsilon_per_feature: float
+
+
+@register
+@dataclass
+class DPSplitRegister:
+    """The active party chose these splits on the receiver's buckets: keep their thresholds."""
+    model_id: str
+    feature_idx: np.ndarray       # int32
+    bin_idx: np.ndarray           # int32: "bucket <= bin_idx" goes left
+    default_left: np.ndarray      # bool: where missing values go
+
+
+@register
+@dataclass
+class DPSplitRecords:
+    record_ids: np.ndarray        # int64, one per registered split

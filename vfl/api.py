@@ -157,6 +157,8 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
 
     train, test = train_test_split_parties(party_frames, test_size=test_size, seed=seed)
     fed = federation_from_frames(train, record=record)
+    for i, p in enumerate(fed.passives.values()):
+        p.dp_seed = [params.seed, i]    # mode dp: reproducible noise in simulation (deployments: OS entropy)
     t0 = time.perf_counter()
     fed.fit(params, on_round=on_round)
     train_seconds = time.perf_counter() - t0
@@ -175,4 +177,6 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         params=params.to_dict(), timings=fed.active.timings,
         crypto_seconds=dict(fed.active.channel.timing) if fed.active.channel else {},
     )
+    if params.mode == "dp":     # privacy accounting: epsilon_per_feature, epsilon_per_party (by party)
+        result.update(fed.active.dp_report)
     return fed, result, test[0].frame[test[0].id_col].to_numpy(), proba
