@@ -138,5 +138,47 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, epsilon, e
         _fail(exc)
 
 
+@main.command()
+@click.option("--dataset", "datasets", multiple=True,
+              help="Repeatable. Default: breast_cancer, plus default_credit and give_credit when "
+                   "../shared/datasets exists.")
+@click.option("--modes", default="plain,he,dp,local,xgboost", show_default=True,
+              help="Comma list of plain, he, dp, local (active party alone), xgboost (centralized).")
+@click.option("--epsilons", default="0.5,1,2,4,8,inf", show_default=True, help="DP budgets to sweep.")
+@click.option("--epsilon-scope", type=click.Choice(["party", "feature"]), default="party", show_default=True,
+              help="Whether an epsilon is each passive party's total or per feature.")
+@click.option("--seeds", default=3, show_default=True, help="Seeds 0..N-1 (train/test split and DP noise).")
+@click.option("--he-seeds", default=1, show_default=True,
+              help="HE runs only for the first N seeds (HE grows plain's trees exactly; it costs time).")
+@click.option("--trees", default=10, show_default=True)
+@click.option("--depth", default=4, show_default=True)
+@click.option("--learning-rate", default=0.3, show_default=True)
+@click.option("--max-bin", default=32, show_default=True, help="Bins in every mode (DP: buckets q).")
+@click.option("--key-bits", default=1024, show_default=True, help="Paillier key size of the HE runs.")
+@click.option("--test-size", default=0.2, show_default=True)
+@click.option("--out-dir", default="compare_results", show_default=True, type=click.Path(file_okay=False))
+@click.option("--no-plots", is_flag=True, help="Only CSV/JSON (no matplotlib needed).")
+@click.option("--quiet", is_flag=True, help="No line per run.")
+def compare(datasets, modes, epsilons, epsilon_scope, seeds, he_seeds, trees, depth, learning_rate, max_bin,
+            key_bits, test_size, out_dir, no_plots, quiet):
+    """Compare plain, HE and DP (at several epsilons) on the same splits: CSV, JSON and PNG figures."""
+    from vfl.compare import CompareConfig, format_table, run_comparison
+
+    cfg = CompareConfig(datasets=tuple(datasets), modes=tuple(x.strip() for x in modes.split(",") if x.strip()),
+                        epsilons=epsilons, epsilon_scope=epsilon_scope, seeds=seeds, he_seeds=he_seeds,
+                        n_estimators=trees, max_depth=depth, learning_rate=learning_rate, max_bin=max_bin,
+                        key_bits=key_bits, test_size=test_size, plots=not no_plots)
+    try:
+        doc = run_comparison(cfg, out_dir, progress=None if quiet else lambda s: click.echo(s, err=True))
+    except VFLError as exc:
+        _fail(exc)
+    except OSError as exc:
+        _fail(exc)
+    click.echo(format_table(doc["summary"]))
+    for note in doc["notes"]:
+        click.echo(f"note: {note}")
+    click.echo("wrote: " + ", ".join(doc["files"]))
+
+
 if __name__ == "__main__":
     main()
