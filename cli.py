@@ -70,9 +70,9 @@ def _fmt_bytes(n: int) -> str:
 @click.option("--save-model", type=click.Path(file_okay=False), help="Write one JSON model file per party.")
 @click.option("--verbose", is_flag=True, help="Print the per-tree time breakdown.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, epsilon, epsilon_per_feature, trees, depth, learning_rate, max_bin,
+def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, depth, learning_rate, max_bin,
              reg_lambda, min_child_weight, gamma, key_bits, encryption, test_size, seed, output_json,
-             predictions, save_model, verbose, quiet):
+             predictions, save_model, verbose, quiet, epsilon=None, epsilon_per_feature=None):
     """Run a whole federation in one process and report time, test metric and bytes."""
     from tqdm import tqdm
 
@@ -118,7 +118,8 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, epsilon, e
     click.echo(f"train time: {result['train_seconds']:.2f} s")
     if mode == "dp":
         for p, e in result["epsilon_per_party"].items():
-            click.echo(f"privacy {p}: epsilon {e} per row in total, {result['epsilon_per_feature'][p]} per feature")
+            click.echo(f"privacy {p}: epsilon {e} per row in total (each feature's release "
+                       f"{result['epsilon_per_feature'][p]}-LDP)")
     if result["test_auc"] is not None:
         click.echo(f"test AUC: {result['test_auc']:.4f}")
     for pair, n in result["bytes_sent"].items():

@@ -52,10 +52,10 @@ def main(argv=None) -> int:
         rows = []
         for e in s["entries"]:
             row = {k: e[k] for k in ("mode", "epsilon", "n_runs", "auc_mean", "auc_std",
-                                     "train_seconds_mean", "total_bytes_mean")}
+                                     "train_seconds_mean", "train_bytes_mean")}
             if ref is not None:
                 row["seconds_vs_plain"] = e["train_seconds_mean"] / ref["train_seconds_mean"]
-                row["bytes_vs_plain"] = e["total_bytes_mean"] / ref["total_bytes_mean"]
+                row["train_bytes_vs_plain"] = e["train_bytes_mean"] / ref["train_bytes_mean"]
                 row["auc_minus_plain"] = (e["auc_mean"] - ref["auc_mean"]) if e["auc_mean"] is not None else None
             rows.append(row)
         out["datasets"][ds] = {"he_equals_plain": s["he_equals_plain"], "modes": rows}

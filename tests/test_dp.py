@@ -143,7 +143,7 @@ def test_cli_accounting_three_feature_party(tmp_path):
     assert d["epsilon_per_feature"] == {"host": 1.0}
     assert d["epsilon_per_party"] == {"host": 3.0}
     assert d["params"]["epsilon"] == 3.0 and d["params"]["epsilon_per_feature"] is None
-    assert "privacy host: epsilon 3.0" in r.output and "1.0 per feature" in r.output
+    assert "privacy host: epsilon 3.0" in r.output and "1.0-LDP" in r.output
     r = CliRunner().invoke(main, ["simulate", "--guest", g, "--host", h, "--mode", "dp",
                                   "--epsilon-per-feature", "inf", "--trees", "2", "--quiet",
                                   "--output-json", str(out)])
@@ -355,4 +355,4 @@ def test_dp_training_is_reproducible_in_simulation_and_noisy():
     assert all(0 < q < 0.1 for q in r1["rr_stay_probability"]["host1"])
     # a DP run sends far fewer bytes than the plain protocol: one release, a few registrations
     _, rp, _, _ = simulate(frames, TrainParams(mode="plain", n_estimators=3, max_depth=3))
-    assert r1["total_bytes"] < rp["total_bytes"] / 3
+    assert r1["train_bytes"] < rp["train_bytes"] / 3

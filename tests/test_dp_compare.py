@@ -29,11 +29,12 @@ def test_cli_compare_tiny_writes_csv_json_png(tmp_path):
     rows = list(csv.DictReader((out / "compare_runs.csv").read_text().splitlines()))
     assert [(x["mode"], x["epsilon"]) for x in rows] == [("plain", ""), ("dp", "1.0"), ("dp", "inf")]
     for x in rows:
-        assert 0.5 < float(x["test_auc"]) <= 1 and float(x["train_seconds"]) > 0 and int(x["total_bytes"]) > 0
+        assert 0.5 < float(x["test_auc"]) <= 1 and float(x["train_seconds"]) > 0
+        assert 0 < int(x["train_bytes"]) < int(x["total_bytes"])
     assert json.loads(rows[1]["epsilon_per_feature"]) == {"host1": pytest.approx(1 / 15)}
     # eps = inf is the plain model on the same split, exactly
     assert rows[2]["test_auc"] == rows[0]["test_auc"]
-    assert float(rows[1]["total_bytes"]) < float(rows[0]["total_bytes"])
+    assert int(rows[1]["train_bytes"]) < int(rows[0]["train_bytes"])
     doc = json.loads((out / "compare_runs.json").read_text())
     assert doc["settings"]["epsilons"] == [1.0, "inf"] and len(doc["runs"]) == 3
     assert [e["mode"] for e in doc["summary"]["breast_cancer"]["entries"]] == ["plain", "dp", "dp"]
@@ -49,9 +50,9 @@ def test_compare_he_matches_plain_and_xgboost_reference(tmp_path):
                                                       ("plain", 1), ("local", 1), ("xgboost", 1)]
     assert doc["summary"]["breast_cancer"]["he_equals_plain"] is True
     he = next(x for x in runs if x["mode"] == "he")
-    assert he["key_bits"] == 1024 and he["total_bytes"] > 3 * runs[0]["total_bytes"]
+    assert he["key_bits"] == 1024 and he["train_bytes"] > 3 * runs[0]["train_bytes"]
     assert any("1024-bit" in n for n in doc["notes"])
-    assert all(x["total_bytes"] == 0 for x in runs if x["mode"] in ("local", "xgboost"))
+    assert all(x["train_bytes"] == 0 for x in runs if x["mode"] in ("local", "xgboost"))
     assert not (tmp_path / "breast_cancer_cost.png").exists()      # --no-plots
 
 

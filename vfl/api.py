@@ -162,6 +162,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     t0 = time.perf_counter()
     fed.fit(params, on_round=on_round)
     train_seconds = time.perf_counter() - t0
+    train_bytes = fed.transport.total_bytes()       # before prediction traffic
     test_frames = {pf.name: pf.frame for pf in test}
     t0 = time.perf_counter()
     proba = fed.predict_proba(test_frames)
@@ -177,6 +178,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         params=params.to_dict(), timings=fed.active.timings,
         crypto_seconds=dict(fed.active.channel.timing) if fed.active.channel else {},
     )
+    result["train_bytes"] = train_bytes
     if params.mode == "dp":     # privacy accounting: epsilon_per_feature, epsilon_per_party (by party)
         result.update(fed.active.dp_report)
     return fed, result, test[0].frame[test[0].id_col].to_numpy(), proba

@@ -19,7 +19,8 @@ noise) it trains, with the same trees/depth/learning rate/bins everywhere:
   non-private ceiling), when ``xgboost`` is installed.
 
 It writes ``compare_runs.csv`` and ``compare_runs.json`` (every run: data
-set, mode, epsilon, seed, test AUC, train seconds, bytes sent, ...; the JSON
+set, mode, epsilon, seed, test AUC, train seconds, bytes sent in training
+and in all, ...; the JSON
 also holds the settings, a summary per data set and notes) and, with
 matplotlib, two PNG figures per data set: ``<dataset>_auc_vs_epsilon.png``
 and ``<dataset>_cost.png``.
@@ -45,7 +46,7 @@ DEFAULT_EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, INF)
 MODES = ("plain", "he", "dp", "local", "xgboost")
 DEFAULT_MODES = ("plain", "he", "dp", "local", "xgboost")
 CSV_COLUMNS = ["dataset", "mode", "epsilon", "epsilon_scope", "seed", "test_auc", "train_seconds",
-               "predict_seconds", "total_bytes", "n_train", "n_test", "n_trees", "key_bits",
+               "predict_seconds", "train_bytes", "total_bytes", "n_train", "n_test", "n_trees", "key_bits",
                "epsilon_per_feature", "epsilon_per_party"]
 
 
@@ -175,7 +176,8 @@ def _run_federated(frames, dataset, mode, epsilon, seed, cfg: CompareConfig) -> 
     return {"dataset": dataset, "mode": mode, "epsilon": epsilon,
             "epsilon_scope": cfg.epsilon_scope if mode == "dp" else None, "seed": seed,
             "test_auc": res["test_auc"], "train_seconds": res["train_seconds"],
-            "predict_seconds": res["predict_seconds"], "total_bytes": res["total_bytes"],
+            "predict_seconds": res["predict_seconds"], "train_bytes": res["train_bytes"],
+            "total_bytes": res["total_bytes"],
             "n_train": res["n_train"], "n_test": res["n_test"], "n_trees": res["n_trees"],
             "key_bits": cfg.key_bits if mode == "he" else None,
             "epsilon_per_feature": res.get("epsilon_per_feature"),
@@ -213,7 +215,8 @@ def _run_xgboost(frames, dataset, seed, cfg: CompareConfig) -> dict:
     auc = float(roc_auc_score(yte, model.predict_proba(Xte)[:, 1]))
     return {"dataset": dataset, "mode": "xgboost", "epsilon": None, "epsilon_scope": None, "seed": seed,
             "test_auc": auc, "train_seconds": seconds, "predict_seconds": time.perf_counter() - t0,
-            "total_bytes": 0, "n_train": int(len(ytr)), "n_test": int(len(yte)), "n_trees": p.n_estimators,
+            "train_bytes": 0, "total_bytes": 0, "n_train": int(len(ytr)), "n_test": int(len(yte)),
+            "n_trees": p.n_estimators,
             "key_bits": None, "epsilon_per_feature": None, "epsilon_per_party": None}
 
 
@@ -240,6 +243,7 @@ def summarize(runs: list[dict]) -> dict:
                 "auc_min": float(auc.min()) if auc.size else None,
                 "auc_max": float(auc.max()) if auc.size else None,
                 "train_seconds_mean": float(np.mean([r["train_seconds"] for r in rs])),
+                "train_bytes_mean": float(np.mean([r["train_bytes"] for r in rs])),
                 "total_bytes_mean": float(np.mean([r["total_bytes"] for r in rs])),
                 "epsilon_per_feature": rs[0]["epsilon_per_feature"]})
         # HE grows plain's trees bit for bit: check it on the seeds where both ran
@@ -256,13 +260,13 @@ def format_table(summary: dict) -> str:
     for ds, s in summary.items():
         lines.append(f"{ds}:")
         lines.append(f"  {'mode':8} {'epsilon':>8} {'runs':>4} {'AUC mean':>9} {'+-std':>7} "
-                     f"{'min':>7} {'max':>7} {'train s':>8} {'bytes':>12}")
+                     f"{'min':>7} {'max':>7} {'train s':>8} {'train bytes':>12}")
         for e in s["entries"]:
             eps = "" if e["epsilon"] is None else str(e["epsilon"])
             auc = "n/a" if e["auc_mean"] is None else f"{e['auc_mean']:.4f}"
             lines.append(f"  {e['mode']:8} {eps:>8} {e['n_runs']:>4} {auc:>9} {e['auc_std']:>7.4f} "
                          f"{(e['auc_min'] or 0):>7.4f} {(e['auc_max'] or 0):>7.4f} "
-                         f"{e['train_seconds_mean']:>8.2f} {e['total_bytes_mean']:>12.0f}")
+                         f"{e['train_seconds_mean']:>8.2f} {e['train_bytes_mean']:>12.0f}")
         if s["he_equals_plain"] is not None:
             lines.append(f"  HE AUC == plain AUC on the same split: {s['he_equals_plain']}")
     return "\n".join(lines)
@@ -361,13 +365,13 @@ def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Pa
     names = {"he": f"HE ({cfg.key_bits}-bit)", "plain": "plain", "dp": "DP", "local": "active\nalone",
              "xgboost": "central.\nXGBoost"}
     secs = [np.mean([r["train_seconds"] for r in rs if r["mode"] == m]) for m in order]
-    byts = [np.mean([r["total_bytes"] for r in rs if r["mode"] == m]) for m in order]
+    byts = [np.mean([r["train_bytes"] for r in rs if r["mode"] == m]) for m in order]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(7.2, 3.4), dpi=100)
     colors = {"he": "tab:red", "plain": "tab:orange", "dp": "tab:blue", "local": "tab:gray", "xgboost": "black"}
     sent = [(m, b) for m, b in zip(order, byts) if b > 0]       # the non-federated runs send nothing
     for ax, modes, vals, title, fmt in (
             (a1, order, secs, "training time (s, log)", "{:.2g}"),
-            (a2, [m for m, _ in sent], [b for _, b in sent], "bytes sent, all parties (log)", None)):
+            (a2, [m for m, _ in sent], [b for _, b in sent], "bytes sent in training, all parties (log)", None)):
         xs = np.arange(len(modes))
         ax.bar(xs, [max(v, 1e-4) for v in vals], color=[colors[m] for m in modes])
         ax.set_yscale("log")
@@ -430,7 +434,7 @@ def run_comparison(cfg: CompareConfig, out_dir, progress: Callable[[str], None] 
                 run = _run_federated(frames, ds, mode, eps, seed, cfg)
                 runs.append(run)
                 say(f"[{ds}] seed {seed} {mode}{'' if eps is None else f' eps={eps:g}'}: "
-                    f"AUC {run['test_auc']:.4f}, {run['train_seconds']:.2f} s, {run['total_bytes']} bytes")
+                    f"AUC {run['test_auc']:.4f}, {run['train_seconds']:.2f} s, {run['train_bytes']} bytes in training")
             if "xgboost" in modes:
                 run = _run_xgboost(frames, ds, seed, cfg)
                 runs.append(run)
