@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
-from vfl.compare import CompareConfig, _centralized, load_dataset, run_comparison
+from vfl.compare import CompareConfig, _centralized, load_dataset, replot, run_comparison
 from vfl.errors import InputError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -39,6 +39,10 @@ def test_cli_compare_tiny_writes_csv_json_png(tmp_path):
     assert doc["settings"]["epsilons"] == [1.0, "inf"] and len(doc["runs"]) == 3
     assert [e["mode"] for e in doc["summary"]["breast_cancer"]["entries"]] == ["plain", "dp", "dp"]
     assert "breast_cancer:" in r.output and "dp" in r.output
+    # figures can be redrawn from the JSON without training
+    (out / "breast_cancer_cost.png").unlink()
+    assert sorted(p.name for p in replot(out)) == ["breast_cancer_auc_vs_epsilon.png", "breast_cancer_cost.png"]
+    assert (out / "breast_cancer_cost.png").read_bytes().startswith(PNG_MAGIC)
 
 
 def test_compare_he_matches_plain_and_xgboost_reference(tmp_path):

@@ -351,7 +351,7 @@ def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Pa
     ax.set_title(f"{dataset}: AUC vs privacy budget "
                  f"({cfg.n_estimators} trees, depth {cfg.max_depth}, {cfg.max_bin} bins)", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="best")
     if "xgboost" in cfg.modes and ("xgboost", None) not in by:
         ax.text(0.01, 0.01, "centralized XGBoost line omitted: xgboost not installed",
                 transform=ax.transAxes, fontsize=7, color="gray")
@@ -398,6 +398,22 @@ def _fmt_bytes(n: float) -> str:
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
+
+
+def replot(out_dir) -> list[Path]:
+    """Redraw the PNG figures from ``out_dir/compare_runs.json`` (no training)."""
+    out_dir = Path(out_dir)
+    try:
+        doc = json.loads((out_dir / "compare_runs.json").read_text())
+        cfg = CompareConfig(**{k: v for k, v in doc["settings"].items()
+                               if k in CompareConfig.__dataclass_fields__}).validate()
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise InputError(f"cannot read a comparison from {out_dir}: {exc}") from None
+    runs = [{**r, "epsilon": None if r["epsilon"] is None else check_epsilon(r["epsilon"])} for r in doc["runs"]]
+    paths = []
+    for ds in dict.fromkeys(r["dataset"] for r in runs):
+        paths += plot_dataset(ds, runs, cfg, out_dir, doc.get("notes", []))
+    return paths
 
 
 # --- the whole comparison ------------------------------------------------------
