@@ -356,3 +356,14 @@ def test_dp_training_is_reproducible_in_simulation_and_noisy():
     # a DP run sends far fewer bytes than the plain protocol: one release, a few registrations
     _, rp, _, _ = simulate(frames, TrainParams(mode="plain", n_estimators=3, max_depth=3))
     assert r1["train_bytes"] < rp["train_bytes"] / 3
+
+
+def test_release_with_256_buckets_uses_wide_indices():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3000, 1))
+    X[::10, 0] = np.nan
+    binner, B = equal_frequency_buckets(X, 256)
+    assert binner.n_bins[0] == 257
+    noisy, domain = release_buckets(B, binner.n_bins, 2.0, np.random.default_rng(1))
+    assert noisy.dtype == np.uint16 and domain[0] == 257 and noisy.max() == 256
+    assert dumps(m.DPRelease(noisy, binner.n_bins.astype(np.int32), domain, 2.0))
