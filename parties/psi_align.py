@@ -58,15 +58,15 @@ def psi_match(transport: Transport, peers: list[str], local_name: str, ids, salt
         r = replies[p]
         if not isinstance(r, m.PsiResponse):
             raise PeerError(f"party {p!r} answered {type(r).__name__} to a PSI request")
-        dbl = psi.check_points(r.double_blinded, f"party {p!r}'s double-blinded ids")
+        dbl = psi.check_points(r.double_blinded, f"the double-blinded ids from party {p!r}")
         if len(dbl) != len(sent):
             raise PeerError(f"party {p!r} returned {len(dbl)} double-blinded ids for {len(sent)} sent")
         own_dbl = np.empty_like(dbl)
         own_dbl[perm] = dbl
-        psi.check_distinct(own_dbl, f"party {p!r}'s double-blinded ids")
-        theirs = key.blind(psi.check_points(r.blinded, f"party {p!r}'s blinded ids"),
-                           f"party {p!r}'s blinded ids")
-        held[p] = psi.match(own_dbl, theirs, f"party {p!r}'s blinded ids")
+        psi.check_distinct(own_dbl, f"the double-blinded ids from party {p!r}")
+        theirs = key.blind(psi.check_points(r.blinded, f"the blinded ids of party {p!r}"),
+                           f"the blinded ids of party {p!r}")
+        held[p] = psi.match(own_dbl, theirs, f"the blinded ids of party {p!r}")
         sizes[p] = int(len(theirs))
     return PsiMatch(held, sizes)
 
