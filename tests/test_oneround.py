@@ -18,7 +18,7 @@ from protocols import messages as m
 from protocols.serialization import dumps, loads
 from protocols.transport import InMemoryTransport, frame_handler
 from vfl.api import Federation, federation_from_frames
-from vfl.errors import PeerError
+from vfl.errors import PeerError, ProtocolError
 from vfl.leafmask import Skeleton, leaf_masks, resolve_leaves, skeleton_of
 from vfl.params import TrainParams
 from vfl.tree import Node, Tree
@@ -243,9 +243,9 @@ def test_leaf_masks_by_hand():
         resolve_leaves(ma, sk_a, ["A"])                                    # B's node left open
     i32 = lambda *v: np.array(v, dtype=np.int32)                          # noqa: E731
     no_rec = np.full(5, -1, dtype=np.int64)
-    with pytest.raises(Exception, match="exactly one parent"):             # nodes 3, 4: two parents
+    with pytest.raises(ProtocolError, match="exactly one parent"):             # nodes 3, 4: two parents
         Skeleton(i32(5), i32(1, 3, 3, -1, -1), i32(2, 4, 4, -1, -1), no_rec).validate()
-    with pytest.raises(Exception, match="exactly one parent"):             # nodes 3, 4: no parent
+    with pytest.raises(ProtocolError, match="exactly one parent"):             # nodes 3, 4: no parent
         Skeleton(i32(5), i32(1, -1, -1, -1, -1), i32(2, -1, -1, -1, -1), no_rec).validate()
 
 
