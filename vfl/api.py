@@ -161,6 +161,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     from sklearn.metrics import roc_auc_score
 
     from datasets.split import train_test_split_parties
+    from vfl.leafmask import DEFAULT_PREDICTION
 
     train, test = train_test_split_parties(party_frames, test_size=test_size, seed=seed)
     fed = federation_from_frames(train, record=record)
@@ -181,6 +182,6 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         alignment=fed.active.alignment_report, n_trees=sum(len(r) for r in fed.model.rounds),
         params=params.to_dict(), timings=fed.active.timings,
         crypto_seconds=dict(fed.active.channel.timing) if fed.active.channel else {},
-        align=params.align, prediction=prediction or "one-round",
+        align=params.align, prediction=prediction or DEFAULT_PREDICTION,
     )
     return fed, result, test[0].frame[test[0].id_col].to_numpy(), proba
