@@ -198,6 +198,10 @@ class PassiveParty:
         idx = [names.index(f) for f in self.feature_names]
         self._pred_ids, self._pred_X = ids, X[:, idx]
 
+    def clear_prediction_data(self) -> None:
+        """Answer prediction queries about the training rows again."""
+        self._pred_ids = self._pred_X = None
+
     def _on_PredictStart(self, req: m.PredictStart):
         self._check_allowed("hash", self.allowed_align, "alignment")
         if req.model_id != self.model_id:

@@ -61,7 +61,9 @@ class Federation:
         return self.active.fit(self.transport, list(self.passives), params, on_round)
 
     def _load_frames(self, frames: dict[str, pd.DataFrame] | None):
-        if frames is None:
+        if frames is None:            # predict the training rows again
+            for p in self.passives.values():
+                p.clear_prediction_data()
             return None
         unknown = set(frames) - {self.active.name, *self.passives}
         if unknown:
