@@ -10,7 +10,6 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-import gmpy2
 import numpy as np
 import pandas as pd
 

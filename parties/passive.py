@@ -24,6 +24,7 @@ from protocols.serialization import BigInts
 from vfl.binning import Binner
 from vfl.errors import InputError, ProtocolError
 from vfl.frames import feature_matrix
+from vfl.model import read_model_json
 
 PASSIVE_FORMAT = "vfl-boost-passive-model"
 
@@ -333,8 +334,4 @@ class PassiveParty:
 
     @classmethod
     def load_model(cls, path) -> "PassiveParty":
-        try:
-            d = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"cannot read model file {path}: {exc}") from None
-        return cls.from_model_dict(d)
+        return cls.from_model_dict(read_model_json(path))

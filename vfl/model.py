@@ -19,6 +19,14 @@ MODEL_VERSION = 1
 RemoteRouter = Callable[[str, np.ndarray, np.ndarray], np.ndarray]
 
 
+def read_model_json(path) -> dict:
+    """A model file's JSON, or an InputError naming the file."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read model file {path}: {exc}") from None
+
+
 @dataclass
 class BoostedModel:
     objective: str
@@ -66,11 +74,7 @@ class BoostedModel:
 
     @classmethod
     def load(cls, path) -> "BoostedModel":
-        try:
-            d = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"cannot read model file {path}: {exc}") from None
-        return cls.from_dict(d)
+        return cls.from_dict(read_model_json(path))
 
     def predict_raw(self, X_active: np.ndarray, route_remote: RemoteRouter,
                     n_rounds: int | None = None) -> np.ndarray:
