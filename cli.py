@@ -70,9 +70,14 @@ def _fmt_bytes(n: int) -> str:
 @click.option("--save-model", type=click.Path(file_okay=False), help="Write one JSON model file per party.")
 @click.option("--verbose", is_flag=True, help="Print the per-tree time breakdown.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--align", type=click.Choice(["hash", "psi"]), default="hash", show_default=True,
+              help="Sample alignment: salted mmh3 hashes, or ECDH private set intersection (X25519).")
+@click.option("--prediction", type=click.Choice(["one-round", "node"]), default="one-round", show_default=True,
+              help="Prediction protocol: one message of leaf masks per passive party, or node-by-node routing.")
 def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, depth, learning_rate, max_bin,
              reg_lambda, min_child_weight, gamma, key_bits, encryption, test_size, seed, output_json,
-             predictions, save_model, verbose, quiet, epsilon=None, epsilon_per_feature=None):
+             predictions, save_model, verbose, quiet, align="hash", prediction="one-round",
+             epsilon=None, epsilon_per_feature=None):
     """Run a whole federation in one process and report time, test metric and bytes."""
     from tqdm import tqdm
 
@@ -87,7 +92,7 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
             params = TrainParams(n_estimators=trees, max_depth=depth, learning_rate=learning_rate,
                                  max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight,
                                  gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed,
-                                 epsilon=epsilon, epsilon_per_feature=epsilon_per_feature)
+                                 align=align, epsilon=epsilon, epsilon_per_feature=epsilon_per_feature)
             from crypto.keys import check_key_bits
             if mode == "he":
                 check_key_bits(key_bits)
@@ -95,6 +100,7 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
             click.echo(f"warning: {w.message}", err=True)
         names = ", ".join(f"{pf.name} ({len(pf.feature_names)} features)" for pf in party_frames)
         click.echo(f"parties: {names}; mode {mode}" + (f", {key_bits}-bit Paillier" if mode == "he" else ""))
+        click.echo(f"alignment: {align}; prediction: {prediction}")
         bar = tqdm(total=trees, desc="trees", unit="tree", disable=quiet, file=sys.stderr)
 
         def on_round(r, info):
@@ -106,7 +112,7 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", WeakKeyWarning)
             fed, result, test_ids, proba = run(party_frames, params, test_size=test_size, seed=seed,
-                                               on_round=on_round)
+                                               on_round=on_round, prediction=prediction)
         bar.close()
     except VFLError as exc:
         _fail(exc)

@@ -250,13 +250,16 @@ def test_active_never_receives_raw_values_or_boundaries():
     a, b, c = small_frames(400, seed=1)
     fed = _fed((a, b, c), record=True)
     fed.fit(TrainParams(mode="dp", epsilon=2.0, n_estimators=3, max_depth=3, max_bin=8))
-    fed.predict_proba({"a": a, "b": b, "c": c})
+    p1 = fed.predict_proba({"a": a, "b": b, "c": c}, prediction="one-round")
+    p2 = fed.predict_proba({"a": a, "b": b, "c": c}, prediction="node")
+    assert np.array_equal(p1, p2)
     secrets_ = {"b": b[["b0", "b1"]].to_numpy(), "c": c[["c0", "c1"]].to_numpy()}
     thresholds = {name: np.concatenate(Binner(8).fit(X).thresholds_) for name, X in secrets_.items()}
     to_active = [(s, loads(f)) for s, r, f in fed.transport.log if r == "a"]
     to_passive = [loads(f) for s, r, f in fed.transport.log if r != "a"]
     assert {type(x).__name__ for _, x in to_active} <= {
-        "IdHashes", "AlignAck", "BinningInfo", "DPRelease", "DPSplitRecords", "Ack", "RouteResponse"}
+        "IdHashes", "AlignAck", "BinningInfo", "DPRelease", "DPSplitRecords", "Ack", "RouteResponse",
+        "LeafMaskResponse"}
     assert not {type(x).__name__ for x in to_passive} & {"Gradients", "HistogramRequest", "SplitRequest",
                                                          "PublicKey"}
     releases = {s: x for s, x in to_active if isinstance(x, m.DPRelease)}
@@ -367,3 +370,13 @@ def test_release_with_256_buckets_uses_wide_indices():
     noisy, domain = release_buckets(B, binner.n_bins, 2.0, np.random.default_rng(1))
     assert noisy.dtype == np.uint16 and domain[0] == 257 and noisy.max() == 256
     assert dumps(m.DPRelease(noisy, binner.n_bins.astype(np.int32), domain, 2.0))
+
+
+def test_dp_mode_with_psi_alignment_matches_hash_alignment():
+    a, b, c = small_frames(150, seed=2)
+    preds = []
+    for align in ("hash", "psi"):
+        fed = _fed((a, b, c))
+        fed.fit(TrainParams(mode="dp", epsilon=INF, align=align, n_estimators=2, max_depth=2))
+        preds.append(fed.predict_raw({"a": a, "b": b, "c": c}))
+    assert np.array_equal(preds[0], preds[1])

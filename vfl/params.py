@@ -11,6 +11,7 @@ from vfl.errors import InputError
 
 MODES = ("he", "plain", "dp")
 OBJECTIVES = ("binary",)
+ALIGNMENTS = ("hash", "psi")      # sample alignment: salted mmh3 hashes, or ECDH PSI over X25519
 
 
 @dataclass
@@ -28,6 +29,7 @@ class TrainParams:
     precision_bits: int = 32
     encryption: str = "fast"      # "fast" (short-exponent) or "standard"
     seed: int = 0
+    align: str = "hash"           # "hash" or "psi" (see protocols/psi.py)
     epsilon: float | None = None              # mode dp: each passive party's total (see vfl.dp)
     epsilon_per_feature: float | None = None  # mode dp: alternatively, per released feature
 
@@ -64,6 +66,8 @@ class TrainParams:
             raise InputError(f"parameter objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.encryption not in ("fast", "standard"):
             raise InputError(f"parameter encryption must be 'fast' or 'standard', got {self.encryption!r}")
+        if self.align not in ALIGNMENTS:
+            raise InputError(f"parameter align must be one of {ALIGNMENTS}, got {self.align!r}")
         self._validate_dp()
         return self
 
