@@ -48,7 +48,11 @@ def _fmt_bytes(n: int) -> str:
 @click.option("--id-col", default="id", show_default=True)
 @click.option("--label-col", default="y", show_default=True)
 @click.option("--parties", default=2, show_default=True, help="Parties for the bundled dataset.")
-@click.option("--mode", type=click.Choice(["he", "plain"]), default="he", show_default=True)
+@click.option("--mode", type=click.Choice(["he", "plain", "dp"]), default="he", show_default=True)
+@click.option("--epsilon", type=float, default=None,
+              help="Mode dp: each passive party's privacy budget, split evenly over its features (inf: no noise).")
+@click.option("--epsilon-per-feature", type=float, default=None,
+              help="Mode dp: the budget per released feature instead (a party's total is this times its features).")
 @click.option("--trees", default=10, show_default=True, help="Boosting rounds (n_estimators).")
 @click.option("--depth", default=4, show_default=True, help="max_depth.")
 @click.option("--learning-rate", default=0.3, show_default=True)
@@ -66,9 +70,14 @@ def _fmt_bytes(n: int) -> str:
 @click.option("--save-model", type=click.Path(file_okay=False), help="Write one JSON model file per party.")
 @click.option("--verbose", is_flag=True, help="Print the per-tree time breakdown.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--align", type=click.Choice(["hash", "psi"]), default="hash", show_default=True,
+              help="Sample alignment: salted mmh3 hashes, or ECDH private set intersection (X25519).")
+@click.option("--prediction", type=click.Choice(["one-round", "node"]), default="one-round", show_default=True,
+              help="Prediction protocol: one message of leaf masks per passive party, or node-by-node routing.")
 def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, depth, learning_rate, max_bin,
              reg_lambda, min_child_weight, gamma, key_bits, encryption, test_size, seed, output_json,
-             predictions, save_model, verbose, quiet):
+             predictions, save_model, verbose, quiet, align="hash", prediction="one-round",
+             epsilon=None, epsilon_per_feature=None):
     """Run a whole federation in one process and report time, test metric and bytes."""
     from tqdm import tqdm
 
@@ -82,7 +91,8 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
             warnings.simplefilter("always", WeakKeyWarning)
             params = TrainParams(n_estimators=trees, max_depth=depth, learning_rate=learning_rate,
                                  max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight,
-                                 gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed)
+                                 gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed,
+                                 align=align, epsilon=epsilon, epsilon_per_feature=epsilon_per_feature)
             from crypto.keys import check_key_bits
             if mode == "he":
                 check_key_bits(key_bits)
@@ -90,6 +100,7 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
             click.echo(f"warning: {w.message}", err=True)
         names = ", ".join(f"{pf.name} ({len(pf.feature_names)} features)" for pf in party_frames)
         click.echo(f"parties: {names}; mode {mode}" + (f", {key_bits}-bit Paillier" if mode == "he" else ""))
+        click.echo(f"alignment: {align}; prediction: {prediction}")
         bar = tqdm(total=trees, desc="trees", unit="tree", disable=quiet, file=sys.stderr)
 
         def on_round(r, info):
@@ -101,7 +112,7 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", WeakKeyWarning)
             fed, result, test_ids, proba = run(party_frames, params, test_size=test_size, seed=seed,
-                                               on_round=on_round)
+                                               on_round=on_round, prediction=prediction)
         bar.close()
     except VFLError as exc:
         _fail(exc)
@@ -111,6 +122,10 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
         click.echo(f"aligned {party}: {rep['n_kept']} of {rep['n_rows']} rows kept")
     click.echo(f"train: {result['n_train']} rows, test: {result['n_test']} rows")
     click.echo(f"train time: {result['train_seconds']:.2f} s")
+    if mode == "dp":
+        for p, e in result["epsilon_per_party"].items():
+            click.echo(f"privacy {p}: epsilon {e} per row in total (each feature's release "
+                       f"{result['epsilon_per_feature'][p]}-LDP)")
     if result["test_auc"] is not None:
         click.echo(f"test AUC: {result['test_auc']:.4f}")
     for pair, n in result["bytes_sent"].items():
@@ -128,6 +143,48 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
             click.echo("saved model files: " + ", ".join(str(p) for p in paths))
     except OSError as exc:
         _fail(exc)
+
+
+@main.command()
+@click.option("--dataset", "datasets", multiple=True,
+              help="Repeatable. Default: breast_cancer, plus default_credit and give_credit when "
+                   "../shared/datasets exists.")
+@click.option("--modes", default="plain,he,dp,local,xgboost", show_default=True,
+              help="Comma list of plain, he, dp, local (active party alone), xgboost (centralized).")
+@click.option("--epsilons", default="0.5,1,2,4,8,inf", show_default=True, help="DP budgets to sweep.")
+@click.option("--epsilon-scope", type=click.Choice(["party", "feature"]), default="party", show_default=True,
+              help="Whether an epsilon is each passive party's total or per feature.")
+@click.option("--seeds", default=3, show_default=True, help="Seeds 0..N-1 (train/test split and DP noise).")
+@click.option("--he-seeds", default=1, show_default=True,
+              help="HE runs only for the first N seeds (HE grows plain's trees exactly; it costs time).")
+@click.option("--trees", default=10, show_default=True)
+@click.option("--depth", default=4, show_default=True)
+@click.option("--learning-rate", default=0.3, show_default=True)
+@click.option("--max-bin", default=32, show_default=True, help="Bins in every mode (DP: buckets q).")
+@click.option("--key-bits", default=1024, show_default=True, help="Paillier key size of the HE runs.")
+@click.option("--test-size", default=0.2, show_default=True)
+@click.option("--out-dir", default="compare_results", show_default=True, type=click.Path(file_okay=False))
+@click.option("--no-plots", is_flag=True, help="Only CSV/JSON (no matplotlib needed).")
+@click.option("--quiet", is_flag=True, help="No line per run.")
+def compare(datasets, modes, epsilons, epsilon_scope, seeds, he_seeds, trees, depth, learning_rate, max_bin,
+            key_bits, test_size, out_dir, no_plots, quiet):
+    """Compare plain, HE and DP (at several epsilons) on the same splits: CSV, JSON and PNG figures."""
+    from vfl.compare import CompareConfig, format_table, run_comparison
+
+    cfg = CompareConfig(datasets=tuple(datasets), modes=tuple(x.strip() for x in modes.split(",") if x.strip()),
+                        epsilons=epsilons, epsilon_scope=epsilon_scope, seeds=seeds, he_seeds=he_seeds,
+                        n_estimators=trees, max_depth=depth, learning_rate=learning_rate, max_bin=max_bin,
+                        key_bits=key_bits, test_size=test_size, plots=not no_plots)
+    try:
+        doc = run_comparison(cfg, out_dir, progress=None if quiet else lambda s: click.echo(s, err=True))
+    except VFLError as exc:
+        _fail(exc)
+    except OSError as exc:
+        _fail(exc)
+    click.echo(format_table(doc["summary"]))
+    for note in doc["notes"]:
+        click.echo(f"note: {note}")
+    click.echo("wrote: " + ", ".join(doc["files"]))
 
 
 
@@ -224,9 +281,15 @@ def party():
               help="Where this party keeps its lookup tables, one file per model.")
 @click.option("--allow-client", "allow_clients", multiple=True,
               help="Accept only clients whose certificate is for this name (repeatable; TLS only).")
+@click.option("--allow-align", "allow_align", multiple=True, type=click.Choice(["hash", "psi"]),
+              help="Alignment methods this party accepts (repeatable) [default: hash and psi].")
+@click.option("--allow-prediction", "allow_prediction", multiple=True, type=click.Choice(["one-round", "node"]),
+              help="Prediction protocols this party accepts (repeatable) [default: both].")
+@click.option("--dp-max-epsilon-per-feature", type=float, default=None,
+              help="Mode dp: refuse a noisy release with a larger budget per feature.")
 @_net_options
-def party_passive(name, listen, data, id_col, model_dir, allow_clients, tls_dir, insecure, token_file,
-                  max_message_mb, log_level):
+def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_align, allow_prediction,
+                  dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level):
     """Serve training sessions and prediction requests of an active party."""
     from parties.network import serve_passive
 
@@ -239,7 +302,11 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, tls_dir,
             click.echo(f"{name}: listening on {host}:{port}")
             sys.stdout.flush()
 
-        serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready)
+        policy = {k: v for k, v in (("allowed_align", tuple(allow_align)),
+                                    ("allowed_prediction", tuple(allow_prediction)),
+                                    ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature)) if v}
+        serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready,
+                      policy=policy)
     except VFLError as exc:
         _fail(exc)
     except OSError as exc:
@@ -267,6 +334,10 @@ def _mode_choices():
 @click.option("--align", type=click.Choice(["hash", "psi"]), default="hash", show_default=True,
               help="Sample alignment: salted hashes, or ECDH private set intersection.")
 @click.option("--mode", type=click.Choice(_mode_choices()), default="he", show_default=True)
+@click.option("--epsilon", type=float, default=None,
+              help="Mode dp: each passive party's privacy budget, split evenly over its features (inf: no noise).")
+@click.option("--epsilon-per-feature", type=float, default=None,
+              help="Mode dp: the budget per released feature instead (a party's total is this times its features).")
 @click.option("--trees", default=10, show_default=True, help="Boosting rounds (n_estimators).")
 @click.option("--depth", default=4, show_default=True, help="max_depth.")
 @click.option("--learning-rate", default=0.3, show_default=True)
@@ -281,8 +352,9 @@ def _mode_choices():
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_net_options
 def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,
-                 align, mode, trees, depth, learning_rate, max_bin, reg_lambda, min_child_weight, gamma, key_bits,
-                 encryption, seed, output_json, quiet, tls_dir, insecure, token_file, max_message_mb, log_level):
+                 align, mode, epsilon, epsilon_per_feature, trees, depth, learning_rate, max_bin, reg_lambda,
+                 min_child_weight, gamma, key_bits, encryption, seed, output_json, quiet, tls_dir, insecure, token_file,
+                 max_message_mb, log_level):
     """Train with passive parties over the network (checkpoint after every tree)."""
     from tqdm import tqdm
 
@@ -300,7 +372,10 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
             warnings.simplefilter("always", WeakKeyWarning)
             params = TrainParams(n_estimators=trees, max_depth=depth, learning_rate=learning_rate,
                                  max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight,
-                                 gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed)
+                                 gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed,
+                                 **({"epsilon": epsilon} if epsilon is not None else {}),
+                                 **({"epsilon_per_feature": epsilon_per_feature}
+                                    if epsilon_per_feature is not None else {}))
             if mode == "he":
                 check_key_bits(key_bits)
         for w in caught:
@@ -344,13 +419,15 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
 @click.option("--id-col", default="id", show_default=True)
 @click.option("--peer", "peer_specs", multiple=True, help="Passive party NAME=HOST:PORT; repeat for each.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="CSV of ids and probabilities.")
-@click.option("--prediction", type=click.Choice(["one-round", "node"]), default="node", show_default=True,
+@click.option("--prediction", type=click.Choice(["one-round", "node"]), default="one-round", show_default=True,
               help="one-round: one batch of leaf masks per passive party; node: node-by-node routing.")
+@click.option("--align", type=click.Choice(["hash", "psi"]), default=None,
+              help="How the passive parties find the rows: salted hashes or PSI [default: as in training].")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds any single call may take.")
 @click.option("--connect-timeout", type=float, help="Seconds to wait for the peers [default: --timeout].")
 @click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
 @_net_options
-def predict(model_dir, data, id_col, peer_specs, out, prediction, timeout, connect_timeout, output_json,
+def predict(model_dir, data, id_col, peer_specs, out, prediction, align, timeout, connect_timeout, output_json,
             tls_dir, insecure, token_file, max_message_mb, log_level):
     """Score new rows with a model trained by `vfl party active` (passive parties must be serving)."""
     from parties.network import check_prediction, load_active_model, predict_active
@@ -364,7 +441,7 @@ def predict(model_dir, data, id_col, peer_specs, out, prediction, timeout, conne
         sec = _security(model.active_party, tls_dir, insecure, token_file)
         ids, proba, summary = predict_active(model_dir, data, id_col, peers, sec, out, timeout=timeout,
                                              prediction=prediction, max_frame_bytes=_max_bytes(max_message_mb),
-                                             connect_timeout=connect_timeout)
+                                             connect_timeout=connect_timeout, align=align)
         if output_json:
             Path(output_json).write_text(json.dumps(summary, indent=1, default=float))
     except VFLError as exc:

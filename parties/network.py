@@ -11,7 +11,6 @@ over a :class:`protocols.transport.Transport`); only the transport differs.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import logging
 import signal
@@ -44,11 +43,13 @@ def _read_csv(path, name, id_col, label_col=None):
 
 # --------------------------------------------------------------------------- passive
 def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security,
-                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, on_ready=None, stop_event=None) -> None:
-    """Serve until SIGINT/SIGTERM (or ``stop_event``). ``on_ready(port)`` is called once listening."""
+                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, on_ready=None, stop_event=None,
+                  policy: dict | None = None) -> None:
+    """Serve until SIGINT/SIGTERM (or ``stop_event``). ``on_ready(port)`` is called once listening;
+    ``policy``: :class:`PassiveServer` policy attributes (``allowed_align``, ...)."""
     check_address(listen, "--listen address")
     pf = _read_csv(data, name, id_col)
-    service = PassiveServer(name, pf.frame, id_col, model_dir, source=str(data))
+    service = PassiveServer(name, pf.frame, id_col, model_dir, source=str(data), policy=policy)
     server = PartyServer(name, service.handle_frame, listen, security, max_frame_bytes=max_frame_bytes)
     port = server.start()
     stop = stop_event or threading.Event()
@@ -68,16 +69,9 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
 
 # --------------------------------------------------------------------------- active: training
 def _with_align(params: TrainParams, align: str) -> TrainParams:
-    """Plumbing for ``--align``: ``hash`` is the core's alignment; ``psi`` needs the PSI alignment."""
     if align not in ALIGN_METHODS:
         raise InputError(f"--align must be one of {ALIGN_METHODS}, got {align!r}")
-    has_field = "align" in {f.name for f in dataclasses.fields(TrainParams)}
-    if has_field:
-        return dataclasses.replace(params, align=align)
-    if align != "hash":
-        raise InputError("--align psi (ECDH private set intersection) is not available in this build of "
-                         "vfl-boost; use --align hash (salted hashes)")
-    return params
+    return dataclasses.replace(params, align=align)
 
 
 def _find_active_model(model_dir: Path) -> Path | None:
@@ -105,12 +99,17 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     if name in peers:
         raise InputError(f"the active party and a passive party are both named {name!r}")
     params = _with_align(params, align)
+    resumable = params.mode != "dp"
     model_dir = Path(model_dir)
     if model_dir.exists() and not model_dir.is_dir():
         raise InputError(f"--model-dir {model_dir} is not a directory")
     ck_path, final_path = model_dir / CHECKPOINT_FILE, model_dir / f"{name}.json"
     existing = _find_active_model(model_dir) if model_dir.is_dir() else None
     ck = None
+    if resume and not resumable:
+        raise InputError("--resume is not available in dp mode: each passive party's noisy release happens "
+                         "once per training, and a resumed run would release again (spending more privacy "
+                         "budget); start the training again")
     if resume:
         if not ck_path.exists():
             if existing is not None:
@@ -141,14 +140,18 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         transport.connect(timeout=connect_timeout if connect_timeout is not None else timeout)
         t0 = time.perf_counter()
         try:
-            model = active.fit(transport, list(peers), params, on_round_, checkpoint=lambda c: c.save(ck_path),
-                               resume=ck)
+            model = active.fit(transport, list(peers), params, on_round_,
+                               checkpoint=(lambda c: c.save(ck_path)) if resumable else None, resume=ck)
         except VFLError as exc:
             n = state["rounds"]
             saved = ck_path.exists()
-            hint = (f"the checkpoint {ck_path} keeps the first {n} round(s) (completed: false): restart the "
-                    "failed party and run the same command with --resume" if saved and n > 0 else
-                    "no round was finished, so there is nothing to resume: start again")
+            if not resumable:
+                hint = "dp mode cannot be resumed: start again"
+            elif saved and n > 0:
+                hint = (f"the checkpoint {ck_path} keeps the first {n} round(s) (completed: false): restart the "
+                        "failed party and run the same command with --resume")
+            else:
+                hint = "no round was finished, so there is nothing to resume: start again"
             if isinstance(exc, PeerError):
                 raise PeerError(f"training stopped after {n} of {params.n_estimators} round(s): {exc}; "
                                 f"{hint}") from None
@@ -183,18 +186,14 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
 
 # --------------------------------------------------------------------------- active: prediction
 def check_prediction(prediction: str) -> None:
-    """Plumbing for ``--prediction``: ``node`` is the core's routing; ``one-round`` needs leaf masks."""
     if prediction not in PREDICTION_METHODS:
         raise InputError(f"--prediction must be one of {PREDICTION_METHODS}, got {prediction!r}")
-    if prediction != "node" and "prediction" not in inspect.signature(ActiveParty.predict_proba).parameters:
-        raise InputError("--prediction one-round (one batch of leaf masks per passive party) is not available "
-                         "in this build of vfl-boost; use --prediction node (node-by-node routing)")
 
 
-def _predict_proba(active: ActiveParty, transport, frame, source, prediction: str):
-    if prediction == "node":
-        return active.predict_proba(transport, frame, source)
-    return active.predict_proba(transport, frame, source, prediction=prediction)
+def _predict_proba(active: ActiveParty, transport, frame, source, prediction: str, align: str | None):
+    if align is not None and align not in ALIGN_METHODS:
+        raise InputError(f"--align must be one of {ALIGN_METHODS}, got {align!r}")
+    return active.predict_proba(transport, frame, source, prediction=prediction, align=align)
 
 
 def load_active_model(model_dir) -> BoostedModel:
@@ -211,9 +210,13 @@ def load_active_model(model_dir) -> BoostedModel:
 
 
 def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security, out=None,
-                   timeout: float = DEFAULT_TIMEOUT, prediction: str = "node",
-                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, connect_timeout: float | None = None):
-    """Score the rows of ``data`` (the active party's columns); returns ``(ids, proba, summary)``."""
+                   timeout: float = DEFAULT_TIMEOUT, prediction: str = "one-round",
+                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, connect_timeout: float | None = None,
+                   align: str | None = None):
+    """Score the rows of ``data`` (the active party's columns); returns ``(ids, proba, summary)``.
+
+    ``prediction``: "one-round" (leaf masks) or "node" (node-by-node routing); ``align``: how the
+    passive parties find the rows ("hash" or "psi"; default: as in training)."""
     check_prediction(prediction)
     model = load_active_model(model_dir)
     missing = [p for p in model.passive_parties if p not in peers]
@@ -232,7 +235,7 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
     try:
         transport.connect(timeout=connect_timeout if connect_timeout is not None else timeout)
         t0 = time.perf_counter()
-        ids, proba = _predict_proba(active, transport, pf.frame, str(data), prediction)
+        ids, proba = _predict_proba(active, transport, pf.frame, str(data), prediction, align)
         seconds = time.perf_counter() - t0
     finally:
         transport.close()
@@ -241,7 +244,7 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
         pd.DataFrame({id_col: ids, "proba": proba}).to_csv(tmp, index=False)
         tmp.replace(out)
     summary = {"model_id": model.model_id, "n_rows": int(len(ids)), "predict_seconds": seconds,
-               "prediction": prediction, "bytes_sent": transport.bytes_report(),
+               "prediction": prediction, "align": align or model.params.get("align", "hash"), "bytes_sent": transport.bytes_report(),
                "total_bytes": transport.total_bytes()}
     log.info("%s: predicted %d rows with model %s in %.2f s", model.active_party, len(ids), model.model_id, seconds)
     return ids, proba, summary

@@ -41,6 +41,10 @@ def _check_model_id(model_id: str) -> str:
     return model_id
 
 
+def kind_of(message) -> str:
+    return type(message).__name__
+
+
 def write_json_atomic(path: Path, data: dict) -> None:
     """Write JSON so that a crash leaves either the old or the new file, never half of one."""
     path = Path(path)
@@ -60,14 +64,23 @@ class PassiveServer:
     hashed ids the active party sends), so it should cover the rows to score.
     """
 
-    #: message types that start a new training session
+    #: message types that start a new training session (``PsiRequest`` too when its purpose is "train")
     SESSION_START = ("AlignRequest",)
+    #: message types that start a prediction session for a finished model (by ``model_id``)
+    PREDICTION_START = ("PredictStart",)
     #: prediction sessions kept at once (older ones are forgotten)
     MAX_PREDICTION_SESSIONS = 16
 
+    #: policy attributes copied onto every :class:`PassiveParty` the server creates or loads
+    POLICY = ("allowed_align", "allowed_prediction", "dp_max_epsilon_per_feature")
+
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
-                 source: str | None = None):
+                 source: str | None = None, policy: dict | None = None):
         self.name, self.frame, self.id_col, self.source = str(name), frame, id_col, source
+        self.policy = dict(policy or {})
+        unknown = set(self.policy) - set(self.POLICY)
+        if unknown:
+            raise InputError(f"unknown passive-party policy setting(s) {sorted(unknown)}; known: {self.POLICY}")
         probe = PassiveParty(self.name, frame, id_col, source)     # validates the data once
         self.feature_names = list(probe.feature_names)
         self.n_rows = int(len(frame))
@@ -84,6 +97,12 @@ class PassiveServer:
         self._prediction_ready: set[str] = set()
         self._lock = threading.Lock()
         self._load_models()
+
+    def _configure(self, party: PassiveParty) -> PassiveParty:
+        for k, v in self.policy.items():
+            setattr(party, k, v)
+        party.id_col = self.id_col
+        return party
 
     # -- model files --------------------------------------------------------
     def model_path(self, model_id: str) -> Path:
@@ -114,11 +133,10 @@ class PassiveServer:
                          self.name, mid, path, len(d.get("records", [])))
                 continue
             try:
-                self.models[mid] = PassiveParty.from_model_dict(d)
+                self.models[mid] = self._configure(PassiveParty.from_model_dict(d))
             except (InputError, KeyError, TypeError, ValueError) as exc:
                 log.warning("%s: ignoring model file %s: %s", self.name, path, exc)
                 continue
-            self.models[mid].id_col = self.id_col
         log.info("%s: %d model(s) ready for prediction in %s%s", self.name, len(self.models), self.model_dir,
                  (": " + ", ".join(sorted(self.models))) if self.models else "")
 
@@ -150,18 +168,19 @@ class PassiveServer:
                 raise
 
     def _dispatch(self, kind: str, request, who: str):
-        if kind in self.SESSION_START:
+        purpose = getattr(request, "purpose", None) if kind == "PsiRequest" else None
+        if kind in self.SESSION_START or purpose == "train":
             return self._start_session(request, who)
         if kind == "TrainSetup":
             return self._on_setup(request, who)
         if kind == "TrainResume":
             return self._on_resume(request, who)
-        if kind == "PredictStart":
+        if kind in self.PREDICTION_START or purpose == "predict":
             return self._on_predict_start(request, who)
         sid = getattr(request, "session_id", None)
         if isinstance(sid, str) and sid in self._sessions:     # any prediction-session message
             return self._sessions[sid].handle(request)
-        if kind == "RouteRequest":
+        if kind in ("RouteRequest", "LeafMaskRequest"):
             raise ProtocolError(f"unknown or expired prediction session {request.session_id!r}")
         if not hasattr(PassiveParty, f"_on_{kind}"):
             raise ProtocolError(f"party {self.name!r} does not accept {kind}")
@@ -170,16 +189,18 @@ class PassiveServer:
         if kind == "Gradients":
             log.info("%s: round %d: %d %s gradient values from %s", self.name, request.round_idx,
                      len(request.values), "encrypted" if request.encrypted else "PLAINTEXT", who)
-        elif kind == "SplitRequest":
+        elif kind in ("SplitRequest", "DPSplitRegister"):
             self._persist()
-            log.debug("%s: round %d: %d split(s) for %s; %d records", self.name, request.round_idx,
-                      len(request.node_ids), who, len(p.records))
+            log.debug("%s: %d split(s) for %s; %d records", self.name, len(request.node_ids if kind ==
+                      "SplitRequest" else request.feature_idx), who, len(p.records))
+        elif kind == "DPReleaseRequest":
+            log.info("%s: model %s: noisy (DP) bucket release to %s, epsilon %s per feature", self.name,
+                     request.model_id, who, request.epsilon_per_feature)
         elif kind == "TrainEnd":
             self._persist()
             mid = p.model_id
             if p.completed:
-                self.models[mid] = PassiveParty.from_model_dict(p.model_dict())
-                self.models[mid].id_col = self.id_col
+                self.models[mid] = self._configure(PassiveParty.from_model_dict(p.model_dict()))
                 self.unfinished.discard(mid)
                 log.info("%s: model %s completed by %s (%d records) and saved to %s", self.name, mid, who,
                          len(p.records), self.model_path(mid))
@@ -192,17 +213,18 @@ class PassiveServer:
 
     # -- training -----------------------------------------------------------
     def _start_session(self, request, who):
+        if getattr(request, "purpose", "train") != "train":
+            raise ProtocolError(f"party {self.name!r} serves {type(request).__name__} only for training "
+                                f"(got purpose {request.purpose!r})")
         if self.training is not None:
             log.warning("%s: %s starts a new training session; the unfinished session of model %s (from %s) "
                         "is abandoned", self.name, who, self.training.model_id, self.training_peer)
-        if getattr(request, "purpose", "train") != "train":
-            raise ProtocolError(f"party {self.name!r} serves alignment only for training "
-                                f"(got purpose {request.purpose!r})")
-        self.training = PassiveParty(self.name, self.frame, self.id_col, self.source)
+        self.training = self._configure(PassiveParty(self.name, self.frame, self.id_col, self.source))
         self.training_peer, self._digest = who, None
         reply = self.training.handle(request)
-        log.info("%s: training session %s opened by %s (%d rows)", self.name,
-                 getattr(request, "session_id", "?"), who, self.n_rows)
+        log.info("%s: training session %s opened by %s (%s alignment, %d rows)", self.name,
+                 getattr(request, "session_id", "?"), who, "PSI" if type(request).__name__ == "PsiRequest"
+                 else "hash", self.n_rows)
         return reply
 
     def _on_setup(self, req: m.TrainSetup, who):
@@ -269,6 +291,8 @@ class PassiveServer:
         while len(self._sessions) > self.MAX_PREDICTION_SESSIONS:
             old, old_party = self._sessions.popitem(last=False)
             old_party._pred_rows.pop(old, None)
-        log.info("%s: prediction session %s for model %s from %s: %d rows", self.name, req.session_id, mid,
-                 who, len(req.hashes))
+            old_party.__dict__.get("_psi_pending", {}).pop(old, None)
+        n = len(req.hashes) if hasattr(req, "hashes") else len(getattr(req, "blinded", ()))
+        log.info("%s: prediction session %s for model %s from %s: %d rows (%s)", self.name, req.session_id, mid,
+                 who, n, "PSI" if kind_of(req) == "PsiRequest" else "hashed ids")
         return reply

@@ -1,8 +1,6 @@
 """`vfl certs`, `vfl party ...` and `vfl predict`: every misuse gets a clear error (in-process CLI)."""
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import json
 import logging
 import socket
@@ -15,8 +13,6 @@ pytest.importorskip("cryptography")
 
 from cli import main  # noqa: E402
 from conftest import small_frames  # noqa: E402
-from parties.active import ActiveParty  # noqa: E402
-from vfl.params import TrainParams  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -101,20 +97,13 @@ def test_model_dir_states(files):
     assert r.exit_code == 1 and "already completed" in r.output
 
 
-@pytest.mark.skipif("align" in {f.name for f in dataclasses.fields(TrainParams)},
-                    reason="PSI alignment is part of this build")
-def test_psi_alignment_flag_is_plumbed_with_a_clear_error(files):
+def test_dp_mode_cannot_be_resumed(files):
     r = run("party", "active", "--data", files / "a.csv", "--peer", "b=127.0.0.1:1", "--insecure",
-            "--model-dir", files / "m", "--align", "psi")
-    assert r.exit_code == 1 and "--align psi" in r.output and "use --align hash" in r.output
-
-
-@pytest.mark.skipif("prediction" in inspect.signature(ActiveParty.predict_proba).parameters,
-                    reason="one-round prediction is part of this build")
-def test_one_round_prediction_flag_is_plumbed_with_a_clear_error(files):
-    r = run("predict", "--model-dir", files, "--data", files / "a.csv", "--peer", "b=127.0.0.1:1",
-            "--insecure", "--out", files / "p.csv", "--prediction", "one-round")
-    assert r.exit_code == 1 and "--prediction one-round" in r.output and "use --prediction node" in r.output
+            "--model-dir", files / "m", "--mode", "dp", "--epsilon", 4, "--resume")
+    assert r.exit_code == 1 and "--resume is not available in dp mode" in r.output
+    r = run("party", "active", "--data", files / "a.csv", "--peer", "b=127.0.0.1:1", "--insecure",
+            "--model-dir", files / "m", "--mode", "dp")
+    assert r.exit_code == 1 and "epsilon" in r.output
 
 
 def test_predict_errors(files):

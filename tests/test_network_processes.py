@@ -187,14 +187,17 @@ def test_tls_processes_train_and_predict_like_in_memory(children, data_files, tm
     finally:
         client.close()
 
-    out = tmp_path / "pred.csv"
-    r = run_cli("predict", "--model-dir", tmp_path / "ma", "--data", data_files["guest"]["test"], *peers, *tls,
-                "--out", out)
-    assert r.returncode == 0, r.stderr
-    pred = pd.read_csv(out)
-    assert pred["id"].tolist() == pd.read_csv(data_files["guest"]["test"])["id"].tolist()
-    np.testing.assert_allclose(pred["proba"].to_numpy(), ref_proba, rtol=0, atol=1e-12)
+    # one-round prediction (the default) and node-by-node routing with PSI alignment agree
+    for i, extra in enumerate([(), ("--prediction", "node", "--align", "psi")]):
+        out = tmp_path / f"pred{i}.csv"
+        r = run_cli("predict", "--model-dir", tmp_path / "ma", "--data", data_files["guest"]["test"], *peers, *tls,
+                    "--out", out, *extra)
+        assert r.returncode == 0, r.stderr
+        pred = pd.read_csv(out)
+        assert pred["id"].tolist() == pd.read_csv(data_files["guest"]["test"])["id"].tolist()
+        np.testing.assert_allclose(pred["proba"].to_numpy(), ref_proba, rtol=0, atol=1e-12)
     assert "refused a call" in children.log("host1")
+    assert "(PSI)" in children.log("host2") and "(hashed ids)" in children.log("host2")
 
 
 def _checkpoint_rounds(path: Path) -> int:
@@ -206,7 +209,8 @@ def _checkpoint_rounds(path: Path) -> int:
 
 def test_passive_dies_mid_training_then_resume_gives_the_same_model(children, data_files, tmp_path):
     """A passive process killed mid-training: the active party stops with an error naming it, leaves
-    only an unfinished checkpoint; after a restart ``--resume`` yields the uninterrupted model."""
+    only an unfinished checkpoint; after a restart ``--resume`` (re-aligning by PSI with the saved
+    salt) yields the uninterrupted model."""
     token = tmp_path / "token"
     token.write_text("s3cret-token-for-tests-0123456789\n")
     sec = ["--insecure", "--token-file", token]
@@ -214,7 +218,8 @@ def test_passive_dies_mid_training_then_resume_gives_the_same_model(children, da
     _, a1 = children.passive("host1", data_files["host1"]["all"], m1, *sec)
     p2, a2 = children.passive("host2", data_files["host2"]["all"], m2, *sec)
     train = ["party", "active", "--data", data_files["guest"]["train"], "--model-dir", ma, *sec, "--mode", "he",
-             "--key-bits", 1024, "--trees", 8, "--depth", 3, "--timeout", 15, "--connect-timeout", 30]
+             "--key-bits", 1024, "--trees", 8, "--depth", 3, "--timeout", 15, "--connect-timeout", 30,
+             "--align", "psi"]
     active = children.start([*train, "--peer", f"host1={a1}", "--peer", f"host2={a2}"], "active")
     ck = ma / "checkpoint.json"
     deadline = time.monotonic() + 120
@@ -255,3 +260,4 @@ def test_passive_dies_mid_training_then_resume_gives_the_same_model(children, da
     assert_same_model(model, {"host1": m1 / f"{model.model_id}.json", "host2": m2 / f"{model.model_id}.json"},
                       fed)
     assert "resumed by guest" in children.log("host2-restarted")
+    assert "PSI alignment" in children.log("host2-restarted")

@@ -226,8 +226,8 @@ def test_security_options_and_certificate_checks(pki, tmp_path):
 
 
 # --- without sockets: the passive server's state, checkpoints, fan-out ------------------------------
-def _server(tmp_path, frame, name="b"):
-    return PassiveServer(name, frame, "id", tmp_path / name)
+def _server(tmp_path, frame, name="b", policy=None):
+    return PassiveServer(name, frame, "id", tmp_path / name, policy=policy)
 
 
 def _fit(active, server_map, params, transport_cls=InMemoryTransport, **kw):
@@ -425,3 +425,60 @@ def test_active_process_dies_without_notice_then_resumes(tmp_path):
     got = json.loads((tmp_path / "b" / f"{resumed.model_id}.json").read_text())
     want = json.loads((tmp_path / "full" / "b" / f"{full.model_id}.json").read_text())
     assert got["completed"] is True and got["records"] == want["records"]
+
+
+def _same_trees(m1, m2):
+    assert m1.n_rounds == m2.n_rounds
+    for r1, r2 in zip(m1.rounds, m2.rounds):
+        for t1, t2 in zip(r1, r2):
+            assert [n[:2] + n[3:] for n in t1.structure()] == [n[:2] + n[3:] for n in t2.structure()]
+            np.testing.assert_allclose([n.value for n in t1.nodes], [n.value for n in t2.nodes], rtol=1e-12)
+
+
+def test_passive_server_with_psi_one_round_prediction_and_policies(tmp_path):
+    a, b, c = small_frames()
+    psi_only = {"allowed_align": ("psi",)}
+    sb, sc = _server(tmp_path, b, "b", psi_only), _server(tmp_path, c, "c")
+    model, _ = _fit(ActiveParty("a", a), {"b": sb, "c": sc},
+                    TrainParams(mode="plain", n_estimators=2, max_depth=3, align="psi"))
+    ref = Federation(ActiveParty("a", a), [PassiveParty("b", b), PassiveParty("c", c)])
+    ref.fit(TrainParams(mode="plain", n_estimators=2, max_depth=3))
+    _same_trees(model, ref.model)
+    want = ref.predict_proba()
+    # a restarted server keeps serving the model, with its policy
+    sb2, sc2 = _server(tmp_path, b, "b", psi_only), _server(tmp_path, c, "c")
+    t = InMemoryTransport("a", {"b": sb2.handle_frame, "c": sc2.handle_frame})
+    pred = ActiveParty.from_model(model)
+    for prediction in ("one-round", "node"):
+        np.testing.assert_allclose(pred.predict_proba(t, a, prediction=prediction, align="psi")[1], want,
+                                   atol=1e-12)
+    np.testing.assert_allclose(pred.predict_proba(t, a)[1], want, atol=1e-12)     # as trained: psi
+    with pytest.raises(PeerError, match="party 'b' does not allow alignment by 'hash'"):
+        pred.predict_proba(t, a, align="hash")
+    with pytest.raises(PeerError, match="party 'b' does not allow alignment by 'hash'"):
+        _fit(ActiveParty("a", a), {"b": sb2, "c": sc2}, TrainParams(mode="plain", n_estimators=1))
+    node_only = _server(tmp_path, b, "b", {"allowed_prediction": ("node",)})
+    t3 = InMemoryTransport("a", {"b": node_only.handle_frame, "c": sc2.handle_frame})
+    with pytest.raises(PeerError, match="does not allow prediction by 'one-round'"):
+        pred.predict_proba(t3, a, prediction="one-round")
+    with pytest.raises(InputError, match="unknown passive-party policy"):
+        _server(tmp_path, b, "b", {"allowed_everything": True})
+
+
+def test_dp_mode_through_the_passive_server(tmp_path):
+    a, b, c = small_frames()
+    params = TrainParams(mode="dp", n_estimators=2, max_depth=3, epsilon=float("inf"))   # no noise: comparable
+    sb, sc = _server(tmp_path, b, "b"), _server(tmp_path, c, "c")
+    model, _ = _fit(ActiveParty("a", a), {"b": sb, "c": sc}, params)
+    ref = Federation(ActiveParty("a", a), [PassiveParty("b", b), PassiveParty("c", c)])
+    ref.fit(params)
+    _same_trees(model, ref.model)
+    d = json.loads((tmp_path / "b" / f"{model.model_id}.json").read_text())
+    assert d["completed"] is True and d["records"] and "dp_release" in d
+    t = InMemoryTransport("a", {"b": _server(tmp_path, b, "b").handle_frame,
+                                "c": _server(tmp_path, c, "c").handle_frame})
+    np.testing.assert_allclose(ActiveParty.from_model(model).predict_proba(t, a)[1], ref.predict_proba(),
+                               atol=1e-12)
+    capped = _server(tmp_path / "capped", b, "b", {"dp_max_epsilon_per_feature": 0.5})
+    with pytest.raises(InputError, match="releases at most epsilon_per_feature=0.5"):
+        _fit(ActiveParty("a", a), {"b": capped}, TrainParams(mode="dp", n_estimators=1, epsilon_per_feature=1.0))
