@@ -11,9 +11,9 @@ The data set is split into train/test exactly as ``vfl simulate`` does
   ``vfl predict`` on the test rows. Each connection goes through a counting
   TCP relay in this script, so ``wire_bytes`` are the real bytes on the
   sockets (TLS records, HTTP/2 and gRPC framing included); ``frame_bytes``
-  are the protocol frames the active party counted (``vfl simulate`` reports
-  training and test prediction together; compare with the network's
-  ``frame_bytes + predict_frame_bytes``).
+  are the protocol frames the active party counted during training (the
+  passive parties' files also hold the test rows, so their alignment messages
+  are slightly larger than in ``vfl simulate``).
 * **reference**: ``vfl simulate`` (one process, in-memory transport) on the
   same files with the same parameters.
 
@@ -233,12 +233,11 @@ def main():
                         "test_auc": net_auc, "predict_seconds": pred["predict_seconds"],
                         "predict_wall_seconds": pred_wall, "predict_frame_bytes": pred["total_bytes"]},
             "simulate": {"train_seconds": sim["train_seconds"], "wall_seconds": sim_wall,
-                         "frame_bytes_train_and_predict": sim["total_bytes"], "bytes_sent": sim["bytes_sent"],
-                         "test_auc": sim["test_auc"]},
+                         "frame_bytes": sim["train_bytes"], "frame_bytes_train_and_predict": sim["total_bytes"],
+                         "bytes_sent_train_and_predict": sim["bytes_sent"], "test_auc": sim["test_auc"]},
             "train_time_ratio_network_over_simulate": net["train_seconds"] / sim["train_seconds"],
-            # simulate counts training and test prediction together; the network passive parties also
-            # hash their test rows at alignment (their files hold both)
-            "frame_bytes_ratio_network_over_simulate": (frame_bytes + pred["total_bytes"]) / sim["total_bytes"],
+            # the network passive parties also hash their test rows at alignment (their files hold both)
+            "frame_bytes_ratio_network_over_simulate": frame_bytes / sim["train_bytes"],
             "wire_overhead_over_frames": wire / frame_bytes if frame_bytes else None,
             "max_abs_prediction_difference": max_diff,
         }
