@@ -137,6 +137,9 @@ class Checkpoint:
     # -- resuming -----------------------------------------------------------
     def check_resume(self, active_party: str, passive_parties, params: dict, digest: str, n_rows: int) -> None:
         """Refuse a resume that would not continue the same training."""
+        if params.get("mode") == "dp" or self.params.get("mode") == "dp":
+            raise InputError("a dp-mode training cannot be resumed: each passive party's noisy release happens "
+                             "once per training, and a resumed run would release again")
         if active_party != self.active_party:
             raise InputError(f"the checkpoint belongs to active party {self.active_party!r}, not {active_party!r}")
         if list(passive_parties) != list(self.passive_parties):

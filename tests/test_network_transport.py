@@ -307,6 +307,9 @@ def test_checkpoint_resume_in_memory_gives_the_uninterrupted_model(tmp_path):
     with pytest.raises(InputError, match="max_depth 3 -> 2"):
         _fit(ActiveParty("a", a), {"b": _server(tmp_path, b, "b"), "c": _server(tmp_path, c, "c")},
              TrainParams(mode="plain", n_estimators=5, max_depth=2), resume=ck)
+    with pytest.raises(InputError, match="dp-mode training cannot be resumed"):
+        _fit(ActiveParty("a", a), {"b": _server(tmp_path, b, "b"), "c": _server(tmp_path, c, "c")},
+             TrainParams(mode="dp", n_estimators=5, max_depth=3, epsilon=1.0), resume=ck)
     b2 = b.copy()
     b2.loc[3, "b0"] = 7.0
     with pytest.raises(InputError, match="party 'b': its training data changed"):
