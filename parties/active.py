@@ -7,10 +7,10 @@ invisible here.
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from dataclasses import dataclass, field
 
-import gmpy2
 import numpy as np
 import pandas as pd
 
@@ -23,6 +23,8 @@ from protocols import alignment
 from protocols import messages as m
 from protocols.serialization import BigInts
 from protocols.transport import Transport
+from parties.checkpoint import CheckpointTracker
+from parties.fanout import fan_out
 from vfl.boosting import Booster, HistogramSource, LocalSource, SplitRef
 from vfl.errors import InputError, PeerError
 from vfl.frames import party_data
@@ -62,11 +64,17 @@ class GradientChannel:
         self.n_bins = 0          # histogram slots of one node, over all passive parties
         self.max_depth = 1
         self.preshift: str | bool = "auto"
+        self.frame_cap: int | None = None
+        self._stats_lock = threading.Lock()     # remote sources may run in threads (fan-out)
 
-    def plan(self, n_bins: int, max_depth: int, preshift: str | bool = "auto") -> None:
-        """What the shifts decision needs: passive slots per node, tree depth, and the policy
-        (``"auto"``: cost model, ``True``/``False``: always/never send pre-shifted copies)."""
+    def plan(self, n_bins: int, max_depth: int, preshift: str | bool = "auto",
+             frame_cap: int | None = None) -> None:
+        """What the shifts decision needs: passive slots per node, tree depth, the policy
+        (``"auto"``: cost model, ``True``/``False``: always/never send pre-shifted copies) and
+        the largest frame the transport and the peers accept (pre-shifted copies never
+        make the gradient message exceed it)."""
         self.n_bins, self.max_depth, self.preshift = int(n_bins), int(max_depth), preshift
+        self.frame_cap = frame_cap
 
     def close(self) -> None:
         """Stop the worker processes (end of training)."""
@@ -74,13 +82,22 @@ class GradientChannel:
             self.pool.close()
             self.pool = None
 
-    def _tick(self, stage, t0):
-        dt = time.perf_counter() - t0
-        self.timing[stage] = self.timing.get(stage, 0.0) + dt
-        self.current.stats[stage] = self.current.stats.get(stage, 0.0) + dt
+    def _tick(self, stage, t0, rc: RoundCrypto | None = None):
+        self.add_stat(stage, time.perf_counter() - t0, rc, total=True)
+
+    def add_stat(self, stage: str, seconds: float, rc: RoundCrypto | None = None, total: bool = False) -> None:
+        """Add to this round's per-stage seconds (and to the whole training's ``timing``)."""
+        with self._stats_lock:
+            stats = (rc or self.current).stats
+            stats[stage] = stats.get(stage, 0.0) + seconds
+            if total:
+                self.timing[stage] = self.timing.get(stage, 0.0) + seconds
 
     def _shifts(self, n_samples: int, layout: PackingLayout, per: int) -> int:
         if self.mode != "he" or per <= 1 or self.preshift is False:
+            return 1
+        if self.frame_cap is not None and \
+                n_samples * per * ((2 * self.key_bits + 7) // 8) + 65536 > 0.9 * self.frame_cap:
             return 1
         if self.preshift is True:
             return per
@@ -89,7 +106,7 @@ class GradientChannel:
     def gradients(self, round_idx, g_int, h_int, layout) -> RoundCrypto:
         if self.current.round_idx == round_idx:
             return self.current
-        self.current = RoundCrypto(round_idx)
+        rc = RoundCrypto(round_idx)
         t0 = time.perf_counter()
         packed = pack(g_int, h_int, layout)
         per = layout.values_per_plaintext(self.key_bits)
@@ -100,11 +117,11 @@ class GradientChannel:
             values = self.encryptor.encrypt(packed, pool=self.pool)
         else:
             values = packed
-        self._tick("encrypt", t0)
-        msg = m.Gradients(round_idx, self.mode == "he", layout.to_dict(), per, BigInts(values), shifts)
-        self.current.message, self.current.layout, self.current.per = msg, layout, per
-        self.current.shifts = shifts
-        return self.current
+        self._tick("encrypt", t0, rc)
+        rc.message = m.Gradients(round_idx, self.mode == "he", layout.to_dict(), per, BigInts(values), shifts)
+        rc.layout, rc.per, rc.shifts = layout, per, shifts
+        self.current = rc
+        return rc
 
     def decode(self, values, total: int):
         t0 = time.perf_counter()
@@ -137,11 +154,10 @@ class RemoteSource(HistogramSource):
         total = len(node_ids) * n_flat
         if reply.n_values != total:
             raise PeerError(f"party {self.party!r} returned {reply.n_values} bin sums, expected {total}")
-        stats = self.channel.current.stats
         for stage in ("histogram", "compress"):     # the passive party's own compute time
             v = reply.compute_us.get(stage, 0)
             if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-                stats[stage] = stats.get(stage, 0.0) + v / 1e6
+                self.channel.add_stat(stage, v / 1e6)
         g, h = self.channel.decode(reply.values.values, total)
         layout = self.channel.current.layout
         scale = float(2 ** layout.precision_bits)
@@ -199,8 +215,21 @@ class ActiveParty:
                                  **{p: {"n_rows": a.n_rows, "n_kept": a.n_kept} for p, a in acks.items()}}
         return rows
 
+    def align_psi(self, transport: Transport, peers: list[str], salt: bytes, session_id: str):
+        """ECDH-PSI alignment (``TrainParams.align == "psi"``): own rows of the intersection,
+        in the same canonical order as :meth:`align` with the same salt."""
+        from parties.psi_align import align_train
+        rows, self.alignment_report = align_train(transport, peers, self.name, self.ids, salt, session_id)
+        return rows
+
     def fit(self, transport: Transport, peers: list[str], params: TrainParams | None = None,
-            on_round=None) -> BoostedModel:
+            on_round=None, checkpoint=None, resume=None) -> BoostedModel:
+        """Train with the passive parties ``peers`` behind ``transport``.
+
+        ``checkpoint(ck)`` (optional) receives a :class:`parties.checkpoint.Checkpoint` after every
+        round; ``resume`` (such a checkpoint) continues that training with the same salt and model
+        id, after checks that the data and parameters are the same.
+        """
         params = params or TrainParams()
         peers = list(peers)
         if len(set(peers)) != len(peers) or self.name in peers:
@@ -211,24 +240,45 @@ class ActiveParty:
         salt = alignment.new_salt()
         session_id = secrets.token_hex(8)
         model_id = secrets.token_hex(8)
-        rows = self.align(transport, peers, salt, session_id)
+        if resume is not None:
+            salt, model_id = bytes.fromhex(resume.salt), resume.model_id
+        rows = (self.align_psi if params.align == "psi" else self.align)(transport, peers, salt, session_id)
         y = loss.check_labels(self.y_raw[rows], self.name, self.label_col)
         X = self.X[rows]
+        tracker = None
+        if checkpoint is not None or resume is not None:
+            tracker = CheckpointTracker(self.name, peers, params, salt, model_id, self.ids[rows], X, y,
+                                        self.feature_names, resume, checkpoint)
         infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id) for p in peers})
+        if resume is not None:
+            transport.call_many({p: m.TrainResume(model_id, resume.n_rounds, resume.records.get(p, 0))
+                                 for p in peers})
         self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.n_jobs)
-        self.channel.plan(sum(int(np.sum(infos[p].n_bins)) for p in peers), params.max_depth, self.preshift)
+        caps = [getattr(transport, "max_frame_bytes", None)] + \
+            [info.get("max_frame_bytes") for info in getattr(transport, "peer_info", {}).values()]
+        caps = [c for c in caps if isinstance(c, int) and c > 0]
+        self.channel.plan(sum(int(np.sum(infos[p].n_bins)) for p in peers), params.max_depth, self.preshift,
+                          min(caps) if caps else None)
         if params.mode == "he":
             transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
         sources: list[HistogramSource] = []
         if self.feature_names:
             sources.append(LocalSource(self.name, X, self.feature_names, params.max_bin))
-        for p in peers:
+        self.dp_report = {}
+        if params.mode == "dp":     # one noisy release per passive party, then local training
+            from parties.dp import dp_sources
+            dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(rows))
+            sources.extend(dp)
+        for p in (peers if params.mode != "dp" else []):
             nb = infos[p].n_bins
             sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel))
+        sources = fan_out(transport, sources)
+        if tracker is not None:
+            on_round = tracker.wrap(on_round)
         booster = Booster(sources, loss, params, self._round_hook(transport, on_round))
         completed = False
         try:
-            base, rounds, _ = booster.fit(y)
+            base, rounds, _ = booster.fit(y, **(tracker.booster_kwargs() if tracker is not None else {}))
             completed = True
         finally:
             self.channel.close()
@@ -265,9 +315,16 @@ class ActiveParty:
 
     # -- prediction ---------------------------------------------------------
     def predict_raw(self, transport: Transport, frame: pd.DataFrame | None = None,
-                    source: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    source: str | None = None, prediction: str | None = None,
+                    align: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Raw scores for the rows of ``frame`` (the active party's columns of new samples);
-        returns ``(ids, raw)``."""
+        returns ``(ids, raw)``.
+
+        ``prediction``: "one-round" (leaf masks, the default) or "node" (node-by-node
+        routing); ``align``: how the passive parties find the rows, "hash" (salted hashes
+        under the model's salt) or "psi" (a fresh PSI per batch); default: as in training."""
+        from vfl.leafmask import DEFAULT_PREDICTION, PREDICTIONS
+        from vfl.params import ALIGNMENTS
         model = self.model
         if model is None:
             raise InputError(f"party {self.name!r} has no trained model")
@@ -280,20 +337,41 @@ class ActiveParty:
                 raise InputError(f"party {self.name!r}: prediction data lacks feature column(s) {missing}")
             ids, X = d.ids, d.X[:, [d.feature_names.index(f) for f in model.active_features]] \
                 if model.active_features else np.zeros((len(d.ids), 0))
-        salt = bytes.fromhex(model.salt)
-        hashes = alignment.hash_ids(ids, salt)
-        alignment.check_unique(alignment.hashes_to_keys(hashes), self.name)
-        session_id = secrets.token_hex(8)
-        transport.call_many({p: m.PredictStart(model.model_id, session_id, hashes)
-                             for p in model.passive_parties})
+        prediction = DEFAULT_PREDICTION if prediction is None else prediction
+        align = model.params.get("align", "hash") if align is None else align
+        if prediction not in PREDICTIONS:
+            raise InputError(f"prediction must be one of {PREDICTIONS}, got {prediction!r}")
+        if align not in ALIGNMENTS:
+            raise InputError(f"align must be one of {ALIGNMENTS}, got {align!r}")
+        if align == "psi":
+            from parties.psi_align import align_predict
+            session_id = secrets.token_hex(8)
+            align_predict(transport, list(model.passive_parties), self.name, ids, session_id, model.model_id)
+        else:
+            salt = bytes.fromhex(model.salt)
+            hashes = alignment.hash_ids(ids, salt)
+            alignment.check_unique(alignment.hashes_to_keys(hashes), self.name)
+            session_id = secrets.token_hex(8)
+            transport.call_many({p: m.PredictStart(model.model_id, session_id, hashes)
+                                 for p in model.passive_parties})
+
+        if prediction == "one-round":
+            def fetch_masks(owner, skeleton):
+                reply = transport.call(owner, m.LeafMaskRequest(session_id, **skeleton.to_fields()))
+                if not isinstance(reply, m.LeafMaskResponse):
+                    raise PeerError(f"party {owner!r} answered {type(reply).__name__} to a leaf-mask request")
+                return reply.masks
+
+            return ids, model.predict_raw_one_round(X, fetch_masks)
 
         def route(owner, record_ids, rows):
             return transport.call(owner, m.RouteRequest(session_id, record_ids, rows)).go_left
 
         return ids, model.predict_raw(X, route)
 
-    def predict_proba(self, transport, frame=None, source=None) -> tuple[np.ndarray, np.ndarray]:
-        ids, raw = self.predict_raw(transport, frame, source)
+    def predict_proba(self, transport, frame=None, source=None, prediction=None,
+                      align=None) -> tuple[np.ndarray, np.ndarray]:
+        ids, raw = self.predict_raw(transport, frame, source, prediction, align)
         return ids, get_loss(self.model.objective).transform(raw)
 
     def save_model(self, path) -> None:

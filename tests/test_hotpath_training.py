@@ -218,3 +218,19 @@ def test_one_job_keeps_all_work_in_process(always_parallel, started_pids):
     fed = _federation(n_jobs=1)
     fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=2))
     assert started_pids == []
+
+
+def test_preshifted_copies_respect_the_frame_cap_of_transport_and_peers(monkeypatch):
+    monkeypatch.setattr(ActiveParty, "preshift", True)
+    for cap, peer_cap, expect_copies in ((None, None, True), (10 ** 9, 150_000, False), (150_000, None, False)):
+        fed = _federation(record=True)
+        if cap is not None:
+            fed.transport.max_frame_bytes = cap
+        if peer_cap is not None:
+            fed.transport.peer_info = {"telco": {"max_frame_bytes": peer_cap}}
+        fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=1))
+        sizes = [len(f) for s, r, f in fed.transport.log if b"Gradients" in f[:200]]
+        shifts = fed.active.channel.current.shifts
+        assert (shifts > 1) == expect_copies
+        if cap is not None or peer_cap is not None:
+            assert max(sizes) < 150_000

@@ -130,7 +130,8 @@ def test_what_each_party_receives():
     y = a["y"].to_numpy()
 
     allowed_to_passive = {"AlignRequest", "AlignResult", "TrainSetup", "PublicKey", "Gradients",
-                          "HistogramRequest", "SplitRequest", "TrainEnd", "PredictStart", "RouteRequest"}
+                          "HistogramRequest", "SplitRequest", "TrainEnd", "PredictStart", "RouteRequest",
+                          "LeafMaskRequest"}
     label_patterns = [y.astype(dt).tobytes() for dt in (np.uint8, np.int32, np.int64, np.float64)]
     for p in passives:
         got = _received(log, p.name)
@@ -154,7 +155,7 @@ def test_what_each_party_receives():
 
     got = _received(log, "bank")
     allowed_to_active = {"IdHashes", "AlignAck", "BinningInfo", "Ack", "HistogramResponse",
-                         "SplitResponse", "RouteResponse"}
+                         "SplitResponse", "RouteResponse", "LeafMaskResponse"}
     assert {type(msg).__name__ for _, msg, _ in got} <= allowed_to_active
     frames_to_active = b"".join(f for _, _, f in got)
     for p, frame in zip(passives, (b, c)):
@@ -173,3 +174,12 @@ def test_what_each_party_receives():
                 assert v.dtype.kind != "f", f"{type(msg).__name__} carries floats to the active party"
             if isinstance(v, BigInts) and isinstance(msg, m.HistogramResponse):
                 assert all(int(x) > n or int(x) == 1 for x in v)   # ciphertexts (1: empty bins)
+
+
+def test_predicting_training_rows_after_new_data_uses_training_rows_again():
+    a, b, c = small_frames(n=60)
+    fed = Federation(ActiveParty("a", a), [PassiveParty("b", b), PassiveParty("c", c)])
+    fed.fit(mode="plain", n_estimators=2, max_depth=2)
+    before = fed.predict_proba()
+    fed.predict_proba({"a": a.iloc[:10], "b": b.iloc[:10], "c": c.iloc[:10]})
+    assert np.array_equal(fed.predict_proba(), before)

@@ -61,7 +61,9 @@ class Federation:
         return self.active.fit(self.transport, list(self.passives), params, on_round)
 
     def _load_frames(self, frames: dict[str, pd.DataFrame] | None):
-        if frames is None:
+        if frames is None:            # predict the training rows again
+            for p in self.passives.values():
+                p.clear_prediction_data()
             return None
         unknown = set(frames) - {self.active.name, *self.passives}
         if unknown:
@@ -74,12 +76,19 @@ class Federation:
             p.load_prediction_data(frames[name])
         return frames[self.active.name]
 
-    def predict_raw(self, frames: dict[str, pd.DataFrame] | None = None) -> np.ndarray:
-        return self.active.predict_raw(self.transport, self._load_frames(frames))[1]
+    def predict_raw(self, frames: dict[str, pd.DataFrame] | None = None, prediction: str | None = None,
+                    align: str | None = None) -> np.ndarray:
+        return self.active.predict_raw(self.transport, self._load_frames(frames),
+                                       prediction=prediction, align=align)[1]
 
-    def predict_proba(self, frames: dict[str, pd.DataFrame] | None = None) -> np.ndarray:
-        """Probability of class 1 per row of the active party's frame (federated routing)."""
-        return self.active.predict_proba(self.transport, self._load_frames(frames))[1]
+    def predict_proba(self, frames: dict[str, pd.DataFrame] | None = None, prediction: str | None = None,
+                      align: str | None = None) -> np.ndarray:
+        """Probability of class 1 per row of the active party's frame (federated routing).
+
+        ``prediction``: "one-round" (leaf masks; default) or "node" (node-by-node);
+        ``align``: "hash" or "psi" (default: the training's alignment)."""
+        return self.active.predict_proba(self.transport, self._load_frames(frames),
+                                         prediction=prediction, align=align)[1]
 
     def bytes_report(self) -> dict[str, int]:
         return self.transport.bytes_report()
@@ -144,7 +153,7 @@ def federation_from_frames(party_frames, record: bool = False) -> Federation:
 
 
 def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: int = 0,
-             on_round=None, record: bool = False):
+             on_round=None, record: bool = False, prediction: str | None = None):
     """Split rows into train/test by the active party's ids, train, predict the test rows.
 
     Returns ``(federation, result, test_ids, test_proba)``.
@@ -154,15 +163,19 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     from sklearn.metrics import roc_auc_score
 
     from datasets.split import train_test_split_parties
+    from vfl.leafmask import DEFAULT_PREDICTION
 
     train, test = train_test_split_parties(party_frames, test_size=test_size, seed=seed)
     fed = federation_from_frames(train, record=record)
+    for i, p in enumerate(fed.passives.values()):
+        p.dp_seed = [params.seed, i]    # mode dp: reproducible noise in simulation (deployments: OS entropy)
     t0 = time.perf_counter()
     fed.fit(params, on_round=on_round)
     train_seconds = time.perf_counter() - t0
+    train_bytes = fed.transport.total_bytes()       # before prediction traffic
     test_frames = {pf.name: pf.frame for pf in test}
     t0 = time.perf_counter()
-    proba = fed.predict_proba(test_frames)
+    proba = fed.predict_proba(test_frames, prediction=prediction)
     predict_seconds = time.perf_counter() - t0
     y_test = test[0].frame[test[0].label_col].to_numpy(dtype=np.float64)
     auc = float(roc_auc_score(y_test, proba)) if len(np.unique(y_test)) == 2 else None
@@ -174,5 +187,9 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         alignment=fed.active.alignment_report, n_trees=sum(len(r) for r in fed.model.rounds),
         params=params.to_dict(), timings=fed.active.timings,
         crypto_seconds=dict(fed.active.channel.timing) if fed.active.channel else {},
+        align=params.align, prediction=prediction or DEFAULT_PREDICTION,
     )
+    result["train_bytes"] = train_bytes
+    if params.mode == "dp":     # privacy accounting: epsilon_per_feature, epsilon_per_party (by party)
+        result.update(fed.active.dp_report)
     return fed, result, test[0].frame[test[0].id_col].to_numpy(), proba

@@ -9,8 +9,9 @@ from dataclasses import asdict, dataclass, fields
 
 from vfl.errors import InputError
 
-MODES = ("he", "plain")
+MODES = ("he", "plain", "dp")
 OBJECTIVES = ("binary",)
+ALIGNMENTS = ("hash", "psi")      # sample alignment: salted mmh3 hashes, or ECDH PSI over X25519
 
 
 @dataclass
@@ -28,6 +29,9 @@ class TrainParams:
     precision_bits: int = 32
     encryption: str = "fast"      # "fast" (short-exponent) or "standard"
     seed: int = 0
+    align: str = "hash"           # "hash" or "psi" (see protocols/psi.py)
+    epsilon: float | None = None              # mode dp: each passive party's total (see vfl.dp)
+    epsilon_per_feature: float | None = None  # mode dp: alternatively, per released feature
 
     def __post_init__(self):
         self.validate()
@@ -62,10 +66,29 @@ class TrainParams:
             raise InputError(f"parameter objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.encryption not in ("fast", "standard"):
             raise InputError(f"parameter encryption must be 'fast' or 'standard', got {self.encryption!r}")
+        if self.align not in ALIGNMENTS:
+            raise InputError(f"parameter align must be one of {ALIGNMENTS}, got {self.align!r}")
+        self._validate_dp()
         return self
 
+    def _validate_dp(self):
+        from vfl.dp import check_epsilon
+        given = [n for n in ("epsilon", "epsilon_per_feature") if getattr(self, n) is not None]
+        if self.mode != "dp":
+            if given:
+                raise InputError(f"parameter {given[0]} applies to mode 'dp' only (mode is {self.mode!r})")
+            return
+        if len(given) != 1:
+            raise InputError("mode 'dp' needs exactly one of epsilon (each passive party's total, split "
+                             "evenly over its features) and epsilon_per_feature; inf means no noise")
+        setattr(self, given[0], check_epsilon(getattr(self, given[0]), given[0]))
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for k in ("epsilon", "epsilon_per_feature"):
+            if d[k] is not None and math.isinf(d[k]):
+                d[k] = "inf"    # JSON has no infinity; check_epsilon reads it back
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainParams":
