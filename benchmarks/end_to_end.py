@@ -53,8 +53,10 @@ def _frames(data: str, rows: int, features: tuple[int, int], test_size: float):
 
 def run_one(name: str, args) -> dict:
     _common.quiet_keys()
+    from parties.active import ActiveParty
     from vfl.api import simulate
     from vfl.params import TrainParams
+    ActiveParty.preshift = {"auto": "auto", "on": True, "off": False}[args.preshift]
     cfg = dict(CONFIGS[name])
     if args.trees:
         cfg["trees"] = args.trees
@@ -68,6 +70,7 @@ def run_one(name: str, args) -> dict:
     n = max(1, len(per_tree))
     mean = {k: sum(t.get(k, 0.0) for t in per_tree) / n for k in (*STAGES, "bytes_sent")}
     return {"config": name, "dataset": cfg["data"], "mode": args.mode, "bits": cfg["bits"],
+            "preshift": args.preshift, "shifts": fed.active.channel.current.shifts if fed.active.channel else 1,
             "trees": cfg["trees"], "depth": cfg["depth"], "n_train": result["n_train"],
             "features": {p: len(f.feature_names) for p, f in zip(result["parties"], frames)},
             "train_seconds": result["train_seconds"], "seconds_per_tree": result["train_seconds"] / n,
@@ -84,6 +87,8 @@ def main(argv=None):
     ap.add_argument("--synthetic-rows", type=int, default=100_000, help="training rows of 'synthetic'")
     ap.add_argument("--synthetic-features", type=int, nargs=2, default=[30, 300], metavar=("ACTIVE", "PASSIVE"))
     ap.add_argument("--mode", choices=["he", "plain"], default="he")
+    ap.add_argument("--preshift", choices=["auto", "on", "off"], default="auto",
+                    help="pre-shifted gradient copies instead of Horner compression (default: cost model)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     names = args.config or list(CONFIGS)
@@ -93,7 +98,7 @@ def main(argv=None):
     results = []
     for name in names:
         cmd = [sys.executable, __file__, "--child", "--config", name, "--trees", str(args.trees),
-               "--synthetic-rows", str(args.synthetic_rows), "--mode", args.mode,
+               "--synthetic-rows", str(args.synthetic_rows), "--mode", args.mode, "--preshift", args.preshift,
                "--synthetic-features", *map(str, args.synthetic_features)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
