@@ -22,8 +22,11 @@ from __future__ import annotations
 from typing import Sequence
 
 import gmpy2
+import numpy as np
 
+from crypto.histogram import _units, histogram, share_inputs, share_rows, use_pool
 from crypto.packing import split_digits
+from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
 
 
 COMPRESS_POOL_MIN = 40_000      # squarings below which compression runs inline
@@ -82,7 +85,6 @@ def decompress(plain_values: Sequence[int], shift_bits: int, per: int, total: in
 
 
 def _compress_pool(values, shift_bits, per, modulus, pool):
-    from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
     w = int_width(modulus)
     groups = -(-len(values) // per)
     n_chunks = min(groups, 4 * pool.n_workers)
@@ -127,7 +129,6 @@ def direct_block(values: Sequence, n_samples: int, rows, bins, slot0: int, n_bin
     ``values[s * n_samples + i]`` is sample ``i``'s value shifted by ``s`` slots;
     the block's first bin is flat slot ``slot0`` (flat over all nodes of the
     request). Returns ``(first ciphertext index, partial ciphertexts)``."""
-    import numpy as np
     rows = np.asarray(rows, dtype=np.int64)
     bins = np.asarray(bins)
     width = int(sum(n_bins))
@@ -160,9 +161,6 @@ def compressed_histogram(values: Sequence, bin_idx, node_rows, bin_offsets, shif
     then Horner :func:`compress`. ``shifts=per``: ``values`` holds ``per`` shifted
     copies per sample (:func:`shifted_plaintexts` order) and rows go straight into
     their slots (no squaring)."""
-    import numpy as np
-
-    from crypto.histogram import histogram
     if shifts == 1:
         hists = histogram(values, bin_idx, node_rows, bin_offsets, modulus, pool=pool, joint=joint)
         return compress([v for h in hists for v in h], shift_bits, per, modulus, pool=pool)
@@ -188,9 +186,7 @@ def compressed_histogram(values: Sequence, bin_idx, node_rows, bin_offsets, shif
             else:
                 out[c] = a if out[c] == 1 else out[c] * a % modulus
 
-    from crypto.histogram import _units, share_inputs, share_rows, use_pool
     if modulus is not None and use_pool(pool, work):
-        from crypto.pool import bytes_to_ints, int_width
         share_inputs(pool, values, bin_idx, modulus)
         sizes, _ = share_rows(pool, node_rows)
         units = _units(sizes, len(n_bins), pool.n_workers)

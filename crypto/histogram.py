@@ -46,7 +46,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import gmpy2
 import numpy as np
+
+from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
 
 MAX_JOINT_CELLS = 1 << 16     # a joint group's code space (accumulator list length)
 MIN_JOINT_ROWS = 64           # below this a unit accumulates feature by feature
@@ -192,7 +195,6 @@ def _units(sizes: Sequence[int], n_features: int, n_workers: int):
 
 def share_inputs(pool, values, bin_idx, modulus, slot: str = "values") -> None:
     """Ship ``values`` (ciphertexts) and ``bin_idx`` to the pool's workers unless they hold them."""
-    from crypto.pool import int_width, ints_to_bytes
     width = int_width(modulus)
     pool.share_lazy(slot, values, lambda: ({"kind": "ints", "width": width, "signed": False},
                                            [ints_to_bytes(values, width)]))
@@ -243,8 +245,6 @@ def histogram(values: Sequence, bin_idx: np.ndarray, node_rows: Sequence[np.ndar
 
 
 def _histogram_pool(pool, values, bin_idx, node_rows, offsets, modulus, joint, stats=None):
-    from crypto.pool import bytes_to_ints, int_width
-    import gmpy2
     width = int_width(modulus)
     share_inputs(pool, values, bin_idx, modulus)
     sizes, _ = share_rows(pool, node_rows)

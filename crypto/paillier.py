@@ -29,6 +29,7 @@ from typing import Sequence
 import gmpy2
 
 from crypto.keys import security_bits
+from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
 
 mpz = gmpy2.mpz
 
@@ -205,7 +206,6 @@ class Encryptor:
         return out
 
     def _encrypt_pool(self, plaintexts, pool) -> list:
-        from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
         pool.share("encryptor", self, {"kind": "encryptor", "state": self.state()})
         width = int_width(self.n) + 1
         w2 = int_width(self.nsquare)
@@ -269,7 +269,6 @@ class Decryptor:
         return [m - n if m > half else m for m in self.decrypt(ciphertexts)]
 
     def _decrypt_pool(self, ciphertexts, pool) -> list[int]:
-        from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
         pool.share("decryptor", self, {"kind": "decryptor", "state": self.state()})
         w2 = int_width(self.nsquare)
         width = int_width(self.n) + 1
