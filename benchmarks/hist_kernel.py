@@ -53,7 +53,7 @@ def main(argv=None):
     h = encode_fixed(rng.uniform(0, 0.25, (N, 1)))
     layout = PackingLayout.for_bounds(1.0, 0.25, max_rows=N)
     plain = pack(g, h, layout)
-    bins = rng.integers(0, B, (N, F)).astype(np.uint16)
+    bins = rng.integers(0, args.bins, (N, F)).astype(np.uint16)   # the missing-value slot stays empty
     offsets = np.arange(F + 1, dtype=np.int64) * B
     pub, priv = generate_keypair(args.bits)
     n2 = gmpy2.mpz(pub.nsquare)
