@@ -223,6 +223,12 @@ class WorkerPool:
         self._finalizer = weakref.finalize(self, _shutdown, self._workers, self.name, self._kill)
         _LIVE.add(self)
 
+    def start(self) -> "WorkerPool":
+        """Start the processes now (non-blocking: they import while the caller works on)."""
+        with self._lock:
+            self._start()
+        return self
+
     @property
     def started(self) -> bool:
         return bool(self._workers)

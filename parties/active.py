@@ -54,11 +54,15 @@ class GradientChannel:
         self.encryptor = self.decryptor = None
         self.pool = None
         if mode == "he":
-            self.public_key, self.private_key = generate_keypair(key_bits)
-            self.encryptor = Encryptor(self.public_key, self.private_key, method=encryption)
-            self.decryptor = Decryptor(self.private_key)
-            if resolve_workers(n_jobs) > 1:      # processes start at the first big batch
-                self.pool = WorkerPool(n_jobs, name="active")
+            if resolve_workers(n_jobs) > 1:      # the workers start up while the key is generated
+                self.pool = WorkerPool(n_jobs, name="active").start()
+            try:
+                self.public_key, self.private_key = generate_keypair(key_bits)
+                self.encryptor = Encryptor(self.public_key, self.private_key, method=encryption)
+                self.decryptor = Decryptor(self.private_key)
+            except BaseException:
+                self.close()
+                raise
         self.current = RoundCrypto()
         self.timing: dict[str, float] = {}
         self.n_bins = 0          # histogram slots of one node, over all passive parties

@@ -233,3 +233,10 @@ def test_preshifted_copies_respect_the_frame_cap_of_transport_and_peers(monkeypa
         assert (shifts > 1) == expect_copies
         if cap is not None or peer_cap is not None:
             assert max(sizes) < 150_000
+
+
+def test_a_refused_key_size_leaves_no_worker(started_pids):
+    fed = _federation()
+    with pytest.raises(InputError, match="key size"):
+        fed.fit(TrainParams(mode="he", key_bits=512, n_estimators=1, max_depth=1))
+    assert len(started_pids) == 2 and not any(_alive(p) for p in started_pids)
