@@ -47,15 +47,18 @@ class RoundCrypto:
 class GradientChannel:
     """Packs, encrypts (``he``) and decrypts for every remote source of one training."""
 
-    def __init__(self, mode: str, key_bits: int, encryption: str, n_jobs: int | None = None):
+    def __init__(self, mode: str, key_bits: int, encryption: str, n_jobs: int | None = None,
+                 n_samples: int | None = None):
         self.mode = mode
         self.key_bits = key_bits
         self.public_key = self.private_key = None
         self.encryptor = self.decryptor = None
         self.pool = None
         if mode == "he":
-            if resolve_workers(n_jobs) > 1:      # the workers start up while the key is generated
-                self.pool = WorkerPool(n_jobs, name="active").start()
+            if resolve_workers(n_jobs) > 1:
+                self.pool = WorkerPool(n_jobs, name="active")
+                if n_samples is not None and n_samples >= 64:   # start up while the key is generated
+                    self.pool.start()
             try:
                 self.public_key, self.private_key = generate_keypair(key_bits)
                 self.encryptor = Encryptor(self.public_key, self.private_key, method=encryption)
@@ -257,7 +260,7 @@ class ActiveParty:
         if resume is not None:
             transport.call_many({p: m.TrainResume(model_id, resume.n_rounds, resume.records.get(p, 0))
                                  for p in peers})
-        self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.n_jobs)
+        self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.n_jobs, len(rows))
         caps = [getattr(transport, "max_frame_bytes", None)] + \
             [info.get("max_frame_bytes") for info in getattr(transport, "peer_info", {}).values()]
         caps = [c for c in caps if isinstance(c, int) and c > 0]
