@@ -51,7 +51,7 @@ import numpy as np
 
 from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
 
-MAX_JOINT_CELLS = 1 << 16     # a joint group's code space (accumulator list length)
+MAX_JOINT_CELLS = 1 << 17     # a joint group's code space (accumulator list length)
 MIN_JOINT_ROWS = 64           # below this a unit accumulates feature by feature
 POOL_MIN_WORK = 60_000        # additions below which a request runs inline (~75 ms at 1024 bits)
 UNIT_MIN_WORK = 8_000         # smallest unit of work sent to a worker

@@ -90,8 +90,10 @@ def test_plan_picks_joint_cells_for_big_nodes_and_plain_bins_for_small_ones():
     # groups cover every feature once, in order
     assert [f for g in plan_groups(big[:, :5], [33] * 5) for f in g] == list(range(5))
     # a code space above MAX_JOINT_CELLS stays feature by feature
-    wide = rng.integers(0, 257, (5000, 2))
-    assert plan_groups(wide, [257, 257], joint=2) == [(0,), (1,)]
+    wide = rng.integers(0, 257, (5000, 3))
+    assert plan_groups(wide, [257] * 3, joint=3) == [(0,), (1,), (2,)]
+    assert plan_groups(wide, [257] * 3, joint=2) == [(0, 1), (2,)]         # 66049 cells: allowed
+    assert plan_groups(wide, [257] * 3) == [(0,), (1,), (2,)]              # but n=5000 < C: no gain
     with pytest.raises(ValueError):
         plan_groups(big, [33] * 6, joint=4)
 
