@@ -53,6 +53,7 @@ from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
 
 MAX_JOINT_CELLS = 1 << 17     # a joint group's code space (accumulator list length)
 MIN_JOINT_ROWS = 64           # below this a unit accumulates feature by feature
+JOINT_MARGIN = 0.9            # joint cells must save 10% (their loops cost a little more per item)
 POOL_MIN_WORK = 60_000        # additions below which a request runs inline (~75 ms at 1024 bits)
 UNIT_MIN_WORK = 8_000         # smallest unit of work sent to a worker
 UNITS_PER_WORKER = 8
@@ -106,7 +107,7 @@ def plan_groups(bins: np.ndarray, n_bins: Sequence[int], joint="auto") -> list[t
     ``auto`` walks the features and takes, at each position, the group size with
     the lowest additions per feature: ``n`` alone, ``(n + C2)/2`` for a pair,
     ``(n + 2*C3)/3`` for a triple, with ``C`` the exact number of non-empty
-    joint cells.
+    joint cells; a group must beat ``JOINT_MARGIN * n``.
     """
     joint = _check_joint(joint)
     n, F = bins.shape
@@ -115,7 +116,7 @@ def plan_groups(bins: np.ndarray, n_bins: Sequence[int], joint="auto") -> list[t
         return [(f,) for f in range(F)]
     f = 0
     while f < F:
-        best, best_cost = (f,), float(n)
+        best, best_cost = (f,), JOINT_MARGIN * n
         for k in ((2, 3) if joint == "auto" else (joint,)):
             if f + k > F:
                 continue
