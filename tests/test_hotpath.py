@@ -290,13 +290,21 @@ def test_fixed_base_table_matches_powmod(keypair):
     pub, _ = keypair
     n2 = gmpy2.mpz(pub.nsquare)
     base = gmpy2.mpz(123456789) ** 20 % n2
-    t = FixedBaseTable(base, n2, 160)
-    assert t.n_windows == 20
-    rng = np.random.default_rng(0)
-    for _ in range(20):
-        e = bytes(rng.integers(0, 256, 20, dtype=np.uint8))
-        assert t.pow_bytes(e) == gmpy2.powmod(base, int.from_bytes(e, "little"), n2)
-    assert t.pow_bytes(bytes(20)) == 1 and t.pow_bytes(b"\xff" * 20) == gmpy2.powmod(base, 2 ** 160 - 1, n2)
+    for window, bits in ((11, 160), (8, 160), (5, 7)):
+        t = FixedBaseTable(base, n2, bits, window)
+        assert t.n_windows == -(-bits // window) and t.exponent_bits >= bits
+        digits = t.random_digits(30)
+        assert all(len(d) == t.n_windows and all(0 <= x < 2 ** window for x in d) for d in digits)
+        for d in digits:
+            e = sum(x << (window * j) for j, x in enumerate(d))
+            assert t.pow_digits(d) == gmpy2.powmod(base, e, n2)
+        top = [2 ** window - 1] * t.n_windows
+        assert t.pow_digits([0] * t.n_windows) == 1
+        assert t.pow_digits(top) == gmpy2.powmod(base, 2 ** t.exponent_bits - 1, n2)
+    # the random digits use every value of the window (uniform, not biased to a subrange)
+    t = FixedBaseTable(base, n2, 8, 4)
+    seen = {x for d in t.random_digits(500) for x in d}
+    assert seen == set(range(16))
 
 
 @pytest.mark.parametrize("method", ["fast", "standard"])
@@ -316,7 +324,7 @@ def test_encryption_on_the_pool_decrypts_with_phe_and_is_randomized(keypair, poo
 def test_fast_encryption_short_exponents_are_fresh_and_full_length(keypair):
     pub, priv = keypair
     enc = Encryptor(pub, priv, "fast")
-    assert enc.exponent_bits == 160 and enc._exp_bytes == 20
+    assert enc.exponent_bits == 160 and enc.tables[0].n_windows == 20   # 2 * 80 bits
     r = [enc.obfuscator() for _ in range(50)]
     assert len(set(int(x) for x in r)) == 50
     # every obfuscator is an n-th power: it decrypts to zero
