@@ -18,6 +18,8 @@ mean seconds per tree, the per-tree breakdown (encrypt, histogram, compress,
 decrypt, split_search, bytes_sent, total), test AUC, bytes, and peak memory
 (this process, and the sum with every worker process's peak).
 Datasets come from ``../shared/datasets`` (``datasets.shared_datasets_dir()``).
+``--preshift on|off`` forces or forbids pre-shifted gradient copies (default:
+the cost model), ``--mode plain`` gives the unencrypted baseline.
 """
 from __future__ import annotations
 
