@@ -21,12 +21,13 @@ def main():
     """Vertical federated gradient boosting (SecureBoost with Paillier; DP-only mode)."""
 
 
-def _load_parties(dataset, guest, hosts, id_col, label_col, parties):
+def _load_parties(dataset, guest, hosts, id_col, label_col, parties, allow_text_label=False):
     from datasets import breast_cancer_parties, load_guest_host, load_shared
     if guest or hosts:
         if not (guest and hosts):
             raise click.UsageError("--guest and at least one --host are needed together")
-        return load_guest_host(guest, list(hosts), id_col=id_col, label_col=label_col)
+        return load_guest_host(guest, list(hosts), id_col=id_col, label_col=label_col,
+                               allow_text_label=allow_text_label)
     if dataset == "breast_cancer":
         return breast_cancer_parties(parties, id_col=id_col, label_col=label_col)
     return load_shared(dataset)
@@ -66,9 +67,23 @@ def _fmt_bytes(n: int) -> str:
 @click.option("--save-model", type=click.Path(file_okay=False), help="Write one JSON model file per party.")
 @click.option("--verbose", is_flag=True, help="Print the per-tree time breakdown.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--objective", type=click.Choice(["binary", "multiclass", "regression", "pseudohuber"]),
+              default=None, help="Default: the shared dataset's task, else binary.")
+@click.option("--huber-slope", default=1.0, show_default=True, help="pseudohuber objective's slope.")
+@click.option("--validation-size", default=0.0, show_default=True,
+              help="Fraction of the training rows held out for metric history and early stopping.")
+@click.option("--early-stopping-rounds", type=int, default=None,
+              help="Stop when the validation metric has not improved for this many rounds.")
+@click.option("--eval-metric", default=None, help="Metric watched by early stopping (default per objective).")
+@click.option("--subsample", default=1.0, show_default=True, help="Row fraction per tree.")
+@click.option("--goss", is_flag=True, help="Gradient-based one-side sampling (LightGBM).")
+@click.option("--top-rate", default=0.2, show_default=True, help="GOSS: share of large-gradient rows kept.")
+@click.option("--other-rate", default=0.1, show_default=True, help="GOSS: share of other rows sampled.")
 def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, depth, learning_rate, max_bin,
              reg_lambda, min_child_weight, gamma, key_bits, encryption, test_size, seed, output_json,
-             predictions, save_model, verbose, quiet):
+             predictions, save_model, verbose, quiet, objective=None, huber_slope=1.0, validation_size=0.0,
+             early_stopping_rounds=None, eval_metric=None, subsample=1.0, goss=False, top_rate=0.2,
+             other_rate=0.1):
     """Run a whole federation in one process and report time, test metric and bytes."""
     from tqdm import tqdm
 
@@ -77,31 +92,43 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
     from vfl.params import TrainParams
 
     try:
-        party_frames = _load_parties(dataset, guest, hosts, id_col, label_col, parties)
+        if objective is None:
+            from datasets import SHARED_TASKS
+            objective = SHARED_TASKS.get(dataset, "binary") if not (guest or hosts) else "binary"
+        if early_stopping_rounds is not None and not validation_size:
+            raise click.UsageError("--early-stopping-rounds needs --validation-size")
+        party_frames = _load_parties(dataset, guest, hosts, id_col, label_col, parties,
+                                     allow_text_label=objective == "multiclass")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", WeakKeyWarning)
             params = TrainParams(n_estimators=trees, max_depth=depth, learning_rate=learning_rate,
                                  max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight,
-                                 gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed)
+                                 gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed,
+                                 objective=objective, huber_slope=huber_slope, subsample=subsample, goss=goss,
+                                 top_rate=top_rate, other_rate=other_rate,
+                                 early_stopping_rounds=early_stopping_rounds, eval_metric=eval_metric)
             from crypto.keys import check_key_bits
             if mode == "he":
                 check_key_bits(key_bits)
         for w in caught:
             click.echo(f"warning: {w.message}", err=True)
         names = ", ".join(f"{pf.name} ({len(pf.feature_names)} features)" for pf in party_frames)
-        click.echo(f"parties: {names}; mode {mode}" + (f", {key_bits}-bit Paillier" if mode == "he" else ""))
+        click.echo(f"parties: {names}; mode {mode}" + (f", {key_bits}-bit Paillier" if mode == "he" else "")
+                   + f"; objective {params.objective}")
         bar = tqdm(total=trees, desc="trees", unit="tree", disable=quiet, file=sys.stderr)
 
         def on_round(r, info):
             bar.update(1)
             if verbose:
                 t = info["timing"]
-                bar.write(f"tree {r + 1}: " + ", ".join(f"{k} {v:.3f}s" for k, v in t.items()))
+                val = info.get("validation")
+                bar.write(f"tree {r + 1}: " + ", ".join(f"{k} {v:.3f}s" for k, v in t.items())
+                          + ("; validation " + ", ".join(f"{k} {v:.4f}" for k, v in val.items()) if val else ""))
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", WeakKeyWarning)
             fed, result, test_ids, proba = run(party_frames, params, test_size=test_size, seed=seed,
-                                               on_round=on_round)
+                                               on_round=on_round, validation_size=validation_size or None)
         bar.close()
     except VFLError as exc:
         _fail(exc)
@@ -113,6 +140,18 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
     click.echo(f"train time: {result['train_seconds']:.2f} s")
     if result["test_auc"] is not None:
         click.echo(f"test AUC: {result['test_auc']:.4f}")
+    if fed.active.label_mapping and any(c != i for c, i in fed.active.label_mapping.items()):
+        click.echo("classes: " + ", ".join(f"{i} = {c!r}" for c, i in fed.active.label_mapping.items()))
+    for key, label in (("test_accuracy", "test accuracy"), ("test_logloss", "test log loss"),
+                       ("test_rmse", "test RMSE"), ("test_mae", "test MAE")):
+        if result.get(key) is not None:
+            click.echo(f"{label}: {result[key]:.4f}")
+    if result.get("n_validation"):
+        best = result["best_iteration"]
+        click.echo(f"validation: {result['n_validation']} rows, {result['n_rounds']} rounds grown"
+                   + (f", best iteration {best + 1} ({result['eval_metric']} "
+                      f"{result['history']['validation'][result['eval_metric']][best]:.4f})"
+                      if best is not None else ""))
     for pair, n in result["bytes_sent"].items():
         click.echo(f"bytes {pair}: {n} ({_fmt_bytes(n)})")
     if verbose and result["crypto_seconds"]:
@@ -122,7 +161,18 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
             Path(output_json).write_text(json.dumps(result, indent=1, default=float))
         if predictions:
             import pandas as pd
-            pd.DataFrame({id_col: test_ids, "proba": proba}).to_csv(predictions, index=False)
+            model = fed.model
+            if model.objective == "binary":
+                out = pd.DataFrame({id_col: test_ids, "proba": proba})
+            elif model.objective == "multiclass":
+                classes = model.classes or list(range(model.n_targets))
+                out = pd.DataFrame({id_col: test_ids,
+                                    "prediction": [classes[i] for i in proba.argmax(axis=1)]})
+                for i, c in enumerate(classes):
+                    out[f"proba_{c}"] = proba[:, i]
+            else:
+                out = pd.DataFrame({id_col: test_ids, "prediction": proba})
+            out.to_csv(predictions, index=False)
         if save_model:
             paths = fed.save(save_model)
             click.echo("saved model files: " + ", ".join(str(p) for p in paths))

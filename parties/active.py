@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import gmpy2
 import numpy as np
@@ -27,6 +27,7 @@ from vfl.frames import party_data
 from vfl.loss import get_loss
 from vfl.model import BoostedModel
 from vfl.params import TrainParams
+from parties.monitor import TrainingMonitor
 
 
 @dataclass
@@ -37,6 +38,7 @@ class RoundCrypto:
     layout: PackingLayout | None = None
     per: int = 1
     stats: dict = field(default_factory=dict)
+    group_size: int = 1       # targets per packed value (see m.Gradients)
 
 
 class GradientChannel:
@@ -53,6 +55,17 @@ class GradientChannel:
             self.decryptor = Decryptor(self.private_key)
         self.current = RoundCrypto()
         self.timing: dict[str, float] = {}
+        self._sample = (-1, None)     # (round, rows some tree of the round uses)
+
+    def set_sample(self, round_idx, in_any_sample) -> None:
+        self._sample = (round_idx, np.asarray(in_any_sample, dtype=bool))
+
+    def group_size(self, layout: PackingLayout) -> int:
+        """Targets packed per plaintext: all of them when they fit the key, else the most that fit."""
+        fit = (self.key_bits - 2) // layout.pair_bits
+        if fit < 1:
+            layout.values_per_plaintext(self.key_bits)       # raises, naming the sizes
+        return max(1, min(layout.n_targets, fit))
 
     def _tick(self, stage, t0):
         self.timing[stage] = self.timing.get(stage, 0.0) + time.perf_counter() - t0
@@ -61,15 +74,32 @@ class GradientChannel:
         if self.current.round_idx == round_idx:
             return self.current
         t0 = time.perf_counter()
-        packed = pack(g_int, h_int, layout)
-        per = layout.values_per_plaintext(self.key_bits)
-        if self.mode == "he":
-            values = self.encryptor.encrypt(packed)
-        else:
-            values = packed
+        K, G = layout.n_targets, self.group_size(layout)
+        glayout = layout if G == K else replace(layout, n_targets=G)
+        per = glayout.values_per_plaintext(self.key_bits)
+        g_int = np.asarray(g_int, dtype=np.int64).reshape(len(g_int), -1)
+        h_int = np.asarray(h_int, dtype=np.int64).reshape(len(h_int), -1)
+        n = len(g_int)
+        used = self._sample[1] if self._sample[0] == round_idx else None
+        rows = np.arange(n) if used is None else np.flatnonzero(used)
+        values = []
+        for start in range(0, K, G):        # one block of n values per target group
+            gj = np.zeros((n, G), dtype=np.int64)
+            hj = np.zeros((n, G), dtype=np.int64)
+            stop = min(K, start + G)
+            gj[:, :stop - start], hj[:, :stop - start] = g_int[:, start:stop], h_int[:, start:stop]
+            packed = pack(gj[rows], hj[rows], glayout)
+            enc = self.encryptor.encrypt(packed) if self.mode == "he" else packed
+            if used is None:
+                values.extend(enc)
+            else:   # rows no tree of the round uses: trivial placeholders (never summed)
+                block = [gmpy2.mpz(1) if self.mode == "he" else 0] * n
+                for i, v in zip(rows.tolist(), enc):
+                    block[i] = v
+                values.extend(block)
         self._tick("encrypt", t0)
-        msg = m.Gradients(round_idx, self.mode == "he", layout.to_dict(), per, BigInts(values))
-        self.current = RoundCrypto(round_idx, msg, layout, per)
+        msg = m.Gradients(round_idx, self.mode == "he", glayout.to_dict(), per, BigInts(values))
+        self.current = RoundCrypto(round_idx, msg, glayout, per, group_size=G)
         return self.current
 
     def decode(self, values, total: int):
@@ -95,6 +125,9 @@ class RemoteSource(HistogramSource):
         rc = self.channel.gradients(round_idx, g_int, h_int, layout)
         self.transport.call(self.party, rc.message)
 
+    def set_sample(self, round_idx, in_any_sample):
+        self.channel.set_sample(round_idx, in_any_sample)
+
     def build(self, round_idx, depth, tree_idx, node_ids, assignment):
         reply = self.transport.call(self.party, m.HistogramRequest(
             round_idx, depth, np.asarray(tree_idx, np.int32), np.asarray(node_ids, np.int32),
@@ -106,7 +139,7 @@ class RemoteSource(HistogramSource):
         g, h = self.channel.decode(reply.values.values, total)
         layout = self.channel.current.layout
         scale = float(2 ** layout.precision_bits)
-        tgt = np.repeat(np.asarray(tree_idx, dtype=np.int64), n_flat)
+        tgt = np.repeat(np.asarray(tree_idx, dtype=np.int64) % self.channel.current.group_size, n_flat)
         sel = np.arange(total)
         sg = np.array([float(v) for v in g[sel, tgt]]) / scale
         sh = np.array([float(v) for v in h[sel, tgt]]) / scale
@@ -135,12 +168,14 @@ class ActiveParty:
                  source: str | None = None):
         self.name = str(name)
         self.id_col, self.label_col, self.source = id_col, label_col, source
-        d = party_data(frame, self.name, id_col, label_col, source, require_features=False)
+        d = party_data(frame, self.name, id_col, label_col, source, require_features=False,
+                       allow_text_label=True)
         self.ids, self.X, self.feature_names, self.y_raw = d
         self.model: BoostedModel | None = None
         self.alignment_report: dict = {}
         self.timings: list[dict] = []
         self.channel: GradientChannel | None = None
+        self.label_mapping: dict | None = None     # multiclass: {original label: class index}
 
     # -- training -----------------------------------------------------------
     def align(self, transport: Transport, peers: list[str], salt: bytes, session_id: str):
@@ -155,12 +190,17 @@ class ActiveParty:
         return rows
 
     def fit(self, transport: Transport, peers: list[str], params: TrainParams | None = None,
-            on_round=None) -> BoostedModel:
+            on_round=None, validation: pd.DataFrame | None = None) -> BoostedModel:
+        """Train with every peer. ``validation``: this party's frame of validation rows (id, label,
+        features); the peers must have loaded theirs (``load_validation_data``)."""
         params = params or TrainParams()
         peers = list(peers)
         if len(set(peers)) != len(peers) or self.name in peers:
             raise InputError(f"party names must be unique, got active {self.name!r} and passive {peers}")
-        loss = get_loss(params.objective)
+        loss = get_loss(params.objective, huber_slope=params.huber_slope)
+        if params.early_stopping_rounds is not None and validation is None:
+            raise InputError("early_stopping_rounds needs a validation set")
+        val = self._validation_data(validation) if validation is not None else None
         if not peers and not self.feature_names:
             raise InputError(f"party {self.name!r} has no feature columns and there is no passive party")
         salt = alignment.new_salt()
@@ -179,9 +219,12 @@ class ActiveParty:
         for p in peers:
             nb = infos[p].n_bins
             sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel))
-        booster = Booster(sources, loss, params, on_round)
+        monitor = TrainingMonitor(loss, params, y, on_round)
+        booster = Booster(sources, loss, params, monitor.on_round)
         completed = False
         try:
+            if val is not None:
+                monitor.start_validation(transport, peers, model_id, salt, self.name, self.feature_names, *val)
             base, rounds, _ = booster.fit(y)
             completed = True
         finally:
@@ -194,7 +237,20 @@ class ActiveParty:
         self.model = BoostedModel(loss.name, loss.n_targets, [float(b) for b in base], params.learning_rate,
                                   self.name, self.feature_names, peers, model_id, salt.hex(), rounds,
                                   params.to_dict())
+        monitor.finish(self.model)
+        self.model.classes = getattr(loss, "classes", None)
+        self.label_mapping = dict(loss.mapping) if getattr(loss, "classes", None) else None
         return self.model
+
+    def _validation_data(self, frame):
+        d = party_data(frame, self.name, self.id_col, self.label_col, "validation set", require_features=False,
+                       allow_text_label=True)
+        missing = [f for f in self.feature_names if f not in d.feature_names]
+        if missing:
+            raise InputError(f"party {self.name!r}: the validation set lacks feature column(s) {missing}")
+        X = d.X[:, [d.feature_names.index(f) for f in self.feature_names]] if self.feature_names \
+            else np.zeros((len(d.ids), 0))
+        return d.ids, X, d.y
 
     # -- prediction ---------------------------------------------------------
     def predict_raw(self, transport: Transport, frame: pd.DataFrame | None = None,
@@ -229,6 +285,32 @@ class ActiveParty:
         ids, raw = self.predict_raw(transport, frame, source)
         return ids, get_loss(self.model.objective).transform(raw)
 
+    def predict(self, transport, frame=None, source=None) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, predictions)``: original class labels (binary 0/1, multiclass as in training)
+        or regression values."""
+        ids, raw = self.predict_raw(transport, frame, source)
+        return ids, self.model.output_to_prediction(raw)
+
+    def share_split_gains(self, transport) -> dict[str, int]:
+        """Tell every passive party the gain of each of its own splits (opt-in; see README)."""
+        model = self._need_model()
+        per_party: dict[str, tuple[list, list]] = {p: ([], []) for p in model.passive_parties}
+        for rnd in model.rounds:
+            for tree in rnd:
+                for node in tree.nodes:
+                    if not node.is_leaf and node.owner in per_party:
+                        per_party[node.owner][0].append(node.record_id)
+                        per_party[node.owner][1].append(node.gain)
+        transport.call_many({p: m.SplitGains(model.model_id, np.array(r, dtype=np.int64),
+                                             np.array(g, dtype=np.float64))
+                             for p, (r, g) in per_party.items()})
+        return {p: len(r) for p, (r, _) in per_party.items()}
+
+    def _need_model(self) -> BoostedModel:
+        if self.model is None:
+            raise InputError(f"party {self.name!r} has no trained model")
+        return self.model
+
     def save_model(self, path) -> None:
         if self.model is None:
             raise InputError(f"party {self.name!r} has no trained model to save")
@@ -242,4 +324,5 @@ class ActiveParty:
         obj.feature_names = list(model.active_features)
         obj.model = model
         obj.alignment_report, obj.timings, obj.channel = {}, [], None
+        obj.label_mapping = {c: i for i, c in enumerate(model.classes)} if model.classes else None
         return obj

@@ -24,6 +24,7 @@ from protocols.serialization import BigInts
 from vfl.binning import Binner
 from vfl.errors import InputError, ProtocolError
 from vfl.frames import feature_matrix
+from vfl.sampling import node_members
 
 PASSIVE_FORMAT = "vfl-boost-passive-model"
 
@@ -54,6 +55,9 @@ class PassiveParty:
         self._pred_ids = None
         self._pred_X = None
         self._pred_rows = {}
+        self._val_ids = None
+        self._val_X = None
+        self._eval_session = None
 
     # -- state --------------------------------------------------------------
     def _reset_training(self):
@@ -63,6 +67,7 @@ class PassiveParty:
         self._nsquare = None
         self._mode = None
         self._values = None
+        self._groups = 1
         self._layout = None
         self._per = None
         self._assignment = None
@@ -118,7 +123,7 @@ class PassiveParty:
     # -- one round ----------------------------------------------------------
     def _on_Gradients(self, req: m.Gradients):
         self._need("setup", self._binner)
-        if len(req.values) != len(self._rows):
+        if len(req.values) == 0 or len(req.values) % len(self._rows):
             raise ProtocolError(f"got {len(req.values)} gradient values for {len(self._rows)} samples")
         if req.encrypted != (self._mode == "he"):
             raise ProtocolError(f"mode {self._mode!r} does not match encrypted={req.encrypted}")
@@ -130,6 +135,7 @@ class PassiveParty:
         if req.values_per_ciphertext < 1:
             raise ProtocolError("values_per_ciphertext must be positive")
         self._per = int(req.values_per_ciphertext)
+        self._groups = len(req.values) // len(self._rows)     # target groups (see m.Gradients)
         self._values = req.values.values
         self._round = req.round_idx
         return m.Ack()
@@ -147,7 +153,19 @@ class PassiveParty:
         self._assignment = req.assignment
         node_rows = self._node_rows(req.assignment, req.tree_idx, req.node_ids)
         modulus = self._nsquare if self._mode == "he" else None
-        hists = histogram(values, self._bin_idx, node_rows, self._binner.bin_offsets, modulus)
+        if self._groups == 1:
+            hists = histogram(values, self._bin_idx, node_rows, self._binner.bin_offsets, modulus)
+        else:   # each node sums the block of its tree's target group
+            group = np.asarray(req.tree_idx, dtype=np.int64) // self._layout.n_targets
+            if group.size and (group.min() < 0 or group.max() >= self._groups):
+                raise ProtocolError("tree index out of the range of the gradient groups")
+            n, hists = len(self._rows), [None] * len(node_rows)
+            for j in np.unique(group).tolist():
+                idx = np.flatnonzero(group == j)
+                part = histogram(values[j * n:(j + 1) * n], self._bin_idx, [node_rows[i] for i in idx],
+                                 self._binner.bin_offsets, modulus)
+                for i, hist in zip(idx.tolist(), part):
+                    hists[i] = hist
         flat = [v for h in hists for v in h]
         packed = compress(flat, self._layout.value_bits, self._per, modulus)
         return m.HistogramResponse(len(flat), BigInts(packed))
@@ -160,7 +178,7 @@ class PassiveParty:
             f, b = int(f), int(b)
             if not 0 <= f < len(self.feature_names) or not 0 <= b < len(self._binner.thresholds_[f]) + 1:
                 raise ProtocolError(f"no feature {f} / bin {b} at party {self.name!r}")
-            rows = np.flatnonzero(a[int(t)] == int(nid))
+            rows = node_members(a[int(t)], int(nid))     # sampled and riding rows
             bins = self._bin_idx[rows, f].astype(np.int64)
             missing = bins == len(self._binner.thresholds_[f]) + 1
             go_left.append(np.where(missing, bool(dl), bins <= b))
@@ -179,6 +197,9 @@ class PassiveParty:
             raise ProtocolError("TrainEnd for an unknown model")
         self.completed = bool(req.completed)
         self._values = None
+        if self._eval_session is not None:      # the validation session ends with training
+            self._pred_rows.pop(self._eval_session, None)
+            self._eval_session = None
         return m.Ack({"n_records": len(self.records)})
 
     # -- prediction ---------------------------------------------------------
@@ -218,6 +239,67 @@ class PassiveParty:
         dl = np.array([self.records[r]["default_left"] for r in rec.tolist()], dtype=bool)
         x = X[req.rows, feat] if rec.size else np.zeros(0)
         return m.RouteResponse(np.where(np.isnan(x), dl, x <= thr))
+
+    # -- validation set and feature importance (issue 4) --------------------
+    def load_validation_data(self, frame: pd.DataFrame, source: str | None = None) -> None:
+        """This party's features of the validation rows (used during training for metrics and
+        early stopping; aligned by hashed id like the training set)."""
+        ids, X, names = feature_matrix(frame, self.name, self.id_col, None, source, require_features=True)
+        if self._X is not None:
+            missing = [f for f in self.feature_names if f not in names]
+            if missing:
+                raise InputError(f"party {self.name!r}: validation data{' ' + source if source else ''} "
+                                 f"lacks the feature column(s) {missing}")
+            X = X[:, [names.index(f) for f in self.feature_names]]
+        self._val_ids, self._val_X = ids, X
+
+    def _on_EvalStart(self, req: m.EvalStart):
+        if req.model_id != self.model_id:
+            raise ProtocolError(f"party {self.name!r} is not training model {req.model_id!r}")
+        if self._val_ids is None:
+            raise InputError(f"party {self.name!r} has no validation data (load_validation_data) but the "
+                             "active party uses a validation set")
+        own = alignment.hash_ids(self._val_ids, self.salt)
+        alignment.check_unique(alignment.hashes_to_keys(own), self.name, "validation ids")
+        try:
+            rows = alignment.positions(own, req.hashes, self.name)
+        except InputError as exc:
+            raise InputError(f"validation set does not align: {exc}") from None
+        self._pred_rows[req.session_id] = self._val_X[rows]
+        self._eval_session = req.session_id
+        return m.Ack({"n_rows": int(len(rows))})
+
+    def _on_SplitGains(self, req: m.SplitGains):
+        if req.model_id != self.model_id:
+            raise ProtocolError(f"party {self.name!r} holds no model {req.model_id!r}")
+        rec = np.asarray(req.record_ids, dtype=np.int64)
+        if rec.shape != np.shape(req.gains) or (rec.size and (rec.min() < 0 or rec.max() >= len(self.records))):
+            raise ProtocolError(f"split gains do not match the records of party {self.name!r}")
+        for r, gain in zip(rec.tolist(), np.asarray(req.gains, dtype=np.float64).tolist()):
+            self.records[r]["gain"] = float(gain)
+        return m.Ack({"n_records": int(rec.size)})
+
+    def feature_importance(self, kind: str = "split", n_rounds: int | None = None) -> dict[str, float]:
+        """This party's own features by name, from its own records: ``split`` (number of splits)
+        or ``gain`` (total gain; needs the gains shared by the active party, see
+        ``Federation.share_split_gains``). Unused features get 0. ``n_rounds``: count only the
+        first rounds (e.g. up to the best iteration)."""
+        if kind not in ("split", "gain"):
+            raise InputError(f"importance kind must be 'split' or 'gain', got {kind!r}")
+        if self.model_id is None:
+            raise InputError(f"party {self.name!r} has no trained model")
+        out = {f: 0.0 for f in self.feature_names}
+        for r in self.records:
+            if n_rounds is not None and r["round"] >= n_rounds:
+                continue
+            if kind == "gain":
+                if "gain" not in r:
+                    raise InputError(f"party {self.name!r} does not know the gains of its splits: the active "
+                                     "party has not shared them (Federation.share_split_gains)")
+                out[r["feature"]] += r["gain"]
+            else:
+                out[r["feature"]] += 1.0
+        return out
 
     # -- persistence --------------------------------------------------------
     def model_dict(self) -> dict:

@@ -1,0 +1,103 @@
+"""Per-round metrics, the validation set and early stopping, for the active party.
+
+The validation rows are aligned like the training set: the active party hashes
+its validation ids with the federation's salt and sends them in
+:class:`protocols.messages.EvalStart`; every passive party finds its own rows
+for them (loaded locally with ``PassiveParty.load_validation_data``) and keeps
+them as a prediction session. After each round only **that round's trees**
+are routed for the validation rows (passive-owned nodes through
+``RouteRequest``, as in prediction) and added to running raw scores, so the
+cost per round does not grow with the number of trees.
+
+History: ``{"train": {metric: [per round]}, "validation": {...}}`` with every
+metric of the objective (``vfl.params.EVAL_METRICS``). With
+``early_stopping_rounds`` training stops once the watched metric
+(``eval_metric``, default the objective's first) has not improved for that
+many rounds; the model keeps all rounds grown and ``best_iteration`` (0-based),
+which predictions use by default.
+
+Leakage: a passive party learns the hashed validation ids (it must own a row
+for each) and the path of every validation row through the splits it owns,
+as in prediction.
+"""
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+
+from protocols import alignment
+from protocols import messages as m
+from vfl.errors import InputError
+from vfl.metrics import evaluate, is_better
+from vfl.model import BoostedModel
+from vfl.params import EVAL_METRICS
+
+
+class TrainingMonitor:
+    """Wraps the user's ``on_round`` callback; decides early stopping."""
+
+    def __init__(self, loss, params, y_train, user_callback=None):
+        self.loss, self.params, self.y_train = loss, params, y_train
+        self.user_callback = user_callback
+        self.metrics = EVAL_METRICS[params.objective]
+        self.metric = params.metric
+        self.history: dict = {"train": {k: [] for k in self.metrics}}
+        self.best_iteration: int | None = None
+        self.best_score: float | None = None
+        self.stopped_early = False
+        self._val = None
+
+    # -- validation ---------------------------------------------------------
+    def start_validation(self, transport, peers, model_id, salt: bytes, active_name, active_features,
+                         val_ids, X_val, y_val) -> None:
+        """Check the validation labels and open a validation session at every passive party."""
+        y = self.loss.encode_labels(y_val, active_name, "label (validation set)")
+        if self.metric == "auc" and len(np.unique(y)) < 2:
+            raise InputError("the validation set holds a single class: AUC (eval_metric) is undefined")
+        hashes = alignment.hash_ids(val_ids, salt)
+        alignment.check_unique(alignment.hashes_to_keys(hashes), active_name, "validation ids")
+        session_id = secrets.token_hex(8)
+        transport.call_many({p: m.EvalStart(model_id, session_id, hashes) for p in peers})
+        K = self.loss.n_targets
+        self._val = {"transport": transport, "session": session_id, "X": X_val, "y": y,
+                     "raw": np.tile(self.loss.base_score(self.y_train), (len(y), 1)).astype(np.float64),
+                     "model": BoostedModel(self.loss.name, K, [0.0] * K, self.params.learning_rate,
+                                           active_name, list(active_features), list(peers), model_id,
+                                           salt.hex())}
+        self.history["validation"] = {k: [] for k in self.metrics}
+
+    def _route(self, owner, record_ids, rows):
+        v = self._val
+        return v["transport"].call(owner, m.RouteRequest(v["session"], record_ids, rows)).go_left
+
+    # -- per round ----------------------------------------------------------
+    def _evaluate(self, y, raw) -> dict:
+        return evaluate(self.metrics, y, self.loss.transform(raw), self.params.huber_slope)
+
+    def on_round(self, r: int, info: dict) -> bool:
+        for k, v in self._evaluate(self.y_train, info["raw"]).items():
+            self.history["train"][k].append(v)
+        stop = False
+        if self._val is not None:
+            v = self._val
+            v["model"].rounds = [info["trees"]]       # only this round's trees
+            v["raw"] += v["model"].predict_raw(v["X"], self._route)
+            scores = self._evaluate(v["y"], v["raw"])
+            for k, val in scores.items():
+                self.history["validation"][k].append(val)
+            info = {**info, "validation": scores}
+            if is_better(self.metric, scores[self.metric], self.best_score):
+                self.best_score, self.best_iteration = scores[self.metric], r
+            elif self.params.early_stopping_rounds is not None and self.best_iteration is not None and \
+                    r - self.best_iteration >= self.params.early_stopping_rounds:
+                stop = self.stopped_early = True
+        if self.user_callback is not None and self.user_callback(r, info):
+            stop = True
+        return stop
+
+    def finish(self, model: BoostedModel) -> None:
+        model.history = self.history
+        if self.params.early_stopping_rounds is not None:
+            model.best_iteration = self.best_iteration
+        model.params = {**model.params, "eval_metric": self.metric}
