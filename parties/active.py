@@ -207,7 +207,8 @@ class ActiveParty:
         session_id = secrets.token_hex(8)
         model_id = secrets.token_hex(8)
         rows = self.align(transport, peers, salt, session_id)
-        y = loss.check_labels(self.y_raw[rows], self.name, self.label_col)
+        y = loss.check_labels(self.y_raw[rows], self.name, self.label_col,
+                              **({"ids": self.ids[rows]} if loss.name != "binary" else {}))
         X = self.X[rows]
         infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id) for p in peers})
         self.channel = GradientChannel(params.mode, params.key_bits, params.encryption)

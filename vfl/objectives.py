@@ -112,13 +112,14 @@ class SoftmaxLoss:
         """``{original label: class index}``."""
         return {c: i for i, c in enumerate(self.classes or [])}
 
-    def _values(self, y, party, column) -> list:
+    def _values(self, y, party, column, ids=None) -> list:
         arr = np.asarray(y)
         if arr.dtype == object or arr.dtype.kind in "US":
             vals = arr.tolist()
             nan = [i for i, v in enumerate(vals) if v is None or (isinstance(v, float) and math.isnan(v))]
             if nan:
-                raise InputError(f"{_where(party, column)} has {len(nan)} missing labels (rows {nan[:5]})")
+                where = f"ids {np.asarray(ids)[nan[:5]].tolist()}" if ids is not None else f"rows {nan[:5]}"
+                raise InputError(f"{_where(party, column)} has {len(nan)} missing labels ({where})")
             kinds = {type(v) for v in vals}
             if not all(issubclass(k, str) for k in kinds):
                 if all(issubclass(k, (int, float, np.integer, np.floating)) and not issubclass(k, bool)
@@ -140,8 +141,8 @@ class SoftmaxLoss:
                              "continuous target)")
         return [int(v) for v in y.tolist()]
 
-    def check_labels(self, y, party: str = "active", column: str = "label") -> np.ndarray:
-        vals = self._values(y, party, column)
+    def check_labels(self, y, party: str = "active", column: str = "label", ids=None) -> np.ndarray:
+        vals = self._values(y, party, column, ids)
         classes = sorted(set(vals))
         if len(classes) < 2:
             raise InputError(f"{_where(party, column)} holds a single class {classes}: a multiclass "
@@ -154,11 +155,11 @@ class SoftmaxLoss:
         index = self.mapping
         return np.array([index[v] for v in vals], dtype=np.float64)
 
-    def encode_labels(self, y, party: str = "active", column: str = "label") -> np.ndarray:
+    def encode_labels(self, y, party: str = "active", column: str = "label", ids=None) -> np.ndarray:
         """Labels of another set (validation) with the training mapping."""
         if self.classes is None:
             raise RuntimeError("encode_labels before check_labels")
-        vals = self._values(y, party, column)
+        vals = self._values(y, party, column, ids)
         index = self.mapping
         unknown = sorted({v for v in vals if v not in index}, key=str)
         if unknown:
@@ -193,13 +194,14 @@ class _RegressionLoss:
     n_targets = 1
     task = "regression"
 
-    def check_labels(self, y, party: str = "active", column: str = "label") -> np.ndarray:
+    def check_labels(self, y, party: str = "active", column: str = "label", ids=None) -> np.ndarray:
         y = _numeric_labels(y, party, column, "regression")
         bad = ~np.isfinite(y)
         if bad.any():
             rows = np.flatnonzero(bad)
+            where = f"ids {np.asarray(ids)[rows[:5]].tolist()}" if ids is not None else f"rows {rows[:5].tolist()}"
             raise InputError(f"{_where(party, column)} has {int(bad.sum())} NaN/inf values "
-                             f"(rows {rows[:5].tolist()}); a regression target must be finite")
+                             f"({where}); a regression target must be finite")
         return y
 
     encode_labels = check_labels
@@ -219,7 +221,8 @@ class SquaredErrorLoss(_RegressionLoss):
     name = "regression"
 
     def base_score(self, y) -> np.ndarray:
-        return np.array([float(np.mean(y))])
+        # exactly rounded, so independent of the row order (which follows the salted id hashes)
+        return np.array([math.fsum(np.asarray(y, dtype=np.float64).tolist()) / max(len(y), 1)])
 
     def gradients(self, y, raw):
         g = raw[:, 0] - y
