@@ -7,16 +7,24 @@ metrics to maximise; the others are minimised.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 _EPS = 1e-15
+
+
+def _mean(x) -> float:
+    """Exactly rounded mean: independent of the row order (which follows the salted id hashes)."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    return math.fsum(x.tolist()) / x.size if x.size else float("nan")
 HIGHER_IS_BETTER = {"auc"}
 
 
 def logloss(y, p) -> float:
     p = np.clip(np.asarray(p, dtype=np.float64), _EPS, 1 - _EPS)
     y = np.asarray(y, dtype=np.float64)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+    return -_mean(y * np.log(p) + (1 - y) * np.log(1 - p))
 
 
 def auc(y, p) -> float:
@@ -28,32 +36,32 @@ def auc(y, p) -> float:
 
 
 def error(y, p) -> float:
-    return float(np.mean((np.asarray(p) > 0.5) != (np.asarray(y) > 0.5)))
+    return _mean((np.asarray(p) > 0.5) != (np.asarray(y) > 0.5))
 
 
 def mlogloss(y, proba) -> float:
     proba = np.clip(np.asarray(proba, dtype=np.float64), _EPS, 1.0)
     y = np.asarray(y, dtype=np.int64)
-    return float(-np.mean(np.log(proba[np.arange(len(y)), y])))
+    return -_mean(np.log(proba[np.arange(len(y)), y]))
 
 
 def merror(y, proba) -> float:
-    return float(np.mean(np.argmax(proba, axis=1) != np.asarray(y, dtype=np.int64)))
+    return _mean(np.argmax(proba, axis=1) != np.asarray(y, dtype=np.int64))
 
 
 def rmse(y, pred) -> float:
     d = np.asarray(pred, dtype=np.float64) - np.asarray(y, dtype=np.float64)
-    return float(np.sqrt(np.mean(d * d)))
+    return math.sqrt(_mean(d * d))
 
 
 def mae(y, pred) -> float:
-    return float(np.mean(np.abs(np.asarray(pred, dtype=np.float64) - np.asarray(y, dtype=np.float64))))
+    return _mean(np.abs(np.asarray(pred, dtype=np.float64) - np.asarray(y, dtype=np.float64)))
 
 
 def mphe(y, pred, huber_slope: float = 1.0) -> float:
     """Mean pseudo-Huber error (XGBoost's ``mphe``)."""
     r = (np.asarray(pred, dtype=np.float64) - np.asarray(y, dtype=np.float64)) / huber_slope
-    return float(np.mean(huber_slope ** 2 * (np.sqrt(1 + r * r) - 1)))
+    return _mean(huber_slope ** 2 * (np.sqrt(1 + r * r) - 1))
 
 
 METRICS = {"logloss": logloss, "auc": auc, "error": error, "mlogloss": mlogloss, "merror": merror,
