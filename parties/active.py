@@ -226,7 +226,7 @@ class ActiveParty:
         try:
             if val is not None:
                 monitor.start_validation(transport, peers, model_id, salt, self.name, self.feature_names, *val)
-            base, rounds, _ = booster.fit(y)
+            base, rounds, _ = booster.fit(y, row_keys=rows)
             completed = True
         finally:
             try:

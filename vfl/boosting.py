@@ -136,8 +136,12 @@ class Booster:
         self.sampler = RowSampler(params)
 
     def fit(self, y: np.ndarray, raw: np.ndarray | None = None, start_round: int = 0,
-            rounds: list[list[Tree]] | None = None):
+            rounds: list[list[Tree]] | None = None, row_keys: np.ndarray | None = None):
+        """``row_keys``: a stable identity of each training row (e.g. the active party's own row
+        position) on which row sampling is keyed (see :class:`vfl.sampling.RowSampler`)."""
         p, loss = self.params, self.loss
+        if row_keys is not None:
+            self.sampler = RowSampler(p, row_keys)
         n = len(y)
         K = loss.n_targets
         base = loss.base_score(y)

@@ -54,11 +54,24 @@ def leaf_positions(assignment: np.ndarray) -> np.ndarray:
 
 
 class RowSampler:
-    """Draws each round's samples; reproducible from ``params.seed``."""
+    """Draws each round's samples, reproducibly from ``params.seed``.
 
-    def __init__(self, params):
+    The training rows are ordered by salted id hash, a fresh order every
+    training; so the draws are keyed on ``row_keys`` (the active party's own row
+    position of each training row): the same seed and data give the same
+    samples, whatever the salt, and ``he`` and ``plain`` grow the same trees.
+    Ties of GOSS scores are broken by the same random keys.
+    """
+
+    def __init__(self, params, row_keys=None):
         self.params = params
-        self.rng = np.random.default_rng([int(params.seed), 0x5A4D])
+        self.row_keys = None if row_keys is None else np.asarray(row_keys, dtype=np.int64)
+
+    def _uniform(self, round_idx: int, stream: int, n: int) -> np.ndarray:
+        """One uniform number per training row, a function of (seed, round, stream, row key)."""
+        keys = np.arange(n) if self.row_keys is None else self.row_keys
+        rng = np.random.default_rng([int(self.params.seed), 0x5A4D, int(round_idx), int(stream)])
+        return rng.random(int(keys.max()) + 1 if keys.size else 0)[keys]
 
     @property
     def active(self) -> bool:
@@ -80,9 +93,10 @@ class RowSampler:
             if n_top + n_other >= n:
                 return None, None, 1.0
             score = np.abs(g * h).sum(axis=1)
-            order = np.argsort(-score, kind="stable")
+            u = self._uniform(round_idx, 0, n)
+            order = np.lexsort((u, -score))            # largest scores first, ties by random key
             top, rest = order[:n_top], order[n_top:]
-            other = self.rng.choice(rest, size=n_other, replace=False)
+            other = rest[np.argsort(self._uniform(round_idx, 1, n)[rest], kind="stable")[:n_other]]
             mask = np.zeros(n, dtype=bool)
             mask[top] = True
             mask[other] = True
@@ -94,6 +108,6 @@ class RowSampler:
             m = max(1, int(round(p.subsample * n)))
             mask = np.zeros((K, n), dtype=bool)
             for k in range(K):
-                mask[k, self.rng.choice(n, size=m, replace=False)] = True
+                mask[k, np.argsort(self._uniform(round_idx, 2 + k, n), kind="stable")[:m]] = True
             return mask, None, 1.0
         return None, None, 1.0
