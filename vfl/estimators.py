@@ -209,11 +209,13 @@ class VerticalBoostingClassifier(ClassifierMixin, _VerticalBoosting):
     def predict_proba(self, X) -> np.ndarray:
         """``(n_samples, n_classes)`` class probabilities, columns in ``classes_`` order."""
         from vfl.loss import get_loss
-        out = get_loss(self.model_.objective).transform(self._raw(X))
+        raw = self._raw(X)
+        out = get_loss(self.model_.objective).transform(raw)
         return np.column_stack([1.0 - out, out]) if out.ndim == 1 else out
 
     def predict(self, X) -> np.ndarray:
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
 
 
 class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
