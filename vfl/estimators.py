@@ -160,7 +160,8 @@ class _VerticalBoosting(BaseEstimator):
         return dict(items)
 
     def _raw(self, X) -> np.ndarray:
-        return self.federation_.predict_raw(self._predict_frames(X))
+        frames = self._predict_frames(X)        # checks fitted first
+        return self.federation_.predict_raw(frames)
 
     @property
     def feature_importances_(self) -> np.ndarray:
