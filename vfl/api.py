@@ -231,6 +231,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     fed.fit(params, on_round=on_round, validation=validation)
     train_seconds = time.perf_counter() - t0
     test_frames = {pf.name: pf.frame for pf in test}
+    test_frames[test[0].name] = test[0].frame.drop(columns=test[0].label_col)   # (may hold class names)
     t0 = time.perf_counter()
     raw = fed.predict_raw(test_frames)
     proba = get_loss(fed.model.objective).transform(raw)
