@@ -244,11 +244,14 @@ class ActiveParty:
         return self.model
 
     def _validation_data(self, frame):
-        d = party_data(frame, self.name, self.id_col, self.label_col, "validation set", require_features=False,
-                       allow_text_label=True)
+        try:
+            d = party_data(frame, self.name, self.id_col, self.label_col, None, require_features=False,
+                           allow_text_label=True)
+        except InputError as exc:
+            raise InputError(f"validation set: {exc}") from None
         missing = [f for f in self.feature_names if f not in d.feature_names]
         if missing:
-            raise InputError(f"party {self.name!r}: the validation set lacks feature column(s) {missing}")
+            raise InputError(f"validation set: party {self.name!r} lacks feature column(s) {missing}")
         X = d.X[:, [d.feature_names.index(f) for f in self.feature_names]] if self.feature_names \
             else np.zeros((len(d.ids), 0))
         return d.ids, X, d.y

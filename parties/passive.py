@@ -244,12 +244,14 @@ class PassiveParty:
     def load_validation_data(self, frame: pd.DataFrame, source: str | None = None) -> None:
         """This party's features of the validation rows (used during training for metrics and
         early stopping; aligned by hashed id like the training set)."""
-        ids, X, names = feature_matrix(frame, self.name, self.id_col, None, source, require_features=True)
+        try:
+            ids, X, names = feature_matrix(frame, self.name, self.id_col, None, source, require_features=True)
+        except InputError as exc:
+            raise InputError(f"validation set: {exc}") from None
         if self._X is not None:
             missing = [f for f in self.feature_names if f not in names]
             if missing:
-                raise InputError(f"party {self.name!r}: validation data{' ' + source if source else ''} "
-                                 f"lacks the feature column(s) {missing}")
+                raise InputError(f"validation set: party {self.name!r} lacks feature column(s) {missing}")
             X = X[:, [names.index(f) for f in self.feature_names]]
         self._val_ids, self._val_X = ids, X
 

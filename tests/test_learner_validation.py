@@ -143,9 +143,9 @@ def test_validation_ids_that_do_not_align_are_refused():
 @pytest.mark.parametrize("case, match", [
     ("no_validation", r"early_stopping_rounds needs a validation set"),
     ("missing_party", r"validation data: unknown part\(ies\) \[\], missing \['b'\]"),
-    ("missing_feature", r"party 'a': the validation set lacks feature column\(s\) \['a1'\]"),
-    ("passive_feature", r"party 'b': validation data validation set lacks the feature column\(s\) \['b1'\]"),
-    ("duplicate_ids", r"party 'a'.*duplicated ids"),
+    ("missing_feature", r"validation set: party 'a' lacks feature column\(s\) \['a1'\]"),
+    ("passive_feature", r"validation set: party 'b' lacks feature column\(s\) \['b1'\]"),
+    ("duplicate_ids", r"validation set: party 'a'.*1 duplicated ids"),
     ("nan_label", r"label column 'label \(validation set\)' of party 'a' has 1 NaN/inf"),
     ("unknown_class", r"holds classes \[7\] that are not in the training labels \[0, 1, 2\]"),
     ("single_class_auc", r"validation set holds a single class: AUC"),

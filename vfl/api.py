@@ -72,7 +72,7 @@ class Federation:
                 raise InputError(f"validation data: unknown part(ies) {sorted(unknown)}, missing "
                                  f"{sorted(missing)}; give one DataFrame per party")
             for name, p in self.passives.items():
-                p.load_validation_data(validation[name], source="validation set")
+                p.load_validation_data(validation[name])
             val_active = validation[self.active.name]
         return self.active.fit(self.transport, list(self.passives), params, on_round, validation=val_active)
 
