@@ -94,7 +94,7 @@ def test_validation_rows_route_only_the_new_trees_each_round():
     train, val = dataset("binary", n=200)
     fed = federation(train, record=True)
     fed.fit(mode="plain", n_estimators=8, max_depth=3, validation={"a": val[0], "b": val[1]})
-    per_round, r = [], -1
+    per_round = []
     for sender, receiver, frame in fed.transport.log:
         msg = loads(frame)
         if receiver == "b" and isinstance(msg, m.Gradients):

@@ -94,7 +94,8 @@ class Federation:
         return self.active.predict_raw(self.transport, self._load_frames(frames))[1]
 
     def predict_proba(self, frames: dict[str, pd.DataFrame] | None = None) -> np.ndarray:
-        """Probability of class 1 per row of the active party's frame (federated routing)."""
+        """Probability of class 1 per row of the active party's frame (federated routing);
+        ``(n, K)`` class probabilities for multiclass, predictions for regression."""
         return self.active.predict_proba(self.transport, self._load_frames(frames))[1]
 
     def predict(self, frames: dict[str, pd.DataFrame] | None = None) -> np.ndarray:

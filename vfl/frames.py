@@ -38,7 +38,8 @@ def party_data(frame, party: str, id_col: str, label_col: str | None = None,
     y = None
     if label_col is not None:
         col = frame[label_col]
-        if allow_text_label and not (pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype)):
+        numeric = pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype)
+        if allow_text_label and not numeric:
             y = np.array([None if v is pd.NA or (isinstance(v, float) and v != v) else v
                           for v in col.to_numpy(dtype=object)], dtype=object)
         else:
