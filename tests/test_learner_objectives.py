@@ -136,7 +136,7 @@ def test_label_mixing_strings_and_numbers_is_refused():
 def test_binary_refuses_string_labels_clearly():
     ids, X, _ = make_data(40)
     fed = federation(np.array(["yes", "no"] * 20, dtype=object), X, ids)
-    with pytest.raises(InputError, match=r"label column 'y' of party 'a' is not numeric \(e\.g\. 'yes'\).*"
+    with pytest.raises(InputError, match=r"label column 'y' of party 'a' is not numeric \(e\.g\. 'no', 'yes'\).*"
                                          r"objective='multiclass'"):
         fed.fit(mode="plain", objective="binary", n_estimators=1)
 

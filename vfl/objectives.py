@@ -41,8 +41,9 @@ def _where(party: str, column: str) -> str:
 def _numeric_labels(y, party: str, column: str, task: str) -> np.ndarray:
     arr = np.asarray(y)
     if arr.dtype == object or arr.dtype.kind in "USO":
-        example = next((v for v in arr.tolist() if isinstance(v, str)), None)
-        raise InputError(f"{_where(party, column)} is not numeric (e.g. {example!r}); a {task} objective "
+        examples = sorted({v for v in arr.tolist() if isinstance(v, str)})[:3]
+        raise InputError(f"{_where(party, column)} is not numeric (e.g. {', '.join(map(repr, examples))}); "
+                         f"a {task} objective "
                          "needs numbers" + (" (use objective='multiclass' for class names)"
                                             if task != "multiclass" else ""))
     return arr.astype(np.float64)
