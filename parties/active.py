@@ -189,6 +189,13 @@ class ActiveParty:
                                  **{p: {"n_rows": a.n_rows, "n_kept": a.n_kept} for p, a in acks.items()}}
         return rows
 
+    def align_psi(self, transport: Transport, peers: list[str], salt: bytes, session_id: str):
+        """ECDH-PSI alignment (``TrainParams.align == "psi"``): own rows of the intersection,
+        in the same canonical order as :meth:`align` with the same salt."""
+        from parties.psi_align import align_train
+        rows, self.alignment_report = align_train(transport, peers, self.name, self.ids, salt, session_id)
+        return rows
+
     def fit(self, transport: Transport, peers: list[str], params: TrainParams | None = None,
             on_round=None, validation: pd.DataFrame | None = None) -> BoostedModel:
         """Train with every peer. ``validation``: this party's frame of validation rows (id, label,
@@ -206,7 +213,7 @@ class ActiveParty:
         salt = alignment.new_salt()
         session_id = secrets.token_hex(8)
         model_id = secrets.token_hex(8)
-        rows = self.align(transport, peers, salt, session_id)
+        rows = (self.align_psi if params.align == "psi" else self.align)(transport, peers, salt, session_id)
         y = loss.check_labels(self.y_raw[rows], self.name, self.label_col,
                               **({"ids": self.ids[rows]} if loss.name != "binary" else {}))
         X = self.X[rows]
@@ -217,7 +224,12 @@ class ActiveParty:
         sources: list[HistogramSource] = []
         if self.feature_names:
             sources.append(LocalSource(self.name, X, self.feature_names, params.max_bin))
-        for p in peers:
+        self.dp_report = {}
+        if params.mode == "dp":     # one noisy release per passive party, then local training
+            from parties.dp import dp_sources
+            dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(rows))
+            sources.extend(dp)
+        for p in (peers if params.mode != "dp" else []):
             nb = infos[p].n_bins
             sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel))
         monitor = TrainingMonitor(loss, params, y, on_round)
@@ -258,9 +270,16 @@ class ActiveParty:
 
     # -- prediction ---------------------------------------------------------
     def predict_raw(self, transport: Transport, frame: pd.DataFrame | None = None,
-                    source: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    source: str | None = None, prediction: str | None = None,
+                    align: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Raw scores for the rows of ``frame`` (the active party's columns of new samples);
-        returns ``(ids, raw)``."""
+        returns ``(ids, raw)``.
+
+        ``prediction``: "one-round" (leaf masks, the default) or "node" (node-by-node
+        routing); ``align``: how the passive parties find the rows, "hash" (salted hashes
+        under the model's salt) or "psi" (a fresh PSI per batch); default: as in training."""
+        from vfl.leafmask import DEFAULT_PREDICTION, PREDICTIONS
+        from vfl.params import ALIGNMENTS
         model = self.model
         if model is None:
             raise InputError(f"party {self.name!r} has no trained model")
@@ -273,26 +292,48 @@ class ActiveParty:
                 raise InputError(f"party {self.name!r}: prediction data lacks feature column(s) {missing}")
             ids, X = d.ids, d.X[:, [d.feature_names.index(f) for f in model.active_features]] \
                 if model.active_features else np.zeros((len(d.ids), 0))
-        salt = bytes.fromhex(model.salt)
-        hashes = alignment.hash_ids(ids, salt)
-        alignment.check_unique(alignment.hashes_to_keys(hashes), self.name)
-        session_id = secrets.token_hex(8)
-        transport.call_many({p: m.PredictStart(model.model_id, session_id, hashes)
-                             for p in model.passive_parties})
+        prediction = DEFAULT_PREDICTION if prediction is None else prediction
+        align = model.params.get("align", "hash") if align is None else align
+        if prediction not in PREDICTIONS:
+            raise InputError(f"prediction must be one of {PREDICTIONS}, got {prediction!r}")
+        if align not in ALIGNMENTS:
+            raise InputError(f"align must be one of {ALIGNMENTS}, got {align!r}")
+        if align == "psi":
+            from parties.psi_align import align_predict
+            session_id = secrets.token_hex(8)
+            align_predict(transport, list(model.passive_parties), self.name, ids, session_id, model.model_id)
+        else:
+            salt = bytes.fromhex(model.salt)
+            hashes = alignment.hash_ids(ids, salt)
+            alignment.check_unique(alignment.hashes_to_keys(hashes), self.name)
+            session_id = secrets.token_hex(8)
+            transport.call_many({p: m.PredictStart(model.model_id, session_id, hashes)
+                                 for p in model.passive_parties})
+
+        if prediction == "one-round":
+            def fetch_masks(owner, skeleton):
+                reply = transport.call(owner, m.LeafMaskRequest(session_id, **skeleton.to_fields()))
+                if not isinstance(reply, m.LeafMaskResponse):
+                    raise PeerError(f"party {owner!r} answered {type(reply).__name__} to a leaf-mask request")
+                return reply.masks
+
+            return ids, model.predict_raw_one_round(X, fetch_masks)
 
         def route(owner, record_ids, rows):
             return transport.call(owner, m.RouteRequest(session_id, record_ids, rows)).go_left
 
         return ids, model.predict_raw(X, route)
 
-    def predict_proba(self, transport, frame=None, source=None) -> tuple[np.ndarray, np.ndarray]:
-        ids, raw = self.predict_raw(transport, frame, source)
+    def predict_proba(self, transport, frame=None, source=None, prediction=None,
+                      align=None) -> tuple[np.ndarray, np.ndarray]:
+        ids, raw = self.predict_raw(transport, frame, source, prediction, align)
         return ids, get_loss(self.model.objective).transform(raw)
 
-    def predict(self, transport, frame=None, source=None) -> tuple[np.ndarray, np.ndarray]:
+    def predict(self, transport, frame=None, source=None, prediction=None,
+                align=None) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, predictions)``: original class labels (binary 0/1, multiclass as in training)
         or regression values."""
-        ids, raw = self.predict_raw(transport, frame, source)
+        ids, raw = self.predict_raw(transport, frame, source, prediction, align)
         return ids, self.model.output_to_prediction(raw)
 
     def share_split_gains(self, transport) -> dict[str, int]:

@@ -1,13 +1,16 @@
 """Per-round metrics, the validation set and early stopping, for the active party.
 
-The validation rows are aligned like the training set: the active party hashes
-its validation ids with the federation's salt and sends them in
-:class:`protocols.messages.EvalStart`; every passive party finds its own rows
-for them (loaded locally with ``PassiveParty.load_validation_data``) and keeps
-them as a prediction session. After each round only **that round's trees**
-are routed for the validation rows (passive-owned nodes through
-``RouteRequest``, as in prediction) and added to running raw scores, so the
-cost per round does not grow with the number of trees.
+The validation rows are aligned like the training set: with ``align="hash"``
+the active party hashes its validation ids with the federation's salt and
+sends them in :class:`protocols.messages.EvalStart`; with ``align="psi"`` it
+runs a PSI of purpose ``"validate"``. Every passive party finds its own rows
+for them (loaded locally with ``PassiveParty.load_validation_data``; every
+validation id must be held by every party) and keeps them as a prediction
+session. After each round only **that round's trees** are evaluated for the
+validation rows, by the default prediction protocol (one-round leaf masks:
+one ``LeafMaskRequest`` per passive party that owns a split of the round, see
+:mod:`vfl.leafmask`), and added to running raw scores, so the cost per round
+does not grow with the number of trees.
 
 History: ``{"train": {metric: [per round]}, "validation": {...}}`` with every
 metric of the objective (``vfl.params.EVAL_METRICS``). With
@@ -16,9 +19,11 @@ metric of the objective (``vfl.params.EVAL_METRICS``). With
 many rounds; the model keeps all rounds grown and ``best_iteration`` (0-based),
 which predictions use by default.
 
-Leakage: a passive party learns the hashed validation ids (it must own a row
-for each) and the path of every validation row through the splits it owns,
-as in prediction.
+Leakage: as in prediction. A passive party learns which of its rows are
+validation rows (with ``hash`` alignment also their salted hashes) and, per
+round, the shape of the round's trees and its own record ids in them; the
+active party learns the passive party's decision at each of its nodes of the
+round for every validation row.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ import numpy as np
 
 from protocols import alignment
 from protocols import messages as m
-from vfl.errors import InputError
+from vfl.errors import InputError, PeerError
 from vfl.metrics import evaluate, is_better
 from vfl.model import BoostedModel
 from vfl.params import EVAL_METRICS
@@ -55,10 +60,21 @@ class TrainingMonitor:
         y = self.loss.encode_labels(y_val, active_name, "label (validation set)")
         if self.metric == "auc" and len(np.unique(y)) < 2:
             raise InputError("the validation set holds a single class: AUC (eval_metric) is undefined")
-        hashes = alignment.hash_ids(val_ids, salt)
-        alignment.check_unique(alignment.hashes_to_keys(hashes), active_name, "validation ids")
         session_id = secrets.token_hex(8)
-        transport.call_many({p: m.EvalStart(model_id, session_id, hashes) for p in peers})
+        if self.params.align == "psi":
+            from parties.psi_align import psi_match
+            match = psi_match(transport, peers, active_name, val_ids, alignment.new_salt(), session_id,
+                              "validate", model_id)
+            for p, held in match.held.items():
+                missing = int(np.sum(held < 0))
+                if missing:
+                    raise InputError(f"validation set does not align: party {p!r} has no row for {missing} "
+                                     f"of the {len(held)} validation ids")
+            transport.call_many({p: m.PsiResult(session_id, held) for p, held in match.held.items()})
+        else:
+            hashes = alignment.hash_ids(val_ids, salt)
+            alignment.check_unique(alignment.hashes_to_keys(hashes), active_name, "validation ids")
+            transport.call_many({p: m.EvalStart(model_id, session_id, hashes) for p in peers})
         K = self.loss.n_targets
         self._val = {"transport": transport, "session": session_id, "X": X_val, "y": y,
                      "raw": np.tile(self.loss.base_score(self.y_train), (len(y), 1)).astype(np.float64),
@@ -67,9 +83,12 @@ class TrainingMonitor:
                                            salt.hex())}
         self.history["validation"] = {k: [] for k in self.metrics}
 
-    def _route(self, owner, record_ids, rows):
+    def _fetch_masks(self, owner, skeleton):
         v = self._val
-        return v["transport"].call(owner, m.RouteRequest(v["session"], record_ids, rows)).go_left
+        reply = v["transport"].call(owner, m.LeafMaskRequest(v["session"], **skeleton.to_fields()))
+        if not isinstance(reply, m.LeafMaskResponse):
+            raise PeerError(f"party {owner!r} answered {type(reply).__name__} to a leaf-mask request")
+        return reply.masks
 
     # -- per round ----------------------------------------------------------
     def _evaluate(self, y, raw) -> dict:
@@ -82,7 +101,7 @@ class TrainingMonitor:
         if self._val is not None:
             v = self._val
             v["model"].rounds = [info["trees"]]       # only this round's trees
-            v["raw"] += v["model"].predict_raw(v["X"], self._route)
+            v["raw"] += v["model"].predict_raw_one_round(v["X"], self._fetch_masks)
             scores = self._evaluate(v["y"], v["raw"])
             for k, val in scores.items():
                 self.history["validation"][k].append(val)

@@ -24,7 +24,9 @@ from protocols.serialization import BigInts
 from vfl.binning import Binner
 from vfl.errors import InputError, ProtocolError
 from vfl.frames import feature_matrix
+from vfl.model import read_model_json
 from vfl.sampling import node_members
+from parties.dp import DPPassiveMixin
 
 PASSIVE_FORMAT = "vfl-boost-passive-model"
 
@@ -34,8 +36,13 @@ def _jf(x: float):
     return x if np.isfinite(x) else repr(x)
 
 
-class PassiveParty:
+class PassiveParty(DPPassiveMixin):
     """A passive party: ``frame`` has the id column and this party's feature columns."""
+
+    # What this party accepts from the active party; set on an instance to restrict
+    # (e.g. ``party.allowed_align = ("psi",)`` refuses hashed ids, also for prediction).
+    allowed_align: tuple = ("hash", "psi")
+    allowed_prediction: tuple = ("one-round", "node")
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
                  source: str | None = None):
@@ -79,6 +86,7 @@ class PassiveParty:
         handler = getattr(self, "_on_" + type(request).__name__, None)
         if handler is None:
             raise ProtocolError(f"party {self.name!r} does not accept {type(request).__name__}")
+        self._dp_guard(request)
         return handler(request)
 
     def _need(self, what, value):
@@ -88,6 +96,7 @@ class PassiveParty:
 
     # -- alignment ----------------------------------------------------------
     def _on_AlignRequest(self, req: m.AlignRequest):
+        self._check_allowed("hash", self.allowed_align, "alignment")
         if len(req.salt) < 16:
             raise ProtocolError("salt must have at least 16 bytes")
         self._need("any training data", self._X)
@@ -105,7 +114,7 @@ class PassiveParty:
     # -- setup --------------------------------------------------------------
     def _on_TrainSetup(self, req: m.TrainSetup):
         rows = self._need("alignment", self._rows)
-        if req.mode not in ("he", "plain"):
+        if req.mode not in ("he", "plain", "dp"):
             raise ProtocolError(f"unknown mode {req.mode!r}")
         self._mode = req.mode
         self.model_id = req.model_id
@@ -213,7 +222,12 @@ class PassiveParty:
         idx = [names.index(f) for f in self.feature_names]
         self._pred_ids, self._pred_X = ids, X[:, idx]
 
+    def clear_prediction_data(self) -> None:
+        """Answer prediction queries about the training rows again."""
+        self._pred_ids = self._pred_X = None
+
     def _on_PredictStart(self, req: m.PredictStart):
+        self._check_allowed("hash", self.allowed_align, "alignment")
         if req.model_id != self.model_id:
             raise ProtocolError(f"party {self.name!r} holds no model {req.model_id!r}")
         ids = self._pred_ids if self._pred_ids is not None else self._ids
@@ -226,6 +240,7 @@ class PassiveParty:
         return m.Ack({"n_rows": int(len(rows))})
 
     def _on_RouteRequest(self, req: m.RouteRequest):
+        self._check_allowed("node", self.allowed_prediction, "prediction")
         X = self._pred_rows.get(req.session_id)
         if X is None:
             raise ProtocolError(f"unknown prediction session {req.session_id!r}")
@@ -256,6 +271,7 @@ class PassiveParty:
         self._val_ids, self._val_X = ids, X
 
     def _on_EvalStart(self, req: m.EvalStart):
+        self._check_allowed("hash", self.allowed_align, "alignment")
         if req.model_id != self.model_id:
             raise ProtocolError(f"party {self.name!r} is not training model {req.model_id!r}")
         if self._val_ids is None:
@@ -302,6 +318,91 @@ class PassiveParty:
             else:
                 out[r["feature"]] += 1.0
         return out
+    # -- policy, PSI alignment, one-round prediction ---------------------------
+    def _check_allowed(self, method: str, allowed, what: str) -> None:
+        if method not in allowed:
+            raise ProtocolError(f"party {self.name!r} does not allow {what} by {method!r} "
+                                f"(it allows {list(allowed)})")
+
+    def _psi_sessions(self) -> dict:
+        return self.__dict__.setdefault("_psi_pending", {})
+
+    def _on_PsiRequest(self, req: m.PsiRequest):
+        """ECDH-PSI step 2: blind the active party's values again; send own ids blinded."""
+        from parties.psi_align import check_unique_ids
+        from protocols import psi
+        self._check_allowed("psi", self.allowed_align, "alignment")
+        if req.purpose == "train":
+            self._need("any training data", self._X)
+            ids, X = self._ids, None
+        elif req.purpose == "predict":
+            if req.model_id != self.model_id:
+                raise ProtocolError(f"party {self.name!r} holds no model {req.model_id!r}")
+            ids = self._pred_ids if self._pred_ids is not None else self._ids
+            X = self._pred_X if self._pred_X is not None else self._X
+            if ids is None:
+                raise InputError(f"party {self.name!r} has no data to predict on")
+        elif req.purpose == "validate":       # the validation set of the training under way (issue 4)
+            if req.model_id != self.model_id:
+                raise ProtocolError(f"party {self.name!r} is not training model {req.model_id!r}")
+            if self._val_ids is None:
+                raise InputError(f"party {self.name!r} has no validation data (load_validation_data) but "
+                                 "the active party uses a validation set")
+            ids, X = self._val_ids, self._val_X
+        else:
+            raise ProtocolError(f"unknown PSI purpose {req.purpose!r}")
+        check_unique_ids(ids, self.name)
+        points = psi.hash_to_points(ids, req.salt)          # checks the salt
+        key = psi.BlindingKey()
+        double = key.blind(req.blinded, "the active party's blinded ids")
+        perm = psi.secret_permutation(len(points))          # sent[j] is own row perm[j]
+        own = key.blind(points[perm], "own ids")
+        if req.purpose == "train":
+            self._reset_training()
+            self.salt = req.salt
+        pending = self._psi_sessions()
+        pending[req.session_id] = {"purpose": req.purpose, "perm": perm, "X": X}
+        while len(pending) > 8:                              # forget abandoned sessions
+            pending.pop(next(iter(pending)))
+        return m.PsiResponse(double, own)
+
+    def _on_PsiResult(self, req: m.PsiResult):
+        """ECDH-PSI end: the positions (in our blinded list) of the rows to use, in order."""
+        from protocols import psi
+        state = self._psi_sessions().pop(req.session_id, None)
+        if state is None:
+            raise ProtocolError(f"unknown PSI session {req.session_id!r} at party {self.name!r}")
+        perm = state["perm"]
+        pos = psi.check_positions(req.positions, len(perm), "PSI result positions")
+        rows = perm[pos]
+        if state["purpose"] == "train":
+            if rows.size == 0:
+                raise ProtocolError("the PSI result is empty")
+            self._rows = rows
+        else:
+            self._pred_rows[req.session_id] = state["X"][rows]
+            if state["purpose"] == "validate":
+                self._eval_session = req.session_id
+        return m.AlignAck(int(len(perm)), int(len(rows)))
+
+    def _on_LeafMaskRequest(self, req: m.LeafMaskRequest):
+        """One-round prediction: per (row, tree) the leaves reachable given our own splits."""
+        from vfl.leafmask import Skeleton, leaf_masks
+        self._check_allowed("one-round", self.allowed_prediction, "prediction")
+        X = self._pred_rows.get(req.session_id)
+        if X is None:
+            raise ProtocolError(f"unknown prediction session {req.session_id!r}")
+        sk = Skeleton(req.tree_sizes, req.left, req.right, req.record_ids).validate(len(self.records))
+        own = np.flatnonzero(sk.record_ids >= 0)
+        recs = [self.records[r] for r in sk.record_ids[own].tolist()]
+        feat = np.array([r["feature_idx"] for r in recs], dtype=np.int64)
+        thr = np.array([r["threshold"] for r in recs], dtype=np.float64)
+        dl = np.array([r["default_left"] for r in recs], dtype=bool)
+        x = X[:, feat]
+        go_left = np.where(np.isnan(x), dl[None, :], x <= thr[None, :])
+        if req.session_id != self._eval_session:             # (validation: one request per round)
+            del self._pred_rows[req.session_id]             # a one-round session is complete
+        return m.LeafMaskResponse(leaf_masks(sk, own, go_left))
 
     # -- persistence --------------------------------------------------------
     def model_dict(self) -> dict:
@@ -310,7 +411,8 @@ class PassiveParty:
         return {"format": PASSIVE_FORMAT, "version": 1, "role": "passive", "party": self.name,
                 "model_id": self.model_id, "salt": self.salt.hex(), "id_col": self.id_col,
                 "features": list(self.feature_names), "completed": self.completed,
-                "records": [{**r, "threshold": _jf(r["threshold"])} for r in self.records]}
+                "records": [{**r, "threshold": _jf(r["threshold"])} for r in self.records],
+                **({"dp_release": self.dp_release_info()} if self.dp_release_info() else {})}
 
     def save_model(self, path) -> None:
         Path(path).write_text(json.dumps(self.model_dict(), indent=1))
@@ -325,12 +427,10 @@ class PassiveParty:
         p.salt = bytes.fromhex(d["salt"])
         p.completed = bool(d.get("completed", True))
         p.records = [{**r, "threshold": float(r["threshold"])} for r in d["records"]]
+        if d.get("dp_release"):
+            p.dp_releases.append(dict(d["dp_release"]))
         return p
 
     @classmethod
     def load_model(cls, path) -> "PassiveParty":
-        try:
-            d = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"cannot read model file {path}: {exc}") from None
-        return cls.from_model_dict(d)
+        return cls.from_model_dict(read_model_json(path))

@@ -169,6 +169,95 @@ class RouteResponse:
     go_left: np.ndarray       # bool
 
 
+# --- private set intersection (--align psi; see protocols/psi.py) ----------
+@register
+@dataclass
+class PsiRequest:
+    """ECDH-PSI step 1: the active party's ids as X25519 points blinded with its secret
+    scalar, in a secret random order. ``purpose`` is "train", "predict" or "validate" (the
+    validation set of the training under way; then ``model_id`` names the model; "" when
+    training)."""
+    session_id: str
+    salt: bytes               # hashing ids to points (and the canonical order)
+    purpose: str
+    model_id: str
+    blinded: np.ndarray       # (n, 32) uint8
+
+
+@register
+@dataclass
+class PsiResponse:
+    """Step 2: the request's values blinded again (same order), and the passive party's own
+    ids blinded with its scalar, in a secret random order."""
+    double_blinded: np.ndarray    # (n, 32) uint8
+    blinded: np.ndarray           # (m, 32) uint8
+
+
+@register
+@dataclass
+class PsiResult:
+    """Step 3: positions (in the receiver's ``PsiResponse.blinded``) of the rows to use, in order."""
+    session_id: str
+    positions: np.ndarray     # int64
+
+
+# --- one-round batch prediction (--prediction one-round) -------------------
+@register
+@dataclass
+class LeafMaskRequest:
+    """Tree skeletons for one-round prediction: per node its children (-1, -1 at leaves) and,
+    at the receiver's own nodes, its record id (-1 elsewhere). No threshold, no leaf value,
+    no owner of other nodes. Trees are concatenated; ``tree_sizes`` gives their node counts."""
+    session_id: str
+    tree_sizes: np.ndarray    # int32 (n_trees,)
+    left: np.ndarray          # int32 (total nodes,)
+    right: np.ndarray         # int32
+    record_ids: np.ndarray    # int64
+
+
+@register
+@dataclass
+class LeafMaskResponse:
+    """Per (row, tree) the leaves the row can reach given only the sender's decisions, as
+    ``np.packbits`` of the tree's leaves in node-id order; trees concatenated along axis 1."""
+    masks: np.ndarray         # uint8 (n_rows, sum over trees of ceil(n_leaves / 8))
+
+
+# --- DP-only mode (vfl.dp): one noisy release, then split registration ------
+@register
+@dataclass
+class DPReleaseRequest:
+    """Release this training's buckets once, each (row, feature) ``epsilon_per_feature``-LDP."""
+    model_id: str
+    epsilon_per_feature: float    # inf: no noise
+
+
+@register
+@dataclass
+class DPRelease:
+    """Noisy bucket index per aligned row (alignment order) per feature; boundaries stay home."""
+    buckets: np.ndarray           # uint8/uint16 (n_samples, n_features)
+    n_bins: np.ndarray            # int32 per feature: value buckets + the missing slot (last)
+    rr_domain: np.ndarray         # int32 per feature: buckets randomized over (missing included if present)
+    epsilon_per_feature: float
+
+
+@register
+@dataclass
+class DPSplitRegister:
+    """The active party chose these splits on the receiver's buckets: keep their thresholds."""
+    model_id: str
+    feature_idx: np.ndarray       # int32
+    bin_idx: np.ndarray           # int32: "bucket <= bin_idx" goes left
+    default_left: np.ndarray      # bool: where missing values go
+
+
+@register
+@dataclass
+class DPSplitRecords:
+    record_ids: np.ndarray        # int64, one per registered split
+
+
 # --- learner extras (issue 4): validation sets, split gains -----------------
 @register
 @dataclass

@@ -62,6 +62,7 @@ def test_early_stopping_stops_where_the_history_says(objective, metric):
     # predictions use the best iteration by default
     frames = {"a": val[0].drop(columns="y"), "b": val[1]}
     assert np.array_equal(fed.predict_raw(frames), raw_first_rounds(fed, frames, best + 1))
+    assert np.array_equal(fed.predict_raw(frames, prediction="node"), fed.predict_raw(frames))
     assert not np.array_equal(fed.predict_raw(frames), raw_first_rounds(fed, frames, model.n_rounds))
 
 
@@ -90,7 +91,7 @@ def test_history_matches_predictions_round_by_round(objective):
         metrics.METRICS[first](train[0]["y"].to_numpy(), out), rel=1e-9)
 
 
-def test_validation_rows_route_only_the_new_trees_each_round():
+def test_validation_evaluates_only_the_new_trees_each_round():
     train, val = dataset("binary", n=200)
     fed = federation(train, record=True)
     fed.fit(mode="plain", n_estimators=8, max_depth=3, validation={"a": val[0], "b": val[1]})
@@ -98,13 +99,27 @@ def test_validation_rows_route_only_the_new_trees_each_round():
     for sender, receiver, frame in fed.transport.log:
         msg = loads(frame)
         if receiver == "b" and isinstance(msg, m.Gradients):
-            per_round.append(0)
-        elif receiver == "b" and isinstance(msg, m.RouteRequest):
-            per_round[-1] += len(msg.rows)
-    n_val = len(val[0])
-    assert sum(per_round) > 0
-    # at most one query per validation row per level of the round's single tree
-    assert max(per_round) <= n_val * 3
+            per_round.append([])
+        elif receiver == "b" and isinstance(msg, (m.LeafMaskRequest, m.RouteRequest)):
+            assert isinstance(msg, m.LeafMaskRequest)          # one-round protocol, one message
+            per_round[-1].append(len(msg.tree_sizes))
+    assert len(per_round) == 8
+    # at most one request per round, holding only that round's tree
+    assert all(sizes in ([], [1]) for sizes in per_round) and sum(map(len, per_round)) >= 4
+
+
+@pytest.mark.parametrize("kw", [dict(align="psi"), dict(mode="dp", epsilon=8.0),
+                                dict(subsample=0.7), dict(goss=True, learning_rate=1.0)])
+def test_validation_with_psi_dp_and_sampling(kw):
+    train, val = dataset("multiclass", n=150)
+    fed = federation(train)
+    params = dict(mode="plain", objective="multiclass", n_estimators=4, max_depth=3)
+    params.update(kw)
+    model = fed.fit(validation={"a": val[0], "b": val[1]}, **params)
+    frames = {"a": val[0].drop(columns="y"), "b": val[1]}
+    out = get_loss("multiclass").transform(fed.predict_raw(frames, prediction="node"))
+    yv = val[0]["y"].to_numpy()
+    assert model.history["validation"]["mlogloss"][-1] == pytest.approx(metrics.mlogloss(yv, out), rel=1e-12)
 
 
 def test_he_validation_history_equals_plain():
@@ -187,3 +202,11 @@ def test_eval_metric_must_fit_the_objective():
     train, val = dataset("binary")
     with pytest.raises(InputError, match=r"eval_metric 'rmse' does not fit objective 'binary'"):
         federation(train).fit(mode="plain", eval_metric="rmse", validation={"a": val[0], "b": val[1]})
+
+
+def test_psi_validation_ids_that_do_not_align_are_refused():
+    train, val = dataset("binary")
+    fed = federation(train)
+    with pytest.raises(InputError, match=r"validation set does not align: party 'b' has no row for 5 of the 72 "
+                                         r"validation ids"):
+        fed.fit(mode="plain", n_estimators=2, align="psi", validation={"a": val[0], "b": val[1].iloc[5:]})

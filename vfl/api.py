@@ -77,7 +77,9 @@ class Federation:
         return self.active.fit(self.transport, list(self.passives), params, on_round, validation=val_active)
 
     def _load_frames(self, frames: dict[str, pd.DataFrame] | None):
-        if frames is None:
+        if frames is None:            # predict the training rows again
+            for p in self.passives.values():
+                p.clear_prediction_data()
             return None
         unknown = set(frames) - {self.active.name, *self.passives}
         if unknown:
@@ -90,17 +92,26 @@ class Federation:
             p.load_prediction_data(frames[name])
         return frames[self.active.name]
 
-    def predict_raw(self, frames: dict[str, pd.DataFrame] | None = None) -> np.ndarray:
-        return self.active.predict_raw(self.transport, self._load_frames(frames))[1]
+    def predict_raw(self, frames: dict[str, pd.DataFrame] | None = None, prediction: str | None = None,
+                    align: str | None = None) -> np.ndarray:
+        return self.active.predict_raw(self.transport, self._load_frames(frames),
+                                       prediction=prediction, align=align)[1]
 
-    def predict_proba(self, frames: dict[str, pd.DataFrame] | None = None) -> np.ndarray:
+    def predict_proba(self, frames: dict[str, pd.DataFrame] | None = None, prediction: str | None = None,
+                      align: str | None = None) -> np.ndarray:
         """Probability of class 1 per row of the active party's frame (federated routing);
-        ``(n, K)`` class probabilities for multiclass, predictions for regression."""
-        return self.active.predict_proba(self.transport, self._load_frames(frames))[1]
+        ``(n, K)`` class probabilities for multiclass, predictions for regression.
 
-    def predict(self, frames: dict[str, pd.DataFrame] | None = None) -> np.ndarray:
+        ``prediction``: "one-round" (leaf masks; default) or "node" (node-by-node);
+        ``align``: "hash" or "psi" (default: the training's alignment)."""
+        return self.active.predict_proba(self.transport, self._load_frames(frames),
+                                         prediction=prediction, align=align)[1]
+
+    def predict(self, frames: dict[str, pd.DataFrame] | None = None, prediction: str | None = None,
+                align: str | None = None) -> np.ndarray:
         """Class labels (binary 0/1, multiclass the original labels) or regression values."""
-        return self.active.predict(self.transport, self._load_frames(frames))[1]
+        return self.active.predict(self.transport, self._load_frames(frames), prediction=prediction,
+                                   align=align)[1]
 
     def share_split_gains(self) -> dict[str, int]:
         """The active party tells each passive party the gains of its own splits (opt-in leakage:
@@ -209,7 +220,8 @@ def _test_metrics(model: BoostedModel, y_test, raw) -> dict:
 
 
 def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: int = 0,
-             on_round=None, record: bool = False, validation_size: float | None = None):
+             on_round=None, record: bool = False, prediction: str | None = None,
+             validation_size: float | None = None):
     """Split rows into train/test by the active party's ids, train, predict the test rows.
 
     ``validation_size``: a fraction of the training rows held out as validation set
@@ -221,6 +233,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
 
     from datasets.split import train_test_split_parties
     from vfl.loss import get_loss
+    from vfl.leafmask import DEFAULT_PREDICTION
 
     train, test = train_test_split_parties(party_frames, test_size=test_size, seed=seed)
     validation = None
@@ -228,13 +241,16 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         train, val = train_test_split_parties(train, test_size=validation_size, seed=seed)
         validation = {pf.name: pf.frame for pf in val}
     fed = federation_from_frames(train, record=record)
+    for i, p in enumerate(fed.passives.values()):
+        p.dp_seed = [params.seed, i]    # mode dp: reproducible noise in simulation (deployments: OS entropy)
     t0 = time.perf_counter()
     fed.fit(params, on_round=on_round, validation=validation)
     train_seconds = time.perf_counter() - t0
+    train_bytes = fed.transport.total_bytes()       # before prediction traffic
     test_frames = {pf.name: pf.frame for pf in test}
     test_frames[test[0].name] = test[0].frame.drop(columns=test[0].label_col)   # (may hold class names)
     t0 = time.perf_counter()
-    raw = fed.predict_raw(test_frames)
+    raw = fed.predict_raw(test_frames, prediction=prediction)
     proba = get_loss(fed.model.objective).transform(raw)
     predict_seconds = time.perf_counter() - t0
     y_test = test[0].frame[test[0].label_col].to_numpy()
@@ -252,5 +268,9 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         **scores, n_validation=int(len(next(iter(validation.values())))) if validation else 0,
         n_rounds=model.n_rounds, best_iteration=model.best_iteration,
         eval_metric=model.params.get("eval_metric"), history=model.history, classes=model.classes,
+        align=params.align, prediction=prediction or DEFAULT_PREDICTION,
     )
+    result["train_bytes"] = train_bytes
+    if params.mode == "dp":     # privacy accounting: epsilon_per_feature, epsilon_per_party (by party)
+        result.update(fed.active.dp_report)
     return fed, result, test[0].frame[test[0].id_col].to_numpy(), proba

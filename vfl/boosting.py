@@ -245,20 +245,22 @@ class Booster:
             timing.add("split_search", time.perf_counter() - t0)
             parent_hist = {(k, nid): hist[(k, nid)] for k, nid, _ in chosen}
             t0 = time.perf_counter()
-            new_frontier = []
+            results = {}
             for si, s in enumerate(self.sources):
                 mine = [(k, nid, b) for k, nid, b in chosen if b.source_idx == si]
                 if not mine:
                     continue
-                results = s.split(r, np.array([k for k, _, _ in mine], dtype=np.int32),
-                                  np.array([nid for _, nid, _ in mine], dtype=np.int32),
-                                  np.array([b.feature_idx for _, _, b in mine], dtype=np.int32),
-                                  np.array([b.bin_idx for _, _, b in mine], dtype=np.int32),
-                                  np.array([b.default_left for _, _, b in mine], dtype=bool),
-                                  assignment)
-                for (k, nid, best), (ref, go_left) in zip(mine, results):
-                    new_frontier.extend(self._apply(trees[k], k, nid, best, ref, go_left, assignment,
-                                                    gq, hq))
+                out = s.split(r, np.array([k for k, _, _ in mine], dtype=np.int32),
+                              np.array([nid for _, nid, _ in mine], dtype=np.int32),
+                              np.array([b.feature_idx for _, _, b in mine], dtype=np.int32),
+                              np.array([b.bin_idx for _, _, b in mine], dtype=np.int32),
+                              np.array([b.default_left for _, _, b in mine], dtype=bool),
+                              assignment)
+                results.update({(k, nid): res for (k, nid, _), res in zip(mine, out)})
+            new_frontier = []
+            for k, nid, best in chosen:       # children numbered breadth-first, whoever owns the split
+                ref, go_left = results[(k, nid)]
+                new_frontier.extend(self._apply(trees[k], k, nid, best, ref, go_left, assignment, gq, hq))
             timing.add("apply_splits", time.perf_counter() - t0)
             frontier = sorted(new_frontier)
         leaf_pos = leaf_positions(assignment)

@@ -19,6 +19,14 @@ MODEL_VERSION = 1
 RemoteRouter = Callable[[str, np.ndarray, np.ndarray], np.ndarray]
 
 
+def read_model_json(path) -> dict:
+    """A model file's JSON, or an InputError naming the file."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read model file {path}: {exc}") from None
+
+
 @dataclass
 class BoostedModel:
     objective: str
@@ -68,11 +76,7 @@ class BoostedModel:
 
     @classmethod
     def load(cls, path) -> "BoostedModel":
-        try:
-            d = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"cannot read model file {path}: {exc}") from None
-        return cls.from_dict(d)
+        return cls.from_dict(read_model_json(path))
 
     def predict_raw(self, X_active: np.ndarray, route_remote: RemoteRouter,
                     n_rounds: int | None = None) -> np.ndarray:
@@ -116,6 +120,56 @@ class BoostedModel:
         for ti, (k, tree) in enumerate(trees):
             values = np.array([nd.value for nd in tree.nodes])
             raw[:, k] += values[pos[ti]]
+        return raw
+
+    def _flat_trees(self, n_rounds: int | None = None) -> list[tuple[int, Tree]]:
+        rounds = self.rounds[: (self.default_rounds if n_rounds is None else n_rounds)]
+        return [(k, t) for rnd in rounds for k, t in enumerate(rnd)]
+
+    def node_owners(self, n_rounds: int | None = None) -> list[str]:
+        """Passive parties that own at least one split, in ``passive_parties`` order."""
+        owners = {n.owner for _, t in self._flat_trees(n_rounds) for n in t.nodes if not n.is_leaf}
+        return [p for p in self.passive_parties if p in owners]
+
+    def skeleton(self, party: str, n_rounds: int | None = None):
+        """What one-round prediction sends ``party``: tree shapes and its own record ids."""
+        from vfl.leafmask import skeleton_of
+        return skeleton_of([t for _, t in self._flat_trees(n_rounds)], party)
+
+    def predict_raw_one_round(self, X_active: np.ndarray, fetch_masks, n_rounds: int | None = None) -> np.ndarray:
+        """Raw scores ``(n_samples, n_targets)`` by one-round leaf masks (see :mod:`vfl.leafmask`).
+
+        ``fetch_masks(owner, skeleton)`` returns the packed masks of passive party
+        ``owner`` for the same rows, in the same order; it is called once per
+        passive party that owns a split. Gives exactly :meth:`predict_raw`'s scores.
+        """
+        from vfl.leafmask import check_masks, leaf_masks, resolve_leaves, skeleton_of
+        X = np.asarray(X_active, dtype=np.float64)
+        n = X.shape[0]
+        flat = self._flat_trees(n_rounds)
+        trees = [t for _, t in flat]
+        sk = skeleton_of(trees, self.active_party)
+        own, go = [], []
+        start = 0
+        for tree in trees:
+            for node in tree.nodes:
+                if not node.is_leaf and node.owner == self.active_party:
+                    x = X[:, node.feature_idx]
+                    go.append(np.where(np.isnan(x), bool(node.default_left), x <= node.threshold))
+                    own.append(start + node.node_id)
+            start += len(tree.nodes)
+        go_left = np.stack(go, axis=1) if go else np.zeros((n, 0), dtype=bool)
+        masks = leaf_masks(sk, np.array(own, dtype=np.int64), go_left)
+        parties = [self.active_party]
+        for owner in self.node_owners(n_rounds):
+            theirs = check_masks(fetch_masks(owner, self.skeleton(owner, n_rounds)), sk, n, owner)
+            masks = masks & theirs
+            parties.append(owner)
+        leaves = resolve_leaves(masks, sk, parties)
+        raw = np.tile(np.asarray(self.base_score, dtype=np.float64), (n, 1))
+        for ti, (k, tree) in enumerate(flat):
+            values = np.array([nd.value for nd in tree.nodes])
+            raw[:, k] += values[leaves[:, ti]]
         return raw
 
     def predict_proba(self, X_active, route_remote, n_rounds=None) -> np.ndarray:

@@ -11,8 +11,9 @@ import numpy as np
 
 from vfl.errors import InputError
 
-MODES = ("he", "plain")
+MODES = ("he", "plain", "dp")
 OBJECTIVES = ("binary", "multiclass", "regression", "pseudohuber")
+ALIGNMENTS = ("hash", "psi")      # sample alignment: salted mmh3 hashes, or ECDH PSI over X25519
 # metrics per objective (the first is the default eval_metric); see vfl.metrics
 EVAL_METRICS = {
     "binary": ("logloss", "auc", "error"),
@@ -37,6 +38,9 @@ class TrainParams:
     precision_bits: int = 32
     encryption: str = "fast"      # "fast" (short-exponent) or "standard"
     seed: int = 0
+    align: str = "hash"           # "hash" or "psi" (see protocols/psi.py)
+    epsilon: float | None = None              # mode dp: each passive party's total (see vfl.dp)
+    epsilon_per_feature: float | None = None  # mode dp: alternatively, per released feature
     # --- learner options (issue 4); names follow XGBoost / LightGBM ---
     huber_slope: float = 1.0               # pseudohuber objective
     subsample: float = 1.0                 # row fraction per tree, in (0, 1]
@@ -99,6 +103,9 @@ class TrainParams:
         if self.eval_metric is not None and self.eval_metric not in EVAL_METRICS[self.objective]:
             raise InputError(f"parameter eval_metric {self.eval_metric!r} does not fit objective "
                              f"{self.objective!r}; choose one of {EVAL_METRICS[self.objective]}")
+        if self.align not in ALIGNMENTS:
+            raise InputError(f"parameter align must be one of {ALIGNMENTS}, got {self.align!r}")
+        self._validate_dp()
         return self
 
     @property
@@ -106,8 +113,24 @@ class TrainParams:
         """The metric that early stopping watches."""
         return self.eval_metric or EVAL_METRICS[self.objective][0]
 
+    def _validate_dp(self):
+        from vfl.dp import check_epsilon
+        given = [n for n in ("epsilon", "epsilon_per_feature") if getattr(self, n) is not None]
+        if self.mode != "dp":
+            if given:
+                raise InputError(f"parameter {given[0]} applies to mode 'dp' only (mode is {self.mode!r})")
+            return
+        if len(given) != 1:
+            raise InputError("mode 'dp' needs exactly one of epsilon (each passive party's total, split "
+                             "evenly over its features) and epsilon_per_feature; inf means no noise")
+        setattr(self, given[0], check_epsilon(getattr(self, given[0]), given[0]))
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for k in ("epsilon", "epsilon_per_feature"):
+            if d[k] is not None and math.isinf(d[k]):
+                d[k] = "inf"    # JSON has no infinity; check_epsilon reads it back
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainParams":

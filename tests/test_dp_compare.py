@@ -1,0 +1,115 @@
+"""`vfl compare` / vfl.compare: the runs, the files, and bad input."""
+import csv
+import json
+import sys
+import warnings
+
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from vfl.compare import CompareConfig, _centralized, load_dataset, replot, run_comparison
+from vfl.errors import InputError
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_compare_tiny_writes_csv_json_png(tmp_path):
+    out = tmp_path / "cmp"
+    r = CliRunner().invoke(main, ["compare", "--dataset", "breast_cancer", "--modes", "plain,dp",
+                                  "--epsilons", "1,inf", "--seeds", "1", "--trees", "2", "--depth", "2",
+                                  "--out-dir", str(out), "--quiet"])
+    assert r.exit_code == 0, r.output
+    for name in ("compare_runs.csv", "compare_runs.json", "breast_cancer_auc_vs_epsilon.png",
+                 "breast_cancer_cost.png"):
+        assert (out / name).is_file(), name
+    for name in ("breast_cancer_auc_vs_epsilon.png", "breast_cancer_cost.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and 5_000 < len(data) < 300_000
+    rows = list(csv.DictReader((out / "compare_runs.csv").read_text().splitlines()))
+    assert [(x["mode"], x["epsilon"]) for x in rows] == [("plain", ""), ("dp", "1.0"), ("dp", "inf")]
+    for x in rows:
+        assert 0.5 < float(x["test_auc"]) <= 1 and float(x["train_seconds"]) > 0
+        assert 0 < int(x["train_bytes"]) < int(x["total_bytes"])
+    assert json.loads(rows[1]["epsilon_per_feature"]) == {"host1": pytest.approx(1 / 15)}
+    # eps = inf is the plain model on the same split, exactly
+    assert rows[2]["test_auc"] == rows[0]["test_auc"]
+    assert int(rows[1]["train_bytes"]) < int(rows[0]["train_bytes"])
+    doc = json.loads((out / "compare_runs.json").read_text())
+    assert doc["settings"]["epsilons"] == [1.0, "inf"] and len(doc["runs"]) == 3
+    assert [e["mode"] for e in doc["summary"]["breast_cancer"]["entries"]] == ["plain", "dp", "dp"]
+    assert "breast_cancer:" in r.output and "dp" in r.output
+    # figures can be redrawn from the JSON without training
+    (out / "breast_cancer_cost.png").unlink()
+    assert sorted(p.name for p in replot(out)) == ["breast_cancer_auc_vs_epsilon.png", "breast_cancer_cost.png"]
+    assert (out / "breast_cancer_cost.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_compare_he_matches_plain_and_xgboost_reference(tmp_path):
+    cfg = CompareConfig(datasets=("breast_cancer",), modes=("plain", "he", "local", "xgboost"), seeds=2,
+                        he_seeds=1, n_estimators=1, max_depth=2, plots=False)
+    doc = run_comparison(cfg, tmp_path)
+    runs = doc["runs"]
+    assert [(x["mode"], x["seed"]) for x in runs] == [("plain", 0), ("he", 0), ("local", 0), ("xgboost", 0),
+                                                      ("plain", 1), ("local", 1), ("xgboost", 1)]
+    assert doc["summary"]["breast_cancer"]["he_equals_plain"] is True
+    he = next(x for x in runs if x["mode"] == "he")
+    assert he["key_bits"] == 1024 and he["train_bytes"] > 3 * runs[0]["train_bytes"]
+    assert any("1024-bit" in n for n in doc["notes"])
+    assert all(x["train_bytes"] == 0 for x in runs if x["mode"] in ("local", "xgboost"))
+    assert not (tmp_path / "breast_cancer_cost.png").exists()      # --no-plots
+
+
+def test_centralized_table_has_every_feature():
+    frames = load_dataset("breast_cancer")
+    X, y = _centralized(frames)
+    assert X.shape == (569, 30) and set(y) == {0.0, 1.0}
+
+
+def test_missing_matplotlib_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(InputError, match=r"plots need matplotlib.*pip install 'vfl-boost\[plot\]'"):
+        run_comparison(CompareConfig(datasets=("breast_cancer",), modes=("plain",), seeds=1), tmp_path)
+    assert not (tmp_path / "compare_runs.csv").exists()            # failed before training
+    doc = run_comparison(CompareConfig(datasets=("breast_cancer",), modes=("plain",), seeds=1, n_estimators=1,
+                                       plots=False), tmp_path)
+    assert len(doc["runs"]) == 1
+
+
+def test_missing_xgboost_drops_the_line_with_a_note(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "xgboost", None)
+    doc = run_comparison(CompareConfig(datasets=("breast_cancer",), modes=("plain", "dp", "xgboost"),
+                                       epsilons=(2.0,), seeds=1, n_estimators=1), tmp_path)
+    assert [x["mode"] for x in doc["runs"]] == ["plain", "dp"]
+    assert any("xgboost is not installed" in n for n in doc["notes"])
+    assert (tmp_path / "breast_cancer_auc_vs_epsilon.png").is_file()
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--modes", "plain,foo"], "unknown mode(s) ['foo']"),
+    (["--epsilons", "0,1"], "must be > 0"),
+    (["--epsilons", "nan"], "got NaN"),
+    (["--epsilons", "x"], "epsilon 'x' is not a number"),
+    (["--epsilons", ","], "at least one epsilon"),
+    (["--seeds", "0"], "seeds must be an integer >= 1"),
+    (["--max-bin", "1"], "max_bin must be >= 2"),
+    (["--key-bits", "512"], "512"),
+    (["--dataset", "vehicle"], "needs a binary data set"),
+    (["--dataset", "nope"], "'nope' is not one of"),
+])
+def test_cli_compare_bad_input(tmp_path, args, msg):
+    r = CliRunner().invoke(main, ["compare", "--out-dir", str(tmp_path / "o"), "--no-plots", *args])
+    assert r.exit_code != 0
+    assert msg in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "o" / "compare_runs.csv").exists()
+
+
+def test_give_credit_is_split_four_six_for_compare(shared_dir):
+    from vfl.api import simulate
+    from vfl.params import TrainParams
+    frames = load_dataset("give_credit")
+    assert [len(pf.feature_names) for pf in frames] == [4, 6]
+    with warnings.catch_warnings():
+        _, res, _, _ = simulate(frames, TrainParams(mode="dp", epsilon=6.0, n_estimators=1, max_depth=2))
+    assert res["epsilon_per_feature"] == {"host": 1.0} and res["epsilon_per_party"] == {"host": 6.0}
+    assert 0.5 < res["test_auc"] < 1

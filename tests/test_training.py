@@ -1,0 +1,185 @@
+"""End-to-end SecureBoost: lossless (he == plain), accuracy, persistence, privacy."""
+import json
+import struct
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from crypto.encoding import encode_fixed
+from datasets import train_test_split_parties
+from protocols import messages as m
+from protocols.serialization import BigInts, loads
+from vfl import ActiveParty, Federation, PassiveParty, TrainParams
+from vfl.api import federation_from_frames
+
+from conftest import KEY_BITS, small_frames
+
+
+def _fit(frames, mode, **kw):
+    train, test = train_test_split_parties(frames, test_size=0.2, seed=0)
+    fed = federation_from_frames(train)
+    params = TrainParams(mode=mode, key_bits=KEY_BITS, **kw)
+    model = fed.fit(params)
+    proba = fed.predict_proba({pf.name: pf.frame for pf in test})
+    y_test = test[0].frame[test[0].label_col].to_numpy()
+    return fed, model, proba, y_test
+
+
+def _structures(model):
+    return [t.structure() for rnd in model.rounds for t in rnd]
+
+
+def test_he_and_plain_grow_identical_trees_on_breast_cancer(breast2):
+    _, m_plain, p_plain, y = _fit(breast2, "plain", n_estimators=4, max_depth=4)
+    _, m_he, p_he, _ = _fit(breast2, "he", n_estimators=4, max_depth=4)
+    assert _structures(m_plain) == _structures(m_he)
+    assert np.array_equal(p_plain, p_he)
+    # the trees really use passive splits (otherwise the test would prove little)
+    owners = {n.owner for rnd in m_he.rounds for t in rnd for n in t.nodes if not n.is_leaf}
+    assert owners == {"guest", "host1"}
+    assert roc_auc_score(y, p_he) > 0.97
+
+
+def test_he_and_plain_identical_on_three_parties(breast3):
+    _, m_plain, p_plain, _ = _fit(breast3, "plain", n_estimators=3, max_depth=3)
+    _, m_he, p_he, _ = _fit(breast3, "he", n_estimators=3, max_depth=3)
+    assert _structures(m_plain) == _structures(m_he)
+    assert np.array_equal(p_plain, p_he)
+    owners = {n.owner for rnd in m_he.rounds for t in rnd for n in t.nodes if not n.is_leaf}
+    assert {"host1", "host2"} <= owners
+
+
+def test_auc_matches_xgboost_hist_on_breast_cancer(breast2):
+    xgb = pytest.importorskip("xgboost")
+    params = dict(n_estimators=10, max_depth=4, learning_rate=0.3, max_bin=32, reg_lambda=1.0,
+                  min_child_weight=1.0)
+    _, _, proba, y_test = _fit(breast2, "plain", **params)
+    train, test = train_test_split_parties(breast2, test_size=0.2, seed=0)
+
+    def joined(parts):
+        df = parts[0].frame
+        for pf in parts[1:]:
+            df = df.merge(pf.frame, on="id")
+        return df
+
+    tr, te = joined(train), joined(test)
+    feats = [c for c in tr.columns if c not in ("id", "y")]
+    clf = xgb.XGBClassifier(tree_method="hist", **params)
+    clf.fit(tr[feats].to_numpy(), tr["y"].to_numpy())
+    auc_xgb = roc_auc_score(te["y"], clf.predict_proba(te[feats].to_numpy())[:, 1])
+    auc_ours = roc_auc_score(y_test, proba)
+    assert abs(auc_ours - auc_xgb) <= 0.01, (auc_ours, auc_xgb)
+
+
+def test_plaintext_training_equals_a_centralised_run_of_the_same_algorithm():
+    """The federated model equals the same algorithm run by one party holding every column."""
+    a, b, c = small_frames()
+    fed = Federation(ActiveParty("a", a), [PassiveParty("b", b), PassiveParty("c", c)])
+    fed.fit(TrainParams(mode="plain", n_estimators=3, max_depth=3))
+    central = a.merge(b, on="id").merge(c, on="id")
+    solo = Federation(ActiveParty("a", central), [])
+    solo.fit(TrainParams(mode="plain", n_estimators=3, max_depth=3))
+    assert np.allclose(fed.predict_proba(), solo.predict_proba(), rtol=0, atol=1e-12)
+    # and the same splits: feature names and thresholds line up node by node
+    fed_nodes = [(n.is_leaf, n.n_samples, n.gain, n.value) for r in fed.model.rounds for t in r for n in t.nodes]
+    solo_nodes = [(n.is_leaf, n.n_samples, n.gain, n.value) for r in solo.model.rounds for t in r for n in t.nodes]
+    assert fed_nodes == solo_nodes
+
+
+def test_saved_models_round_trip_and_active_file_has_no_passive_threshold(breast2, tmp_path):
+    fed, model, proba, _ = _fit(breast2, "plain", n_estimators=5, max_depth=4)
+    paths = fed.save(tmp_path)
+    assert sorted(p.name for p in paths) == ["guest.json", "host1.json"]
+    active_text = (tmp_path / "guest.json").read_text()
+    active = json.loads(active_text)
+    passive = json.loads((tmp_path / "host1.json").read_text())
+    assert passive["records"], "the passive party owns some splits"
+    for rnd in active["rounds"]:
+        for tree in rnd:
+            for node in tree["nodes"]:
+                if node["owner"] == "host1":
+                    assert node["threshold"] is None and node["feature"] is None
+    def numbers(obj):
+        if isinstance(obj, dict):
+            return [x for v in obj.values() for x in numbers(v)]
+        if isinstance(obj, list):
+            return [x for v in obj for x in numbers(v)]
+        return [float(obj)] if isinstance(obj, (int, float)) and not isinstance(obj, bool) else []
+
+    in_active = set(numbers(active))
+    assert not {float(rec["threshold"]) for rec in passive["records"]} & in_active
+    loaded = Federation.load(tmp_path)
+    _, test = train_test_split_parties(breast2, test_size=0.2, seed=0)
+    again = loaded.predict_proba({pf.name: pf.frame for pf in test})
+    assert np.array_equal(again, proba)
+
+
+def _received(log, party):
+    return [(sender, loads(frame), frame) for sender, receiver, frame in log if receiver == party]
+
+
+def test_what_each_party_receives():
+    a, b, c = small_frames(n=80)
+    active = ActiveParty("bank", a)
+    passives = [PassiveParty("telco", b), PassiveParty("shop", c)]
+    fed = Federation(active, passives, record=True)
+    fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=2, max_depth=3))
+    fed.predict_proba({"bank": a, "telco": b, "shop": c})
+    log = fed.transport.log
+    y = a["y"].to_numpy()
+
+    allowed_to_passive = {"AlignRequest", "AlignResult", "TrainSetup", "PublicKey", "Gradients",
+                          "HistogramRequest", "SplitRequest", "TrainEnd", "PredictStart", "RouteRequest",
+                          "LeafMaskRequest"}
+    label_patterns = [y.astype(dt).tobytes() for dt in (np.uint8, np.int32, np.int64, np.float64)]
+    for p in passives:
+        got = _received(log, p.name)
+        assert {type(msg).__name__ for _, msg, _ in got} <= allowed_to_passive
+        grads = [msg for _, msg, _ in got if isinstance(msg, m.Gradients)]
+        assert grads and all(g.encrypted for g in grads)
+        n = int(fed.active.channel.public_key.n)
+        for g in grads:   # ciphertexts: big numbers mod n^2, never small fixed-point plaintexts
+            assert all(n < int(v) < n * n for v in g.values)
+        for _, msg, frame in got:
+            for pat in label_patterns:
+                assert pat not in frame
+            for v in vars(msg).values():
+                if isinstance(v, np.ndarray):
+                    assert v.dtype.kind != "f", f"{type(msg).__name__} carries floats to a passive party"
+        # the fixed-point gradients of the first round never appear in clear
+        p0 = np.full(len(y), y.mean())
+        g_int = encode_fixed(p0 - y, 32)
+        frames = b"".join(f for _, _, f in got)
+        assert struct.pack(">q", int(g_int[0])) not in frames
+
+    got = _received(log, "bank")
+    allowed_to_active = {"IdHashes", "AlignAck", "BinningInfo", "Ack", "HistogramResponse",
+                         "SplitResponse", "RouteResponse", "LeafMaskResponse"}
+    assert {type(msg).__name__ for _, msg, _ in got} <= allowed_to_active
+    frames_to_active = b"".join(f for _, _, f in got)
+    for p, frame in zip(passives, (b, c)):
+        raw = frame.drop(columns="id").to_numpy(dtype=np.float64)
+        for v in np.unique(raw):
+            assert struct.pack("<d", v) not in frames_to_active
+            assert struct.pack(">d", v) not in frames_to_active
+        for rec in p.records:
+            t = rec["threshold"]
+            assert struct.pack("<d", t) not in frames_to_active
+            assert repr(t).encode() not in frames_to_active
+        assert p.records
+    for _, msg, _ in got:
+        for v in vars(msg).values():
+            if isinstance(v, np.ndarray):
+                assert v.dtype.kind != "f", f"{type(msg).__name__} carries floats to the active party"
+            if isinstance(v, BigInts) and isinstance(msg, m.HistogramResponse):
+                assert all(int(x) > n or int(x) == 1 for x in v)   # ciphertexts (1: empty bins)
+
+
+def test_predicting_training_rows_after_new_data_uses_training_rows_again():
+    a, b, c = small_frames(n=60)
+    fed = Federation(ActiveParty("a", a), [PassiveParty("b", b), PassiveParty("c", c)])
+    fed.fit(mode="plain", n_estimators=2, max_depth=2)
+    before = fed.predict_proba()
+    fed.predict_proba({"a": a.iloc[:10], "b": b.iloc[:10], "c": c.iloc[:10]})
+    assert np.array_equal(fed.predict_proba(), before)

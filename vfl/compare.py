@@ -1,0 +1,464 @@
+"""Compare training modes on the same data: plain, HE and DP at several epsilons.
+
+API layer (like :mod:`vfl.api`, it wires parties together through
+:func:`vfl.api.simulate`). ``vfl compare`` and ``benchmarks/compare_modes.py``
+both call :func:`run_comparison`.
+
+For every data set and seed (the seed picks the train/test split and the DP
+noise) it trains, with the same trees/depth/learning rate/bins everywhere:
+
+* ``plain``: the SecureBoost protocol without encryption (grows the same
+  trees as HE, bit for bit);
+* ``he``: SecureBoost with Paillier -- deterministic given the data, and
+  expensive, so only for the first ``he_seeds`` seeds;
+* ``dp``: the DP-only mode at each epsilon (``epsilon_scope`` says whether an
+  epsilon is each passive party's total or per feature);
+* ``local``: the active party alone on its own features (what federation
+  must beat);
+* ``xgboost``: centralized XGBoost on all features in one place (the
+  non-private ceiling), when ``xgboost`` is installed.
+
+It writes ``compare_runs.csv`` and ``compare_runs.json`` (every run: data
+set, mode, epsilon, seed, test AUC, train seconds, bytes sent in training
+and in all, ...; the JSON
+also holds the settings, a summary per data set and notes) and, with
+matplotlib, two PNG figures per data set: ``<dataset>_auc_vs_epsilon.png``
+and ``<dataset>_cost.png``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from vfl.dp import check_epsilon, json_epsilon
+from vfl.errors import InputError
+
+INF = float("inf")
+DEFAULT_EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, INF)
+MODES = ("plain", "he", "dp", "local", "xgboost")
+DEFAULT_MODES = ("plain", "he", "dp", "local", "xgboost")
+CSV_COLUMNS = ["dataset", "mode", "epsilon", "epsilon_scope", "seed", "test_auc", "train_seconds",
+               "predict_seconds", "train_bytes", "total_bytes", "n_train", "n_test", "n_trees", "key_bits",
+               "epsilon_per_feature", "epsilon_per_party"]
+
+
+def default_datasets() -> tuple[str, ...]:
+    """``breast_cancer`` (bundled), plus ``default_credit`` and ``give_credit`` when
+    ``../shared/datasets`` is there."""
+    from datasets import shared_datasets_dir
+    return ("breast_cancer",) + (("default_credit", "give_credit") if shared_datasets_dir() else ())
+
+
+def parse_epsilons(text) -> tuple[float, ...]:
+    """``"0.5,1,2,inf"`` (or a sequence) -> validated epsilons."""
+    items = [s.strip() for s in text.split(",")] if isinstance(text, str) else list(text)
+    items = [s for s in items if s != ""]
+    if not items:
+        raise InputError("give at least one epsilon (e.g. 0.5,1,2,4,8,inf)")
+    out = []
+    for s in items:
+        try:
+            v = float(s) if isinstance(s, str) and s.lower() not in ("inf", "infinity") else s
+        except ValueError:
+            raise InputError(f"epsilon {s!r} is not a number (use e.g. 0.5,1,2,4,8,inf)") from None
+        out.append(check_epsilon(v, "epsilon"))
+    return tuple(out)
+
+
+@dataclass
+class CompareConfig:
+    datasets: tuple = ()                  # () -> default_datasets()
+    modes: tuple = DEFAULT_MODES
+    epsilons: tuple = DEFAULT_EPSILONS
+    epsilon_scope: str = "party"          # "party": each passive party's total; "feature": per feature
+    seeds: int = 3
+    he_seeds: int = 1
+    n_estimators: int = 10
+    max_depth: int = 4
+    learning_rate: float = 0.3
+    max_bin: int = 32
+    key_bits: int = 1024
+    test_size: float = 0.2
+    plots: bool = True
+    extra: dict = field(default_factory=dict)   # further TrainParams fields
+
+    def validate(self) -> "CompareConfig":
+        self.datasets = tuple(self.datasets) or default_datasets()
+        self.modes = tuple(self.modes)
+        bad = [x for x in self.modes if x not in MODES]
+        if bad or not self.modes:
+            raise InputError(f"unknown mode(s) {bad} for compare; choose from {', '.join(MODES)}")
+        self.epsilons = parse_epsilons(self.epsilons)
+        if self.epsilon_scope not in ("party", "feature"):
+            raise InputError(f"epsilon_scope must be 'party' or 'feature', got {self.epsilon_scope!r}")
+        for name, lo in (("seeds", 1), ("he_seeds", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise InputError(f"{name} must be an integer >= {lo}, got {v!r}")
+        if not (isinstance(self.test_size, (int, float)) and 0 < self.test_size < 1):
+            raise InputError(f"test_size must be strictly between 0 and 1, got {self.test_size!r}")
+        self.train_params("plain", None, 0)          # validates the shared hyperparameters
+        if "he" in self.modes and self.he_seeds:
+            from crypto.keys import check_key_bits
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                check_key_bits(self.key_bits)
+        return self
+
+    def train_params(self, mode: str, epsilon: float | None, seed: int):
+        from vfl.params import TrainParams
+        dp = {}
+        if mode == "dp":
+            dp = {"epsilon": epsilon} if self.epsilon_scope == "party" else {"epsilon_per_feature": epsilon}
+        return TrainParams(n_estimators=self.n_estimators, max_depth=self.max_depth,
+                           learning_rate=self.learning_rate, max_bin=self.max_bin, mode=mode,
+                           key_bits=self.key_bits, seed=seed, **dp, **self.extra)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["epsilons"] = [json_epsilon(e) for e in self.epsilons]
+        return d
+
+
+def dataset_names() -> list[str]:
+    from datasets import SHARED_DATASETS, SHARED_TASKS
+    return ["breast_cancer"] + [n for n in sorted({*SHARED_DATASETS, "give_credit", "a9a"})
+                                if SHARED_TASKS.get(n) == "binary"]
+
+
+def load_dataset(name: str):
+    """``breast_cancer`` (bundled, 2 parties) or a binary data set of ``../shared/datasets``."""
+    from datasets import breast_cancer_parties, load_shared
+    if name not in dataset_names():
+        raise InputError(f"compare needs a binary data set (AUC); {name!r} is not one of "
+                         f"{', '.join(dataset_names())}")
+    if name == "breast_cancer":
+        return breast_cancer_parties(2)
+    return load_shared(name)
+
+
+def require_matplotlib():
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError("plots need matplotlib, which is not installed: pip install 'vfl-boost[plot]' "
+                         "(or pass --no-plots)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _xgboost_available() -> bool:
+    try:
+        import xgboost  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# --- single runs ---------------------------------------------------------------
+def _run_federated(frames, dataset, mode, epsilon, seed, cfg: CompareConfig) -> dict:
+    from crypto.keys import WeakKeyWarning
+    from vfl.api import simulate
+    params = cfg.train_params("plain" if mode == "local" else mode, epsilon, seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", WeakKeyWarning)     # 1024-bit keys: benchmark only
+        _, res, _, _ = simulate(frames[:1] if mode == "local" else frames, params,
+                                test_size=cfg.test_size, seed=seed)
+    return {"dataset": dataset, "mode": mode, "epsilon": epsilon,
+            "epsilon_scope": cfg.epsilon_scope if mode == "dp" else None, "seed": seed,
+            "test_auc": res["test_auc"], "train_seconds": res["train_seconds"],
+            "predict_seconds": res["predict_seconds"], "train_bytes": res["train_bytes"],
+            "total_bytes": res["total_bytes"],
+            "n_train": res["n_train"], "n_test": res["n_test"], "n_trees": res["n_trees"],
+            "key_bits": cfg.key_bits if mode == "he" else None,
+            "epsilon_per_feature": res.get("epsilon_per_feature"),
+            "epsilon_per_party": res.get("epsilon_per_party")}
+
+
+def _centralized(parts):
+    """All parties' features of the same rows in one table (the guest's row order)."""
+    import pandas as pd
+    guest = parts[0]
+    X = guest.frame.set_index(guest.id_col)[guest.feature_names].add_prefix(f"{guest.name}:")
+    for pf in parts[1:]:
+        X = X.join(pf.frame.set_index(pf.id_col)[pf.feature_names].add_prefix(f"{pf.name}:"), how="inner")
+    y = guest.frame.set_index(guest.id_col).loc[X.index, guest.label_col]
+    return X.to_numpy(dtype=np.float64), pd.to_numeric(y).to_numpy(dtype=np.float64)
+
+
+def _run_xgboost(frames, dataset, seed, cfg: CompareConfig) -> dict:
+    import xgboost as xgb
+    from sklearn.metrics import roc_auc_score
+
+    from datasets.split import train_test_split_parties
+    train, test = train_test_split_parties(frames, test_size=cfg.test_size, seed=seed)
+    Xtr, ytr = _centralized(train)
+    Xte, yte = _centralized(test)
+    p = cfg.train_params("plain", None, seed)
+    model = xgb.XGBClassifier(n_estimators=p.n_estimators, max_depth=p.max_depth, learning_rate=p.learning_rate,
+                              max_bin=p.max_bin, reg_lambda=p.reg_lambda, min_child_weight=p.min_child_weight,
+                              gamma=p.gamma, tree_method="hist", objective="binary:logistic", n_jobs=1,
+                              random_state=seed)
+    t0 = time.perf_counter()
+    model.fit(Xtr, ytr)
+    seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    auc = float(roc_auc_score(yte, model.predict_proba(Xte)[:, 1]))
+    return {"dataset": dataset, "mode": "xgboost", "epsilon": None, "epsilon_scope": None, "seed": seed,
+            "test_auc": auc, "train_seconds": seconds, "predict_seconds": time.perf_counter() - t0,
+            "train_bytes": 0, "total_bytes": 0, "n_train": int(len(ytr)), "n_test": int(len(yte)),
+            "n_trees": p.n_estimators,
+            "key_bits": None, "epsilon_per_feature": None, "epsilon_per_party": None}
+
+
+# --- summary -------------------------------------------------------------------
+def _key(run) -> tuple:
+    return (run["mode"], run["epsilon"] if run["mode"] == "dp" else None)
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per data set: one entry per (mode, epsilon) with AUC mean/std/min/max, seconds, bytes."""
+    out: dict[str, list] = {}
+    for ds in dict.fromkeys(r["dataset"] for r in runs):
+        groups: dict[tuple, list] = {}
+        for r in runs:
+            if r["dataset"] == ds:
+                groups.setdefault(_key(r), []).append(r)
+        entries = []
+        for (mode, eps), rs in groups.items():
+            auc = np.array([r["test_auc"] for r in rs if r["test_auc"] is not None], dtype=float)
+            entries.append({
+                "mode": mode, "epsilon": json_epsilon(eps) if eps is not None else None, "n_runs": len(rs),
+                "auc_mean": float(auc.mean()) if auc.size else None,
+                "auc_std": float(auc.std(ddof=1)) if auc.size > 1 else 0.0,
+                "auc_min": float(auc.min()) if auc.size else None,
+                "auc_max": float(auc.max()) if auc.size else None,
+                "train_seconds_mean": float(np.mean([r["train_seconds"] for r in rs])),
+                "train_bytes_mean": float(np.mean([r["train_bytes"] for r in rs])),
+                "total_bytes_mean": float(np.mean([r["total_bytes"] for r in rs])),
+                "epsilon_per_feature": rs[0]["epsilon_per_feature"]})
+        # HE grows plain's trees bit for bit: check it on the seeds where both ran
+        he = {r["seed"]: r["test_auc"] for r in runs if r["dataset"] == ds and r["mode"] == "he"}
+        plain = {r["seed"]: r["test_auc"] for r in runs if r["dataset"] == ds and r["mode"] == "plain"}
+        both = sorted(set(he) & set(plain))
+        out[ds] = {"entries": entries,
+                   "he_equals_plain": all(he[s] == plain[s] for s in both) if both else None}
+    return out
+
+
+def format_table(summary: dict) -> str:
+    lines = []
+    for ds, s in summary.items():
+        lines.append(f"{ds}:")
+        lines.append(f"  {'mode':8} {'epsilon':>8} {'runs':>4} {'AUC mean':>9} {'+-std':>7} "
+                     f"{'min':>7} {'max':>7} {'train s':>8} {'train bytes':>12}")
+        for e in s["entries"]:
+            eps = "" if e["epsilon"] is None else str(e["epsilon"])
+            auc = "n/a" if e["auc_mean"] is None else f"{e['auc_mean']:.4f}"
+            lines.append(f"  {e['mode']:8} {eps:>8} {e['n_runs']:>4} {auc:>9} {e['auc_std']:>7.4f} "
+                         f"{(e['auc_min'] or 0):>7.4f} {(e['auc_max'] or 0):>7.4f} "
+                         f"{e['train_seconds_mean']:>8.2f} {e['train_bytes_mean']:>12.0f}")
+        if s["he_equals_plain"] is not None:
+            lines.append(f"  HE AUC == plain AUC on the same split: {s['he_equals_plain']}")
+    return "\n".join(lines)
+
+
+# --- output --------------------------------------------------------------------
+def _csv_value(v):
+    if v is None:
+        return ""
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    if isinstance(v, dict):
+        return json.dumps(v, sort_keys=True)
+    return v
+
+
+def _json_run(r: dict) -> dict:
+    d = dict(r)
+    if d["epsilon"] is not None:
+        d["epsilon"] = json_epsilon(d["epsilon"])
+    return d
+
+
+def write_runs(runs: list[dict], out_dir: Path, cfg: CompareConfig, notes: list[str]) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, json_path = out_dir / "compare_runs.csv", out_dir / "compare_runs.json"
+    with csv_path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for r in runs:
+            w.writerow({k: _csv_value(r.get(k)) for k in CSV_COLUMNS})
+    json_path.write_text(json.dumps({"settings": cfg.to_dict(), "notes": notes, "summary": summarize(runs),
+                                     "runs": [_json_run(r) for r in runs]}, indent=1))
+    return [csv_path, json_path]
+
+
+def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Path, notes: list[str]) -> list[Path]:
+    """``<dataset>_auc_vs_epsilon.png`` and ``<dataset>_cost.png``."""
+    plt = require_matplotlib()
+    rs = [r for r in runs if r["dataset"] == dataset]
+    by = {}
+    for r in rs:
+        by.setdefault(_key(r), []).append(r)
+
+    def mean_auc(mode):
+        v = [r["test_auc"] for r in by.get((mode, None), []) if r["test_auc"] is not None]
+        return (float(np.mean(v)), len(v)) if v else (None, 0)
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+    dp_eps = sorted({e for m, e in by if m == "dp"})
+    finite = [e for e in dp_eps if e != INF]
+    x_inf = (max(finite) if finite else 1.0) * 4
+    if dp_eps:
+        xs = [x_inf if e == INF else e for e in dp_eps]
+        aucs = [np.array([r["test_auc"] for r in by[("dp", e)]], dtype=float) for e in dp_eps]
+        mean = np.array([a.mean() for a in aucs])
+        std = np.array([a.std(ddof=1) if a.size > 1 else 0.0 for a in aucs])
+        lo, hi = np.array([a.min() for a in aucs]), np.array([a.max() for a in aucs])
+        ax.fill_between(xs, lo, hi, color="tab:blue", alpha=0.15, lw=0, label="DP min-max over seeds")
+        ax.errorbar(xs, mean, yerr=std, fmt="o-", color="tab:blue", capsize=3,
+                    label=f"DP (randomized response), mean ± std, {max(len(a) for a in aucs)} seeds")
+    # HE grows plain's trees bit for bit (checked per seed in the summary), so the HE line is the
+    # plain runs' mean over every seed when there are plain runs
+    he_src = "plain" if mean_auc("plain")[0] is not None else "he"
+    he_label = "HE = plain protocol (lossless)" if he_src == "plain" else "HE (lossless)"
+    for mode, style, label in ((he_src, dict(color="tab:red", ls="-"), he_label),
+                               ("xgboost", dict(color="black", ls="--"), "centralized XGBoost"),
+                               ("local", dict(color="tab:gray", ls="-."), "active party alone")):
+        v, n = mean_auc(mode)
+        if v is not None:
+            ax.axhline(v, lw=1.3, label=f"{label}, {n} seed{'s' if n > 1 else ''}", **style)
+    ax.set_xscale("log")
+    if dp_eps:
+        ticks = [x_inf if e == INF else e for e in dp_eps]
+        ax.set_xticks(ticks)
+        ax.set_xticklabels(["∞" if e == INF else f"{e:g}" for e in dp_eps])
+        ax.minorticks_off()
+    scope = "each passive party's total" if cfg.epsilon_scope == "party" else "per feature"
+    ax.set_xlabel(f"ε ({scope}; ∞ = no noise)")
+    ax.set_ylabel("test AUC")
+    ax.set_title(f"{dataset}: AUC vs privacy budget "
+                 f"({cfg.n_estimators} trees, depth {cfg.max_depth}, {cfg.max_bin} bins)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    if "xgboost" in cfg.modes and ("xgboost", None) not in by:
+        ax.text(0.01, 0.01, "centralized XGBoost line omitted: xgboost not installed",
+                transform=ax.transAxes, fontsize=7, color="gray")
+    fig.tight_layout()
+    paths.append(out_dir / f"{dataset}_auc_vs_epsilon.png")
+    fig.savefig(paths[-1])
+    plt.close(fig)
+
+    # cost: training seconds and bytes per mode (DP: every epsilon pooled; the cost does not depend on it)
+    order = [m for m in ("he", "plain", "dp", "local", "xgboost") if any(k[0] == m for k in by)]
+    names = {"he": f"HE ({cfg.key_bits}-bit)", "plain": "plain", "dp": "DP", "local": "active\nalone",
+             "xgboost": "central.\nXGBoost"}
+    secs = [np.mean([r["train_seconds"] for r in rs if r["mode"] == m]) for m in order]
+    byts = [np.mean([r["train_bytes"] for r in rs if r["mode"] == m]) for m in order]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(7.2, 3.4), dpi=100)
+    colors = {"he": "tab:red", "plain": "tab:orange", "dp": "tab:blue", "local": "tab:gray", "xgboost": "black"}
+    sent = [(m, b) for m, b in zip(order, byts) if b > 0]       # the non-federated runs send nothing
+    for ax, modes, vals, title, fmt in (
+            (a1, order, secs, "training time (s, log)", "{:.2g}"),
+            (a2, [m for m, _ in sent], [b for _, b in sent], "bytes sent in training, all parties (log)", None)):
+        xs = np.arange(len(modes))
+        ax.bar(xs, [max(v, 1e-4) for v in vals], color=[colors[m] for m in modes])
+        ax.set_yscale("log")
+        ax.set_xticks(xs)
+        ax.set_xticklabels([names[m] for m in modes], fontsize=8)
+        ax.set_title(title, fontsize=9)
+        for x, v in zip(xs, vals):
+            txt = fmt.format(v) if fmt else _fmt_bytes(v)
+            ax.text(x, max(v, 1e-4), txt, ha="center", va="bottom", fontsize=7)
+        ax.margins(y=0.25)
+    fig.suptitle(f"{dataset}: cost per training run ({cfg.n_estimators} trees, depth {cfg.max_depth})",
+                 fontsize=10)
+    fig.tight_layout()
+    paths.append(out_dir / f"{dataset}_cost.png")
+    fig.savefig(paths[-1])
+    plt.close(fig)
+    return paths
+
+
+def _fmt_bytes(n: float) -> str:
+    if n <= 0:
+        return "0"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def replot(out_dir) -> list[Path]:
+    """Redraw the PNG figures from ``out_dir/compare_runs.json`` (no training)."""
+    out_dir = Path(out_dir)
+    try:
+        doc = json.loads((out_dir / "compare_runs.json").read_text())
+        cfg = CompareConfig(**{k: v for k, v in doc["settings"].items()
+                               if k in CompareConfig.__dataclass_fields__}).validate()
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise InputError(f"cannot read a comparison from {out_dir}: {exc}") from None
+    runs = [{**r, "epsilon": None if r["epsilon"] is None else check_epsilon(r["epsilon"])} for r in doc["runs"]]
+    paths = []
+    for ds in dict.fromkeys(r["dataset"] for r in runs):
+        paths += plot_dataset(ds, runs, cfg, out_dir, doc.get("notes", []))
+    return paths
+
+
+# --- the whole comparison ------------------------------------------------------
+def run_comparison(cfg: CompareConfig, out_dir, progress: Callable[[str], None] | None = None) -> dict:
+    """Run every (data set, seed, mode, epsilon); write CSV/JSON (and PNGs); return the JSON document."""
+    cfg.validate()
+    out_dir = Path(out_dir)
+    if cfg.plots:
+        require_matplotlib()                       # fail before hours of training, not after
+    say = progress or (lambda s: None)
+    notes = []
+    modes = list(cfg.modes)
+    if "xgboost" in modes and not _xgboost_available():
+        modes.remove("xgboost")
+        notes.append("xgboost is not installed: no centralized XGBoost reference (pip install xgboost)")
+    if "he" in modes and cfg.key_bits < 2048:
+        notes.append(f"HE runs use {cfg.key_bits}-bit Paillier keys: fine for timing, below the "
+                     f"2048-bit default for deployments")
+    runs: list[dict] = []
+    pngs: list[Path] = []
+    data = {ds: load_dataset(ds) for ds in cfg.datasets}      # a missing file fails before any training
+    for ds, frames in data.items():
+        for seed in range(cfg.seeds):
+            todo = []
+            if "plain" in modes:
+                todo.append(("plain", None))
+            if "he" in modes and seed < cfg.he_seeds:
+                todo.append(("he", None))
+            if "dp" in modes:
+                todo += [("dp", e) for e in cfg.epsilons]
+            if "local" in modes:
+                todo.append(("local", None))
+            for mode, eps in todo:
+                run = _run_federated(frames, ds, mode, eps, seed, cfg)
+                runs.append(run)
+                say(f"[{ds}] seed {seed} {mode}{'' if eps is None else f' eps={eps:g}'}: "
+                    f"AUC {run['test_auc']:.4f}, {run['train_seconds']:.2f} s, {run['train_bytes']} bytes in training")
+            if "xgboost" in modes:
+                run = _run_xgboost(frames, ds, seed, cfg)
+                runs.append(run)
+                say(f"[{ds}] seed {seed} centralized xgboost: AUC {run['test_auc']:.4f}")
+            write_runs(runs, out_dir, cfg, notes)     # keep partial results
+        if cfg.plots:
+            pngs += plot_dataset(ds, runs, cfg, out_dir, notes)
+    files = write_runs(runs, out_dir, cfg, notes) + pngs
+    doc = json.loads((out_dir / "compare_runs.json").read_text())
+    doc["files"] = [str(f) for f in files]
+    return doc
