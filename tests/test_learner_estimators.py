@@ -83,6 +83,14 @@ def test_classifier_he_mode():
     assert np.array_equal(out[0], out[1])
 
 
+@pytest.mark.parametrize("kw", [dict(mode="dp", epsilon=4.0), dict(mode="plain", align="psi")])
+def test_estimator_dp_and_psi(kw):
+    parts, y = diabetes_parties()
+    reg = VerticalBoostingRegressor(n_estimators=5, **kw).fit(parts, y)
+    assert reg.model_.params["mode"] == kw["mode"] and reg.predict(parts).shape == (442,)
+    assert clone(reg).get_params() == reg.get_params()
+
+
 def test_regressor_three_parties_and_early_stopping():
     parts, y = diabetes_parties()
     train = [p.iloc[:330] for p in parts]

@@ -21,7 +21,7 @@ Conventions:
   (``evals_result_``) and enables ``early_stopping_rounds``; ``best_iteration_``
   is then used by ``predict``.
 * Hyperparameters are the :class:`vfl.params.TrainParams` fields with XGBoost's
-  names, checked in ``fit`` (so ``clone``/``get_params``/``set_params`` work as
+  names (also ``mode="dp"`` with ``epsilon``, and ``align="psi"``), checked in ``fit`` (so ``clone``/``get_params``/``set_params`` work as
   in scikit-learn). ``mode`` defaults to ``"he"`` (real Paillier).
 * ``feature_importances_``: one value per feature, parties in order and each
   party's features in frame order (``feature_names_in_``, ``feature_parties_``),
@@ -44,7 +44,7 @@ __all__ = ["VerticalBoostingClassifier", "VerticalBoostingRegressor"]
 _LABEL = "__vfl_label__"
 _COMMON = ("n_estimators", "max_depth", "learning_rate", "max_bin", "reg_lambda", "min_child_weight", "gamma",
            "subsample", "goss", "top_rate", "other_rate", "early_stopping_rounds", "eval_metric", "mode",
-           "key_bits", "encryption", "precision_bits", "seed")
+           "key_bits", "encryption", "precision_bits", "seed", "align", "epsilon", "epsilon_per_feature")
 
 
 def _party_frames(X, what: str = "X") -> list[tuple[str, pd.DataFrame]]:
@@ -69,7 +69,8 @@ class _VerticalBoosting(BaseEstimator):
     def __init__(self, n_estimators=10, max_depth=4, learning_rate=0.3, max_bin=32, reg_lambda=1.0,
                  min_child_weight=1.0, gamma=0.0, subsample=1.0, goss=False, top_rate=0.2, other_rate=0.1,
                  early_stopping_rounds=None, eval_metric=None, mode="he", key_bits=2048, encryption="fast",
-                 precision_bits=32, seed=0, id_col="id", importance_type="gain"):
+                 precision_bits=32, seed=0, id_col="id", importance_type="gain", align="hash", epsilon=None,
+                 epsilon_per_feature=None):
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
@@ -90,6 +91,9 @@ class _VerticalBoosting(BaseEstimator):
         self.seed = seed
         self.id_col = id_col
         self.importance_type = importance_type
+        self.align = align
+        self.epsilon = epsilon
+        self.epsilon_per_feature = epsilon_per_feature
 
     # -- helpers ------------------------------------------------------------
     def _train_params(self, objective: str, **extra) -> TrainParams:
@@ -226,14 +230,15 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
     def __init__(self, n_estimators=10, max_depth=4, learning_rate=0.3, max_bin=32, reg_lambda=1.0,
                  min_child_weight=1.0, gamma=0.0, subsample=1.0, goss=False, top_rate=0.2, other_rate=0.1,
                  early_stopping_rounds=None, eval_metric=None, mode="he", key_bits=2048, encryption="fast",
-                 precision_bits=32, seed=0, id_col="id", importance_type="gain", objective="regression",
-                 huber_slope=1.0):
+                 precision_bits=32, seed=0, id_col="id", importance_type="gain", align="hash", epsilon=None,
+                 epsilon_per_feature=None, objective="regression", huber_slope=1.0):
         super().__init__(n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate,
                          max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight, gamma=gamma,
                          subsample=subsample, goss=goss, top_rate=top_rate, other_rate=other_rate,
                          early_stopping_rounds=early_stopping_rounds, eval_metric=eval_metric, mode=mode,
                          key_bits=key_bits, encryption=encryption, precision_bits=precision_bits, seed=seed,
-                         id_col=id_col, importance_type=importance_type)
+                         id_col=id_col, importance_type=importance_type, align=align, epsilon=epsilon,
+                         epsilon_per_feature=epsilon_per_feature)
         self.objective = objective
         self.huber_slope = huber_slope
 
