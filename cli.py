@@ -238,5 +238,269 @@ def compare(datasets, modes, epsilons, epsilon_scope, seeds, he_seeds, trees, de
     click.echo("wrote: " + ", ".join(doc["files"]))
 
 
+
+# --- network deployments: vfl certs, vfl party passive|active, vfl predict -------------------------
+def _setup_logging(level: str) -> None:
+    import logging
+
+    from tqdm import tqdm
+
+    class _TqdmHandler(logging.StreamHandler):
+        def emit(self, record):
+            try:
+                tqdm.write(self.format(record), file=sys.stderr)
+            except Exception:  # never let logging break a run
+                self.handleError(record)
+
+    handler = _TqdmHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+    root = logging.getLogger("vfl")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+def _security(party, tls_dir, insecure, token_file, allowed_clients=()):
+    from protocols.grpc_transport import Security
+    sec = Security.from_options(party, tls_dir, insecure, token_file, allowed_clients)
+    if insecure:
+        click.echo("warning: --insecure: messages travel in PLAINTEXT and no certificate authenticates the "
+                   "parties" + (" (the access token is sent in clear too)" if token_file else "")
+                   + "; use it only for tests or on a network you trust", err=True)
+    return sec
+
+
+def _net_options(f):
+    """Options shared by every networked command."""
+    opts = [
+        click.option("--tls-dir", type=click.Path(file_okay=False),
+                     help="Directory with ca.pem, NAME.pem, NAME.key (see `vfl certs`)."),
+        click.option("--insecure", is_flag=True, help="Plaintext, no certificates (tests / trusted networks)."),
+        click.option("--token-file", type=click.Path(dir_okay=False),
+                     help="Shared access token (a file with one line) required on top of TLS or --insecure."),
+        click.option("--max-message-mb", default=1024.0, show_default=True,
+                     help="Largest protocol message accepted or sent (MiB)."),
+        click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+                     show_default=True),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _max_bytes(mb: float) -> int:
+    from vfl.errors import InputError
+    if not mb or mb <= 0:
+        raise InputError(f"--max-message-mb must be positive, got {mb}")
+    return int(mb * 2 ** 20)
+
+
+@main.command()
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Directory for the files.")
+@click.option("--party", "parties", multiple=True, required=True, help="Party name; repeat for each party.")
+@click.option("--host", "hosts", multiple=True,
+              help="Extra DNS name or IP address to put in every certificate (optional: peers are "
+                   "verified by party name).")
+@click.option("--days", default=825, show_default=True, help="Validity of the certificates.")
+@click.option("--overwrite", is_flag=True, help="Replace existing certificates of these parties.")
+def certs(out, parties, hosts, days, overwrite):
+    """Create a development CA (reused if DIR has one) and a certificate per party."""
+    from protocols.certs import make_certs
+    try:
+        written = make_certs(out, parties, hosts, days, overwrite)
+    except VFLError as exc:
+        _fail(exc)
+    except OSError as exc:
+        _fail(exc)
+    for f in written:
+        click.echo(f"wrote {f}")
+    click.echo(f"give each party ca.pem and its own NAME.pem/NAME.key; keep {Path(out) / 'ca.key'} elsewhere")
+
+
+@main.group()
+def party():
+    """Run one party of a federation as its own process (network mode)."""
+
+
+@party.command("passive")
+@click.option("--name", required=True, help="This party's name (as the active party's --peer NAME=...).")
+@click.option("--listen", default="127.0.0.1:50051", show_default=True, help="HOST:PORT to serve on (port 0: any).")
+@click.option("--data", required=True, type=click.Path(dir_okay=False),
+              help="CSV with the id column and this party's features (rows to train on and to score).")
+@click.option("--id-col", default="id", show_default=True)
+@click.option("--model-dir", required=True, type=click.Path(file_okay=False),
+              help="Where this party keeps its lookup tables, one file per model.")
+@click.option("--allow-client", "allow_clients", multiple=True,
+              help="Accept only clients whose certificate is for this name (repeatable; TLS only).")
+@click.option("--allow-align", "allow_align", multiple=True, type=click.Choice(["hash", "psi"]),
+              help="Alignment methods this party accepts (repeatable) [default: hash and psi].")
+@click.option("--allow-prediction", "allow_prediction", multiple=True, type=click.Choice(["one-round", "node"]),
+              help="Prediction protocols this party accepts (repeatable) [default: both].")
+@click.option("--dp-max-epsilon-per-feature", type=float, default=None,
+              help="Mode dp: refuse a noisy release with a larger budget per feature.")
+@_net_options
+def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_align, allow_prediction,
+                  dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level):
+    """Serve training sessions and prediction requests of an active party."""
+    from parties.network import serve_passive
+
+    _setup_logging(log_level)
+    try:
+        sec = _security(name, tls_dir, insecure, token_file, allow_clients)
+        host = listen.rsplit(":", 1)[0]
+
+        def ready(port):
+            click.echo(f"{name}: listening on {host}:{port}")
+            sys.stdout.flush()
+
+        policy = {k: v for k, v in (("allowed_align", tuple(allow_align)),
+                                    ("allowed_prediction", tuple(allow_prediction)),
+                                    ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature)) if v}
+        serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready,
+                      policy=policy)
+    except VFLError as exc:
+        _fail(exc)
+    except OSError as exc:
+        _fail(exc)
+
+
+def _mode_choices():
+    from vfl.params import MODES
+    return list(MODES)
+
+
+@party.command("active")
+@click.option("--name", default="guest", show_default=True, help="This party's name.")
+@click.option("--data", required=True, type=click.Path(dir_okay=False), help="CSV: id, label, features.")
+@click.option("--id-col", default="id", show_default=True)
+@click.option("--label-col", default="y", show_default=True)
+@click.option("--peer", "peer_specs", multiple=True, required=True,
+              help="Passive party NAME=HOST:PORT; repeat for each.")
+@click.option("--model-dir", required=True, type=click.Path(file_okay=False),
+              help="Where the model (and, during training, checkpoint.json) is written.")
+@click.option("--resume", is_flag=True, help="Continue the interrupted training in --model-dir.")
+@click.option("--force", is_flag=True, help="Replace a finished model in --model-dir.")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds any single call may take.")
+@click.option("--connect-timeout", type=float, help="Seconds to wait for the peers at start [default: --timeout].")
+@click.option("--align", type=click.Choice(["hash", "psi"]), default="hash", show_default=True,
+              help="Sample alignment: salted hashes, or ECDH private set intersection.")
+@click.option("--mode", type=click.Choice(_mode_choices()), default="he", show_default=True)
+@click.option("--epsilon", type=float, default=None,
+              help="Mode dp: each passive party's privacy budget, split evenly over its features (inf: no noise).")
+@click.option("--epsilon-per-feature", type=float, default=None,
+              help="Mode dp: the budget per released feature instead (a party's total is this times its features).")
+@click.option("--trees", default=10, show_default=True, help="Boosting rounds (n_estimators).")
+@click.option("--depth", default=4, show_default=True, help="max_depth.")
+@click.option("--learning-rate", default=0.3, show_default=True)
+@click.option("--max-bin", default=32, show_default=True)
+@click.option("--reg-lambda", default=1.0, show_default=True)
+@click.option("--min-child-weight", default=1.0, show_default=True)
+@click.option("--gamma", default=0.0, show_default=True)
+@click.option("--key-bits", default=2048, show_default=True)
+@click.option("--encryption", type=click.Choice(["fast", "standard"]), default="fast", show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@_net_options
+def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,
+                 align, mode, epsilon, epsilon_per_feature, trees, depth, learning_rate, max_bin, reg_lambda,
+                 min_child_weight, gamma, key_bits, encryption, seed, output_json, quiet, tls_dir, insecure, token_file,
+                 max_message_mb, log_level):
+    """Train with passive parties over the network (checkpoint after every tree)."""
+    from tqdm import tqdm
+
+    from crypto.keys import WeakKeyWarning, check_key_bits
+    from parties.network import train_active
+    from protocols.grpc_transport import parse_peers
+    from vfl.params import TrainParams
+
+    _setup_logging(log_level)
+    bar = None
+    try:
+        peers = parse_peers(peer_specs)
+        sec = _security(name, tls_dir, insecure, token_file)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", WeakKeyWarning)
+            params = TrainParams(n_estimators=trees, max_depth=depth, learning_rate=learning_rate,
+                                 max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight,
+                                 gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed,
+                                 **({"epsilon": epsilon} if epsilon is not None else {}),
+                                 **({"epsilon_per_feature": epsilon_per_feature}
+                                    if epsilon_per_feature is not None else {}))
+            if mode == "he":
+                check_key_bits(key_bits)
+        for w in caught:
+            click.echo(f"warning: {w.message}", err=True)
+        bar = tqdm(total=trees, desc="trees", unit="tree", disable=quiet, file=sys.stderr)
+
+        def on_round(r, info):
+            bar.n = r + 1
+            bar.refresh()
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", WeakKeyWarning)
+            result = train_active(data, id_col, label_col, name, peers, params, model_dir, sec, timeout=timeout,
+                                  resume=resume, force=force, align=align, max_frame_bytes=_max_bytes(max_message_mb),
+                                  connect_timeout=connect_timeout, on_round=on_round)
+    except VFLError as exc:
+        _fail(exc)
+    except OSError as exc:
+        _fail(exc)
+    finally:
+        if bar is not None:
+            bar.close()
+    for p, rep in result["alignment"].items():
+        click.echo(f"aligned {p}: {rep['n_kept']} of {rep['n_rows']} rows kept")
+    if result["resumed_after_rounds"] is not None:
+        click.echo(f"resumed after {result['resumed_after_rounds']} round(s)")
+    click.echo(f"train time: {result['train_seconds']:.2f} s")
+    for pair, n in result["bytes_sent"].items():
+        click.echo(f"bytes {pair}: {n} ({_fmt_bytes(n)})")
+    click.echo(f"saved model {result['model_id']} to {result['model_path']}")
+    if output_json:
+        try:
+            Path(output_json).write_text(json.dumps(result, indent=1, default=float))
+        except OSError as exc:
+            _fail(exc)
+
+
+@main.command()
+@click.option("--model-dir", required=True, type=click.Path(file_okay=False), help="The active party's model.")
+@click.option("--data", required=True, type=click.Path(dir_okay=False), help="CSV: id and the active features.")
+@click.option("--id-col", default="id", show_default=True)
+@click.option("--peer", "peer_specs", multiple=True, help="Passive party NAME=HOST:PORT; repeat for each.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="CSV of ids and probabilities.")
+@click.option("--prediction", type=click.Choice(["one-round", "node"]), default="one-round", show_default=True,
+              help="one-round: one batch of leaf masks per passive party; node: node-by-node routing.")
+@click.option("--align", type=click.Choice(["hash", "psi"]), default=None,
+              help="How the passive parties find the rows: salted hashes or PSI [default: as in training].")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds any single call may take.")
+@click.option("--connect-timeout", type=float, help="Seconds to wait for the peers [default: --timeout].")
+@click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
+@_net_options
+def predict(model_dir, data, id_col, peer_specs, out, prediction, align, timeout, connect_timeout, output_json,
+            tls_dir, insecure, token_file, max_message_mb, log_level):
+    """Score new rows with a model trained by `vfl party active` (passive parties must be serving)."""
+    from parties.network import check_prediction, load_active_model, predict_active
+    from protocols.grpc_transport import parse_peers
+
+    _setup_logging(log_level)
+    try:
+        check_prediction(prediction)
+        peers = parse_peers(peer_specs)
+        model = load_active_model(model_dir)
+        sec = _security(model.active_party, tls_dir, insecure, token_file)
+        ids, proba, summary = predict_active(model_dir, data, id_col, peers, sec, out, timeout=timeout,
+                                             prediction=prediction, max_frame_bytes=_max_bytes(max_message_mb),
+                                             connect_timeout=connect_timeout, align=align)
+        if output_json:
+            Path(output_json).write_text(json.dumps(summary, indent=1, default=float))
+    except VFLError as exc:
+        _fail(exc)
+    except OSError as exc:
+        _fail(exc)
+    click.echo(f"predicted {summary['n_rows']} rows in {summary['predict_seconds']:.2f} s; wrote {out}")
+
+
 if __name__ == "__main__":
     main()

@@ -21,6 +21,8 @@ from protocols import alignment
 from protocols import messages as m
 from protocols.serialization import BigInts
 from protocols.transport import Transport
+from parties.checkpoint import CheckpointTracker
+from parties.fanout import fan_out
 from vfl.boosting import Booster, HistogramSource, LocalSource, SplitRef
 from vfl.errors import InputError, PeerError
 from vfl.frames import party_data
@@ -197,9 +199,17 @@ class ActiveParty:
         return rows
 
     def fit(self, transport: Transport, peers: list[str], params: TrainParams | None = None,
-            on_round=None, validation: pd.DataFrame | None = None) -> BoostedModel:
-        """Train with every peer. ``validation``: this party's frame of validation rows (id, label,
-        features); the peers must have loaded theirs (``load_validation_data``)."""
+            on_round=None, checkpoint=None, resume=None,
+            validation: pd.DataFrame | None = None) -> BoostedModel:
+        """Train with the passive parties ``peers`` behind ``transport``.
+
+        ``checkpoint(ck)`` (optional) receives a :class:`parties.checkpoint.Checkpoint` after every
+        round; ``resume`` (such a checkpoint) continues that training with the same salt and model
+        id, after checks that the data and parameters are the same.
+        ``validation``: this party's frame of validation rows (id, label, features); the peers must
+        have loaded theirs (``load_validation_data``). Gives per-round metrics (``model.history``)
+        and early stopping (:mod:`parties.monitor`).
+        """
         params = params or TrainParams()
         peers = list(peers)
         if len(set(peers)) != len(peers) or self.name in peers:
@@ -213,11 +223,20 @@ class ActiveParty:
         salt = alignment.new_salt()
         session_id = secrets.token_hex(8)
         model_id = secrets.token_hex(8)
+        if resume is not None:
+            salt, model_id = bytes.fromhex(resume.salt), resume.model_id
         rows = (self.align_psi if params.align == "psi" else self.align)(transport, peers, salt, session_id)
         y = loss.check_labels(self.y_raw[rows], self.name, self.label_col,
                               **({"ids": self.ids[rows]} if loss.name != "binary" else {}))
         X = self.X[rows]
+        tracker = None
+        if checkpoint is not None or resume is not None:
+            tracker = CheckpointTracker(self.name, peers, params, salt, model_id, self.ids[rows], X, y,
+                                        self.feature_names, resume, checkpoint)
         infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id) for p in peers})
+        if resume is not None:
+            transport.call_many({p: m.TrainResume(model_id, resume.n_rounds, resume.records.get(p, 0))
+                                 for p in peers})
         self.channel = GradientChannel(params.mode, params.key_bits, params.encryption)
         if params.mode == "he":
             transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
@@ -232,13 +251,25 @@ class ActiveParty:
         for p in (peers if params.mode != "dp" else []):
             nb = infos[p].n_bins
             sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel))
-        monitor = TrainingMonitor(loss, params, y, on_round)
-        booster = Booster(sources, loss, params, monitor.on_round)
+        sources = fan_out(transport, sources)
+        monitor = TrainingMonitor(loss, params, y)
+        user_hook = tracker.wrap(on_round) if tracker is not None else on_round
+
+        def round_hook(r, info):
+            stop = monitor.on_round(r, info)       # metrics and early stopping (info gets "history")
+            if user_hook is not None and user_hook(r, info):
+                stop = True
+            return stop
+
+        booster = Booster(sources, loss, params, round_hook)
         completed = False
         try:
             if val is not None:
                 monitor.start_validation(transport, peers, model_id, salt, self.name, self.feature_names, *val)
-            base, rounds, _ = booster.fit(y, row_keys=rows)
+            if resume is not None:
+                monitor.restore(resume.rounds, resume.history)
+            base, rounds, _ = booster.fit(y, row_keys=rows,
+                                          **(tracker.booster_kwargs() if tracker is not None else {}))
             completed = True
         finally:
             try:

@@ -40,11 +40,10 @@ from vfl.params import EVAL_METRICS
 
 
 class TrainingMonitor:
-    """Wraps the user's ``on_round`` callback; decides early stopping."""
+    """Computes each round's metrics and decides early stopping (the booster's round callback)."""
 
-    def __init__(self, loss, params, y_train, user_callback=None):
+    def __init__(self, loss, params, y_train):
         self.loss, self.params, self.y_train = loss, params, y_train
-        self.user_callback = user_callback
         self.metrics = EVAL_METRICS[params.objective]
         self.metric = params.metric
         self.history: dict = {"train": {k: [] for k in self.metrics}}
@@ -94,26 +93,43 @@ class TrainingMonitor:
     def _evaluate(self, y, raw) -> dict:
         return evaluate(self.metrics, y, self.loss.transform(raw), self.params.huber_slope)
 
+    def _validate_round(self, r: int, trees) -> dict:
+        """Add round ``r``'s trees to the validation scores; record the metrics; track the best."""
+        v = self._val
+        v["model"].rounds = [trees]       # only this round's trees
+        v["raw"] += v["model"].predict_raw_one_round(v["X"], self._fetch_masks)
+        scores = self._evaluate(v["y"], v["raw"])
+        for k, val in scores.items():
+            self.history["validation"][k].append(val)
+        if is_better(self.metric, scores[self.metric], self.best_score):
+            self.best_score, self.best_iteration = scores[self.metric], r
+        return scores
+
     def on_round(self, r: int, info: dict) -> bool:
+        """Metrics of round ``r`` (added to ``info`` as ``validation`` and ``history``); True to stop."""
         for k, v in self._evaluate(self.y_train, info["raw"]).items():
             self.history["train"][k].append(v)
         stop = False
         if self._val is not None:
-            v = self._val
-            v["model"].rounds = [info["trees"]]       # only this round's trees
-            v["raw"] += v["model"].predict_raw_one_round(v["X"], self._fetch_masks)
-            scores = self._evaluate(v["y"], v["raw"])
-            for k, val in scores.items():
-                self.history["validation"][k].append(val)
-            info = {**info, "validation": scores}
-            if is_better(self.metric, scores[self.metric], self.best_score):
-                self.best_score, self.best_iteration = scores[self.metric], r
-            elif self.params.early_stopping_rounds is not None and self.best_iteration is not None and \
+            info["validation"] = self._validate_round(r, info["trees"])
+            if self.params.early_stopping_rounds is not None and self.best_iteration is not None and \
                     r - self.best_iteration >= self.params.early_stopping_rounds:
                 stop = self.stopped_early = True
-        if self.user_callback is not None and self.user_callback(r, info):
-            stop = True
+        info["history"] = self.history
         return stop
+
+    def restore(self, rounds, history: dict | None) -> None:
+        """Resuming a training: the training history of the first rounds comes from the checkpoint
+        (NaN where it has none); the validation scores of those rounds are recomputed, one round
+        at a time, so that the running scores and the best iteration are as if never interrupted."""
+        n = len(rounds)
+        saved = (history or {}).get("train", {})
+        for k in self.metrics:
+            vals = list(saved.get(k, []))[:n]
+            self.history["train"][k] = vals + [float("nan")] * (n - len(vals))
+        if self._val is not None:
+            for r, trees in enumerate(rounds):
+                self._validate_round(r, trees)
 
     def finish(self, model: BoostedModel) -> None:
         model.history = self.history

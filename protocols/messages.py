@@ -258,6 +258,18 @@ class DPSplitRecords:
     record_ids: np.ndarray        # int64, one per registered split
 
 
+# --- network deployments: resuming an interrupted training ----------------
+@register
+@dataclass
+class TrainResume:
+    """Continue model ``model_id`` after its first ``n_rounds`` rounds (sent right after
+    :class:`TrainSetup`); the active party's checkpoint references ``n_records`` of the
+    receiver's lookup-table records, which the receiver must still hold."""
+    model_id: str
+    n_rounds: int
+    n_records: int
+
+
 # --- learner extras (issue 4): validation sets, split gains -----------------
 @register
 @dataclass

@@ -1,0 +1,205 @@
+"""Certificates for network mode: a development CA and one certificate per party.
+
+``vfl certs --out DIR --party bank --party telco`` writes::
+
+    DIR/ca.pem        the CA certificate every party trusts (public)
+    DIR/ca.key        the CA's private key (keep it away from the parties; needed
+                      only to issue more certificates later)
+    DIR/bank.pem      bank's certificate (CN and DNS name "bank"), signed by the CA
+    DIR/bank.key      bank's private key (give it to bank only)
+    ...
+
+A party's certificate serves both roles: a passive party presents it as a
+server, the active party as a client (mutual TLS). Parties are verified *by
+name*: the active party connects to ``telco=10.0.0.7:50051`` and accepts only
+a certificate issued by the CA for the name ``telco``, whatever the address;
+a passive party can restrict its clients to named certificates
+(``--allow-client bank``).
+
+Keys are ECDSA P-256. This is a development CA: in production use your
+organisation's PKI and pass the same file layout.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+from pathlib import Path
+
+from vfl.errors import InputError, VFLError
+
+NET_EXTRA_HINT = "install the network extra: pip install '.[net]' (grpcio, cryptography)"
+_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+class MissingDependency(VFLError):
+    """An optional dependency (the ``net`` extra) is not installed."""
+
+
+def require_cryptography():
+    try:
+        import cryptography  # noqa: F401
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    except ImportError:
+        raise MissingDependency(f"certificates need the 'cryptography' package: {NET_EXTRA_HINT}") from None
+    return x509, hashes, serialization, ec, ExtendedKeyUsageOID, NameOID
+
+
+def check_party_name(name: str) -> str:
+    """Party names used in certificates must be DNS labels (letters, digits, inner hyphens)."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise InputError(f"party name {name!r} cannot be used in a certificate: use letters, digits and "
+                         "hyphens (a DNS label, at most 63 characters, no leading or trailing hyphen)")
+    return name
+
+
+def _write(path: Path, data: bytes, private: bool) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    fd = os.open(tmp, flags, 0o600 if private else 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _now():
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def _new_key(ec):
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _load_ca(out: Path):
+    x509, hashes, serialization, ec, _, _ = require_cryptography()
+    try:
+        cert = x509.load_pem_x509_certificate((out / "ca.pem").read_bytes())
+        key = serialization.load_pem_private_key((out / "ca.key").read_bytes(), password=None)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read the CA in {out} (ca.pem, ca.key): {exc}") from None
+    return cert, key
+
+
+def create_ca(out: Path, common_name: str = "vfl-boost development CA", days: int = 825):
+    x509, hashes, serialization, ec, _, NameOID = require_cryptography()
+    key = _new_key(ec)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = _now()
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - _dt.timedelta(minutes=5)).not_valid_after(now + _dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False,
+                                         encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256()))
+    _write(out / "ca.key", key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                             serialization.NoEncryption()), private=True)
+    _write(out / "ca.pem", cert.public_bytes(serialization.Encoding.PEM), private=False)
+    return cert, key
+
+
+def issue_party_cert(out: Path, party: str, ca_cert, ca_key, hosts: tuple[str, ...] = (), days: int = 825):
+    """Write ``party.pem``/``party.key``: CN and DNS name = the party name, plus ``hosts``."""
+    import ipaddress
+
+    x509, hashes, serialization, ec, EKU, NameOID = require_cryptography()
+    check_party_name(party)
+    key = _new_key(ec)
+    sans = [x509.DNSName(party)]
+    for h in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            sans.append(x509.DNSName(h))
+    now = _now()
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, party)]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - _dt.timedelta(minutes=5)).not_valid_after(now + _dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
+                                         content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=True,
+                                         encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([EKU.SERVER_AUTH, EKU.CLIENT_AUTH]), critical=False)
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    _write(out / f"{party}.key", key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                   serialization.NoEncryption()), private=True)
+    _write(out / f"{party}.pem", cert.public_bytes(serialization.Encoding.PEM), private=False)
+    return out / f"{party}.pem", out / f"{party}.key"
+
+
+def make_certs(out, parties, hosts=(), days: int = 825, overwrite: bool = False) -> list[Path]:
+    """Create (or reuse) the CA in ``out`` and issue one certificate per party; return the files written."""
+    parties = list(parties)
+    if not parties:
+        raise InputError("give at least one --party NAME")
+    for p in parties:
+        check_party_name(p)
+    if len(set(parties)) != len(parties):
+        raise InputError(f"party names must be unique, got {parties}")
+    if "ca" in parties:
+        raise InputError("'ca' is reserved for the CA's own files; choose another party name")
+    if days < 1:
+        raise InputError(f"--days must be at least 1, got {days}")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    if (out / "ca.pem").exists() or (out / "ca.key").exists():
+        ca_cert, ca_key = _load_ca(out)
+    else:
+        ca_cert, ca_key = create_ca(out, days=days)
+        written += [out / "ca.pem", out / "ca.key"]
+    for p in parties:
+        if not overwrite and ((out / f"{p}.pem").exists() or (out / f"{p}.key").exists()):
+            raise InputError(f"{out / (p + '.pem')} already exists (use --overwrite to replace it)")
+        written += list(issue_party_cert(out, p, ca_cert, ca_key, tuple(hosts), days))
+    return written
+
+
+def certificate_names(pem: bytes) -> set[str]:
+    """The common name and DNS names a certificate was issued for."""
+    x509, _, _, _, _, NameOID = require_cryptography()
+    cert = x509.load_pem_x509_certificate(pem)
+    names = {a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)}
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names |= set(san.get_values_for_type(x509.DNSName))
+    except x509.ExtensionNotFound:
+        pass
+    return {str(n) for n in names}
+
+
+def load_party_tls(tls_dir, party: str) -> tuple[bytes, bytes, bytes]:
+    """``(ca_pem, cert_pem, key_pem)`` of ``party`` from a directory laid out by :func:`make_certs`."""
+    d = Path(tls_dir)
+    if not d.is_dir():
+        raise InputError(f"TLS directory {d} does not exist")
+    files = {"ca.pem": d / "ca.pem", f"{party}.pem": d / f"{party}.pem", f"{party}.key": d / f"{party}.key"}
+    missing = [n for n, p in files.items() if not p.is_file()]
+    if missing:
+        raise InputError(f"TLS directory {d} lacks {', '.join(missing)} for party {party!r} "
+                         f"(create them with: vfl certs --out {d} --party {party})")
+    ca, cert, key = (files[n].read_bytes() for n in files)
+    try:
+        names = certificate_names(cert)
+    except ValueError as exc:
+        raise InputError(f"{files[party + '.pem']} is not a PEM certificate: {exc}") from None
+    if party not in names:
+        raise InputError(f"certificate {files[party + '.pem']} was issued for {sorted(names)}, not for party "
+                         f"{party!r}")
+    return ca, cert, key
