@@ -193,6 +193,20 @@ class BoostedModel:
             return np.asarray(classes, dtype=object if any(isinstance(c, str) for c in classes) else None)[idx]
         return out
 
+    def prediction_table(self, ids, output, id_col: str = "id"):
+        """Predictions as a DataFrame: ``proba`` (binary), ``prediction`` and ``proba_<class>``
+        (multiclass, original labels), or ``prediction`` (regression)."""
+        import pandas as pd
+        if self.objective == "binary":
+            return pd.DataFrame({id_col: ids, "proba": output})
+        if self.objective == "multiclass":
+            classes = self.classes if self.classes is not None else list(range(self.n_targets))
+            out = pd.DataFrame({id_col: ids, "prediction": [classes[i] for i in np.argmax(output, axis=1)]})
+            for i, c in enumerate(classes):
+                out[f"proba_{c}"] = output[:, i]
+            return out
+        return pd.DataFrame({id_col: ids, "prediction": output})
+
     def feature_importance(self, kind: str = "gain", n_rounds: int | None = None) -> dict:
         """The active party's view of importance: ``split`` (number of splits) or ``gain`` (total
         gain) over the rounds used for prediction.
