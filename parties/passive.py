@@ -222,6 +222,14 @@ class PassiveParty(DPPassiveMixin):
         idx = [names.index(f) for f in self.feature_names]
         self._pred_ids, self._pred_X = ids, X[:, idx]
 
+    def _prediction_data(self):
+        """``(ids, X)`` prediction queries are answered from: new data if loaded, else the training rows."""
+        ids = self._pred_ids if self._pred_ids is not None else self._ids
+        X = self._pred_X if self._pred_X is not None else self._X
+        if ids is None:
+            raise InputError(f"party {self.name!r} has no data to predict on")
+        return ids, X
+
     def clear_prediction_data(self) -> None:
         """Answer prediction queries about the training rows again."""
         self._pred_ids = self._pred_X = None
@@ -230,10 +238,7 @@ class PassiveParty(DPPassiveMixin):
         self._check_allowed("hash", self.allowed_align, "alignment")
         if req.model_id != self.model_id:
             raise ProtocolError(f"party {self.name!r} holds no model {req.model_id!r}")
-        ids = self._pred_ids if self._pred_ids is not None else self._ids
-        X = self._pred_X if self._pred_X is not None else self._X
-        if ids is None:
-            raise InputError(f"party {self.name!r} has no data to predict on")
+        ids, X = self._prediction_data()
         own = alignment.hash_ids(ids, self.salt)
         rows = alignment.positions(own, req.hashes, self.name)
         self._pred_rows[req.session_id] = X[rows]
@@ -338,10 +343,7 @@ class PassiveParty(DPPassiveMixin):
         elif req.purpose == "predict":
             if req.model_id != self.model_id:
                 raise ProtocolError(f"party {self.name!r} holds no model {req.model_id!r}")
-            ids = self._pred_ids if self._pred_ids is not None else self._ids
-            X = self._pred_X if self._pred_X is not None else self._X
-            if ids is None:
-                raise InputError(f"party {self.name!r} has no data to predict on")
+            ids, X = self._prediction_data()
         elif req.purpose == "validate":       # the validation set of the training under way (issue 4)
             if req.model_id != self.model_id:
                 raise ProtocolError(f"party {self.name!r} is not training model {req.model_id!r}")
