@@ -21,12 +21,13 @@ def main():
     """Vertical federated gradient boosting (SecureBoost with Paillier; DP-only mode)."""
 
 
-def _load_parties(dataset, guest, hosts, id_col, label_col, parties):
+def _load_parties(dataset, guest, hosts, id_col, label_col, parties, allow_text_label=False):
     from datasets import breast_cancer_parties, load_guest_host, load_shared
     if guest or hosts:
         if not (guest and hosts):
             raise click.UsageError("--guest and at least one --host are needed together")
-        return load_guest_host(guest, list(hosts), id_col=id_col, label_col=label_col)
+        return load_guest_host(guest, list(hosts), id_col=id_col, label_col=label_col,
+                               allow_text_label=allow_text_label)
     if dataset == "breast_cancer":
         return breast_cancer_parties(parties, id_col=id_col, label_col=label_col)
     return load_shared(dataset)
@@ -86,12 +87,26 @@ def _fmt_breakdown(t: dict) -> str:
               help="Sample alignment: salted mmh3 hashes, or ECDH private set intersection (X25519).")
 @click.option("--prediction", type=click.Choice(["one-round", "node"]), default="one-round", show_default=True,
               help="Prediction protocol: one message of leaf masks per passive party, or node-by-node routing.")
+@click.option("--objective", type=click.Choice(["binary", "multiclass", "regression", "pseudohuber"]),
+              default=None, help="Default: the shared dataset's task, else binary.")
+@click.option("--huber-slope", default=1.0, show_default=True, help="pseudohuber objective's slope.")
+@click.option("--validation-size", default=0.0, show_default=True,
+              help="Fraction of the training rows held out for metric history and early stopping.")
+@click.option("--early-stopping-rounds", type=int, default=None,
+              help="Stop when the validation metric has not improved for this many rounds.")
+@click.option("--eval-metric", default=None, help="Metric watched by early stopping (default per objective).")
+@click.option("--subsample", default=1.0, show_default=True, help="Row fraction per tree.")
+@click.option("--goss", is_flag=True, help="Gradient-based one-side sampling (LightGBM).")
+@click.option("--top-rate", default=0.2, show_default=True, help="GOSS: share of large-gradient rows kept.")
+@click.option("--other-rate", default=0.1, show_default=True, help="GOSS: share of other rows sampled.")
 @click.option("--jobs", type=click.IntRange(0, 256), default=None,
               help="Worker processes per party for the ciphertext work (default and 0: all cores).")
 def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, depth, learning_rate, max_bin,
              reg_lambda, min_child_weight, gamma, key_bits, encryption, test_size, seed, output_json,
              predictions, save_model, verbose, quiet, align="hash", prediction="one-round",
-             epsilon=None, epsilon_per_feature=None, jobs=None):
+             epsilon=None, epsilon_per_feature=None, objective=None, huber_slope=1.0, validation_size=0.0,
+             early_stopping_rounds=None, eval_metric=None, subsample=1.0, goss=False, top_rate=0.2,
+             other_rate=0.1, jobs=None):
     """Run a whole federation in one process and report time, test metric and bytes."""
     if jobs is not None:
         import os
@@ -103,32 +118,45 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
     from vfl.params import TrainParams
 
     try:
-        party_frames = _load_parties(dataset, guest, hosts, id_col, label_col, parties)
+        if objective is None:
+            from datasets import SHARED_TASKS
+            objective = SHARED_TASKS.get(dataset, "binary") if not (guest or hosts) else "binary"
+        if early_stopping_rounds is not None and not validation_size:
+            raise click.UsageError("--early-stopping-rounds needs --validation-size")
+        party_frames = _load_parties(dataset, guest, hosts, id_col, label_col, parties,
+                                     allow_text_label=objective == "multiclass")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", WeakKeyWarning)
             params = TrainParams(n_estimators=trees, max_depth=depth, learning_rate=learning_rate,
                                  max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight,
                                  gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed,
-                                 align=align, epsilon=epsilon, epsilon_per_feature=epsilon_per_feature)
+                                 align=align, epsilon=epsilon, epsilon_per_feature=epsilon_per_feature,
+                                 objective=objective, huber_slope=huber_slope, subsample=subsample, goss=goss,
+                                 top_rate=top_rate, other_rate=other_rate,
+                                 early_stopping_rounds=early_stopping_rounds, eval_metric=eval_metric)
             from crypto.keys import check_key_bits
             if mode == "he":
                 check_key_bits(key_bits)
         for w in caught:
             click.echo(f"warning: {w.message}", err=True)
         names = ", ".join(f"{pf.name} ({len(pf.feature_names)} features)" for pf in party_frames)
-        click.echo(f"parties: {names}; mode {mode}" + (f", {key_bits}-bit Paillier" if mode == "he" else ""))
+        click.echo(f"parties: {names}; mode {mode}" + (f", {key_bits}-bit Paillier" if mode == "he" else "")
+                   + f"; objective {params.objective}")
         click.echo(f"alignment: {align}; prediction: {prediction}")
         bar = tqdm(total=trees, desc="trees", unit="tree", disable=quiet, file=sys.stderr)
 
         def on_round(r, info):
             bar.update(1)
             if verbose:
-                bar.write(f"tree {r + 1}: " + _fmt_breakdown(info["timing"]))
+                val = info.get("validation")
+                bar.write(f"tree {r + 1}: " + _fmt_breakdown(info["timing"])
+                          + ("; validation " + ", ".join(f"{k} {v:.4f}" for k, v in val.items()) if val else ""))
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", WeakKeyWarning)
             fed, result, test_ids, proba = run(party_frames, params, test_size=test_size, seed=seed,
-                                               on_round=on_round, prediction=prediction)
+                                               on_round=on_round, prediction=prediction,
+                                               validation_size=validation_size or None)
         bar.close()
     except VFLError as exc:
         _fail(exc)
@@ -144,6 +172,18 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
                        f"{result['epsilon_per_feature'][p]}-LDP)")
     if result["test_auc"] is not None:
         click.echo(f"test AUC: {result['test_auc']:.4f}")
+    if fed.active.label_mapping and any(c != i for c, i in fed.active.label_mapping.items()):
+        click.echo("classes: " + ", ".join(f"{i} = {c!r}" for c, i in fed.active.label_mapping.items()))
+    for key, label in (("test_accuracy", "test accuracy"), ("test_logloss", "test log loss"),
+                       ("test_rmse", "test RMSE"), ("test_mae", "test MAE")):
+        if result.get(key) is not None:
+            click.echo(f"{label}: {result[key]:.4f}")
+    if result.get("n_validation"):
+        best = result["best_iteration"]
+        click.echo(f"validation: {result['n_validation']} rows, {result['n_rounds']} rounds grown"
+                   + (f", best iteration {best + 1} ({result['eval_metric']} "
+                      f"{result['history']['validation'][result['eval_metric']][best]:.4f})"
+                      if best is not None else ""))
     for pair, n in result["bytes_sent"].items():
         click.echo(f"bytes {pair}: {n} ({_fmt_bytes(n)})")
     if verbose and result["crypto_seconds"]:
@@ -152,8 +192,7 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
         if output_json:
             Path(output_json).write_text(json.dumps(result, indent=1, default=float))
         if predictions:
-            import pandas as pd
-            pd.DataFrame({id_col: test_ids, "proba": proba}).to_csv(predictions, index=False)
+            fed.model.prediction_table(test_ids, proba, id_col).to_csv(predictions, index=False)
         if save_model:
             paths = fed.save(save_model)
             click.echo("saved model files: " + ", ".join(str(p) for p in paths))
@@ -303,9 +342,12 @@ def party():
               help="Prediction protocols this party accepts (repeatable) [default: both].")
 @click.option("--dp-max-epsilon-per-feature", type=float, default=None,
               help="Mode dp: refuse a noisy release with a larger budget per feature.")
+@click.option("--validation-data", type=click.Path(dir_okay=False),
+              help="CSV with the id column and this party's features of the validation rows.")
 @_net_options
 def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_align, allow_prediction,
-                  dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level):
+                  dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
+                  validation_data=None):
     """Serve training sessions and prediction requests of an active party."""
     from parties.network import serve_passive
 
@@ -322,11 +364,32 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                                     ("allowed_prediction", tuple(allow_prediction)),
                                     ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature)) if v}
         serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready,
-                      policy=policy)
+                      policy=policy, validation_data=validation_data)
     except VFLError as exc:
         _fail(exc)
     except OSError as exc:
         _fail(exc)
+
+
+def _learner_options(f):
+    """Objective, sampling, validation and early stopping options (also of `vfl simulate`)."""
+    for opt in reversed([
+        click.option("--objective", type=click.Choice(["binary", "multiclass", "regression", "pseudohuber"]),
+                     default="binary", show_default=True),
+        click.option("--huber-slope", default=1.0, show_default=True, help="pseudohuber objective's slope."),
+        click.option("--subsample", default=1.0, show_default=True, help="Row fraction per tree."),
+        click.option("--goss", is_flag=True, help="Gradient-based one-side sampling (LightGBM)."),
+        click.option("--top-rate", default=0.2, show_default=True, help="GOSS: share of large-gradient rows kept."),
+        click.option("--other-rate", default=0.1, show_default=True, help="GOSS: share of other rows sampled."),
+        click.option("--validation-data", type=click.Path(dir_okay=False),
+                     help="CSV of validation rows: id, label, features (each passive party serves its own "
+                          "with `vfl party passive --validation-data`)."),
+        click.option("--early-stopping-rounds", type=int, default=None,
+                     help="Stop when the validation metric has not improved for this many rounds."),
+        click.option("--eval-metric", default=None, help="Metric watched by early stopping (default per objective)."),
+    ]):
+        f = opt(f)
+    return f
 
 
 def _mode_choices():
@@ -366,11 +429,14 @@ def _mode_choices():
 @click.option("--seed", default=0, show_default=True)
 @click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@_learner_options
 @_net_options
 def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,
                  align, mode, epsilon, epsilon_per_feature, trees, depth, learning_rate, max_bin, reg_lambda,
                  min_child_weight, gamma, key_bits, encryption, seed, output_json, quiet, tls_dir, insecure, token_file,
-                 max_message_mb, log_level):
+                 max_message_mb, log_level, objective="binary", huber_slope=1.0, subsample=1.0, goss=False,
+                 top_rate=0.2, other_rate=0.1, validation_data=None, early_stopping_rounds=None,
+                 eval_metric=None):
     """Train with passive parties over the network (checkpoint after every tree)."""
     from tqdm import tqdm
 
@@ -391,7 +457,12 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
                                  gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed,
                                  **({"epsilon": epsilon} if epsilon is not None else {}),
                                  **({"epsilon_per_feature": epsilon_per_feature}
-                                    if epsilon_per_feature is not None else {}))
+                                    if epsilon_per_feature is not None else {}),
+                                 objective=objective, huber_slope=huber_slope, subsample=subsample, goss=goss,
+                                 top_rate=top_rate, other_rate=other_rate,
+                                 early_stopping_rounds=early_stopping_rounds, eval_metric=eval_metric)
+            if early_stopping_rounds is not None and validation_data is None:
+                raise click.UsageError("--early-stopping-rounds needs --validation-data")
             if mode == "he":
                 check_key_bits(key_bits)
         for w in caught:
@@ -406,7 +477,8 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
             warnings.simplefilter("ignore", WeakKeyWarning)
             result = train_active(data, id_col, label_col, name, peers, params, model_dir, sec, timeout=timeout,
                                   resume=resume, force=force, align=align, max_frame_bytes=_max_bytes(max_message_mb),
-                                  connect_timeout=connect_timeout, on_round=on_round)
+                                  connect_timeout=connect_timeout, on_round=on_round,
+                                  validation_data=validation_data)
     except VFLError as exc:
         _fail(exc)
     except OSError as exc:
@@ -419,6 +491,12 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
     if result["resumed_after_rounds"] is not None:
         click.echo(f"resumed after {result['resumed_after_rounds']} round(s)")
     click.echo(f"train time: {result['train_seconds']:.2f} s")
+    if result.get("n_validation"):
+        best, metric = result["best_iteration"], result["eval_metric"]
+        last = result["history"]["validation"][metric]
+        click.echo(f"validation: {result['n_validation']} rows, {result['n_rounds']} rounds grown, "
+                   + (f"best iteration {best + 1} ({metric} {last[best]:.4f})" if best is not None
+                      else f"{metric} {last[-1]:.4f} after the last round"))
     for pair, n in result["bytes_sent"].items():
         click.echo(f"bytes {pair}: {n} ({_fmt_bytes(n)})")
     click.echo(f"saved model {result['model_id']} to {result['model_path']}")
@@ -434,7 +512,8 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
 @click.option("--data", required=True, type=click.Path(dir_okay=False), help="CSV: id and the active features.")
 @click.option("--id-col", default="id", show_default=True)
 @click.option("--peer", "peer_specs", multiple=True, help="Passive party NAME=HOST:PORT; repeat for each.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="CSV of ids and probabilities.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False),
+              help="CSV of ids and probabilities (multiclass: prediction and proba_<class>; regression: prediction).")
 @click.option("--prediction", type=click.Choice(["one-round", "node"]), default="one-round", show_default=True,
               help="one-round: one batch of leaf masks per passive party; node: node-by-node routing.")
 @click.option("--align", type=click.Choice(["hash", "psi"]), default=None,

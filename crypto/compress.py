@@ -103,22 +103,23 @@ def shifted_plaintexts(packed: Sequence[int], shift_bits: int, shifts: int) -> l
 
 
 def choose_shifts(n_samples: int, n_bins: int, per: int, shift_bits: int, max_depth: int,
-                  encrypt_cost: float = 24.0) -> int:
+                  encrypt_cost: float = 24.0, n_trees: int = 1, n_groups: int = 1) -> int:
     """``per`` if pre-shifted copies are cheaper than Horner squarings for one round, else 1.
 
-    ``n_bins``: slots of all passive parties' histograms of one node. Costs are in
-    squarings mod ``n**2``: Horner spends ``(per - 1) * shift_bits`` per output
-    ciphertext; the copies cost ``(per - 1) * n_samples`` encryptions of about
-    ``encrypt_cost`` squarings each (fixed-base table with the CRT, measured at
-    1024 and 2048 bits). Nodes built per level: 1 at the root, then at most
-    ``2**(d-1)`` smaller children, and never more than ``n_samples / 4``.
+    ``n_bins``: slots of all passive parties' histograms of one node; ``n_trees``
+    trees per round (one per class) share ``n_groups`` gradient vectors. Costs are
+    in squarings mod ``n**2``: Horner spends ``(per - 1) * shift_bits`` per output
+    ciphertext; the copies cost ``(per - 1) * n_samples * n_groups`` encryptions of
+    about ``encrypt_cost`` squarings each (fixed-base table with the CRT, measured
+    at 1024 and 2048 bits). Nodes built per tree and level: 1 at the root, then at
+    most ``2**(d-1)`` smaller children, and never more than ``n_samples / 4``.
     """
     if per <= 1:
         return 1
     built = sum(1 if d == 0 else min(2 ** (d - 1), max(1, n_samples // 4)) for d in range(max_depth))
-    outputs = built * n_bins / per
+    outputs = n_trees * built * n_bins / per
     horner = outputs * (per - 1) * shift_bits
-    copies = (per - 1) * n_samples * encrypt_cost
+    copies = (per - 1) * n_samples * n_groups * encrypt_cost
     return per if copies < horner else 1
 
 
@@ -153,16 +154,21 @@ def direct_block(values: Sequence, n_samples: int, rows, bins, slot0: int, n_bin
 
 
 def compressed_histogram(values: Sequence, bin_idx, node_rows, bin_offsets, shift_bits: int, per: int,
-                         modulus=None, *, shifts: int = 1, pool=None, joint="auto") -> list:
+                         modulus=None, *, shifts: int = 1, pool=None, joint="auto", slot: str = "values",
+                         node_slots: Sequence[int] | None = None, n_nodes: int | None = None) -> list:
     """What a passive party returns: the histograms of ``node_rows`` (node-major, flat
     (feature, bin) order), ``per`` bin sums per output value.
 
     ``shifts=1``: ``values`` has one value per sample; :func:`crypto.histogram.histogram`
     then Horner :func:`compress`. ``shifts=per``: ``values`` holds ``per`` shifted
     copies per sample (:func:`shifted_plaintexts` order) and rows go straight into
-    their slots (no squaring)."""
+    their slots (no squaring); then ``node_slots[j]`` may place node ``j`` at another
+    position of an output of ``n_nodes`` nodes (nodes whose values come from other
+    vectors are added to the same output by the caller)."""
     if shifts == 1:
-        hists = histogram(values, bin_idx, node_rows, bin_offsets, modulus, pool=pool, joint=joint)
+        if node_slots is not None:
+            raise ValueError("node_slots needs pre-shifted values")
+        hists = histogram(values, bin_idx, node_rows, bin_offsets, modulus, pool=pool, joint=joint, slot=slot)
         return compress([v for h in hists for v in h], shift_bits, per, modulus, pool=pool)
     if shifts != per:
         raise ValueError(f"shifts must be 1 or per={per}, got {shifts}")
@@ -174,7 +180,11 @@ def compressed_histogram(values: Sequence, bin_idx, node_rows, bin_offsets, shif
         raise ValueError(f"{len(values)} values are not {per} shifted copies of {n_samples} samples")
     node_rows = [np.asarray(r, dtype=np.int64) for r in node_rows]
     total = int(offsets[-1])
-    n_out = -(-total * len(node_rows) // per)
+    node_slots = list(range(len(node_rows))) if node_slots is None else [int(x) for x in node_slots]
+    n_nodes = len(node_rows) if n_nodes is None else int(n_nodes)
+    if len(node_slots) != len(node_rows) or any(not 0 <= x < n_nodes for x in node_slots):
+        raise ValueError("node_slots must give each node a position below n_nodes")
+    n_out = -(-total * n_nodes // per)
     one = 0 if modulus is None else 1
     out = [one] * n_out
     work = sum(len(r) for r in node_rows) * len(n_bins)
@@ -187,13 +197,13 @@ def compressed_histogram(values: Sequence, bin_idx, node_rows, bin_offsets, shif
                 out[c] = a if out[c] == 1 else out[c] * a % modulus
 
     if modulus is not None and use_pool(pool, work):
-        share_inputs(pool, values, bin_idx, modulus)
+        share_inputs(pool, values, bin_idx, modulus, slot)
         sizes, _ = share_rows(pool, node_rows)
         units = _units(sizes, len(n_bins), pool.n_workers)
         mhex = format(int(modulus), "x")
-        replies = pool.map([({"op": "direct", "values": "values", "bins": "bins", "rows": "rows",
+        replies = pool.map([({"op": "direct", "values": slot, "bins": "bins", "rows": "rows",
                               "node": j, "f0": f0, "f1": f1, "r0": r0, "r1": r1, "modulus": mhex,
-                              "n_samples": n_samples, "slot0": j * total + int(offsets[f0]),
+                              "n_samples": n_samples, "slot0": node_slots[j] * total + int(offsets[f0]),
                               "n_bins": n_bins[f0:f1], "per": per}, ())
                             for j, f0, f1, r0, r1 in units])
         w = int_width(modulus)
@@ -202,5 +212,6 @@ def compressed_histogram(values: Sequence, bin_idx, node_rows, bin_offsets, shif
         return out
     for j, rows in enumerate(node_rows):
         if len(rows):
-            merge(*direct_block(values, n_samples, rows, bin_idx[rows], j * total, n_bins, per, modulus))
+            merge(*direct_block(values, n_samples, rows, bin_idx[rows], node_slots[j] * total, n_bins, per,
+                                modulus))
     return out

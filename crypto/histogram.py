@@ -21,6 +21,8 @@ Contract (the hot path; one function, one contract)::
   stay there while the caller passes the same objects (one ship per round).
 * ``stats``: optional dict; ``stats["additions"]`` counts the homomorphic
   additions performed (benchmarks).
+* ``slot``: the name under which the pool keeps ``values`` (a caller that keeps
+  several vectors in the workers at once, e.g. one per target group, names each).
 * ``joint``: ``"auto"`` (default) lets each unit pick, per group of
   consecutive features, plain per-feature accumulation (k=1) or accumulation
   over the *joint* bins of a pair (k=2) or triple (k=3) of features followed
@@ -220,7 +222,7 @@ def use_pool(pool, work: int) -> bool:
 
 def histogram(values: Sequence, bin_idx: np.ndarray, node_rows: Sequence[np.ndarray],
               bin_offsets: np.ndarray, modulus=None, *, pool=None, joint="auto",
-              stats: dict | None = None) -> list[list]:
+              stats: dict | None = None, slot: str = "values") -> list[list]:
     joint = _check_joint(joint)
     bin_idx = np.asarray(bin_idx)
     offsets = np.asarray(bin_offsets, dtype=np.int64)
@@ -232,7 +234,7 @@ def histogram(values: Sequence, bin_idx: np.ndarray, node_rows: Sequence[np.ndar
     total = int(offsets[-1])
     work = sum(len(r) for r in node_rows) * n_features
     if modulus is not None and use_pool(pool, work):
-        return _histogram_pool(pool, values, bin_idx, node_rows, offsets, modulus, joint, stats)
+        return _histogram_pool(pool, values, bin_idx, node_rows, offsets, modulus, joint, stats, slot)
     out = []
     for rows in node_rows:
         if len(rows) == len(values) and np.array_equal(rows, np.arange(len(values))):
@@ -245,14 +247,14 @@ def histogram(values: Sequence, bin_idx: np.ndarray, node_rows: Sequence[np.ndar
     return out
 
 
-def _histogram_pool(pool, values, bin_idx, node_rows, offsets, modulus, joint, stats=None):
+def _histogram_pool(pool, values, bin_idx, node_rows, offsets, modulus, joint, stats=None, slot="values"):
     width = int_width(modulus)
-    share_inputs(pool, values, bin_idx, modulus)
+    share_inputs(pool, values, bin_idx, modulus, slot)
     sizes, _ = share_rows(pool, node_rows)
     n_features = len(offsets) - 1
     units = _units(sizes, n_features, pool.n_workers)
     mhex = format(int(modulus), "x")
-    replies = pool.map([({"op": "hist", "values": "values", "bins": "bins", "rows": "rows", "node": j,
+    replies = pool.map([({"op": "hist", "values": slot, "bins": "bins", "rows": "rows", "node": j,
                           "f0": f0, "f1": f1, "r0": r0, "r1": r1, "modulus": mhex,
                           "n_bins": np.diff(offsets[f0:f1 + 1]).tolist(), "joint": joint}, ())
                         for j, f0, f1, r0, r1 in units])

@@ -177,7 +177,26 @@ def _check_ids(pf: PartyFrame) -> None:
         )
 
 
-def validate_party_frame(pf: PartyFrame, require_features: bool) -> None:
+def _check_text_label(pf: PartyFrame) -> bool:
+    """True when the label column holds class names (strings, NA allowed); error when it mixes
+    strings with other values. False for any other (e.g. numeric) column."""
+    series = pf.frame[pf.label_col]
+    if _is_allowed_numeric(series.dtype):
+        return False
+    if not (ptypes.is_string_dtype(series.dtype) or ptypes.is_object_dtype(series.dtype)):
+        return False
+    values = [v for v in series.to_numpy(dtype=object)
+              if not (v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)))]
+    if not values or not all(isinstance(v, str) for v in values):
+        if any(isinstance(v, str) for v in values):
+            kinds = sorted({type(v).__name__ for v in values})
+            raise InputError(f"{describe_party(pf)}: label column {pf.label_col!r} mixes strings and other "
+                             f"values (types {kinds}); use one kind of label")
+        return False
+    return True
+
+
+def validate_party_frame(pf: PartyFrame, require_features: bool, allow_text_label: bool = False) -> None:
     """Check the structure of one party's frame; raise :class:`InputError` on any problem.
 
     Rules: the frame is a DataFrame with unique column names; the id column
@@ -185,6 +204,8 @@ def validate_party_frame(pf: PartyFrame, require_features: bool) -> None:
     label column (if ``label_col`` is set) exists, differs from the id column
     and is numeric; every feature column is bool/int/float (NaN allowed, inf
     not); with ``require_features`` there is at least one feature column.
+    With ``allow_text_label`` the label may also hold strings (class names of a
+    multiclass task; the objective's own label check decides later).
     """
     where = describe_party(pf)
     frame = pf.frame
@@ -206,7 +227,7 @@ def validate_party_frame(pf: PartyFrame, require_features: bool) -> None:
                 f"columns are [{_show(frame.columns, 10)}]"
             )
     _check_ids(pf)
-    if pf.label_col is not None:
+    if pf.label_col is not None and not (allow_text_label and _check_text_label(pf)):
         _check_numeric_column(pf, pf.label_col, "label column")
 
     features = pf.feature_names

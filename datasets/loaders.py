@@ -78,12 +78,14 @@ def _ids_to_int_if_canonical(series: pd.Series) -> pd.Series:
     return series
 
 
-def read_party_csv(path: PathLike, name: str, id_col: str, label_col: str | None = None) -> PartyFrame:
+def read_party_csv(path: PathLike, name: str, id_col: str, label_col: str | None = None,
+                   allow_text_label: bool = False) -> PartyFrame:
     """Read one party's CSV file (header row required) and validate it.
 
     The id column is read as text and turned into int64 when every id is a
     canonical integer (so ``"007"`` stays a string id). Feature columns must be
-    numeric; empty cells are NaN. Raises :class:`InputError` naming the file
+    numeric; empty cells are NaN. With ``allow_text_label`` the label may hold
+    class names (strings). Raises :class:`InputError` naming the file
     for a missing, unreadable or empty file and for every validation problem.
     """
     p = Path(path)
@@ -120,7 +122,7 @@ def read_party_csv(path: PathLike, name: str, id_col: str, label_col: str | None
     if id_col in frame.columns:
         frame[id_col] = _ids_to_int_if_canonical(frame[id_col])
     pf = PartyFrame(name=name, frame=frame, id_col=id_col, label_col=label_col, source=str(p))
-    validate_party_frame(pf, require_features=False)
+    validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label)
     return pf
 
 
@@ -133,6 +135,7 @@ def load_guest_host(
     host_paths: list[PathLike],
     id_col: str = "id",
     label_col: str = "y",
+    allow_text_label: bool = False,
 ) -> list[PartyFrame]:
     """Read a guest file (ids, label, features) and host files (ids, features).
 
@@ -147,7 +150,7 @@ def load_guest_host(
         raise InputError("load_guest_host needs at least one host file")
     if label_col is None:
         raise InputError("load_guest_host needs the name of the guest's label column")
-    guest = read_party_csv(guest_path, "guest", id_col, label_col)
+    guest = read_party_csv(guest_path, "guest", id_col, label_col, allow_text_label=allow_text_label)
     parties = [guest]
     for name, path in zip(_host_names(len(host_paths)), host_paths):
         host = read_party_csv(path, name, id_col, None)

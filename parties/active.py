@@ -9,8 +9,9 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import gmpy2
 import numpy as np
 import pandas as pd
 
@@ -31,6 +32,7 @@ from vfl.frames import party_data
 from vfl.loss import get_loss
 from vfl.model import BoostedModel
 from vfl.params import TrainParams
+from parties.monitor import TrainingMonitor
 
 
 @dataclass
@@ -41,7 +43,8 @@ class RoundCrypto:
     layout: PackingLayout | None = None
     per: int = 1
     stats: dict = field(default_factory=dict)
-    shifts: int = 1
+    group_size: int = 1       # targets per packed value (see m.Gradients)
+    shifts: int = 1           # pre-shifted copies per value (see m.Gradients)
 
 
 class GradientChannel:
@@ -68,11 +71,22 @@ class GradientChannel:
                 raise
         self.current = RoundCrypto()
         self.timing: dict[str, float] = {}
+        self._sample = (-1, None)     # (round, rows some tree of the round uses)
         self.n_bins = 0          # histogram slots of one node, over all passive parties
         self.max_depth = 1
         self.preshift: str | bool = "auto"
         self.frame_cap: int | None = None
         self._stats_lock = threading.Lock()     # remote sources may run in threads (fan-out)
+
+    def set_sample(self, round_idx, in_any_sample) -> None:
+        self._sample = (round_idx, np.asarray(in_any_sample, dtype=bool))
+
+    def group_size(self, layout: PackingLayout) -> int:
+        """Targets packed per plaintext: all of them when they fit the key, else the most that fit."""
+        fit = (self.key_bits - 2) // layout.pair_bits
+        if fit < 1:
+            layout.values_per_plaintext(self.key_bits)       # raises, naming the sizes
+        return max(1, min(layout.n_targets, fit))
 
     def plan(self, n_bins: int, max_depth: int, preshift: str | bool = "auto",
              frame_cap: int | None = None) -> None:
@@ -100,33 +114,55 @@ class GradientChannel:
             if total:
                 self.timing[stage] = self.timing.get(stage, 0.0) + seconds
 
-    def _shifts(self, n_samples: int, layout: PackingLayout, per: int) -> int:
+    def _shifts(self, n_samples: int, layout: PackingLayout, per: int, n_trees: int = 1,
+                n_groups: int = 1) -> int:
+        """1, or ``per`` pre-shifted copies of every value (see :mod:`crypto.compress`)."""
         if self.mode != "he" or per <= 1 or self.preshift is False:
             return 1
         if self.frame_cap is not None and \
-                n_samples * per * ((2 * self.key_bits + 7) // 8) + 65536 > 0.9 * self.frame_cap:
+                n_groups * n_samples * per * ((2 * self.key_bits + 7) // 8) + 65536 > 0.9 * self.frame_cap:
             return 1
         if self.preshift is True:
             return per
-        return choose_shifts(n_samples, self.n_bins, per, layout.value_bits, self.max_depth)
+        return choose_shifts(n_samples, self.n_bins, per, layout.value_bits, self.max_depth,
+                             n_trees=n_trees, n_groups=n_groups)
 
     def gradients(self, round_idx, g_int, h_int, layout) -> RoundCrypto:
         if self.current.round_idx == round_idx:
             return self.current
         rc = RoundCrypto(round_idx)
         t0 = time.perf_counter()
-        packed = pack(g_int, h_int, layout)
-        per = layout.values_per_plaintext(self.key_bits)
-        shifts = self._shifts(len(packed), layout, per)
-        if shifts > 1:
-            packed = shifted_plaintexts(packed, layout.value_bits, shifts)
-        if self.mode == "he":
-            values = self.encryptor.encrypt(packed, pool=self.pool)
-        else:
-            values = packed
+        K, G = layout.n_targets, self.group_size(layout)
+        glayout = layout if G == K else replace(layout, n_targets=G)
+        per = glayout.values_per_plaintext(self.key_bits)
+        g_int = np.asarray(g_int, dtype=np.int64).reshape(len(g_int), -1)
+        h_int = np.asarray(h_int, dtype=np.int64).reshape(len(h_int), -1)
+        n = len(g_int)
+        used = self._sample[1] if self._sample[0] == round_idx else None
+        rows = np.arange(n) if used is None else np.flatnonzero(used)
+        n_groups = -(-K // G)
+        shifts = self._shifts(len(rows), glayout, per, n_trees=K, n_groups=n_groups)
+        values = []
+        for start in range(0, K, G):        # one block of n values per target group (and shift)
+            gj = np.zeros((n, G), dtype=np.int64)
+            hj = np.zeros((n, G), dtype=np.int64)
+            stop = min(K, start + G)
+            gj[:, :stop - start], hj[:, :stop - start] = g_int[:, start:stop], h_int[:, start:stop]
+            packed = pack(gj[rows], hj[rows], glayout)
+            if shifts > 1:
+                packed = shifted_plaintexts(packed, glayout.value_bits, shifts)
+            enc = self.encryptor.encrypt(packed, pool=self.pool) if self.mode == "he" else packed
+            if used is None:
+                values.extend(enc)
+            else:   # rows no tree of the round uses: trivial placeholders (never summed)
+                for sh in range(shifts):
+                    block = [gmpy2.mpz(1) if self.mode == "he" else 0] * n
+                    for i, v in zip(rows.tolist(), enc[sh * len(rows):(sh + 1) * len(rows)]):
+                        block[i] = v
+                    values.extend(block)
         self._tick("encrypt", t0, rc)
-        rc.message = m.Gradients(round_idx, self.mode == "he", layout.to_dict(), per, BigInts(values), shifts)
-        rc.layout, rc.per, rc.shifts = layout, per, shifts
+        rc.message = m.Gradients(round_idx, self.mode == "he", glayout.to_dict(), per, BigInts(values), shifts)
+        rc.layout, rc.per, rc.group_size, rc.shifts = glayout, per, G, shifts
         self.current = rc
         return rc
 
@@ -153,6 +189,9 @@ class RemoteSource(HistogramSource):
         rc = self.channel.gradients(round_idx, g_int, h_int, layout)
         self.transport.call(self.party, rc.message)
 
+    def set_sample(self, round_idx, in_any_sample):
+        self.channel.set_sample(round_idx, in_any_sample)
+
     def build(self, round_idx, depth, tree_idx, node_ids, assignment):
         reply = self.transport.call(self.party, m.HistogramRequest(
             round_idx, depth, np.asarray(tree_idx, np.int32), np.asarray(node_ids, np.int32),
@@ -168,7 +207,7 @@ class RemoteSource(HistogramSource):
         g, h = self.channel.decode(reply.values.values, total)
         layout = self.channel.current.layout
         scale = float(2 ** layout.precision_bits)
-        tgt = np.repeat(np.asarray(tree_idx, dtype=np.int64), n_flat)
+        tgt = np.repeat(np.asarray(tree_idx, dtype=np.int64) % self.channel.current.group_size, n_flat)
         sel = np.arange(total)
         sg = np.array([float(v) for v in g[sel, tgt]]) / scale
         sh = np.array([float(v) for v in h[sel, tgt]]) / scale
@@ -203,12 +242,14 @@ class ActiveParty:
         resolve_workers(n_jobs)       # validate early
         self.n_jobs = n_jobs          # worker processes for encryption/decryption (None: all cores)
         self.id_col, self.label_col, self.source = id_col, label_col, source
-        d = party_data(frame, self.name, id_col, label_col, source, require_features=False)
+        d = party_data(frame, self.name, id_col, label_col, source, require_features=False,
+                       allow_text_label=True)
         self.ids, self.X, self.feature_names, self.y_raw = d
         self.model: BoostedModel | None = None
         self.alignment_report: dict = {}
         self.timings: list[dict] = []
         self.channel: GradientChannel | None = None
+        self.label_mapping: dict | None = None     # multiclass: {original label: class index}
 
     # -- training -----------------------------------------------------------
     def align(self, transport: Transport, peers: list[str], salt: bytes, session_id: str):
@@ -230,18 +271,25 @@ class ActiveParty:
         return rows
 
     def fit(self, transport: Transport, peers: list[str], params: TrainParams | None = None,
-            on_round=None, checkpoint=None, resume=None) -> BoostedModel:
+            on_round=None, checkpoint=None, resume=None,
+            validation: pd.DataFrame | None = None) -> BoostedModel:
         """Train with the passive parties ``peers`` behind ``transport``.
 
         ``checkpoint(ck)`` (optional) receives a :class:`parties.checkpoint.Checkpoint` after every
         round; ``resume`` (such a checkpoint) continues that training with the same salt and model
         id, after checks that the data and parameters are the same.
+        ``validation``: this party's frame of validation rows (id, label, features); the peers must
+        have loaded theirs (``load_validation_data``). Gives per-round metrics (``model.history``)
+        and early stopping (:mod:`parties.monitor`).
         """
         params = params or TrainParams()
         peers = list(peers)
         if len(set(peers)) != len(peers) or self.name in peers:
             raise InputError(f"party names must be unique, got active {self.name!r} and passive {peers}")
-        loss = get_loss(params.objective)
+        loss = get_loss(params.objective, huber_slope=params.huber_slope)
+        if params.early_stopping_rounds is not None and validation is None:
+            raise InputError("early_stopping_rounds needs a validation set")
+        val = self._validation_data(validation) if validation is not None else None
         if not peers and not self.feature_names:
             raise InputError(f"party {self.name!r} has no feature columns and there is no passive party")
         salt = alignment.new_salt()
@@ -250,7 +298,8 @@ class ActiveParty:
         if resume is not None:
             salt, model_id = bytes.fromhex(resume.salt), resume.model_id
         rows = (self.align_psi if params.align == "psi" else self.align)(transport, peers, salt, session_id)
-        y = loss.check_labels(self.y_raw[rows], self.name, self.label_col)
+        y = loss.check_labels(self.y_raw[rows], self.name, self.label_col,
+                              **({"ids": self.ids[rows]} if loss.name != "binary" else {}))
         X = self.X[rows]
         tracker = None
         if checkpoint is not None or resume is not None:
@@ -280,12 +329,24 @@ class ActiveParty:
             nb = infos[p].n_bins
             sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel))
         sources = fan_out(transport, sources)
-        if tracker is not None:
-            on_round = tracker.wrap(on_round)
-        booster = Booster(sources, loss, params, self._round_hook(transport, on_round))
+        monitor = TrainingMonitor(loss, params, y)
+        user_hook = tracker.wrap(on_round) if tracker is not None else on_round
+
+        def round_hook(r, info):
+            stop = monitor.on_round(r, info)       # metrics and early stopping (info gets "history")
+            if user_hook is not None and user_hook(r, info):
+                stop = True
+            return stop
+
+        booster = Booster(sources, loss, params, self._round_hook(transport, round_hook))
         completed = False
         try:
-            base, rounds, _ = booster.fit(y, **(tracker.booster_kwargs() if tracker is not None else {}))
+            if val is not None:
+                monitor.start_validation(transport, peers, model_id, salt, self.name, self.feature_names, *val)
+            if resume is not None:
+                monitor.restore(resume.rounds, resume.history)
+            base, rounds, _ = booster.fit(y, row_keys=rows,
+                                          **(tracker.booster_kwargs() if tracker is not None else {}))
             completed = True
         finally:
             self.channel.close()
@@ -298,6 +359,9 @@ class ActiveParty:
         self.model = BoostedModel(loss.name, loss.n_targets, [float(b) for b in base], params.learning_rate,
                                   self.name, self.feature_names, peers, model_id, salt.hex(), rounds,
                                   params.to_dict())
+        monitor.finish(self.model)
+        self.model.classes = getattr(loss, "classes", None)
+        self.label_mapping = dict(loss.mapping) if getattr(loss, "classes", None) else None
         return self.model
 
     def _round_hook(self, transport: Transport, on_round):
@@ -319,6 +383,19 @@ class ActiveParty:
             return on_round(r, info) if on_round is not None else None
 
         return hook
+
+    def _validation_data(self, frame):
+        try:
+            d = party_data(frame, self.name, self.id_col, self.label_col, None, require_features=False,
+                           allow_text_label=True)
+        except InputError as exc:
+            raise InputError(f"validation set: {exc}") from None
+        missing = [f for f in self.feature_names if f not in d.feature_names]
+        if missing:
+            raise InputError(f"validation set: party {self.name!r} lacks feature column(s) {missing}")
+        X = d.X[:, [d.feature_names.index(f) for f in self.feature_names]] if self.feature_names \
+            else np.zeros((len(d.ids), 0))
+        return d.ids, X, d.y
 
     # -- prediction ---------------------------------------------------------
     def predict_raw(self, transport: Transport, frame: pd.DataFrame | None = None,
@@ -381,6 +458,33 @@ class ActiveParty:
         ids, raw = self.predict_raw(transport, frame, source, prediction, align)
         return ids, get_loss(self.model.objective).transform(raw)
 
+    def predict(self, transport, frame=None, source=None, prediction=None,
+                align=None) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, predictions)``: original class labels (binary 0/1, multiclass as in training)
+        or regression values."""
+        ids, raw = self.predict_raw(transport, frame, source, prediction, align)
+        return ids, self.model.output_to_prediction(raw)
+
+    def share_split_gains(self, transport) -> dict[str, int]:
+        """Tell every passive party the gain of each of its own splits (opt-in; see README)."""
+        model = self._need_model()
+        per_party: dict[str, tuple[list, list]] = {p: ([], []) for p in model.passive_parties}
+        for rnd in model.rounds:
+            for tree in rnd:
+                for node in tree.nodes:
+                    if not node.is_leaf and node.owner in per_party:
+                        per_party[node.owner][0].append(node.record_id)
+                        per_party[node.owner][1].append(node.gain)
+        transport.call_many({p: m.SplitGains(model.model_id, np.array(r, dtype=np.int64),
+                                             np.array(g, dtype=np.float64))
+                             for p, (r, g) in per_party.items()})
+        return {p: len(r) for p, (r, _) in per_party.items()}
+
+    def _need_model(self) -> BoostedModel:
+        if self.model is None:
+            raise InputError(f"party {self.name!r} has no trained model")
+        return self.model
+
     def save_model(self, path) -> None:
         if self.model is None:
             raise InputError(f"party {self.name!r} has no trained model to save")
@@ -394,5 +498,6 @@ class ActiveParty:
         obj.feature_names = list(model.active_features)
         obj.model = model
         obj.alignment_report, obj.timings, obj.channel = {}, [], None
+        obj.label_mapping = {c: i for i, c in enumerate(model.classes)} if model.classes else None
         obj.n_jobs = None
         return obj

@@ -12,6 +12,8 @@ model directory; atomically, so a crash leaves the previous one). It holds:
   ``(party, record_id)`` for passive splits) and the raw scores of the
   training rows after them, bit for bit, so the next round's gradients are
   exactly those of an uninterrupted run;
+* the per-round metric history (``parties.monitor``; the validation scores are
+  recomputed on resume, from the trees);
 * per passive party, how many of its lookup-table records the trees refer to
   (the passive party must still hold exactly those; it drops records of the
   unfinished round).
@@ -86,6 +88,7 @@ class Checkpoint:
     raw: np.ndarray | None = None   # (n_rows, n_targets) after the saved rounds
     records: dict[str, int] = field(default_factory=dict)
     completed: bool = False
+    history: dict = field(default_factory=dict)     # per-round metrics so far (parties.monitor)
 
     @property
     def n_rounds(self) -> int:
@@ -98,7 +101,7 @@ class Checkpoint:
                 "params": self.params, "n_rows": self.n_rows, "data_digest": self.data_digest,
                 "n_rounds": self.n_rounds, "records": dict(self.records),
                 "raw": _encode_array(self.raw) if self.raw is not None else None,
-                "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds]}
+                "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds], "history": self.history}
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "checkpoint") -> "Checkpoint":
@@ -110,7 +113,8 @@ class Checkpoint:
             ck = cls(d["active_party"], list(d["passive_parties"]), d["model_id"], d["salt"], dict(d["params"]),
                      int(d["n_rows"]), d["data_digest"], [[Tree.from_dict(t) for t in rnd] for rnd in d["rounds"]],
                      _decode_array(d["raw"]) if d.get("raw") else None,
-                     {str(k): int(v) for k, v in d.get("records", {}).items()})
+                     {str(k): int(v) for k, v in d.get("records", {}).items()},
+                     history=dict(d.get("history") or {}))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{source} is damaged: {type(exc).__name__}: {exc}") from None
         if ck.raw is not None and ck.raw.shape[0] != ck.n_rows:
@@ -185,7 +189,8 @@ class CheckpointTracker:
                 t = self.template
                 ck = Checkpoint(t.active_party, t.passive_parties, t.model_id, t.salt, t.params, t.n_rows,
                                 t.data_digest, list(self.rounds), np.array(info["raw"], dtype=np.float64),
-                                records_per_party(self.rounds, t.passive_parties))
+                                records_per_party(self.rounds, t.passive_parties),
+                                history=info.get("history", {}))
                 self.save(ck)
             return on_round(r, info) if on_round is not None else None
         return hook

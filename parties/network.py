@@ -18,7 +18,6 @@ import threading
 import time
 from pathlib import Path
 
-import pandas as pd
 
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
@@ -36,20 +35,25 @@ ALIGN_METHODS = ("hash", "psi")
 PREDICTION_METHODS = ("one-round", "node")
 
 
-def _read_csv(path, name, id_col, label_col=None):
+def _read_csv(path, name, id_col, label_col=None, allow_text_label=False):
     from datasets import read_party_csv
-    return read_party_csv(path, name, id_col, label_col)
+    return read_party_csv(path, name, id_col, label_col, allow_text_label=allow_text_label)
 
 
 # --------------------------------------------------------------------------- passive
 def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security,
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, on_ready=None, stop_event=None,
-                  policy: dict | None = None) -> None:
+                  policy: dict | None = None, validation_data=None) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop_event``). ``on_ready(port)`` is called once listening;
-    ``policy``: :class:`PassiveServer` policy attributes (``allowed_align``, ...)."""
+    ``policy``: :class:`PassiveServer` policy attributes (``allowed_align``, ...);
+    ``validation_data``: CSV of this party's features of the validation rows (if the active party
+    trains with a validation set)."""
     check_address(listen, "--listen address")
     pf = _read_csv(data, name, id_col)
-    service = PassiveServer(name, pf.frame, id_col, model_dir, source=str(data), policy=policy)
+    vf = _read_csv(validation_data, name, id_col) if validation_data is not None else None
+    service = PassiveServer(name, pf.frame, id_col, model_dir, source=str(data), policy=policy,
+                            validation_frame=vf.frame if vf is not None else None,
+                            validation_source=str(validation_data) if vf is not None else None)
     server = PartyServer(name, service.handle_frame, listen, security, max_frame_bytes=max_frame_bytes)
     port = server.start()
     stop = stop_event or threading.Event()
@@ -92,8 +96,10 @@ def _find_active_model(model_dir: Path) -> Path | None:
 def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, str], params: TrainParams,
                  model_dir, security, timeout: float = DEFAULT_TIMEOUT, resume: bool = False,
                  force: bool = False, align: str = "hash", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 connect_timeout: float | None = None, on_round=None) -> dict:
-    """Train against passive servers; return a JSON-ready summary (see the README)."""
+                 connect_timeout: float | None = None, on_round=None, validation_data=None) -> dict:
+    """Train against passive servers; return a JSON-ready summary (see the README).
+    ``validation_data``: CSV of validation rows (id, label, features; the passive parties serve
+    theirs with ``--validation-data``): metric history and early stopping."""
     if not peers:
         raise InputError("give at least one --peer NAME=HOST:PORT")
     if name in peers:
@@ -126,8 +132,10 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
             raise InputError(f"{model_dir} already holds a finished model ({existing.name}); use another "
                              "--model-dir or --force to replace it")
         model_dir.mkdir(parents=True, exist_ok=True)
-    pf = _read_csv(data, name, id_col, label_col)
+    pf = _read_csv(data, name, id_col, label_col, allow_text_label=True)
     active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data))
+    vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True) \
+        if validation_data is not None else None
     transport = GrpcTransport(name, peers, security, timeout=timeout, max_frame_bytes=max_frame_bytes)
     done_before = ck.n_rounds if ck is not None else 0
     state = {"rounds": done_before}
@@ -141,7 +149,8 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         t0 = time.perf_counter()
         try:
             model = active.fit(transport, list(peers), params, on_round_,
-                               checkpoint=(lambda c: c.save(ck_path)) if resumable else None, resume=ck)
+                               checkpoint=(lambda c: c.save(ck_path)) if resumable else None, resume=ck,
+                               validation=vf.frame if vf is not None else None)
         except VFLError as exc:
             n = state["rounds"]
             saved = ck_path.exists()
@@ -181,6 +190,9 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         "params": params.to_dict(), "timings": active.timings,
         "crypto_seconds": dict(channel.timing) if channel is not None else {},
         "security": security.describe(),
+        "n_rounds": model.n_rounds, "best_iteration": model.best_iteration, "classes": model.classes,
+        "eval_metric": model.params.get("eval_metric"), "history": model.history,
+        "n_validation": int(len(vf.frame)) if vf is not None else 0,
     }
 
 
@@ -241,7 +253,7 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
         transport.close()
     if out is not None:
         tmp = Path(str(out) + ".tmp")
-        pd.DataFrame({id_col: ids, "proba": proba}).to_csv(tmp, index=False)
+        model.prediction_table(ids, proba, id_col).to_csv(tmp, index=False)
         tmp.replace(out)
     summary = {"model_id": model.model_id, "n_rows": int(len(ids)), "predict_seconds": seconds,
                "prediction": prediction, "align": align or model.params.get("align", "hash"), "bytes_sent": transport.bytes_report(),

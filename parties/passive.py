@@ -27,6 +27,7 @@ from vfl.binning import Binner
 from vfl.errors import InputError, ProtocolError
 from vfl.frames import feature_matrix
 from vfl.model import read_model_json
+from vfl.sampling import node_members
 from parties.dp import DPPassiveMixin
 
 PASSIVE_FORMAT = "vfl-boost-passive-model"
@@ -66,6 +67,9 @@ class PassiveParty(DPPassiveMixin):
         self._pred_ids = None
         self._pred_X = None
         self._pred_rows = {}
+        self._val_ids = None
+        self._val_X = None
+        self._eval_session = None
 
     # -- state --------------------------------------------------------------
     def _reset_training(self):
@@ -77,6 +81,8 @@ class PassiveParty(DPPassiveMixin):
         self._nsquare = None
         self._mode = None
         self._values = None
+        self._groups = 1
+        self._group_values = None
         self._layout = None
         self._per = None
         self._assignment = None
@@ -134,7 +140,7 @@ class PassiveParty(DPPassiveMixin):
     # -- one round ----------------------------------------------------------
     def _on_Gradients(self, req: m.Gradients):
         self._need("setup", self._binner)
-        if req.shifts < 1 or len(req.values) != req.shifts * len(self._rows):
+        if req.shifts < 1 or len(req.values) == 0 or len(req.values) % (req.shifts * len(self._rows)):
             raise ProtocolError(f"got {len(req.values)} gradient values for {len(self._rows)} samples "
                                 f"(shifts={req.shifts})")
         if req.encrypted != (self._mode == "he"):
@@ -150,6 +156,9 @@ class PassiveParty(DPPassiveMixin):
         if req.shifts not in (1, self._per):
             raise ProtocolError(f"shifts must be 1 or values_per_ciphertext={self._per}, got {req.shifts}")
         self._shifts = int(req.shifts)
+        block = self._shifts * len(self._rows)
+        self._groups = len(req.values) // block                # target groups (see m.Gradients)
+        self._group_values = [req.values.values[j * block:(j + 1) * block] for j in range(self._groups)]
         self._values = req.values.values
         self._round = req.round_idx
         return m.Ack()
@@ -162,7 +171,7 @@ class PassiveParty(DPPassiveMixin):
             raise ProtocolError(f"assignment of shape {a.shape} does not cover {len(self._rows)} samples")
 
     def _on_HistogramRequest(self, req: m.HistogramRequest):
-        values = self._need("gradients", self._values)
+        self._need("gradients", self._values)
         self._check_assignment(req.assignment)
         self._assignment = req.assignment
         node_rows = self._node_rows(req.assignment, req.tree_idx, req.node_ids)
@@ -170,17 +179,41 @@ class PassiveParty(DPPassiveMixin):
         offsets = self._binner.bin_offsets
         pool = self._get_pool() if modulus is not None else None
         t0 = time.perf_counter()
+        if self._groups == 1:
+            groups = {0: np.arange(len(node_rows))}
+        else:   # each node sums the block of its tree's target group
+            group = np.asarray(req.tree_idx, dtype=np.int64) // self._layout.n_targets
+            if group.size and (group.min() < 0 or group.max() >= self._groups):
+                raise ProtocolError("tree index out of the range of the gradient groups")
+            groups = {j: np.flatnonzero(group == j) for j in np.unique(group).tolist()}
+        n_values = len(node_rows) * int(offsets[-1])
         if self._shifts == 1:
-            hists = histogram(values, self._bin_idx, node_rows, offsets, modulus, pool=pool)
+            hists = [None] * len(node_rows)
+            for j, idx in groups.items():
+                part = histogram(self._group_values[j], self._bin_idx, [node_rows[i] for i in idx.tolist()],
+                                 offsets, modulus, pool=pool, slot=f"values{j}")
+                for i, hist in zip(idx.tolist(), part):
+                    hists[i] = hist
             flat = [v for h in hists for v in h]
             t1 = time.perf_counter()
             packed = compress(flat, self._layout.value_bits, self._per, modulus, pool=pool)
         else:       # the key holder sent pre-shifted copies: rows go straight into their slots
-            packed = compressed_histogram(values, self._bin_idx, node_rows, offsets, self._layout.value_bits,
-                                          self._per, modulus, shifts=self._shifts, pool=pool)
+            packed = None
+            for j, idx in groups.items():
+                part = compressed_histogram(self._group_values[j], self._bin_idx,
+                                            [node_rows[i] for i in idx.tolist()], offsets, self._layout.value_bits,
+                                            self._per, modulus, shifts=self._shifts, pool=pool,
+                                            slot=f"values{j}", node_slots=idx.tolist(), n_nodes=len(node_rows))
+                if packed is None:
+                    packed = part
+                elif modulus is None:
+                    packed = [a + b for a, b in zip(packed, part)]
+                else:       # nodes of several groups may share an output ciphertext
+                    packed = [b if a == 1 else a if b == 1 else a * b % modulus for a, b in zip(packed, part)]
+            if packed is None:
+                packed = []
             t1 = time.perf_counter()
         t2 = time.perf_counter()
-        n_values = len(node_rows) * int(offsets[-1])
         return m.HistogramResponse(n_values, BigInts(packed), {"histogram": int((t1 - t0) * 1e6),
                                                                "compress": int((t2 - t1) * 1e6)})
 
@@ -204,7 +237,7 @@ class PassiveParty(DPPassiveMixin):
             f, b = int(f), int(b)
             if not 0 <= f < len(self.feature_names) or not 0 <= b < len(self._binner.thresholds_[f]) + 1:
                 raise ProtocolError(f"no feature {f} / bin {b} at party {self.name!r}")
-            rows = np.flatnonzero(a[int(t)] == int(nid))
+            rows = node_members(a[int(t)], int(nid))     # sampled and riding rows
             bins = self._bin_idx[rows, f].astype(np.int64)
             missing = bins == len(self._binner.thresholds_[f]) + 1
             go_left.append(np.where(missing, bool(dl), bins <= b))
@@ -223,7 +256,11 @@ class PassiveParty(DPPassiveMixin):
             raise ProtocolError("TrainEnd for an unknown model")
         self.completed = bool(req.completed)
         self._values = None
+        self._group_values = None
         self.close_pool()
+        if self._eval_session is not None:      # the validation session ends with training
+            self._pred_rows.pop(self._eval_session, None)
+            self._eval_session = None
         return m.Ack({"n_records": len(self.records)})
 
     # -- prediction ---------------------------------------------------------
@@ -237,6 +274,14 @@ class PassiveParty(DPPassiveMixin):
         idx = [names.index(f) for f in self.feature_names]
         self._pred_ids, self._pred_X = ids, X[:, idx]
 
+    def _prediction_data(self):
+        """``(ids, X)`` prediction queries are answered from: new data if loaded, else the training rows."""
+        ids = self._pred_ids if self._pred_ids is not None else self._ids
+        X = self._pred_X if self._pred_X is not None else self._X
+        if ids is None:
+            raise InputError(f"party {self.name!r} has no data to predict on")
+        return ids, X
+
     def clear_prediction_data(self) -> None:
         """Answer prediction queries about the training rows again."""
         self._pred_ids = self._pred_X = None
@@ -245,10 +290,7 @@ class PassiveParty(DPPassiveMixin):
         self._check_allowed("hash", self.allowed_align, "alignment")
         if req.model_id != self.model_id:
             raise ProtocolError(f"party {self.name!r} holds no model {req.model_id!r}")
-        ids = self._pred_ids if self._pred_ids is not None else self._ids
-        X = self._pred_X if self._pred_X is not None else self._X
-        if ids is None:
-            raise InputError(f"party {self.name!r} has no data to predict on")
+        ids, X = self._prediction_data()
         own = alignment.hash_ids(ids, self.salt)
         rows = alignment.positions(own, req.hashes, self.name)
         self._pred_rows[req.session_id] = X[rows]
@@ -270,6 +312,69 @@ class PassiveParty(DPPassiveMixin):
         x = X[req.rows, feat] if rec.size else np.zeros(0)
         return m.RouteResponse(np.where(np.isnan(x), dl, x <= thr))
 
+    # -- validation set and feature importance (issue 4) --------------------
+    def load_validation_data(self, frame: pd.DataFrame, source: str | None = None) -> None:
+        """This party's features of the validation rows (used during training for metrics and
+        early stopping; aligned by hashed id like the training set)."""
+        try:
+            ids, X, names = feature_matrix(frame, self.name, self.id_col, None, source, require_features=True)
+        except InputError as exc:
+            raise InputError(f"validation set: {exc}") from None
+        if self._X is not None:
+            missing = [f for f in self.feature_names if f not in names]
+            if missing:
+                raise InputError(f"validation set: party {self.name!r} lacks feature column(s) {missing}")
+            X = X[:, [names.index(f) for f in self.feature_names]]
+        self._val_ids, self._val_X = ids, X
+
+    def _on_EvalStart(self, req: m.EvalStart):
+        self._check_allowed("hash", self.allowed_align, "alignment")
+        if req.model_id != self.model_id:
+            raise ProtocolError(f"party {self.name!r} is not training model {req.model_id!r}")
+        if self._val_ids is None:
+            raise InputError(f"party {self.name!r} has no validation data (load_validation_data) but the "
+                             "active party uses a validation set")
+        own = alignment.hash_ids(self._val_ids, self.salt)
+        alignment.check_unique(alignment.hashes_to_keys(own), self.name, "validation ids")
+        try:
+            rows = alignment.positions(own, req.hashes, self.name)
+        except InputError as exc:
+            raise InputError(f"validation set does not align: {exc}") from None
+        self._pred_rows[req.session_id] = self._val_X[rows]
+        self._eval_session = req.session_id
+        return m.Ack({"n_rows": int(len(rows))})
+
+    def _on_SplitGains(self, req: m.SplitGains):
+        if req.model_id != self.model_id:
+            raise ProtocolError(f"party {self.name!r} holds no model {req.model_id!r}")
+        rec = np.asarray(req.record_ids, dtype=np.int64)
+        if rec.shape != np.shape(req.gains) or (rec.size and (rec.min() < 0 or rec.max() >= len(self.records))):
+            raise ProtocolError(f"split gains do not match the records of party {self.name!r}")
+        for r, gain in zip(rec.tolist(), np.asarray(req.gains, dtype=np.float64).tolist()):
+            self.records[r]["gain"] = float(gain)
+        return m.Ack({"n_records": int(rec.size)})
+
+    def feature_importance(self, kind: str = "split", n_rounds: int | None = None) -> dict[str, float]:
+        """This party's own features by name, from its own records: ``split`` (number of splits)
+        or ``gain`` (total gain; needs the gains shared by the active party, see
+        ``Federation.share_split_gains``). Unused features get 0. ``n_rounds``: count only the
+        first rounds (e.g. up to the best iteration)."""
+        if kind not in ("split", "gain"):
+            raise InputError(f"importance kind must be 'split' or 'gain', got {kind!r}")
+        if self.model_id is None:
+            raise InputError(f"party {self.name!r} has no trained model")
+        out = {f: 0.0 for f in self.feature_names}
+        for r in self.records:
+            if n_rounds is not None and r["round"] >= n_rounds:
+                continue
+            if kind == "gain":
+                if "gain" not in r:
+                    raise InputError(f"party {self.name!r} does not know the gains of its splits: the active "
+                                     "party has not shared them (Federation.share_split_gains)")
+                out[r["feature"]] += r["gain"]
+            else:
+                out[r["feature"]] += 1.0
+        return out
     # -- policy, PSI alignment, one-round prediction ---------------------------
     def _check_allowed(self, method: str, allowed, what: str) -> None:
         if method not in allowed:
@@ -290,10 +395,14 @@ class PassiveParty(DPPassiveMixin):
         elif req.purpose == "predict":
             if req.model_id != self.model_id:
                 raise ProtocolError(f"party {self.name!r} holds no model {req.model_id!r}")
-            ids = self._pred_ids if self._pred_ids is not None else self._ids
-            X = self._pred_X if self._pred_X is not None else self._X
-            if ids is None:
-                raise InputError(f"party {self.name!r} has no data to predict on")
+            ids, X = self._prediction_data()
+        elif req.purpose == "validate":       # the validation set of the training under way (issue 4)
+            if req.model_id != self.model_id:
+                raise ProtocolError(f"party {self.name!r} is not training model {req.model_id!r}")
+            if self._val_ids is None:
+                raise InputError(f"party {self.name!r} has no validation data (load_validation_data) but "
+                                 "the active party uses a validation set")
+            ids, X = self._val_ids, self._val_X
         else:
             raise ProtocolError(f"unknown PSI purpose {req.purpose!r}")
         check_unique_ids(ids, self.name)
@@ -326,6 +435,8 @@ class PassiveParty(DPPassiveMixin):
             self._rows = rows
         else:
             self._pred_rows[req.session_id] = state["X"][rows]
+            if state["purpose"] == "validate":
+                self._eval_session = req.session_id
         return m.AlignAck(int(len(perm)), int(len(rows)))
 
     def _on_LeafMaskRequest(self, req: m.LeafMaskRequest):
@@ -343,7 +454,8 @@ class PassiveParty(DPPassiveMixin):
         dl = np.array([r["default_left"] for r in recs], dtype=bool)
         x = X[:, feat]
         go_left = np.where(np.isnan(x), dl[None, :], x <= thr[None, :])
-        del self._pred_rows[req.session_id]                 # a one-round session is complete
+        if req.session_id != self._eval_session:             # (validation: one request per round)
+            del self._pred_rows[req.session_id]             # a one-round session is complete
         return m.LeafMaskResponse(leaf_masks(sk, own, go_left))
 
     # -- persistence --------------------------------------------------------

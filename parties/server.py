@@ -75,8 +75,11 @@ class PassiveServer:
     POLICY = ("allowed_align", "allowed_prediction", "dp_max_epsilon_per_feature")
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
-                 source: str | None = None, policy: dict | None = None):
+                 source: str | None = None, policy: dict | None = None,
+                 validation_frame: pd.DataFrame | None = None, validation_source: str | None = None):
         self.name, self.frame, self.id_col, self.source = str(name), frame, id_col, source
+        # this party's features of validation rows, for trainings that use a validation set
+        self.validation_frame, self.validation_source = validation_frame, validation_source
         self.policy = dict(policy or {})
         unknown = set(self.policy) - set(self.POLICY)
         if unknown:
@@ -181,6 +184,8 @@ class PassiveServer:
         if isinstance(sid, str) and sid in self._sessions:     # any prediction-session message
             return self._sessions[sid].handle(request)
         if kind in ("RouteRequest", "LeafMaskRequest"):
+            if self.training is not None and sid is not None and sid == self.training._eval_session:
+                return self.training.handle(request)      # the validation rows of the training under way
             raise ProtocolError(f"unknown or expired prediction session {request.session_id!r}")
         if not hasattr(PassiveParty, f"_on_{kind}"):
             raise ProtocolError(f"party {self.name!r} does not accept {kind}")
@@ -220,6 +225,8 @@ class PassiveServer:
             log.warning("%s: %s starts a new training session; the unfinished session of model %s (from %s) "
                         "is abandoned", self.name, who, self.training.model_id, self.training_peer)
         self.training = self._configure(PassiveParty(self.name, self.frame, self.id_col, self.source))
+        if self.validation_frame is not None:
+            self.training.load_validation_data(self.validation_frame, self.validation_source)
         self.training_peer, self._digest = who, None
         reply = self.training.handle(request)
         log.info("%s: training session %s opened by %s (%s alignment, %d rows)", self.name,

@@ -84,7 +84,11 @@ class PublicKey:
 @register
 @dataclass
 class Gradients:
-    """Packed (and in ``he`` mode encrypted) gradient/hessian pairs, one per sample."""
+    """Packed (and in ``he`` mode encrypted) gradient/hessian pairs, one per sample.
+
+    When the ``n_targets`` pairs of a sample do not fit one plaintext, the targets are
+    split into groups of ``layout["n_targets"]`` each and ``values`` holds one block of
+    ``n_samples`` values per group (group-major); tree ``t`` uses group ``t // group size``."""
     round_idx: int
     encrypted: bool
     layout: dict              # crypto.packing.PackingLayout.to_dict()
@@ -97,7 +101,8 @@ class Gradients:
 @register
 @dataclass
 class HistogramRequest:
-    """Build histograms for ``node_ids``; ``assignment[t, i]`` is sample i's node in tree t (-1: none)."""
+    """Build histograms for ``node_ids``; ``assignment[t, i]`` is sample i's node in tree t (-1: none;
+    ``-2 - node_id``: at ``node_id`` but outside the round's row sample, see ``vfl.sampling``)."""
     round_idx: int
     depth: int
     tree_idx: np.ndarray      # int32, tree (within the round) of each node to build
@@ -172,8 +177,9 @@ class RouteResponse:
 @dataclass
 class PsiRequest:
     """ECDH-PSI step 1: the active party's ids as X25519 points blinded with its secret
-    scalar, in a secret random order. ``purpose`` is "train" or "predict" (then ``model_id``
-    names the model; "" when training)."""
+    scalar, in a secret random order. ``purpose`` is "train", "predict" or "validate" (the
+    validation set of the training under way; then ``model_id`` names the model; "" when
+    training)."""
     session_id: str
     salt: bytes               # hashing ids to points (and the canonical order)
     purpose: str
@@ -265,3 +271,26 @@ class TrainResume:
     model_id: str
     n_rounds: int
     n_records: int
+
+
+# --- learner extras (issue 4): validation sets, split gains -----------------
+@register
+@dataclass
+class EvalStart:
+    """Open a validation session during training: the receiver aligns its validation rows
+    (loaded locally with ``load_validation_data``) to these hashed ids; the session then
+    answers :class:`RouteRequest` like a prediction session, one round's trees at a time."""
+    model_id: str
+    session_id: str
+    hashes: np.ndarray        # (n, 16) uint8, the active party's validation ids hashed with the salt
+
+
+@register
+@dataclass
+class SplitGains:
+    """Optional, after training: the gain of each of the receiver's own splits (its records),
+    so that it can compute gain importance of its features locally. Sent only on request
+    of the active party (label-derived information; see README)."""
+    model_id: str
+    record_ids: np.ndarray    # int64
+    gains: np.ndarray         # float64

@@ -12,8 +12,14 @@ _API = {
 }
 
 
+_ESTIMATORS = {"VerticalBoostingClassifier", "VerticalBoostingRegressor"}
+
+
 def __getattr__(name):
     if name in _API:
         from vfl import api
         return getattr(api, name)
+    if name in _ESTIMATORS:
+        from vfl import estimators
+        return getattr(estimators, name)
     raise AttributeError(f"module 'vfl' has no attribute {name!r}")

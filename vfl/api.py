@@ -52,13 +52,29 @@ class Federation:
     def model(self) -> BoostedModel | None:
         return self.active.model
 
-    def fit(self, params: TrainParams | None = None, on_round=None, **kwargs) -> BoostedModel:
-        """Train; ``kwargs`` are :class:`TrainParams` fields (used when ``params`` is None)."""
+    def fit(self, params: TrainParams | None = None, on_round=None, validation=None, **kwargs) -> BoostedModel:
+        """Train; ``kwargs`` are :class:`TrainParams` fields (used when ``params`` is None).
+
+        ``validation``: ``{party: DataFrame}`` of validation rows for every party (the active
+        party's with the label), aligned by id like the training set; gives per-round
+        metrics (``model.history``) and enables ``early_stopping_rounds``."""
         if params is None:
             params = TrainParams(**kwargs)
         elif kwargs:
             raise InputError("give either params or keyword hyperparameters, not both")
-        return self.active.fit(self.transport, list(self.passives), params, on_round)
+        val_active = None
+        if validation is not None:
+            if not isinstance(validation, dict):
+                raise InputError("validation must be a dict {party name: DataFrame}")
+            unknown = set(validation) - {self.active.name, *self.passives}
+            missing = {self.active.name, *self.passives} - set(validation)
+            if unknown or missing:
+                raise InputError(f"validation data: unknown part(ies) {sorted(unknown)}, missing "
+                                 f"{sorted(missing)}; give one DataFrame per party")
+            for name, p in self.passives.items():
+                p.load_validation_data(validation[name])
+            val_active = validation[self.active.name]
+        return self.active.fit(self.transport, list(self.passives), params, on_round, validation=val_active)
 
     def _load_frames(self, frames: dict[str, pd.DataFrame] | None):
         if frames is None:            # predict the training rows again
@@ -83,12 +99,37 @@ class Federation:
 
     def predict_proba(self, frames: dict[str, pd.DataFrame] | None = None, prediction: str | None = None,
                       align: str | None = None) -> np.ndarray:
-        """Probability of class 1 per row of the active party's frame (federated routing).
+        """Probability of class 1 per row of the active party's frame (federated routing);
+        ``(n, K)`` class probabilities for multiclass, predictions for regression.
 
         ``prediction``: "one-round" (leaf masks; default) or "node" (node-by-node);
         ``align``: "hash" or "psi" (default: the training's alignment)."""
         return self.active.predict_proba(self.transport, self._load_frames(frames),
                                          prediction=prediction, align=align)[1]
+
+    def predict(self, frames: dict[str, pd.DataFrame] | None = None, prediction: str | None = None,
+                align: str | None = None) -> np.ndarray:
+        """Class labels (binary 0/1, multiclass the original labels) or regression values."""
+        return self.active.predict(self.transport, self._load_frames(frames), prediction=prediction,
+                                   align=align)[1]
+
+    def share_split_gains(self) -> dict[str, int]:
+        """The active party tells each passive party the gains of its own splits (opt-in leakage:
+        label-derived; see README), so each can compute gain importance locally."""
+        return self.active.share_split_gains(self.transport)
+
+    def feature_importance(self, kind: str = "gain") -> dict[str, dict[str, float]]:
+        """``{party: {feature: value}}``, each party's part computed by that party itself
+        (``split`` count or total ``gain``). For ``gain`` the active party first shares the
+        split gains with the passive parties (:meth:`share_split_gains`)."""
+        model = self.active._need_model()
+        n = model.default_rounds
+        out = {self.active.name: model.feature_importance(kind, n)["features"]}
+        if kind == "gain":
+            self.share_split_gains()
+        for name, p in self.passives.items():
+            out[name] = p.feature_importance(kind, n_rounds=n)
+        return out
 
     def bytes_report(self) -> dict[str, int]:
         return self.transport.bytes_report()
@@ -152,33 +193,70 @@ def federation_from_frames(party_frames, record: bool = False) -> Federation:
     return Federation(active, passives, record=record)
 
 
+def _test_metrics(model: BoostedModel, y_test, raw) -> dict:
+    """Test-set metrics of the objective (``test_auc`` / ``test_accuracy`` / ``test_logloss`` /
+    ``test_rmse`` / ``test_mae``; the others None)."""
+    from vfl import metrics
+    from vfl.loss import get_loss
+
+    out = dict(test_auc=None, test_accuracy=None, test_logloss=None, test_rmse=None, test_mae=None)
+    output = get_loss(model.objective).transform(raw)
+    if model.objective == "binary":
+        y = np.asarray(y_test, dtype=np.float64)
+        out.update(test_accuracy=1.0 - metrics.error(y, output), test_logloss=metrics.logloss(y, output))
+        out["test_auc"] = metrics.auc(y, output) if len(np.unique(y)) == 2 else None
+    elif model.objective == "multiclass":
+        classes = model.classes or list(range(model.n_targets))
+        index = {c: i for i, c in enumerate(classes)}
+        y = [int(v) if isinstance(v, float) and v.is_integer() else v for v in np.asarray(y_test).tolist()]
+        codes = np.array([index.get(v, -1) for v in y])
+        out["test_accuracy"] = float(np.mean(np.argmax(output, axis=1) == codes))
+        if (codes >= 0).all():      # a class never seen in training has no probability
+            out["test_logloss"] = metrics.mlogloss(codes, output)
+    else:
+        y = np.asarray(y_test, dtype=np.float64)
+        out.update(test_rmse=metrics.rmse(y, output), test_mae=metrics.mae(y, output))
+    return out
+
+
 def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: int = 0,
-             on_round=None, record: bool = False, prediction: str | None = None):
+             on_round=None, record: bool = False, prediction: str | None = None,
+             validation_size: float | None = None):
     """Split rows into train/test by the active party's ids, train, predict the test rows.
 
-    Returns ``(federation, result, test_ids, test_proba)``.
+    ``validation_size``: a fraction of the training rows held out as validation set
+    (metric history, early stopping). Returns ``(federation, result, test_ids, test_output)``
+    where ``test_output`` is the probability of class 1 (binary), the class probabilities
+    ``(n, K)`` (multiclass) or the predictions (regression).
     """
     import time
 
-    from sklearn.metrics import roc_auc_score
-
     from datasets.split import train_test_split_parties
+    from vfl.loss import get_loss
     from vfl.leafmask import DEFAULT_PREDICTION
 
     train, test = train_test_split_parties(party_frames, test_size=test_size, seed=seed)
+    validation = None
+    if validation_size:
+        train, val = train_test_split_parties(train, test_size=validation_size, seed=seed)
+        validation = {pf.name: pf.frame for pf in val}
     fed = federation_from_frames(train, record=record)
     for i, p in enumerate(fed.passives.values()):
         p.dp_seed = [params.seed, i]    # mode dp: reproducible noise in simulation (deployments: OS entropy)
     t0 = time.perf_counter()
-    fed.fit(params, on_round=on_round)
+    fed.fit(params, on_round=on_round, validation=validation)
     train_seconds = time.perf_counter() - t0
     train_bytes = fed.transport.total_bytes()       # before prediction traffic
     test_frames = {pf.name: pf.frame for pf in test}
+    test_frames[test[0].name] = test[0].frame.drop(columns=test[0].label_col)   # (may hold class names)
     t0 = time.perf_counter()
-    proba = fed.predict_proba(test_frames, prediction=prediction)
+    raw = fed.predict_raw(test_frames, prediction=prediction)
+    proba = get_loss(fed.model.objective).transform(raw)
     predict_seconds = time.perf_counter() - t0
-    y_test = test[0].frame[test[0].label_col].to_numpy(dtype=np.float64)
-    auc = float(roc_auc_score(y_test, proba)) if len(np.unique(y_test)) == 2 else None
+    y_test = test[0].frame[test[0].label_col].to_numpy()
+    scores = _test_metrics(fed.model, y_test, raw)
+    auc = scores.pop("test_auc")
+    model = fed.model
     result = SimulationResult(
         mode=params.mode, objective=params.objective, parties=[pf.name for pf in party_frames],
         n_train=int(len(train[0].frame)), n_test=int(len(test[0].frame)),
@@ -187,6 +265,9 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         alignment=fed.active.alignment_report, n_trees=sum(len(r) for r in fed.model.rounds),
         params=params.to_dict(), timings=fed.active.timings,
         crypto_seconds=dict(fed.active.channel.timing) if fed.active.channel else {},
+        **scores, n_validation=int(len(next(iter(validation.values())))) if validation else 0,
+        n_rounds=model.n_rounds, best_iteration=model.best_iteration,
+        eval_metric=model.params.get("eval_metric"), history=model.history, classes=model.classes,
         align=params.align, prediction=prediction or DEFAULT_PREDICTION,
     )
     result["train_bytes"] = train_bytes

@@ -23,6 +23,8 @@ import numpy as np
 from crypto.encoding import encode_fixed
 from crypto.packing import PackingLayout
 from vfl.binning import Binner
+from vfl.objectives import plan_precision, pow2_ceil
+from vfl.sampling import RowSampler, leaf_positions, node_members, riding
 from vfl.split import MIN_GAIN, find_best_split
 from vfl.tree import Node, Tree
 
@@ -65,6 +67,10 @@ class HistogramSource(ABC):
     def finish(self, n_rounds: int, completed: bool) -> None:
         """Training is over."""
 
+    def set_sample(self, round_idx: int, in_any_sample: np.ndarray) -> None:
+        """Called before :meth:`start_round` when rows are sampled: ``in_any_sample[i]`` is False
+        for rows that no tree of the round uses (their gradients need not be sent)."""
+
 
 class LocalSource(HistogramSource):
     """The active party's own features, in plaintext."""
@@ -98,7 +104,7 @@ class LocalSource(HistogramSource):
     def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment):
         out = []
         for t, nid, f, b, dl in zip(tree_idx, node_ids, feature_idx, bin_idx, default_left):
-            rows = np.flatnonzero(assignment[t] == nid)
+            rows = node_members(assignment[t], nid)
             bins = self.bin_idx[rows, f].astype(np.int64)
             missing = bins == len(self.binner.thresholds_[f]) + 1
             go_left = np.where(missing, bool(dl), bins <= b)
@@ -127,10 +133,15 @@ class Booster:
         self.params = params
         self.on_round = on_round
         self.timings: list[dict] = []
+        self.sampler = RowSampler(params)
 
     def fit(self, y: np.ndarray, raw: np.ndarray | None = None, start_round: int = 0,
-            rounds: list[list[Tree]] | None = None):
+            rounds: list[list[Tree]] | None = None, row_keys: np.ndarray | None = None):
+        """``row_keys``: a stable identity of each training row (e.g. the active party's own row
+        position) on which row sampling is keyed (see :class:`vfl.sampling.RowSampler`)."""
         p, loss = self.params, self.loss
+        if row_keys is not None:
+            self.sampler = RowSampler(p, row_keys)
         n = len(y)
         K = loss.n_targets
         base = loss.base_score(y)
@@ -140,35 +151,47 @@ class Booster:
             timing = RoundTiming()
             t0 = time.perf_counter()
             g, h = loss.gradients(y, raw)
-            g_int = encode_fixed(g, p.precision_bits)
-            h_int = encode_fixed(h, p.precision_bits)
-            layout = PackingLayout.for_bounds(*loss.gradient_bounds(g, h), max_rows=n, n_targets=K,
-                                              precision_bits=p.precision_bits)
+            g_bound, h_bound = loss.gradient_bounds(g, h)
+            in_sample, weight, amp = self.sampler.draw(r, g, h)
+            if weight is not None:      # GOSS amplification of the drawn small-gradient rows
+                g, h = g * weight[:, None], h * weight[:, None]
+                g_bound, h_bound = pow2_ceil(g_bound * amp), pow2_ceil(h_bound * amp)
+            precision = plan_precision(g_bound, h_bound, n, p.precision_bits)
+            g_int = encode_fixed(g, precision)
+            h_int = encode_fixed(h, precision)
+            layout = PackingLayout.for_bounds(g_bound, h_bound, max_rows=n, n_targets=K,
+                                              precision_bits=precision)
             for s in self.sources:
+                if in_sample is not None:
+                    s.set_sample(r, in_sample.any(axis=0))
                 s.start_round(r, g_int, h_int, layout)
             timing.add("gradients", time.perf_counter() - t0)
-            scale = float(2 ** p.precision_bits)
-            trees, leaf_pos = self._grow_round(r, g_int / scale, h_int / scale, timing)
+            scale = float(2 ** precision)
+            trees, leaf_pos = self._grow_round(r, g_int / scale, h_int / scale, timing, in_sample)
             for k, tree in enumerate(trees):
                 values = np.array([nd.value for nd in tree.nodes])
                 raw[:, k] += values[leaf_pos[k]]
             rounds.append(trees)
             timing.add("total", time.perf_counter() - t0)
             self.timings.append(dict(timing.seconds))
-            if self.on_round is not None and self.on_round(r, {"raw": raw, "timing": self.timings[-1]}):
+            if self.on_round is not None and self.on_round(r, {"raw": raw, "timing": self.timings[-1],
+                                                               "trees": trees}):
                 break
         return base, rounds, raw
 
-    def _grow_round(self, r, gq, hq, timing):
+    def _grow_round(self, r, gq, hq, timing, in_sample=None):
         p = self.params
         K = gq.shape[1]
         n = gq.shape[0]
         assignment = np.zeros((K, n), dtype=np.int32)
+        if in_sample is not None:       # rows outside the sample ride along (vfl.sampling)
+            assignment[~in_sample] = riding(0)
         trees = []
         for k in range(K):
             tree = Tree()
-            tree.add(Node(0, 0, sum_gradients=float(gq[:, k].sum()), sum_hessians=float(hq[:, k].sum()),
-                          n_samples=n))
+            rows = np.flatnonzero(assignment[k] == 0)
+            tree.add(Node(0, 0, sum_gradients=float(gq[rows, k].sum()),
+                          sum_hessians=float(hq[rows, k].sum()), n_samples=int(rows.size)))
             trees.append(tree)
         frontier = [(k, 0) for k in range(K)]
         parent_hist: dict[tuple[int, int], list] = {}
@@ -240,7 +263,7 @@ class Booster:
                 new_frontier.extend(self._apply(trees[k], k, nid, best, ref, go_left, assignment, gq, hq))
             timing.add("apply_splits", time.perf_counter() - t0)
             frontier = sorted(new_frontier)
-        leaf_pos = assignment.astype(np.int64)
+        leaf_pos = leaf_positions(assignment)
         for k, tree in enumerate(trees):
             for node in tree.nodes:
                 if node.is_leaf:
@@ -251,7 +274,7 @@ class Booster:
     @staticmethod
     def _apply(tree, k, nid, best, ref: SplitRef, go_left, assignment, gq, hq):
         node = tree.nodes[nid]
-        rows = np.flatnonzero(assignment[k] == nid)
+        rows = node_members(assignment[k], nid)
         go_left = np.asarray(go_left, dtype=bool)
         if go_left.shape != rows.shape:
             raise ValueError(f"party {ref.owner!r} returned {go_left.size} split decisions "
@@ -264,12 +287,14 @@ class Booster:
         node.gain = best.gain
         children = []
         for child_rows in (left_rows, right_rows):
+            child_rows = child_rows[assignment[k, child_rows] >= 0]     # sampled rows only
             child = tree.add(Node(len(tree.nodes), node.depth + 1, parent=nid,
                                   sum_gradients=float(gq[child_rows, k].sum()),
                                   sum_hessians=float(hq[child_rows, k].sum()),
                                   n_samples=int(child_rows.size)))
             children.append(child)
         node.left, node.right = children[0].node_id, children[1].node_id
-        assignment[k, right_rows] = node.right
-        assignment[k, left_rows] = node.left
+        for child_id, child_rows in ((node.right, right_rows), (node.left, left_rows)):
+            sampled = assignment[k, child_rows] >= 0
+            assignment[k, child_rows] = np.where(sampled, child_id, riding(child_id))
         return [(k, node.left), (k, node.right)]

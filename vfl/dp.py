@@ -53,6 +53,7 @@ import numpy as np
 from vfl.binning import Binner, check_max_bin
 from vfl.boosting import LocalSource, SplitRef
 from vfl.errors import InputError
+from vfl.sampling import node_members
 
 INF = float("inf")
 
@@ -223,7 +224,7 @@ class BucketSource(LocalSource):
         self.n_registered += len(record_ids)
         out = []
         for t, nid, f, b, dl, rid in zip(tree_idx, node_ids, feature_idx, bin_idx, default_left, record_ids):
-            rows = np.flatnonzero(assignment[t] == nid)
+            rows = node_members(assignment[t], nid)        # sampled and riding rows (vfl.sampling)
             bins = self.bin_idx[rows, f].astype(np.int64)
             missing = bins == self.n_bins[f] - 1
             go_left = np.where(missing, bool(dl), bins <= b)

@@ -22,18 +22,28 @@ def _where(party: str, source: str | None) -> str:
 
 
 def party_data(frame, party: str, id_col: str, label_col: str | None = None,
-               source: str | None = None, require_features: bool = True) -> PartyData:
+               source: str | None = None, require_features: bool = True,
+               allow_text_label: bool = False) -> PartyData:
+    """``allow_text_label``: the label may hold strings (class names); ``y`` is then an
+    object array (missing labels as None), else float64."""
     from datasets.frames import PartyFrame, validate_party_frame
 
     if not isinstance(frame, pd.DataFrame):
         raise InputError(f"{_where(party, source)}: data must be a pandas DataFrame, got {type(frame).__name__}")
-    validate_party_frame(PartyFrame(party, frame, id_col, label_col, source), require_features)
+    validate_party_frame(PartyFrame(party, frame, id_col, label_col, source), require_features,
+                         allow_text_label)
     ids = frame[id_col].to_numpy()
     names = [c for c in frame.columns if c not in (id_col, label_col)]
     X = frame[names].to_numpy(dtype=np.float64, na_value=np.nan) if names else np.zeros((len(frame), 0))
     y = None
     if label_col is not None:
-        y = frame[label_col].to_numpy(dtype=np.float64, na_value=np.nan)
+        col = frame[label_col]
+        numeric = pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype)
+        if allow_text_label and not numeric:
+            y = np.array([None if v is pd.NA or (isinstance(v, float) and v != v) else v
+                          for v in col.to_numpy(dtype=object)], dtype=object)
+        else:
+            y = col.to_numpy(dtype=np.float64, na_value=np.nan)
     return PartyData(ids, X, names, y)
 
 

@@ -17,6 +17,9 @@ class BinaryLogLoss:
     n_targets = 1
 
     def check_labels(self, y, party: str = "active", column: str = "label") -> np.ndarray:
+        if np.asarray(y).dtype == object:
+            from vfl.objectives import _numeric_labels
+            _numeric_labels(y, party, column, "binary")
         y = np.asarray(y, dtype=np.float64)
         bad = ~np.isfinite(y)
         if bad.any():
@@ -26,6 +29,8 @@ class BinaryLogLoss:
             raise InputError(f"label column {column!r} of party {party!r} must hold only 0 and 1 for a "
                              f"binary objective; found {wrong[:5].tolist()}")
         return y
+
+    encode_labels = check_labels   # validation labels: the same check
 
     def base_score(self, y) -> np.ndarray:
         p = float(np.clip(np.mean(y), 1e-6, 1 - 1e-6))
@@ -45,7 +50,8 @@ class BinaryLogLoss:
         return sigmoid(raw[:, 0])
 
 
-def get_loss(objective: str):
-    if objective == "binary":
+def get_loss(objective: str, huber_slope: float = 1.0):
+    if objective in ("binary", "binary:logistic"):
         return BinaryLogLoss()
-    raise InputError(f"unknown objective {objective!r}")
+    from vfl.objectives import make_loss   # multiclass, regression, pseudohuber
+    return make_loss(objective, huber_slope)

@@ -42,6 +42,7 @@ class BoostedModel:
     params: dict = field(default_factory=dict)
     history: dict = field(default_factory=dict)
     best_iteration: int | None = None
+    classes: list | None = None                 # multiclass: original label of each class index
 
     @property
     def n_rounds(self) -> int:
@@ -55,6 +56,7 @@ class BoostedModel:
             "active_party": self.active_party, "active_features": list(self.active_features),
             "passive_parties": list(self.passive_parties), "model_id": self.model_id, "salt": self.salt,
             "params": self.params, "history": self.history, "best_iteration": self.best_iteration,
+            "classes": self.classes,
             "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds],
         }
 
@@ -67,7 +69,7 @@ class BoostedModel:
         return cls(d["objective"], int(d["n_targets"]), list(d["base_score"]), float(d["learning_rate"]),
                    d["active_party"], list(d["active_features"]), list(d["passive_parties"]),
                    d["model_id"], d["salt"], [[Tree.from_dict(t) for t in rnd] for rnd in d["rounds"]],
-                   d.get("params", {}), d.get("history", {}), d.get("best_iteration"))
+                   d.get("params", {}), d.get("history", {}), d.get("best_iteration"), d.get("classes"))
 
     def save(self, path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
@@ -81,7 +83,7 @@ class BoostedModel:
         """Raw scores ``(n_samples, n_targets)``; passive nodes are resolved by ``route_remote``."""
         X = np.asarray(X_active, dtype=np.float64)
         n = X.shape[0]
-        rounds = self.rounds[: (self.n_rounds if n_rounds is None else n_rounds)]
+        rounds = self.rounds[: (self.default_rounds if n_rounds is None else n_rounds)]
         trees = [(k, t) for rnd in rounds for k, t in enumerate(rnd)]
         raw = np.tile(np.asarray(self.base_score, dtype=np.float64), (n, 1))
         pos = np.zeros((len(trees), n), dtype=np.int64)
@@ -121,7 +123,7 @@ class BoostedModel:
         return raw
 
     def _flat_trees(self, n_rounds: int | None = None) -> list[tuple[int, Tree]]:
-        rounds = self.rounds[: (self.n_rounds if n_rounds is None else n_rounds)]
+        rounds = self.rounds[: (self.default_rounds if n_rounds is None else n_rounds)]
         return [(k, t) for rnd in rounds for k, t in enumerate(rnd)]
 
     def node_owners(self, n_rounds: int | None = None) -> list[str]:
@@ -172,3 +174,61 @@ class BoostedModel:
 
     def predict_proba(self, X_active, route_remote, n_rounds=None) -> np.ndarray:
         return get_loss(self.objective).transform(self.predict_raw(X_active, route_remote, n_rounds))
+
+    # -- learner extras (issue 4) ---------------------------------------------
+    @property
+    def default_rounds(self) -> int:
+        """Rounds used by prediction by default: up to ``best_iteration`` when early stopping set it."""
+        return self.n_rounds if self.best_iteration is None else self.best_iteration + 1
+
+    def output_to_prediction(self, raw: np.ndarray) -> np.ndarray:
+        """Raw scores to predictions: class labels (binary 0/1; multiclass the original labels)
+        or regression values."""
+        out = get_loss(self.objective).transform(raw)
+        if self.objective == "binary":
+            return (out > 0.5).astype(np.int64)
+        if self.objective == "multiclass":
+            idx = np.argmax(out, axis=1)
+            classes = self.classes if self.classes is not None else list(range(self.n_targets))
+            return np.asarray(classes, dtype=object if any(isinstance(c, str) for c in classes) else None)[idx]
+        return out
+
+    def prediction_table(self, ids, output, id_col: str = "id"):
+        """Predictions as a DataFrame: ``proba`` (binary), ``prediction`` and ``proba_<class>``
+        (multiclass, original labels), or ``prediction`` (regression)."""
+        import pandas as pd
+        if self.objective == "binary":
+            return pd.DataFrame({id_col: ids, "proba": output})
+        if self.objective == "multiclass":
+            classes = self.classes if self.classes is not None else list(range(self.n_targets))
+            out = pd.DataFrame({id_col: ids, "prediction": [classes[i] for i in np.argmax(output, axis=1)]})
+            for i, c in enumerate(classes):
+                out[f"proba_{c}"] = output[:, i]
+            return out
+        return pd.DataFrame({id_col: ids, "prediction": output})
+
+    def feature_importance(self, kind: str = "gain", n_rounds: int | None = None) -> dict:
+        """The active party's view of importance: ``split`` (number of splits) or ``gain`` (total
+        gain) over the rounds used for prediction.
+
+        Returns ``{"features": {own feature: value}, "parties": {passive party: {"total": value,
+        "records": {record_id: value}}}}``: passive features are known only as the opaque
+        ``(party, record_id)`` of each split, so they are aggregated per party.
+        """
+        if kind not in ("split", "gain"):
+            raise InputError(f"importance kind must be 'split' or 'gain', got {kind!r}")
+        feats = {f: 0.0 for f in self.active_features}
+        parties = {p: {"total": 0.0, "records": {}} for p in self.passive_parties}
+        for rnd in self.rounds[: (self.default_rounds if n_rounds is None else n_rounds)]:
+            for tree in rnd:
+                for node in tree.nodes:
+                    if node.is_leaf:
+                        continue
+                    v = 1.0 if kind == "split" else float(node.gain)
+                    if node.owner == self.active_party:
+                        feats[node.feature] = feats.get(node.feature, 0.0) + v
+                    else:
+                        entry = parties.setdefault(node.owner, {"total": 0.0, "records": {}})
+                        entry["total"] += v
+                        entry["records"][int(node.record_id)] = v
+        return {"features": feats, "parties": parties}

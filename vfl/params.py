@@ -7,11 +7,20 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
+import numpy as np
+
 from vfl.errors import InputError
 
 MODES = ("he", "plain", "dp")
-OBJECTIVES = ("binary",)
+OBJECTIVES = ("binary", "multiclass", "regression", "pseudohuber")
 ALIGNMENTS = ("hash", "psi")      # sample alignment: salted mmh3 hashes, or ECDH PSI over X25519
+# metrics per objective (the first is the default eval_metric); see vfl.metrics
+EVAL_METRICS = {
+    "binary": ("logloss", "auc", "error"),
+    "multiclass": ("mlogloss", "merror"),
+    "regression": ("rmse", "mae"),
+    "pseudohuber": ("mphe", "rmse", "mae"),
+}
 
 
 @dataclass
@@ -32,6 +41,14 @@ class TrainParams:
     align: str = "hash"           # "hash" or "psi" (see protocols/psi.py)
     epsilon: float | None = None              # mode dp: each passive party's total (see vfl.dp)
     epsilon_per_feature: float | None = None  # mode dp: alternatively, per released feature
+    # --- learner options (issue 4); names follow XGBoost / LightGBM ---
+    huber_slope: float = 1.0               # pseudohuber objective
+    subsample: float = 1.0                 # row fraction per tree, in (0, 1]
+    goss: bool = False                     # gradient-based one-side sampling (LightGBM)
+    top_rate: float = 0.2                  # GOSS: share of largest-gradient rows kept
+    other_rate: float = 0.1                # GOSS: share of the other rows sampled
+    early_stopping_rounds: int | None = None
+    eval_metric: str | None = None         # None: the objective's default (EVAL_METRICS)
 
     def __post_init__(self):
         self.validate()
@@ -60,16 +77,41 @@ class TrainParams:
         num("key_bits", integer=True)
         num("precision_bits", 8, 48, integer=True)
         num("seed", 0, integer=True)
+        num("huber_slope", 0, 1e12, lo_open=True)
+        num("subsample", 0, 1, lo_open=True)
+        num("top_rate", 0, 1, lo_open=True)
+        num("other_rate", 0, 1, lo_open=True)
+        if not isinstance(self.goss, (bool, np.bool_)):
+            raise InputError(f"parameter goss must be True or False, got {self.goss!r}")
+        self.goss = bool(self.goss)
+        if self.goss and self.top_rate + self.other_rate > 1:
+            raise InputError(f"parameters top_rate + other_rate must be <= 1 for GOSS, got "
+                             f"{self.top_rate} + {self.other_rate}")
+        if self.goss and self.subsample < 1:
+            raise InputError("parameters goss and subsample < 1 cannot be combined: GOSS is the row sampling")
+        if self.early_stopping_rounds is not None:
+            num("early_stopping_rounds", 1, integer=True)
+        from vfl.objectives import OBJECTIVE_ALIASES
+        if isinstance(self.objective, str):
+            self.objective = OBJECTIVE_ALIASES.get(self.objective, self.objective)
         if self.mode not in MODES:
             raise InputError(f"parameter mode must be one of {MODES}, got {self.mode!r}")
         if self.objective not in OBJECTIVES:
             raise InputError(f"parameter objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.encryption not in ("fast", "standard"):
             raise InputError(f"parameter encryption must be 'fast' or 'standard', got {self.encryption!r}")
+        if self.eval_metric is not None and self.eval_metric not in EVAL_METRICS[self.objective]:
+            raise InputError(f"parameter eval_metric {self.eval_metric!r} does not fit objective "
+                             f"{self.objective!r}; choose one of {EVAL_METRICS[self.objective]}")
         if self.align not in ALIGNMENTS:
             raise InputError(f"parameter align must be one of {ALIGNMENTS}, got {self.align!r}")
         self._validate_dp()
         return self
+
+    @property
+    def metric(self) -> str:
+        """The metric that early stopping watches."""
+        return self.eval_metric or EVAL_METRICS[self.objective][0]
 
     def _validate_dp(self):
         from vfl.dp import check_epsilon

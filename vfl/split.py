@@ -64,7 +64,7 @@ def find_best_split(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_off
         valid = ok & (HL >= min_child_weight) & (HR >= min_child_weight)
         with np.errstate(divide="ignore", invalid="ignore"):
             gain = _score(GL, HL, reg_lambda) + _score(GR, HR, reg_lambda) - parent
-        gains[:, :, d] = np.where(valid, gain, -np.inf)
+        gains[:, :, d] = np.where(valid & np.isfinite(gain), gain, -np.inf)   # 0/0 when lambda = 0
     flat = gains.ravel()
     best = int(np.argmax(flat))
     best_gain = float(flat[best])

@@ -1,0 +1,147 @@
+"""Test metrics of the federated learner next to XGBoost (``hist``) on the same split.
+
+For each shared dataset (vehicle, student, dvisits, ionosphere, motor; plus
+breast and the sklearn sets wine and diabetes) the rows are split 80/20 by the
+guest's ids (the split of ``vfl simulate``), the federation is trained in
+``plain`` mode (it grows the same trees as ``he``, see the tests) and XGBoost
+is trained on the joined training rows with the same number of trees, depth,
+learning rate, bins, lambda, min_child_weight and base score. Prints one JSON
+object: per dataset both metrics and the difference.
+
+    python benchmarks/learner_metrics.py [--trees 20] [--depth 4] [--datasets vehicle,student]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from datasets import load_shared, shared_datasets_dir, vertical_split  # noqa: E402
+from datasets.split import train_test_split_parties  # noqa: E402
+from vfl import metrics  # noqa: E402
+from vfl.api import federation_from_frames  # noqa: E402
+from vfl.loss import get_loss  # noqa: E402
+from vfl.params import TrainParams  # noqa: E402
+
+TASKS = {"vehicle": "multiclass", "student": "regression", "dvisits": "regression",
+         "ionosphere": "binary", "motor": "regression", "breast": "binary",
+         "wine": "multiclass", "diabetes": "regression"}
+
+
+def sklearn_parties(name: str):
+    from sklearn.datasets import load_diabetes, load_wine
+    bunch = load_wine() if name == "wine" else load_diabetes()
+    cols = [f"f{i}" for i in range(bunch.data.shape[1])]
+    df = pd.DataFrame(bunch.data, columns=cols)
+    df.insert(0, "y", bunch.target)
+    df.insert(0, "id", np.arange(len(df)))
+    return vertical_split(df, "id", "y", 2)
+
+
+def joined(parties):
+    """Join the parties' frames on the guest's id (the centralised view XGBoost gets)."""
+    g = parties[0]
+    df = g.frame.rename(columns={g.id_col: "__id"})
+    for pf in parties[1:]:
+        df = df.merge(pf.frame.rename(columns={pf.id_col: "__id"}), on="__id", how="inner")
+    feats = [c for c in df.columns if c not in ("__id", g.label_col)]
+    return df[feats].to_numpy(dtype=np.float64), df[g.label_col].to_numpy(), df["__id"].to_numpy()
+
+
+def xgb_model(objective: str, p: TrainParams, y_train, n_classes: int | None = None):
+    import xgboost as xgb
+    common = dict(n_estimators=p.n_estimators, max_depth=p.max_depth, learning_rate=p.learning_rate,
+                  max_bin=p.max_bin, reg_lambda=p.reg_lambda, min_child_weight=p.min_child_weight,
+                  gamma=p.gamma, tree_method="hist", n_jobs=1, random_state=0)
+    if objective == "binary":
+        return xgb.XGBClassifier(objective="binary:logistic", base_score=float(np.mean(y_train)), **common)
+    if objective == "multiclass":
+        return xgb.XGBClassifier(objective="multi:softprob", **common)
+    if objective == "pseudohuber":
+        return xgb.XGBRegressor(objective="reg:pseudohubererror", huber_slope=p.huber_slope,
+                                base_score=float(np.median(y_train)), **common)
+    return xgb.XGBRegressor(objective="reg:squarederror", base_score=float(np.mean(y_train)), **common)
+
+
+def score(objective, y, output) -> dict:
+    if objective == "binary":
+        return {"auc": metrics.auc(y, output), "accuracy": 1 - metrics.error(y, output),
+                "logloss": metrics.logloss(y, output)}
+    if objective == "multiclass":
+        return {"accuracy": 1 - metrics.merror(y, output), "mlogloss": metrics.mlogloss(y, output)}
+    return {"rmse": metrics.rmse(y, output), "mae": metrics.mae(y, output)}
+
+
+def compare(parties, objective: str, params: TrainParams, seed: int = 0) -> dict:
+    """Federated (plain) and XGBoost metrics on the same 80/20 split."""
+    train, test = train_test_split_parties(parties, test_size=0.2, seed=seed)
+    fed = federation_from_frames(train)
+    t0 = time.perf_counter()
+    fed.fit(params)
+    fed_seconds = time.perf_counter() - t0
+    raw = fed.predict_raw({pf.name: pf.frame for pf in test})
+    out = get_loss(objective).transform(raw)
+    Xtr, ytr, _ = joined(train)
+    Xte, yte, ids_te = joined(test)
+    # the federated predictions are in the guest's test row order; joined() keeps it
+    assert np.array_equal(ids_te, test[0].frame[test[0].id_col].to_numpy())
+    if objective == "multiclass":
+        classes = fed.model.classes
+        index = {c: i for i, c in enumerate(classes)}
+        ytr = np.array([index[int(v) if float(v).is_integer() else v] for v in ytr])
+        yte = np.array([index[int(v) if float(v).is_integer() else v] for v in yte])
+    else:
+        ytr, yte = ytr.astype(np.float64), yte.astype(np.float64)
+    model = xgb_model(objective, params, ytr)
+    t0 = time.perf_counter()
+    model.fit(Xtr, ytr)
+    xgb_seconds = time.perf_counter() - t0
+    if objective == "binary":
+        xout = model.predict_proba(Xte)[:, 1]
+    elif objective == "multiclass":
+        xout = model.predict_proba(Xte)
+    else:
+        xout = model.predict(Xte)
+    ours, ref = score(objective, yte, out), score(objective, yte, xout)
+    return {"objective": objective, "n_train": len(ytr), "n_test": len(yte),
+            "parties": [pf.name for pf in parties], "vfl_plain": ours, "xgboost_hist": ref,
+            "difference": {k: ours[k] - ref[k] for k in ours},
+            "seconds": {"vfl_plain": fed_seconds, "xgboost": xgb_seconds}}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trees", type=int, default=20)
+    ap.add_argument("--depth", type=int, default=4)
+    ap.add_argument("--learning-rate", type=float, default=0.3)
+    ap.add_argument("--max-bin", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--datasets", default="vehicle,student,dvisits,ionosphere,motor,wine,diabetes")
+    args = ap.parse_args(argv)
+    results = {}
+    for name in args.datasets.split(","):
+        objective = TASKS[name]
+        if name in ("wine", "diabetes"):
+            parties = sklearn_parties(name)
+        elif shared_datasets_dir() is None:
+            results[name] = {"skipped": "../shared/datasets not found"}
+            continue
+        else:
+            parties = load_shared(name)
+        params = TrainParams(mode="plain", objective=objective, n_estimators=args.trees, max_depth=args.depth,
+                             learning_rate=args.learning_rate, max_bin=args.max_bin, seed=args.seed)
+        results[name] = compare(parties, objective, params, args.seed)
+    print(json.dumps({"benchmark": "learner_metrics", "trees": args.trees, "depth": args.depth,
+                      "learning_rate": args.learning_rate, "max_bin": args.max_bin, "results": results},
+                     indent=1))
+
+
+if __name__ == "__main__":
+    main()

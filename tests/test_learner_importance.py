@@ -1,0 +1,112 @@
+"""Feature importance: split count and total gain; the active party's view (passive
+features only as (party, record)), each passive party's own named importance."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from protocols import messages as m
+from protocols.serialization import loads
+from vfl.api import ActiveParty, Federation, PassiveParty
+from vfl.errors import InputError
+
+
+def federation(n=300, seed=0, record=True):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5))
+    y = (2 * X[:, 2] + 0.7 * X[:, 0] + 0.3 * rng.normal(size=n) > 0).astype(int)   # b0 matters most
+    ids = np.arange(n)
+    a = pd.DataFrame({"id": ids, "y": y, "a0": X[:, 0], "a1": X[:, 1]})
+    b = pd.DataFrame({"id": ids, "b0": X[:, 2], "b1": X[:, 3]})
+    c = pd.DataFrame({"id": ids, "c0": X[:, 4]})
+    fed = Federation(ActiveParty("a", a), [PassiveParty("b", b), PassiveParty("c", c)], record=record)
+    fed.fit(mode="plain", n_estimators=5, max_depth=3)
+    return fed
+
+
+def split_nodes(model):
+    return [n for rnd in model.rounds for t in rnd for n in t.nodes if not n.is_leaf]
+
+
+def test_active_view_counts_every_split_and_hides_passive_features():
+    fed = federation()
+    model = fed.model
+    nodes = split_nodes(model)
+    imp = model.feature_importance("split")
+    assert set(imp["features"]) == {"a0", "a1"} and set(imp["parties"]) == {"b", "c"}
+    total = sum(imp["features"].values()) + sum(p["total"] for p in imp["parties"].values())
+    assert total == len(nodes)
+    gain = model.feature_importance("gain")
+    assert sum(gain["features"].values()) + sum(p["total"] for p in gain["parties"].values()) == \
+        pytest.approx(sum(n.gain for n in nodes))
+    for party, entry in gain["parties"].items():
+        mine = {n.record_id: n.gain for n in nodes if n.owner == party}
+        assert entry["records"] == pytest.approx(mine)          # opaque (party, record) references
+    assert "b0" not in json.dumps(imp) + json.dumps(gain)        # no passive feature name at all
+
+
+def test_passive_party_reports_its_own_named_split_counts():
+    fed = federation()
+    active = fed.model.feature_importance("split")
+    for name, party in fed.passives.items():
+        own = party.feature_importance("split")
+        assert set(own) == set(party.feature_names)
+        assert sum(own.values()) == active["parties"][name]["total"] == len(party.records)
+    assert max(fed.passives["b"].feature_importance("split"), key=fed.passives["b"].feature_importance("split").get) \
+        == "b0"
+
+
+def test_gain_importance_needs_the_active_party_to_share_gains():
+    fed = federation()
+    with pytest.raises(InputError, match=r"party 'b' does not know the gains of its splits"):
+        fed.passives["b"].feature_importance("gain")
+    assert not any(isinstance(loads(f), m.SplitGains) for _, _, f in fed.transport.log)   # opt-in only
+    counts = fed.share_split_gains()
+    msgs = {r: loads(f) for _, r, f in fed.transport.log if isinstance(loads(f), m.SplitGains)}
+    assert set(msgs) == {"b", "c"}
+    active = fed.model.feature_importance("gain")
+    for name, party in fed.passives.items():
+        assert counts[name] == len(party.records) == len(msgs[name].record_ids)
+        own = party.feature_importance("gain")
+        assert sum(own.values()) == pytest.approx(active["parties"][name]["total"])
+        assert {int(r): g for r, g in zip(msgs[name].record_ids, msgs[name].gains)} == \
+            pytest.approx(active["parties"][name]["records"])
+
+
+def test_combined_importance_ranks_the_informative_feature_first():
+    fed = federation()
+    imp = fed.feature_importance("gain")
+    assert set(imp) == {"a", "b", "c"} and set(imp["b"]) == {"b0", "b1"}
+    flat = {(p, f): v for p, d in imp.items() for f, v in d.items()}
+    assert max(flat, key=flat.get) == ("b", "b0")
+    assert flat[("b", "b0")] > flat[("a", "a0")] > flat[("c", "c0")]
+
+
+def test_importance_follows_the_rounds_used_by_prediction():
+    fed = federation()
+    model = fed.model
+    model.best_iteration = 1                      # as if early stopping had picked round 2
+    first_two = [n for rnd in model.rounds[:2] for t in rnd for n in t.nodes if not n.is_leaf]
+    imp = model.feature_importance("split")
+    assert sum(imp["features"].values()) + sum(p["total"] for p in imp["parties"].values()) == len(first_two)
+    combined = fed.feature_importance("split")
+    assert sum(combined["b"].values()) == sum(1 for n in first_two if n.owner == "b")
+
+
+def test_passive_gains_survive_its_model_file(tmp_path):
+    fed = federation(record=False)
+    fed.share_split_gains()
+    fed.save(tmp_path)
+    fed2 = Federation.load(tmp_path)
+    assert fed2.passives["b"].feature_importance("gain") == pytest.approx(fed.passives["b"].feature_importance("gain"))
+
+
+def test_bad_importance_kind():
+    fed = federation(record=False)
+    with pytest.raises(InputError, match=r"importance kind must be 'split' or 'gain', got 'cover'"):
+        fed.model.feature_importance("cover")
+    with pytest.raises(InputError, match=r"importance kind must be 'split' or 'gain'"):
+        fed.passives["b"].feature_importance("weight")
+    with pytest.raises(InputError, match=r"has no trained model"):
+        PassiveParty("z", pd.DataFrame({"id": [1], "f": [1.0]})).feature_importance("split")

@@ -1,0 +1,86 @@
+"""Evaluation metrics (XGBoost's names) for training history and early stopping.
+
+Every metric takes the encoded labels (``0/1``, ``0..K-1`` or real values)
+and the model's transformed output (probability of class 1, class
+probabilities ``(n, K)``, or predictions). ``HIGHER_IS_BETTER`` lists the
+metrics to maximise; the others are minimised.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+_EPS = 1e-15
+
+
+def _mean(x) -> float:
+    """Exactly rounded mean: independent of the row order (which follows the salted id hashes)."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    return math.fsum(x.tolist()) / x.size if x.size else float("nan")
+HIGHER_IS_BETTER = {"auc"}
+
+
+def logloss(y, p) -> float:
+    p = np.clip(np.asarray(p, dtype=np.float64), _EPS, 1 - _EPS)
+    y = np.asarray(y, dtype=np.float64)
+    return -_mean(y * np.log(p) + (1 - y) * np.log(1 - p))
+
+
+def auc(y, p) -> float:
+    y = np.asarray(y)
+    if len(np.unique(y)) < 2:
+        return float("nan")
+    from sklearn.metrics import roc_auc_score
+    return float(roc_auc_score(y, p))
+
+
+def error(y, p) -> float:
+    return _mean((np.asarray(p) > 0.5) != (np.asarray(y) > 0.5))
+
+
+def mlogloss(y, proba) -> float:
+    proba = np.clip(np.asarray(proba, dtype=np.float64), _EPS, 1.0)
+    y = np.asarray(y, dtype=np.int64)
+    return -_mean(np.log(proba[np.arange(len(y)), y]))
+
+
+def merror(y, proba) -> float:
+    return _mean(np.argmax(proba, axis=1) != np.asarray(y, dtype=np.int64))
+
+
+def rmse(y, pred) -> float:
+    d = np.asarray(pred, dtype=np.float64) - np.asarray(y, dtype=np.float64)
+    return math.sqrt(_mean(d * d))
+
+
+def mae(y, pred) -> float:
+    return _mean(np.abs(np.asarray(pred, dtype=np.float64) - np.asarray(y, dtype=np.float64)))
+
+
+def mphe(y, pred, huber_slope: float = 1.0) -> float:
+    """Mean pseudo-Huber error (XGBoost's ``mphe``)."""
+    r = (np.asarray(pred, dtype=np.float64) - np.asarray(y, dtype=np.float64)) / huber_slope
+    return _mean(huber_slope ** 2 * (np.sqrt(1 + r * r) - 1))
+
+
+METRICS = {"logloss": logloss, "auc": auc, "error": error, "mlogloss": mlogloss, "merror": merror,
+           "rmse": rmse, "mae": mae, "mphe": mphe}
+
+
+def evaluate(names, y, output, huber_slope: float = 1.0) -> dict[str, float]:
+    """``{name: value}`` for each metric name."""
+    out = {}
+    for name in names:
+        if name == "mphe":
+            out[name] = mphe(y, output, huber_slope)
+        else:
+            out[name] = METRICS[name](y, output)
+    return out
+
+
+def is_better(metric: str, new: float, best: float | None) -> bool:
+    """Strict improvement (ties keep the earlier round, like XGBoost)."""
+    if best is None or np.isnan(best):
+        return not np.isnan(new)
+    return new > best if metric in HIGHER_IS_BETTER else new < best
