@@ -210,3 +210,18 @@ def test_psi_validation_ids_that_do_not_align_are_refused():
     with pytest.raises(InputError, match=r"validation set does not align: party 'b' has no row for 5 of the 72 "
                                          r"validation ids"):
         fed.fit(mode="plain", n_estimators=2, align="psi", validation={"a": val[0], "b": val[1].iloc[5:]})
+
+
+def test_auc_metric_equals_sklearn_with_ties():
+    from sklearn.metrics import roc_auc_score
+
+    from vfl.metrics import auc
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n = int(rng.integers(2, 200))
+        y = rng.integers(0, 2, n)
+        if len(set(y)) < 2:
+            continue
+        p = np.round(rng.random(n), int(rng.integers(1, 3)))     # many ties
+        assert abs(auc(y, p) - roc_auc_score(y, p)) < 1e-12
+    assert np.isnan(auc([1, 1], [0.2, 0.3]))
