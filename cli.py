@@ -52,6 +52,35 @@ def _fmt_breakdown(t: dict) -> str:
     return ", ".join(parts)
 
 
+def _training_options(f):
+    """Hyperparameter options shared by `vfl simulate` and `vfl party active`."""
+    options = [
+        click.option("--mode", type=click.Choice(["he", "plain", "dp"]), default="he", show_default=True),
+        click.option("--epsilon", type=float, default=None,
+                     help="Mode dp: each passive party's privacy budget, split evenly over its features "
+                          "(inf: no noise)."),
+        click.option("--epsilon-per-feature", type=float, default=None,
+                     help="Mode dp: the budget per released feature instead (a party's total is this times "
+                          "its features)."),
+        click.option("--trees", default=10, show_default=True, help="Boosting rounds (n_estimators)."),
+        click.option("--depth", default=4, show_default=True, help="max_depth."),
+        click.option("--learning-rate", default=0.3, show_default=True),
+        click.option("--max-bin", default=32, show_default=True),
+        click.option("--reg-lambda", default=1.0, show_default=True),
+        click.option("--min-child-weight", default=1.0, show_default=True),
+        click.option("--gamma", default=0.0, show_default=True),
+        click.option("--key-bits", default=2048, show_default=True),
+        click.option("--encryption", type=click.Choice(["fast", "standard"]), default="fast", show_default=True,
+                     help="Paillier randomness: short-exponent 'fast' or phe-style 'standard'."),
+        click.option("--seed", default=0, show_default=True),
+        click.option("--align", type=click.Choice(["hash", "psi"]), default="hash", show_default=True,
+                     help="Sample alignment: salted mmh3 hashes, or ECDH private set intersection (X25519)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
 @main.command()
 @click.option("--dataset", default="breast_cancer", show_default=True,
               help="Bundled 'breast_cancer', or a name from ../shared/datasets (breast, default_credit, ...).")
@@ -61,30 +90,13 @@ def _fmt_breakdown(t: dict) -> str:
 @click.option("--id-col", default="id", show_default=True)
 @click.option("--label-col", default="y", show_default=True)
 @click.option("--parties", default=2, show_default=True, help="Parties for the bundled dataset.")
-@click.option("--mode", type=click.Choice(["he", "plain", "dp"]), default="he", show_default=True)
-@click.option("--epsilon", type=float, default=None,
-              help="Mode dp: each passive party's privacy budget, split evenly over its features (inf: no noise).")
-@click.option("--epsilon-per-feature", type=float, default=None,
-              help="Mode dp: the budget per released feature instead (a party's total is this times its features).")
-@click.option("--trees", default=10, show_default=True, help="Boosting rounds (n_estimators).")
-@click.option("--depth", default=4, show_default=True, help="max_depth.")
-@click.option("--learning-rate", default=0.3, show_default=True)
-@click.option("--max-bin", default=32, show_default=True)
-@click.option("--reg-lambda", default=1.0, show_default=True)
-@click.option("--min-child-weight", default=1.0, show_default=True)
-@click.option("--gamma", default=0.0, show_default=True)
-@click.option("--key-bits", default=2048, show_default=True)
-@click.option("--encryption", type=click.Choice(["fast", "standard"]), default="fast", show_default=True,
-              help="Paillier randomness: short-exponent 'fast' or phe-style 'standard'.")
+@_training_options
 @click.option("--test-size", default=0.2, show_default=True)
-@click.option("--seed", default=0, show_default=True)
 @click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
 @click.option("--predictions", type=click.Path(dir_okay=False), help="Write test ids and probabilities (CSV).")
 @click.option("--save-model", type=click.Path(file_okay=False), help="Write one JSON model file per party.")
 @click.option("--verbose", is_flag=True, help="Print the per-tree time breakdown.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-@click.option("--align", type=click.Choice(["hash", "psi"]), default="hash", show_default=True,
-              help="Sample alignment: salted mmh3 hashes, or ECDH private set intersection (X25519).")
 @click.option("--prediction", type=click.Choice(["one-round", "node"]), default="one-round", show_default=True,
               help="Prediction protocol: one message of leaf masks per passive party, or node-by-node routing.")
 @click.option("--objective", type=click.Choice(["binary", "multiclass", "regression", "pseudohuber"]),
@@ -392,11 +404,6 @@ def _learner_options(f):
     return f
 
 
-def _mode_choices():
-    from vfl.params import MODES
-    return list(MODES)
-
-
 @party.command("active")
 @click.option("--name", default="guest", show_default=True, help="This party's name.")
 @click.option("--data", required=True, type=click.Path(dir_okay=False), help="CSV: id, label, features.")
@@ -410,23 +417,7 @@ def _mode_choices():
 @click.option("--force", is_flag=True, help="Replace a finished model in --model-dir.")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds any single call may take.")
 @click.option("--connect-timeout", type=float, help="Seconds to wait for the peers at start [default: --timeout].")
-@click.option("--align", type=click.Choice(["hash", "psi"]), default="hash", show_default=True,
-              help="Sample alignment: salted hashes, or ECDH private set intersection.")
-@click.option("--mode", type=click.Choice(_mode_choices()), default="he", show_default=True)
-@click.option("--epsilon", type=float, default=None,
-              help="Mode dp: each passive party's privacy budget, split evenly over its features (inf: no noise).")
-@click.option("--epsilon-per-feature", type=float, default=None,
-              help="Mode dp: the budget per released feature instead (a party's total is this times its features).")
-@click.option("--trees", default=10, show_default=True, help="Boosting rounds (n_estimators).")
-@click.option("--depth", default=4, show_default=True, help="max_depth.")
-@click.option("--learning-rate", default=0.3, show_default=True)
-@click.option("--max-bin", default=32, show_default=True)
-@click.option("--reg-lambda", default=1.0, show_default=True)
-@click.option("--min-child-weight", default=1.0, show_default=True)
-@click.option("--gamma", default=0.0, show_default=True)
-@click.option("--key-bits", default=2048, show_default=True)
-@click.option("--encryption", type=click.Choice(["fast", "standard"]), default="fast", show_default=True)
-@click.option("--seed", default=0, show_default=True)
+@_training_options
 @click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_learner_options
