@@ -19,11 +19,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datasets import load_shared, shared_datasets_dir, vertical_split  # noqa: E402
+from datasets import join_parties, load_shared, shared_datasets_dir, sklearn_parties  # noqa: E402
 from datasets.split import train_test_split_parties  # noqa: E402
 from vfl import metrics  # noqa: E402
 from vfl.api import federation_from_frames  # noqa: E402
@@ -33,26 +32,6 @@ from vfl.params import TrainParams  # noqa: E402
 TASKS = {"vehicle": "multiclass", "student": "regression", "dvisits": "regression",
          "ionosphere": "binary", "motor": "regression", "breast": "binary",
          "wine": "multiclass", "diabetes": "regression"}
-
-
-def sklearn_parties(name: str):
-    from sklearn.datasets import load_diabetes, load_wine
-    bunch = load_wine() if name == "wine" else load_diabetes()
-    cols = [f"f{i}" for i in range(bunch.data.shape[1])]
-    df = pd.DataFrame(bunch.data, columns=cols)
-    df.insert(0, "y", bunch.target)
-    df.insert(0, "id", np.arange(len(df)))
-    return vertical_split(df, "id", "y", 2)
-
-
-def joined(parties):
-    """Join the parties' frames on the guest's id (the centralised view XGBoost gets)."""
-    g = parties[0]
-    df = g.frame.rename(columns={g.id_col: "__id"})
-    for pf in parties[1:]:
-        df = df.merge(pf.frame.rename(columns={pf.id_col: "__id"}), on="__id", how="inner")
-    feats = [c for c in df.columns if c not in ("__id", g.label_col)]
-    return df[feats].to_numpy(dtype=np.float64), df[g.label_col].to_numpy(), df["__id"].to_numpy()
 
 
 def xgb_model(objective: str, p: TrainParams, y_train, n_classes: int | None = None):
@@ -88,9 +67,9 @@ def compare(parties, objective: str, params: TrainParams, seed: int = 0) -> dict
     fed_seconds = time.perf_counter() - t0
     raw = fed.predict_raw({pf.name: pf.frame for pf in test})
     out = get_loss(objective).transform(raw)
-    Xtr, ytr, _ = joined(train)
-    Xte, yte, ids_te = joined(test)
-    # the federated predictions are in the guest's test row order; joined() keeps it
+    Xtr, ytr, _ = join_parties(train)
+    Xte, yte, ids_te = join_parties(test)
+    # the federated predictions are in the guest's test row order; join_parties keeps it
     assert np.array_equal(ids_te, test[0].frame[test[0].id_col].to_numpy())
     if objective == "multiclass":
         classes = fed.model.classes

@@ -15,8 +15,9 @@ from .loaders import (
     parse_libsvm,
     read_party_csv,
     shared_datasets_dir,
+    sklearn_parties,
 )
-from .split import party_names, train_test_split_parties, vertical_split
+from .split import join_parties, party_names, train_test_split_parties, vertical_split
 from .synthetic import make_synthetic
 
 __all__ = [
@@ -37,4 +38,6 @@ __all__ = [
     "train_test_split_parties",
     "vertical_split",
     "party_names",
+    "join_parties",
+    "sklearn_parties",
 ]

@@ -437,3 +437,21 @@ def load_a9a(split: str = "train", root: PathLike | None = None) -> list[PartyFr
     )
     host = PartyFrame("host", _a9a_frame(ids, x1, A9A_P0_FEATURES + 1, id_col), id_col, None, src1)
     return [guest, host]
+
+
+def sklearn_parties(name: str, n_parties: int = 2, id_col: str = "id", label_col: str = "y") -> list[PartyFrame]:
+    """scikit-learn's bundled ``wine`` (3 classes) or ``diabetes`` (regression) split vertically.
+
+    Features are named ``f0, f1, ...`` and split into ``n_parties`` contiguous chunks;
+    ids are row numbers. No network is needed.
+    """
+    from sklearn.datasets import load_diabetes, load_wine
+
+    loaders = {"wine": load_wine, "diabetes": load_diabetes}
+    if name not in loaders:
+        raise InputError(f"unknown scikit-learn dataset {name!r}; choose one of {sorted(loaders)}")
+    bunch = loaders[name]()
+    df = pd.DataFrame(bunch.data, columns=[f"f{i}" for i in range(bunch.data.shape[1])])
+    df.insert(0, label_col, bunch.target)
+    df.insert(0, id_col, np.arange(len(df)))
+    return vertical_split(df, id_col, label_col, n_parties)

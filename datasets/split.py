@@ -13,7 +13,7 @@ from vfl.errors import InputError
 
 from .frames import PartyFrame, _plain, describe_party
 
-__all__ = ["vertical_split", "train_test_split_parties", "party_names"]
+__all__ = ["vertical_split", "train_test_split_parties", "party_names", "join_parties"]
 
 # A label with at most this many distinct integer values counts as "classification-like".
 _MAX_STRATIFY_CLASSES = 20
@@ -206,3 +206,19 @@ def train_test_split_parties(
         train_parties.append(_subset(pf, in_train))
         test_parties.append(_subset(pf, in_test))
     return train_parties, test_parties
+
+
+def join_parties(parties: list[PartyFrame]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The centralised view of a vertical split: ``(X, y, ids)``.
+
+    Every party's features of the rows all parties share, in the first
+    (label-holding) party's row order; columns in party order. It is what a
+    non-federated reference model (e.g. XGBoost) trains on. ``y`` keeps the
+    label column's values as they are.
+    """
+    guest = parties[0]
+    X = guest.frame.set_index(guest.id_col)[guest.feature_names].add_prefix(f"{guest.name}:")
+    for pf in parties[1:]:
+        X = X.join(pf.frame.set_index(pf.id_col)[pf.feature_names].add_prefix(f"{pf.name}:"), how="inner")
+    y = guest.frame.set_index(guest.id_col).loc[X.index, guest.label_col].to_numpy()
+    return X.to_numpy(dtype=np.float64), y, X.index.to_numpy()

@@ -505,3 +505,18 @@ def test_load_a9a_test():
     # first test line: "0 5:1 13:1 18:1 28:1 34:1 35:1 36:1 40:1 42:1 62:1 66:1 76:1 92:1 100:1"
     row0 = host.frame.iloc[0]
     assert [c for c in host.feature_names if row0[c] == 1.0] == ["f62", "f66", "f76", "f92", "f100"]
+
+
+def test_join_parties_gives_the_centralised_view_in_guest_order():
+    from datasets import breast_cancer_parties, join_parties, sklearn_parties
+    parts = breast_cancer_parties(3)
+    shuffled = [parts[0]] + [PartyFrame(p.name, p.frame.sample(frac=1, random_state=0), p.id_col)
+                             for p in parts[1:]]
+    X, y, ids = join_parties(shuffled)
+    assert X.shape == (569, 30) and np.array_equal(ids, parts[0].frame["id"].to_numpy())
+    from sklearn.datasets import load_breast_cancer
+    assert np.array_equal(X, load_breast_cancer().data) and np.array_equal(y, load_breast_cancer().target)
+    wine = sklearn_parties("wine", 3)
+    assert [len(p.feature_names) for p in wine] == [5, 4, 4]
+    with pytest.raises(InputError, match="unknown scikit-learn dataset"):
+        sklearn_parties("iris")

@@ -2,10 +2,9 @@
 min_child_weight and base score) on the same 80/20 split. ``plain`` mode: it grows the
 same trees as ``he`` (tested in test_learner_objectives)."""
 import numpy as np
-import pandas as pd
 import pytest
 
-from datasets import load_shared, vertical_split
+from datasets import join_parties, load_shared, sklearn_parties
 from datasets.split import train_test_split_parties
 from vfl import metrics
 from vfl.api import federation_from_frames
@@ -15,24 +14,10 @@ from vfl.params import TrainParams
 xgb = pytest.importorskip("xgboost")
 
 
-def sklearn_parties(name):
-    from sklearn.datasets import load_diabetes, load_wine
-    bunch = load_wine() if name == "wine" else load_diabetes()
-    cols = [f"f{i}" for i in range(bunch.data.shape[1])]
-    df = pd.DataFrame(bunch.data, columns=cols)
-    df.insert(0, "y", bunch.target)
-    df.insert(0, "id", np.arange(len(df)))
-    return vertical_split(df, "id", "y", 2)
-
-
 def joined(parties):
-    g = parties[0]
-    df = g.frame.rename(columns={g.id_col: "__id"})
-    for pf in parties[1:]:
-        df = df.merge(pf.frame.rename(columns={pf.id_col: "__id"}), on="__id", how="inner")
-    assert np.array_equal(df["__id"].to_numpy(), g.frame[g.id_col].to_numpy())   # guest's row order
-    feats = [c for c in df.columns if c not in ("__id", g.label_col)]
-    return df[feats].to_numpy(dtype=np.float64), df[g.label_col].to_numpy()
+    X, y, ids = join_parties(parties)
+    assert np.array_equal(ids, parties[0].frame[parties[0].id_col].to_numpy())   # guest's row order
+    return X, y
 
 
 def both(parties, objective, n_estimators=20, max_depth=4, seed=0):

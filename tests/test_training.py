@@ -7,7 +7,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from crypto.encoding import encode_fixed
-from datasets import train_test_split_parties
+from datasets import join_parties, train_test_split_parties
 from protocols import messages as m
 from protocols.serialization import BigInts, loads
 from vfl import ActiveParty, Federation, PassiveParty, TrainParams
@@ -57,17 +57,11 @@ def test_auc_matches_xgboost_hist_on_breast_cancer(breast2):
     _, _, proba, y_test = _fit(breast2, "plain", **params)
     train, test = train_test_split_parties(breast2, test_size=0.2, seed=0)
 
-    def joined(parts):
-        df = parts[0].frame
-        for pf in parts[1:]:
-            df = df.merge(pf.frame, on="id")
-        return df
-
-    tr, te = joined(train), joined(test)
-    feats = [c for c in tr.columns if c not in ("id", "y")]
+    Xtr, ytr, _ = join_parties(train)
+    Xte, yte, _ = join_parties(test)
     clf = xgb.XGBClassifier(tree_method="hist", **params)
-    clf.fit(tr[feats].to_numpy(), tr["y"].to_numpy())
-    auc_xgb = roc_auc_score(te["y"], clf.predict_proba(te[feats].to_numpy())[:, 1])
+    clf.fit(Xtr, ytr.astype(int))
+    auc_xgb = roc_auc_score(yte.astype(int), clf.predict_proba(Xte)[:, 1])
     auc_ours = roc_auc_score(y_test, proba)
     assert abs(auc_ours - auc_xgb) <= 0.01, (auc_ours, auc_xgb)
 

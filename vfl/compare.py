@@ -187,12 +187,10 @@ def _run_federated(frames, dataset, mode, epsilon, seed, cfg: CompareConfig) -> 
 def _centralized(parts):
     """All parties' features of the same rows in one table (the guest's row order)."""
     import pandas as pd
-    guest = parts[0]
-    X = guest.frame.set_index(guest.id_col)[guest.feature_names].add_prefix(f"{guest.name}:")
-    for pf in parts[1:]:
-        X = X.join(pf.frame.set_index(pf.id_col)[pf.feature_names].add_prefix(f"{pf.name}:"), how="inner")
-    y = guest.frame.set_index(guest.id_col).loc[X.index, guest.label_col]
-    return X.to_numpy(dtype=np.float64), pd.to_numeric(y).to_numpy(dtype=np.float64)
+
+    from datasets.split import join_parties
+    X, y, _ = join_parties(parts)
+    return X, pd.to_numeric(pd.Series(y)).to_numpy(dtype=np.float64)
 
 
 def _run_xgboost(frames, dataset, seed, cfg: CompareConfig) -> dict:
