@@ -52,3 +52,16 @@ def small_frames(n=120, seed=0):
     b = pd.DataFrame({"id": ids, "b0": X[:, 2], "b1": X[:, 3]})
     c = pd.DataFrame({"id": ids, "c0": X[:, 4], "c1": X[:, 5]})
     return a, b, c
+
+
+@pytest.fixture
+def always_parallel(monkeypatch):
+    """Send even tiny batches to the worker pools, so the pool paths run on test-sized data."""
+    from crypto import compress as compress_mod
+    from crypto import histogram as hist_mod
+    from crypto.paillier import Decryptor, Encryptor
+    monkeypatch.setattr(hist_mod, "POOL_MIN_WORK", 0)
+    monkeypatch.setattr(hist_mod, "UNIT_MIN_WORK", 50)
+    monkeypatch.setattr(compress_mod, "COMPRESS_POOL_MIN", 0)
+    monkeypatch.setattr(Encryptor, "POOL_MIN", 0)
+    monkeypatch.setattr(Decryptor, "POOL_MIN", 0)

@@ -1,7 +1,6 @@
 """Encoding, packing, Paillier kernels, histogram and compression: exact round trips."""
 import gmpy2
 import numpy as np
-import phe
 import pytest
 
 from crypto.compress import compress

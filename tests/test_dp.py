@@ -15,7 +15,6 @@ from parties.passive import PassiveParty
 from protocols import alignment
 from protocols import messages as m
 from protocols.serialization import BigInts, dumps, loads
-from protocols.transport import InMemoryTransport, frame_handler
 from vfl.api import Federation
 from vfl.binning import Binner
 from vfl.boosting import Booster, LocalSource

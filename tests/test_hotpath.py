@@ -9,7 +9,6 @@ import gmpy2
 import numpy as np
 import pytest
 
-import crypto.compress as compress_mod
 import crypto.histogram as hist_mod
 from crypto.compress import (choose_shifts, compress, compressed_histogram, direct_block,
                              shifted_plaintexts)
@@ -24,16 +23,6 @@ from crypto.pool import WorkerError, WorkerPool, bytes_to_ints, ints_to_bytes, r
 def pool():
     with WorkerPool(2, "test") as p:
         yield p
-
-
-@pytest.fixture
-def always_parallel(monkeypatch):
-    """Send even tiny batches to the workers, so the pool paths run on test-sized data."""
-    monkeypatch.setattr(hist_mod, "POOL_MIN_WORK", 0)
-    monkeypatch.setattr(hist_mod, "UNIT_MIN_WORK", 50)
-    monkeypatch.setattr(compress_mod, "COMPRESS_POOL_MIN", 0)
-    monkeypatch.setattr(Encryptor, "POOL_MIN", 0)
-    monkeypatch.setattr(Decryptor, "POOL_MIN", 0)
 
 
 def _problem(n=700, seed=0, n_bins=(5, 33, 2, 17, 33, 33, 9, 3)):

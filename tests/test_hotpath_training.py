@@ -7,11 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import crypto.compress as compress_mod
-import crypto.histogram as hist_mod
 import parties.active as active_mod
 import vfl.boosting as boosting_mod
-from crypto.paillier import Decryptor, Encryptor
+from crypto.paillier import Decryptor
 from crypto.pool import WorkerPool
 from protocols import messages as m
 from protocols.serialization import BigInts, loads
@@ -21,15 +19,6 @@ from vfl.errors import InputError, ProtocolError
 from conftest import KEY_BITS, small_frames
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def always_parallel(monkeypatch):
-    monkeypatch.setattr(hist_mod, "POOL_MIN_WORK", 0)
-    monkeypatch.setattr(hist_mod, "UNIT_MIN_WORK", 50)
-    monkeypatch.setattr(compress_mod, "COMPRESS_POOL_MIN", 0)
-    monkeypatch.setattr(Encryptor, "POOL_MIN", 0)
-    monkeypatch.setattr(Decryptor, "POOL_MIN", 0)
 
 
 @pytest.fixture
