@@ -83,10 +83,8 @@ class GradientChannel:
 
     def group_size(self, layout: PackingLayout) -> int:
         """Targets packed per plaintext: all of them when they fit the key, else the most that fit."""
-        fit = (self.key_bits - 2) // layout.pair_bits
-        if fit < 1:
-            layout.values_per_plaintext(self.key_bits)       # raises, naming the sizes
-        return max(1, min(layout.n_targets, fit))
+        fit = replace(layout, n_targets=1).values_per_plaintext(self.key_bits)   # raises if none fits
+        return min(layout.n_targets, fit)
 
     def plan(self, n_bins: int, max_depth: int, preshift: str | bool = "auto",
              frame_cap: int | None = None) -> None:
@@ -115,12 +113,16 @@ class GradientChannel:
                 self.timing[stage] = self.timing.get(stage, 0.0) + seconds
 
     def _shifts(self, n_samples: int, layout: PackingLayout, per: int, n_trees: int = 1,
-                n_groups: int = 1) -> int:
-        """1, or ``per`` pre-shifted copies of every value (see :mod:`crypto.compress`)."""
+                n_groups: int = 1, frame_rows: int | None = None) -> int:
+        """1, or ``per`` pre-shifted copies of every value (see :mod:`crypto.compress`).
+
+        ``n_samples`` rows are encrypted and summed; the message carries ``frame_rows``
+        values per copy and group (all rows: unsampled ones as full-width placeholders)."""
         if self.mode != "he" or per <= 1 or self.preshift is False:
             return 1
+        frame_rows = n_samples if frame_rows is None else frame_rows
         if self.frame_cap is not None and \
-                n_groups * n_samples * per * ((2 * self.key_bits + 7) // 8) + 65536 > 0.9 * self.frame_cap:
+                n_groups * frame_rows * per * ((2 * self.key_bits + 7) // 8) + 65536 > 0.9 * self.frame_cap:
             return 1
         if self.preshift is True:
             return per
@@ -141,7 +143,7 @@ class GradientChannel:
         used = self._sample[1] if self._sample[0] == round_idx else None
         rows = np.arange(n) if used is None else np.flatnonzero(used)
         n_groups = -(-K // G)
-        shifts = self._shifts(len(rows), glayout, per, n_trees=K, n_groups=n_groups)
+        shifts = self._shifts(len(rows), glayout, per, n_trees=K, n_groups=n_groups, frame_rows=n)
         values = []
         for start in range(0, K, G):        # one block of n values per target group (and shift)
             gj = np.zeros((n, G), dtype=np.int64)
@@ -310,37 +312,37 @@ class ActiveParty:
             transport.call_many({p: m.TrainResume(model_id, resume.n_rounds, resume.records.get(p, 0))
                                  for p in peers})
         self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.n_jobs, len(rows))
-        caps = [getattr(transport, "max_frame_bytes", None)] + \
-            [info.get("max_frame_bytes") for info in getattr(transport, "peer_info", {}).values()]
-        caps = [c for c in caps if isinstance(c, int) and c > 0]
-        self.channel.plan(sum(int(np.sum(infos[p].n_bins)) for p in peers), params.max_depth, self.preshift,
-                          min(caps) if caps else None)
-        if params.mode == "he":
-            transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
-        sources: list[HistogramSource] = []
-        if self.feature_names:
-            sources.append(LocalSource(self.name, X, self.feature_names, params.max_bin))
-        self.dp_report = {}
-        if params.mode == "dp":     # one noisy release per passive party, then local training
-            from parties.dp import dp_sources
-            dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(rows))
-            sources.extend(dp)
-        for p in (peers if params.mode != "dp" else []):
-            nb = infos[p].n_bins
-            sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel))
-        sources = fan_out(transport, sources)
-        monitor = TrainingMonitor(loss, params, y)
-        user_hook = tracker.wrap(on_round) if tracker is not None else on_round
+        booster, completed = None, False
+        try:   # from here on, workers and passive parties are released whatever happens
+            caps = [getattr(transport, "max_frame_bytes", None)] + \
+                [info.get("max_frame_bytes") for info in getattr(transport, "peer_info", {}).values()]
+            caps = [c for c in caps if isinstance(c, int) and c > 0]
+            self.channel.plan(sum(int(np.sum(infos[p].n_bins)) for p in peers), params.max_depth, self.preshift,
+                              min(caps) if caps else None)
+            if params.mode == "he":
+                transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
+            sources: list[HistogramSource] = []
+            if self.feature_names:
+                sources.append(LocalSource(self.name, X, self.feature_names, params.max_bin))
+            self.dp_report = {}
+            if params.mode == "dp":     # one noisy release per passive party, then local training
+                from parties.dp import dp_sources
+                dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(rows))
+                sources.extend(dp)
+            for p in (peers if params.mode != "dp" else []):
+                nb = infos[p].n_bins
+                sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel))
+            sources = fan_out(transport, sources)
+            monitor = TrainingMonitor(loss, params, y)
+            user_hook = tracker.wrap(on_round) if tracker is not None else on_round
 
-        def round_hook(r, info):
-            stop = monitor.on_round(r, info)       # metrics and early stopping (info gets "history")
-            if user_hook is not None and user_hook(r, info):
-                stop = True
-            return stop
+            def round_hook(r, info):
+                stop = monitor.on_round(r, info)       # metrics and early stopping (info gets "history")
+                if user_hook is not None and user_hook(r, info):
+                    stop = True
+                return stop
 
-        booster = Booster(sources, loss, params, self._round_hook(transport, round_hook))
-        completed = False
-        try:
+            booster = Booster(sources, loss, params, self._round_hook(transport, round_hook))
             if val is not None:
                 monitor.start_validation(transport, peers, model_id, salt, self.name, self.feature_names, *val)
             if resume is not None:
@@ -351,7 +353,8 @@ class ActiveParty:
         finally:
             self.channel.close()
             try:
-                transport.call_many({p: m.TrainEnd(model_id, len(booster.timings), completed) for p in peers})
+                n_done = len(booster.timings) if booster is not None else 0
+                transport.call_many({p: m.TrainEnd(model_id, n_done, completed) for p in peers})
             except Exception:
                 if completed:
                     raise

@@ -252,3 +252,42 @@ def test_multiclass_target_groups_with_preshift_and_pools_equal_plain(always_par
             owners = {n.owner for rnd in fed.model.rounds for t in rnd for n in t.nodes if not n.is_leaf}
             assert {"telco", "shop"} & owners
     assert out["he"] == out["plain"]
+
+
+def test_preshift_frame_cap_counts_every_row_of_a_sampled_round():
+    """Unsampled rows still travel (as full-width placeholders): the cap must count them."""
+    from crypto.encoding import encode_fixed
+    from crypto.packing import PackingLayout
+    from parties.active import GradientChannel
+    from protocols.serialization import dumps
+
+    n = 400
+    ch = GradientChannel("he", KEY_BITS, "fast", n_jobs=1)
+    rng = np.random.default_rng(0)
+    g = encode_fixed(rng.uniform(-1, 1, (n, 1)), 20)
+    h = encode_fixed(rng.uniform(0, .25, (n, 1)), 20)
+    layout = PackingLayout.for_bounds(1, .25, n, 1, 20)
+    per = layout.values_per_plaintext(KEY_BITS)
+    cap = int((n * per * 256 + 65536) / 0.9 * 0.75)     # room for copies of half the rows, not all
+    ch.plan(100, 3, True, cap)
+    ch.set_sample(0, np.arange(n) < n // 2)
+    rc = ch.gradients(0, g, h, layout)
+    assert len(dumps(rc.message)) <= cap
+    assert rc.shifts == 1
+
+
+def test_workers_and_passives_are_released_when_setup_fails(monkeypatch):
+    """An error between starting the active party's pool and the first round closes the pool
+    and still tells the passive parties that training ended unfinished."""
+    a, b, _ = small_frames(160)
+    telco = PassiveParty("telco", b, n_jobs=1)
+    fed = Federation(ActiveParty("bank", a, n_jobs=2), [telco])
+
+    def refuse(self, req):
+        raise InputError("refuses the key")
+
+    monkeypatch.setattr(PassiveParty, "_on_PublicKey", refuse)
+    with pytest.raises(InputError, match="refuses the key"):
+        fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=1))
+    assert fed.active.channel.pool is None                  # closed, workers gone
+    assert telco.completed is False and telco._values is None   # TrainEnd(completed=False) arrived
