@@ -104,13 +104,7 @@ class DPPassiveMixin:
             raise ProtocolError("DPSplitRegister: feature_idx, bin_idx and default_left differ in shape")
         record_ids = []
         for f, b, dl in zip(f_all.tolist(), b_all.tolist(), dl_all.tolist()):
-            if not 0 <= f < len(self.feature_names) or not 0 <= b < len(binner.thresholds_[f]) + 1:
-                raise ProtocolError(f"no feature {f} / bucket {b} at party {self.name!r}")
-            rid = len(self.records)
-            self.records.append({"record_id": rid, "round": -1, "tree": -1, "node_id": -1,
-                                 "feature_idx": int(f), "feature": self.feature_names[f],
-                                 "threshold": binner.threshold(f, b), "default_left": bool(dl)})
-            record_ids.append(rid)
+            record_ids.append(self._add_record(binner, f, b, dl, -1, -1, -1))
         return m.DPSplitRecords(np.array(record_ids, dtype=np.int64))
 
 

@@ -63,6 +63,7 @@ class PassiveParty(DPPassiveMixin):
         self.model_id: str | None = None
         self.salt: bytes | None = None
         self.records: list[dict] = []
+        self._record_cols = None
         self._reset_training()
         self._pred_ids = None
         self._pred_X = None
@@ -73,6 +74,7 @@ class PassiveParty(DPPassiveMixin):
 
     # -- state --------------------------------------------------------------
     def _reset_training(self):
+        self._hashes = None
         self.close_pool()
         self._shifts = 1
         self._rows = None
@@ -115,8 +117,7 @@ class PassiveParty(DPPassiveMixin):
         return m.IdHashes(self._hashes)
 
     def _on_AlignResult(self, req: m.AlignResult):
-        self._need("alignment", self.salt)
-        self._rows = alignment.positions(self._hashes, req.hashes, self.name)
+        self._rows = alignment.positions(self._need("alignment", self._hashes), req.hashes, self.name)
         return m.AlignAck(int(len(self._ids)), int(len(self._rows)))
 
     # -- setup --------------------------------------------------------------
@@ -170,8 +171,14 @@ class PassiveParty(DPPassiveMixin):
         if a.ndim != 2 or a.shape[1] != len(self._rows):
             raise ProtocolError(f"assignment of shape {a.shape} does not cover {len(self._rows)} samples")
 
+    def _check_round(self, round_idx: int) -> None:
+        if round_idx != self._round:
+            raise ProtocolError(f"party {self.name!r} holds the gradients of round {self._round}, "
+                                f"not of round {round_idx}")
+
     def _on_HistogramRequest(self, req: m.HistogramRequest):
         self._need("gradients", self._values)
+        self._check_round(req.round_idx)
         self._check_assignment(req.assignment)
         self._assignment = req.assignment
         node_rows = self._node_rows(req.assignment, req.tree_idx, req.node_ids)
@@ -229,23 +236,48 @@ class PassiveParty(DPPassiveMixin):
         if pool is not None:
             pool.close()
 
+    def _add_record(self, binner, feature_idx: int, bin_idx: int, default_left, round_idx: int,
+                    tree: int, node_id: int) -> int:
+        """Store the split "feature <= threshold of bin_idx" in the lookup table; its record id."""
+        f, b = feature_idx, bin_idx
+        if not 0 <= f < len(self.feature_names) or not 0 <= b < len(binner.thresholds_[f]) + 1:
+            raise ProtocolError(f"no feature {f} / bin {b} at party {self.name!r}")
+        rid = len(self.records)
+        self.records.append({"record_id": rid, "round": round_idx, "tree": tree, "node_id": node_id,
+                             "feature_idx": f, "feature": self.feature_names[f],
+                             "threshold": binner.threshold(f, b), "default_left": bool(default_left)})
+        return rid
+
+    def _go_left(self, record_ids: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Split decisions of our records on raw values ``x`` (same shape; NaN: default direction).
+
+        The records' columns are kept as arrays, rebuilt only when the table changes
+        (records are only ever appended, or the whole table replaced)."""
+        cache = self._record_cols
+        if cache is None or cache[0] is not self.records or cache[1] != len(self.records):
+            cache = (self.records, len(self.records),
+                     np.array([r["threshold"] for r in self.records], dtype=np.float64),
+                     np.array([r["default_left"] for r in self.records], dtype=bool))
+            self._record_cols = cache
+        thr, dl = cache[2][record_ids], cache[3][record_ids]
+        return np.where(np.isnan(x), dl, x <= thr)
+
+    def _record_features(self, record_ids: np.ndarray) -> np.ndarray:
+        return np.array([self.records[r]["feature_idx"] for r in record_ids.tolist()], dtype=np.int64)
+
     def _on_SplitRequest(self, req: m.SplitRequest):
         a = self._need("a histogram request", self._assignment)
+        self._check_round(req.round_idx)
         record_ids, go_left, n_rows = [], [], []
         for t, nid, f, b, dl in zip(req.tree_idx, req.node_ids, req.feature_idx, req.bin_idx,
                                     req.default_left):
             f, b = int(f), int(b)
-            if not 0 <= f < len(self.feature_names) or not 0 <= b < len(self._binner.thresholds_[f]) + 1:
-                raise ProtocolError(f"no feature {f} / bin {b} at party {self.name!r}")
+            rid = self._add_record(self._binner, f, b, dl, int(self._round), int(t), int(nid))
             rows = node_members(a[int(t)], int(nid))     # sampled and riding rows
             bins = self._bin_idx[rows, f].astype(np.int64)
             missing = bins == len(self._binner.thresholds_[f]) + 1
             go_left.append(np.where(missing, bool(dl), bins <= b))
             n_rows.append(len(rows))
-            rid = len(self.records)
-            self.records.append({"record_id": rid, "round": int(self._round), "tree": int(t),
-                                 "node_id": int(nid), "feature_idx": f, "feature": self.feature_names[f],
-                                 "threshold": self._binner.threshold(f, b), "default_left": bool(dl)})
             record_ids.append(rid)
         return m.SplitResponse(np.array(record_ids, dtype=np.int64),
                                np.concatenate(go_left) if go_left else np.zeros(0, dtype=bool),
@@ -306,11 +338,8 @@ class PassiveParty(DPPassiveMixin):
             raise ProtocolError(f"unknown record id at party {self.name!r}")
         if req.rows.size and (req.rows.min() < 0 or req.rows.max() >= len(X)):
             raise ProtocolError("row index out of range")
-        feat = np.array([self.records[r]["feature_idx"] for r in rec.tolist()], dtype=np.int64)
-        thr = np.array([self.records[r]["threshold"] for r in rec.tolist()], dtype=np.float64)
-        dl = np.array([self.records[r]["default_left"] for r in rec.tolist()], dtype=bool)
-        x = X[req.rows, feat] if rec.size else np.zeros(0)
-        return m.RouteResponse(np.where(np.isnan(x), dl, x <= thr))
+        x = X[req.rows, self._record_features(rec)] if rec.size else np.zeros(0)
+        return m.RouteResponse(self._go_left(rec, x))
 
     # -- validation set and feature importance (issue 4) --------------------
     def load_validation_data(self, frame: pd.DataFrame, source: str | None = None) -> None:
@@ -448,12 +477,8 @@ class PassiveParty(DPPassiveMixin):
             raise ProtocolError(f"unknown prediction session {req.session_id!r}")
         sk = Skeleton(req.tree_sizes, req.left, req.right, req.record_ids).validate(len(self.records))
         own = np.flatnonzero(sk.record_ids >= 0)
-        recs = [self.records[r] for r in sk.record_ids[own].tolist()]
-        feat = np.array([r["feature_idx"] for r in recs], dtype=np.int64)
-        thr = np.array([r["threshold"] for r in recs], dtype=np.float64)
-        dl = np.array([r["default_left"] for r in recs], dtype=bool)
-        x = X[:, feat]
-        go_left = np.where(np.isnan(x), dl[None, :], x <= thr[None, :])
+        rec = sk.record_ids[own]
+        go_left = self._go_left(rec[None, :], X[:, self._record_features(rec)])
         if req.session_id != self._eval_session:             # (validation: one request per round)
             del self._pred_rows[req.session_id]             # a one-round session is complete
         return m.LeafMaskResponse(leaf_masks(sk, own, go_left))

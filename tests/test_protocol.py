@@ -109,3 +109,37 @@ def test_alignment_hashes_intersection_and_errors():
         alignment.intersect({"a": alignment.hash_ids([1], salt), "b": alignment.hash_ids([2], salt)})
     with pytest.raises(InputError, match="no row for 1"):
         alignment.positions(hb, alignment.hash_ids([9], salt), "b")
+
+
+def test_passive_refuses_out_of_order_requests_with_protocol_errors():
+    import pandas as pd
+
+    from parties.passive import PassiveParty
+    frame = pd.DataFrame({"id": [1, 2, 3], "x": [0.1, 0.2, 0.3]})
+    party = PassiveParty("telco", frame)
+    party.salt = b"s" * 16                 # as after loading a model or a PSI alignment
+    handler = frame_handler(party.handle)
+    # an alignment result before any alignment request: a clear refusal, not a crash
+    reply = loads(handler(dumps(m.AlignResult(alignment.hash_ids([1], b"s" * 16)))))
+    assert isinstance(reply, m.ErrorReply) and "before alignment" in reply.message
+    # a histogram request before gradients, and one for a round it does not hold
+    req = m.HistogramRequest(3, 0, np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros((1, 3), np.int32))
+    reply = loads(handler(dumps(req)))
+    assert isinstance(reply, m.ErrorReply) and "before gradients" in reply.message
+
+
+def test_stale_round_requests_are_refused():
+    from conftest import small_frames
+    from vfl import ActiveParty, Federation, PassiveParty, TrainParams
+    a, b, _ = small_frames(60)
+    telco = PassiveParty("telco", b)
+    fed = Federation(ActiveParty("bank", a), [telco])
+    fed.fit(TrainParams(mode="plain", n_estimators=2, max_depth=2))
+    telco._values = telco._group_values = [[0] * 60]     # as if a round's gradients were held
+    telco._assignment = np.zeros((1, 60), np.int32)
+    with pytest.raises(ProtocolError, match="gradients of round 1, not of round 0"):
+        telco.handle(m.HistogramRequest(0, 0, np.zeros(1, np.int32), np.zeros(1, np.int32),
+                                        np.zeros((1, 60), np.int32)))
+    with pytest.raises(ProtocolError, match="not of round 0"):
+        telco.handle(m.SplitRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros(1, np.int32),
+                                    np.zeros(1, np.int32), np.zeros(1, bool)))
