@@ -19,7 +19,7 @@ from pandas.api import types as ptypes
 from vfl.errors import InputError
 
 from .frames import PartyFrame, _show, validate_party_frame
-from .split import _check_int, party_names, vertical_split
+from .split import _check_int, vertical_split
 
 __all__ = [
     "read_party_csv",
@@ -172,19 +172,24 @@ def breast_cancer_parties(n_parties: int = 2, id_col: str = "id", label_col: str
     as evenly as possible; the guest gets the first chunk and the label.
     Parties are named ``guest``, ``host1``, ``host2``, ...
     """
-    n_parties = _check_int(n_parties, "n_parties", 2, 30)
-    if id_col == label_col:
-        raise InputError(f"id_col and label_col must differ, both are {id_col!r}")
     from sklearn.datasets import load_breast_cancer
 
     bunch = load_breast_cancer()
     names = [str(n).replace(" ", "_") for n in bunch.feature_names]
+    return _bundled_parties(bunch.data, bunch.target, names, n_parties, id_col, label_col)
+
+
+def _bundled_parties(data, target, names, n_parties, id_col, label_col) -> list[PartyFrame]:
+    """A scikit-learn bundled dataset as ``n_parties`` vertical parts (ids are row numbers)."""
+    n_parties = _check_int(n_parties, "n_parties", 2, len(names))
+    if id_col == label_col:
+        raise InputError(f"id_col and label_col must differ, both are {id_col!r}")
     if id_col in names or label_col in names:
         raise InputError(f"id_col/label_col ({id_col!r}, {label_col!r}) clash with a feature name")
-    df = pd.DataFrame(np.asarray(bunch.data, dtype=np.float64), columns=names)
-    df.insert(0, label_col, np.asarray(bunch.target, dtype=np.int64))
+    df = pd.DataFrame(np.asarray(data, dtype=np.float64), columns=names)
+    df.insert(0, label_col, np.asarray(target))
     df.insert(0, id_col, np.arange(len(df), dtype=np.int64))
-    return vertical_split(df, id_col, label_col, n_parties, names=party_names(n_parties))
+    return vertical_split(df, id_col, label_col, n_parties)
 
 
 # --------------------------------------------------------------------------- shared data
@@ -451,7 +456,5 @@ def sklearn_parties(name: str, n_parties: int = 2, id_col: str = "id", label_col
     if name not in loaders:
         raise InputError(f"unknown scikit-learn dataset {name!r}; choose one of {sorted(loaders)}")
     bunch = loaders[name]()
-    df = pd.DataFrame(bunch.data, columns=[f"f{i}" for i in range(bunch.data.shape[1])])
-    df.insert(0, label_col, bunch.target)
-    df.insert(0, id_col, np.arange(len(df)))
-    return vertical_split(df, id_col, label_col, n_parties)
+    names = [f"f{i}" for i in range(bunch.data.shape[1])]
+    return _bundled_parties(bunch.data, bunch.target, names, n_parties, id_col, label_col)

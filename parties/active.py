@@ -300,8 +300,7 @@ class ActiveParty:
         if resume is not None:
             salt, model_id = bytes.fromhex(resume.salt), resume.model_id
         rows = (self.align_psi if params.align == "psi" else self.align)(transport, peers, salt, session_id)
-        y = loss.check_labels(self.y_raw[rows], self.name, self.label_col,
-                              **({"ids": self.ids[rows]} if loss.name != "binary" else {}))
+        y = loss.check_labels(self.y_raw[rows], self.name, self.label_col, ids=self.ids[rows])
         X = self.X[rows]
         tracker = None
         if checkpoint is not None or resume is not None:

@@ -520,3 +520,11 @@ def test_join_parties_gives_the_centralised_view_in_guest_order():
     assert [len(p.feature_names) for p in wine] == [5, 4, 4]
     with pytest.raises(InputError, match="unknown scikit-learn dataset"):
         sklearn_parties("iris")
+
+
+def test_bundled_sklearn_parties_check_their_column_names():
+    from datasets import sklearn_parties
+    with pytest.raises(InputError, match="must differ"):
+        sklearn_parties("wine", id_col="y", label_col="y")
+    with pytest.raises(InputError, match="clash with a feature name"):
+        sklearn_parties("wine", id_col="f0")

@@ -12,6 +12,7 @@ from protocols import messages as m
 from protocols.serialization import BigInts, loads
 from vfl import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.api import federation_from_frames
+from vfl.errors import InputError
 
 from conftest import KEY_BITS, small_frames
 
@@ -177,3 +178,13 @@ def test_predicting_training_rows_after_new_data_uses_training_rows_again():
     before = fed.predict_proba()
     fed.predict_proba({"a": a.iloc[:10], "b": b.iloc[:10], "c": c.iloc[:10]})
     assert np.array_equal(fed.predict_proba(), before)
+
+
+def test_loading_a_directory_with_an_unreadable_json_names_the_file(tmp_path):
+    a, b, _ = small_frames(40)
+    fed = Federation(ActiveParty("bank", a), [PassiveParty("telco", b)])
+    fed.fit(mode="plain", n_estimators=1, max_depth=1)
+    fed.save(tmp_path)
+    (tmp_path / "zz.json").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(InputError, match="cannot read model file .*zz.json"):
+        Federation.load(tmp_path)

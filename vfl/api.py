@@ -16,7 +16,6 @@ This is the only module (with ``cli.py``) that wires parties together.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ from parties.active import ActiveParty
 from parties.passive import PassiveParty
 from protocols.transport import InMemoryTransport, frame_handler
 from vfl.errors import InputError
-from vfl.model import BoostedModel
+from vfl.model import BoostedModel, read_model_json
 from vfl.params import TrainParams
 
 __all__ = ["ActiveParty", "PassiveParty", "Federation", "TrainParams", "load_federation"]
@@ -152,14 +151,12 @@ class Federation:
             raise InputError(f"model directory {d} does not exist")
         active_model, passives = None, []
         for f in sorted(d.glob("*.json")):
-            try:
-                role = json.loads(f.read_text()).get("role")
-            except (OSError, json.JSONDecodeError) as exc:
-                raise InputError(f"cannot read model file {f}: {exc}") from None
+            content = read_model_json(f)
+            role = content.get("role") if isinstance(content, dict) else None
             if role == "active":
-                active_model = BoostedModel.load(f)
+                active_model = BoostedModel.from_dict(content)
             elif role == "passive":
-                passives.append(PassiveParty.load_model(f))
+                passives.append(PassiveParty.from_model_dict(content))
         if active_model is None:
             raise InputError(f"no active-party model file in {d}")
         have = {p.name for p in passives}

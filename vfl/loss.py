@@ -16,7 +16,8 @@ class BinaryLogLoss:
     name = "binary"
     n_targets = 1
 
-    def check_labels(self, y, party: str = "active", column: str = "label") -> np.ndarray:
+    def check_labels(self, y, party: str = "active", column: str = "label", ids=None) -> np.ndarray:
+        """Labels as float 0/1 (``ids``, accepted like the other losses', are not needed here)."""
         if np.asarray(y).dtype == object:
             from vfl.objectives import _numeric_labels
             _numeric_labels(y, party, column, "binary")
