@@ -25,7 +25,6 @@ import gmpy2
 import numpy as np
 
 from crypto.histogram import _units, histogram, share_inputs, share_rows, use_pool
-from crypto.packing import split_digits
 from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
 
 
@@ -59,28 +58,6 @@ def compress(values: Sequence, shift_bits: int, per: int, modulus=None, *, pool=
         for v in reversed(chunk[:-1]):
             acc = gmpy2.powmod(acc, shift, m) * v % m
         out.append(acc)
-    return out
-
-
-def decompress(plain_values: Sequence[int], shift_bits: int, per: int, total: int,
-               digits_per_value: int = 1) -> list[int]:
-    """Inverse of :func:`compress` on decrypted (centred) plaintexts: ``total`` values.
-
-    Each value is itself a stream of ``digits_per_value`` digits of
-    ``shift_bits // digits_per_value`` bits; it is returned re-assembled as an int.
-    """
-    digit_bits = shift_bits // digits_per_value
-    out: list[int] = []
-    for i, v in enumerate(plain_values):
-        count = min(per, total - i * per)
-        digits = split_digits(v, digit_bits, count * digits_per_value)
-        for j in range(count):
-            val = 0
-            for d in reversed(digits[j * digits_per_value:(j + 1) * digits_per_value]):
-                val = (val << digit_bits) + d
-            out.append(val)
-    if len(out) != total:
-        raise ValueError(f"decompressed {len(out)} values, expected {total}")
     return out
 
 

@@ -35,7 +35,3 @@ def decode_fixed(ints, precision_bits: int = DEFAULT_PRECISION_BITS) -> np.ndarr
             / float(2 ** precision_bits)
     return np.ldexp(arr.astype(np.float64), -precision_bits)
 
-
-def quantize(values, precision_bits: int = DEFAULT_PRECISION_BITS) -> np.ndarray:
-    """The float64 value the fixed-point encoding represents (what every party computes with)."""
-    return np.ldexp(encode_fixed(values, precision_bits).astype(np.float64), -precision_bits)

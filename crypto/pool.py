@@ -277,11 +277,6 @@ class WorkerPool:
                 header, blobs = encode()
                 self.share(slot, obj, header, blobs)
 
-    def forget(self, slot: str) -> None:
-        with self._lock:
-            if self._slots.pop(slot, None) is not None and self.started:
-                self.broadcast({"op": "drop", "slot": slot})
-
     # -- requests ----------------------------------------------------------
     def broadcast(self, header: dict, blobs: Sequence[bytes] = ()) -> list[tuple[dict, list[bytes]]]:
         """The same request to every worker; their replies in worker order."""

@@ -59,11 +59,6 @@ def _put(req, blobs):
     return {}, []
 
 
-def _drop(req, blobs):
-    _state.pop(req["slot"], None)
-    return {}, []
-
-
 def _node_rows(req):
     rows, starts = _state[req["rows"]]
     j = int(req["node"])
@@ -116,7 +111,7 @@ def _decrypt(req, blobs):
     return {}, [ints_to_bytes(out, int_width(dec.n) + 1, signed=True)]
 
 
-_OPS = {"put": _put, "drop": _drop, "hist": _hist, "direct": _direct, "compress": _compress,
+_OPS = {"put": _put, "hist": _hist, "direct": _direct, "compress": _compress,
         "encrypt": _encrypt, "decrypt": _decrypt, "ping": lambda req, blobs: ({"pid": os.getpid()}, [])}
 
 

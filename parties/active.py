@@ -227,9 +227,6 @@ class RemoteSource(HistogramSource):
             start += cnt
         return out
 
-    def finish(self, n_rounds, completed):
-        pass
-
 
 class ActiveParty:
     """The label holder. ``frame`` has the id column, the label column and zero or more features."""

@@ -82,6 +82,3 @@ class _Member(HistogramSource):
 
     def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment):
         return self.inner.split(round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment)
-
-    def finish(self, n_rounds, completed):
-        return self.inner.finish(n_rounds, completed)

@@ -70,10 +70,6 @@ def register(cls):
     return cls
 
 
-def message_types() -> dict[str, type]:
-    return dict(_REGISTRY)
-
-
 def _encode_bigints(values: list) -> tuple[dict, bytes]:
     ints = [int(v) for v in values]
     signed = any(v < 0 for v in ints)

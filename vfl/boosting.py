@@ -64,9 +64,6 @@ class HistogramSource(ABC):
         """Apply splits; per split the ref to keep and ``go_left`` over the node's samples
         in increasing sample order."""
 
-    def finish(self, n_rounds: int, completed: bool) -> None:
-        """Training is over."""
-
     def set_sample(self, round_idx: int, in_any_sample: np.ndarray) -> None:
         """Called before :meth:`start_round` when rows are sampled: ``in_any_sample[i]`` is False
         for rows that no tree of the round uses (their gradients need not be sent)."""
@@ -79,9 +76,14 @@ class LocalSource(HistogramSource):
         self.party = party
         self.feature_names = list(feature_names)
         self.binner = Binner(max_bin).fit(X)
-        self.bin_idx = self.binner.transform(X)
-        self.bin_offsets = self.binner.bin_offsets
-        self._flat = (self.bin_idx.astype(np.int64) + self.bin_offsets[:-1][None, :])
+        self._set_bins(self.binner.transform(X), self.binner.n_bins)
+
+    def _set_bins(self, bin_idx: np.ndarray, n_bins: np.ndarray) -> None:
+        """``bin_idx`` of every sample; ``n_bins[f]`` slots of feature f, the last for missing."""
+        self.n_bins = np.asarray(n_bins, dtype=np.int64)
+        self.bin_idx = np.asarray(bin_idx).astype(np.uint16)
+        self.bin_offsets = np.concatenate([[0], np.cumsum(self.n_bins)]).astype(np.int64)
+        self._flat = self.bin_idx.astype(np.int64) + self.bin_offsets[:-1][None, :]
         self._g = self._h = None
 
     def start_round(self, round_idx, g_int, h_int, layout):
@@ -101,15 +103,19 @@ class LocalSource(HistogramSource):
             sh[i] = np.bincount(idx, np.repeat(self._h[rows, t], F), minlength=n_flat)
         return sg, sh
 
+    def _refs(self, feature_idx, bin_idx, default_left) -> list[SplitRef]:
+        """What the tree keeps of each split: here the feature and its raw threshold."""
+        return [SplitRef(self.party, feature_idx=int(f), feature=self.feature_names[f],
+                         threshold=self.binner.threshold(f, b), default_left=bool(dl))
+                for f, b, dl in zip(feature_idx, bin_idx, default_left)]
+
     def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment):
         out = []
-        for t, nid, f, b, dl in zip(tree_idx, node_ids, feature_idx, bin_idx, default_left):
-            rows = node_members(assignment[t], nid)
+        refs = self._refs(feature_idx, bin_idx, default_left)
+        for ref, t, nid, f, b, dl in zip(refs, tree_idx, node_ids, feature_idx, bin_idx, default_left):
+            rows = node_members(assignment[t], nid)        # sampled and riding rows (vfl.sampling)
             bins = self.bin_idx[rows, f].astype(np.int64)
-            missing = bins == len(self.binner.thresholds_[f]) + 1
-            go_left = np.where(missing, bool(dl), bins <= b)
-            ref = SplitRef(self.party, feature_idx=int(f), feature=self.feature_names[f],
-                           threshold=self.binner.threshold(f, b), default_left=bool(dl))
+            go_left = np.where(bins == self.n_bins[f] - 1, bool(dl), bins <= b)
             out.append((ref, go_left))
         return out
 

@@ -53,7 +53,6 @@ import numpy as np
 from vfl.binning import Binner, check_max_bin
 from vfl.boosting import LocalSource, SplitRef
 from vfl.errors import InputError
-from vfl.sampling import node_members
 
 INF = float("inf")
 
@@ -205,28 +204,15 @@ class BucketSource(LocalSource):
             raise InputError(f"party {party!r}: a released bucket index is out of range")
         self.party = party
         self.feature_names = [f"{party}:{j}" for j in range(len(n_bins))]   # names stay with the owner
-        self.n_bins = n_bins
-        self.bin_idx = buckets.astype(np.uint16)
-        self.bin_offsets = np.concatenate([[0], np.cumsum(n_bins)]).astype(np.int64)
-        self._flat = self.bin_idx.astype(np.int64) + self.bin_offsets[:-1][None, :]
-        self._g = self._h = None
+        self._set_bins(buckets, n_bins)
         self.register = register
-        self.n_registered = 0
 
-    def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment):
+    def _refs(self, feature_idx, bin_idx, default_left) -> list[SplitRef]:
+        """Register the splits with their owner, which keeps the true thresholds."""
         feature_idx = np.asarray(feature_idx, dtype=np.int32)
-        bin_idx = np.asarray(bin_idx, dtype=np.int32)
-        default_left = np.asarray(default_left, dtype=bool)
-        record_ids = np.asarray(self.register(feature_idx, bin_idx, default_left), dtype=np.int64)
+        record_ids = np.asarray(self.register(feature_idx, np.asarray(bin_idx, dtype=np.int32),
+                                              np.asarray(default_left, dtype=bool)), dtype=np.int64)
         if record_ids.shape != feature_idx.shape:
             raise InputError(f"party {self.party!r} returned {record_ids.size} record ids "
                              f"for {feature_idx.size} splits")
-        self.n_registered += len(record_ids)
-        out = []
-        for t, nid, f, b, dl, rid in zip(tree_idx, node_ids, feature_idx, bin_idx, default_left, record_ids):
-            rows = node_members(assignment[t], nid)        # sampled and riding rows (vfl.sampling)
-            bins = self.bin_idx[rows, f].astype(np.int64)
-            missing = bins == self.n_bins[f] - 1
-            go_left = np.where(missing, bool(dl), bins <= b)
-            out.append((SplitRef(self.party, record_id=int(rid)), go_left))
-        return out
+        return [SplitRef(self.party, record_id=int(rid)) for rid in record_ids]

@@ -18,7 +18,6 @@ reach each of its nodes, hence other parties' decisions above them).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -199,5 +198,3 @@ def resolve_leaves(masks: np.ndarray, skeleton: Skeleton, parties: list[str]) ->
         out[:, t] = leaves[np.argmax(bits, axis=1)]
     return out
 
-
-MaskFetcher = Callable[[str, Skeleton], np.ndarray]

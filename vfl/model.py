@@ -172,9 +172,6 @@ class BoostedModel:
             raw[:, k] += values[leaves[:, ti]]
         return raw
 
-    def predict_proba(self, X_active, route_remote, n_rounds=None) -> np.ndarray:
-        return get_loss(self.objective).transform(self.predict_raw(X_active, route_remote, n_rounds))
-
     # -- learner extras (issue 4) ---------------------------------------------
     @property
     def default_rounds(self) -> int:

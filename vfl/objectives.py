@@ -86,14 +86,6 @@ def softmax(raw) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def _plain_label(v):
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    return v
-
-
 class SoftmaxLoss:
     """Multiclass softmax (XGBoost ``multi:softprob``): one tree per class per round.
 
@@ -193,7 +185,6 @@ class SoftmaxLoss:
 # --------------------------------------------------------------------------- regression
 class _RegressionLoss:
     n_targets = 1
-    task = "regression"
 
     def check_labels(self, y, party: str = "active", column: str = "label", ids=None) -> np.ndarray:
         y = _numeric_labels(y, party, column, "regression")

@@ -73,10 +73,6 @@ class RowSampler:
         rng = np.random.default_rng([int(self.params.seed), 0x5A4D, int(round_idx), int(stream)])
         return rng.random(int(keys.max()) + 1 if keys.size else 0)[keys]
 
-    @property
-    def active(self) -> bool:
-        return self.params.goss or self.params.subsample < 1.0
-
     def draw(self, round_idx: int, g: np.ndarray, h: np.ndarray):
         """``(in_sample (K, n) bool or None, weight (n,) float or None, amplification float)``.
 
