@@ -25,7 +25,7 @@ from protocols import messages as m
 from protocols.serialization import BigInts
 from protocols.transport import Transport
 from parties.checkpoint import CheckpointTracker
-from parties.fanout import fan_out
+from parties.fanout import source_map
 from vfl.boosting import Booster, HistogramSource, LocalSource, SplitRef
 from vfl.errors import InputError, PeerError
 from vfl.frames import party_data
@@ -77,6 +77,7 @@ class GradientChannel:
         self.preshift: str | bool = "auto"
         self.frame_cap: int | None = None
         self._stats_lock = threading.Lock()     # remote sources may run in threads (fan-out)
+        self._round_lock = threading.Lock()
 
     def set_sample(self, round_idx, in_any_sample) -> None:
         self._sample = (round_idx, np.asarray(in_any_sample, dtype=bool))
@@ -130,8 +131,14 @@ class GradientChannel:
                              n_trees=n_trees, n_groups=n_groups)
 
     def gradients(self, round_idx, g_int, h_int, layout) -> RoundCrypto:
-        if self.current.round_idx == round_idx:
+        """The round's message, packed and encrypted once for every remote source (thread-safe:
+        concurrent sources wait for the first one's encryption)."""
+        with self._round_lock:
+            if self.current.round_idx != round_idx:
+                self.current = self._encrypt_round(round_idx, g_int, h_int, layout)
             return self.current
+
+    def _encrypt_round(self, round_idx, g_int, h_int, layout) -> RoundCrypto:
         rc = RoundCrypto(round_idx)
         t0 = time.perf_counter()
         K, G = layout.n_targets, self.group_size(layout)
@@ -165,7 +172,6 @@ class GradientChannel:
         self._tick("encrypt", t0, rc)
         rc.message = m.Gradients(round_idx, self.mode == "he", glayout.to_dict(), per, BigInts(values), shifts)
         rc.layout, rc.per, rc.group_size, rc.shifts = glayout, per, G, shifts
-        self.current = rc
         return rc
 
     def decode(self, values, total: int):
@@ -328,7 +334,6 @@ class ActiveParty:
             for p in (peers if params.mode != "dp" else []):
                 nb = infos[p].n_bins
                 sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel))
-            sources = fan_out(transport, sources)
             monitor = TrainingMonitor(loss, params, y)
             user_hook = tracker.wrap(on_round) if tracker is not None else on_round
 
@@ -338,7 +343,8 @@ class ActiveParty:
                     stop = True
                 return stop
 
-            booster = Booster(sources, loss, params, self._round_hook(transport, round_hook))
+            booster = Booster(sources, loss, params, self._round_hook(transport, round_hook),
+                              map_sources=source_map(transport, sources))
             if val is not None:
                 monitor.start_validation(transport, peers, model_id, salt, self.name, self.feature_names, *val)
             if resume is not None:

@@ -133,8 +133,13 @@ class Booster:
     """Grows ``n_estimators`` rounds of ``n_targets`` trees over histogram sources."""
 
     def __init__(self, sources: list[HistogramSource], loss, params,
-                 on_round: Callable[[int, dict], bool | None] | None = None):
+                 on_round: Callable[[int, dict], bool | None] | None = None,
+                 map_sources: Callable[[Callable, list], list] | None = None):
+        """``map_sources(fn, sources)`` runs a level's per-source call (``start_round``,
+        ``build``) for every source, e.g. in threads when the parties are remote;
+        default: one after the other."""
         self.sources = sources
+        self._map = map_sources or (lambda fn, items: [fn(item) for item in items])
         self.loss = loss
         self.params = params
         self.on_round = on_round
@@ -167,10 +172,11 @@ class Booster:
             h_int = encode_fixed(h, precision)
             layout = PackingLayout.for_bounds(g_bound, h_bound, max_rows=n, n_targets=K,
                                               precision_bits=precision)
-            for s in self.sources:
-                if in_sample is not None:
-                    s.set_sample(r, in_sample.any(axis=0))
-                s.start_round(r, g_int, h_int, layout)
+            if in_sample is not None:
+                in_any = in_sample.any(axis=0)
+                for s in self.sources:
+                    s.set_sample(r, in_any)
+            self._map(lambda s: s.start_round(r, g_int, h_int, layout), self.sources)
             timing.add("gradients", time.perf_counter() - t0)
             scale = float(2 ** precision)
             trees, leaf_pos = self._grow_round(r, g_int / scale, h_int / scale, timing, in_sample)
@@ -228,8 +234,7 @@ class Booster:
             t_idx = np.array([k for k, _ in build], dtype=np.int32)
             n_ids = np.array([nid for _, nid in build], dtype=np.int32)
             t0 = time.perf_counter()
-            for s in self.sources:
-                sg, sh = s.build(r, depth, t_idx, n_ids, assignment)
+            for sg, sh in self._map(lambda s: s.build(r, depth, t_idx, n_ids, assignment), self.sources):
                 for i, key in enumerate(build):
                     hist[key].append((sg[i], sh[i]))
             timing.add("histograms", time.perf_counter() - t0)
