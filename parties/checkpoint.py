@@ -45,6 +45,17 @@ CHECKPOINT_VERSION = 1
 RESUMABLE_CHANGES = ("n_estimators", "key_bits", "encryption")
 
 
+def write_json_atomic(path, data: dict, indent: int | None = 1) -> None:
+    """Write JSON so that a crash leaves either the old or the new file, never half of one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=indent)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def data_digest(ids, X, y, feature_names) -> str:
     """Fingerprint of the aligned training data (order matters)."""
     h = hashlib.sha256(json.dumps(list(feature_names)).encode())
@@ -122,13 +133,7 @@ class Checkpoint:
         return ck
 
     def save(self, path) -> None:
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(self.to_dict(), f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_json_atomic(path, self.to_dict(), indent=None)
 
     @classmethod
     def load(cls, path) -> "Checkpoint":

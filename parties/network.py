@@ -20,19 +20,20 @@ from pathlib import Path
 
 
 from parties.active import ActiveParty
-from parties.checkpoint import Checkpoint
+from parties.checkpoint import Checkpoint, write_json_atomic
 from parties.server import PassiveServer
 from protocols.grpc_transport import (DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, GrpcTransport, PartyServer,
                                       check_address)
 from vfl.errors import InputError, PeerError, VFLError
+from vfl.leafmask import PREDICTIONS
 from vfl.model import BoostedModel
-from vfl.params import TrainParams
+from vfl.params import ALIGNMENTS, TrainParams
 
 log = logging.getLogger("vfl.active")
 
 CHECKPOINT_FILE = "checkpoint.json"
-ALIGN_METHODS = ("hash", "psi")
-PREDICTION_METHODS = ("one-round", "node")
+ALIGN_METHODS = ALIGNMENTS
+PREDICTION_METHODS = PREDICTIONS
 
 
 def _read_csv(path, name, id_col, label_col=None, allow_text_label=False):
@@ -172,8 +173,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         {"resumed_after_rounds": done_before} if ck is not None else {})
     if force and existing is not None and existing != final_path:
         existing.unlink()
-    model.save(final_path.with_name(final_path.name + ".tmp"))
-    final_path.with_name(final_path.name + ".tmp").replace(final_path)
+    write_json_atomic(final_path, model.to_dict())
     if ck_path.exists():
         ck_path.unlink()
     log.info("%s: model %s finished: %d round(s); saved to %s", name, model.model_id, model.n_rounds, final_path)

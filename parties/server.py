@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import threading
 from collections import OrderedDict
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from parties.checkpoint import write_json_atomic
 from parties.passive import PASSIVE_FORMAT, PassiveParty
 from protocols import messages as m
 from protocols.transport import frame_handler
@@ -43,17 +43,6 @@ def _check_model_id(model_id: str) -> str:
 
 def kind_of(message) -> str:
     return type(message).__name__
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Write JSON so that a crash leaves either the old or the new file, never half of one."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class PassiveServer:
@@ -195,7 +184,8 @@ class PassiveServer:
             log.info("%s: round %d: %d %s gradient values from %s", self.name, request.round_idx,
                      len(request.values), "encrypted" if request.encrypted else "PLAINTEXT", who)
         elif kind in ("SplitRequest", "DPSplitRegister"):
-            self._persist()
+            if kind == "SplitRequest":      # kept for --resume (dp mode cannot resume: TrainEnd writes it)
+                self._persist()
             log.debug("%s: %d split(s) for %s; %d records", self.name, len(request.node_ids if kind ==
                       "SplitRequest" else request.feature_idx), who, len(p.records))
         elif kind == "DPReleaseRequest":
