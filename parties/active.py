@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from crypto.compress import choose_shifts, shifted_plaintexts
+from crypto.encoding import decode_fixed
 from crypto.keys import generate_keypair
 from crypto.packing import PackingLayout, decode_sums, pack
 from crypto.paillier import Decryptor, Encryptor
@@ -213,12 +214,11 @@ class RemoteSource(HistogramSource):
             if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
                 self.channel.add_stat(stage, v / 1e6)
         g, h = self.channel.decode(reply.values.values, total)
-        layout = self.channel.current.layout
-        scale = float(2 ** layout.precision_bits)
+        precision = self.channel.current.layout.precision_bits
         tgt = np.repeat(np.asarray(tree_idx, dtype=np.int64) % self.channel.current.group_size, n_flat)
         sel = np.arange(total)
-        sg = np.array([float(v) for v in g[sel, tgt]]) / scale
-        sh = np.array([float(v) for v in h[sel, tgt]]) / scale
+        sg = decode_fixed(g[sel, tgt], precision)
+        sh = decode_fixed(h[sel, tgt], precision)
         return sg.reshape(len(node_ids), n_flat), sh.reshape(len(node_ids), n_flat)
 
     def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment):

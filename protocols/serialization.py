@@ -27,6 +27,7 @@ from typing import Any
 import gmpy2
 import numpy as np
 
+from crypto.pool import bytes_to_ints, ints_to_bytes
 from vfl.errors import ProtocolError
 
 MAGIC = b"VFL1"
@@ -71,12 +72,11 @@ def register(cls):
 
 
 def _encode_bigints(values: list) -> tuple[dict, bytes]:
-    ints = [int(v) for v in values]
-    signed = any(v < 0 for v in ints)
-    bits = max((v.bit_length() for v in ints), default=0) + (1 if signed else 0)
+    signed = any(v < 0 for v in values)
+    bits = max((gmpy2.mpz(v).bit_length() for v in values), default=0) + (1 if signed else 0)
     width = max(1, (bits + 7) // 8)
-    data = b"".join(v.to_bytes(width, "big", signed=signed) for v in ints)
-    return {"kind": "bigints", "count": len(ints), "width": width, "signed": signed}, data
+    data = ints_to_bytes(values, width, signed)
+    return {"kind": "bigints", "count": len(values), "width": width, "signed": signed}, data
 
 
 def _decode_bigints(desc: dict, data: bytes, field: str) -> BigInts:
@@ -86,11 +86,7 @@ def _decode_bigints(desc: dict, data: bytes, field: str) -> BigInts:
         raise ProtocolError(f"field {field!r}: bad big-integer descriptor") from None
     if count < 0 or width < 1 or count * width != len(data):
         raise ProtocolError(f"field {field!r}: {len(data)} bytes do not hold {count} integers of {width} bytes")
-    frm = int.from_bytes
-    vals = [frm(data[i:i + width], "big", signed=signed) for i in range(0, count * width, width)]
-    if not signed:
-        vals = [gmpy2.mpz(v) for v in vals]
-    return BigInts(vals)
+    return BigInts(bytes_to_ints(data, width, signed))
 
 
 def _type_ok(value, tp) -> bool:
