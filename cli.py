@@ -22,15 +22,13 @@ def main():
 
 
 def _load_parties(dataset, guest, hosts, id_col, label_col, parties, allow_text_label=False):
-    from datasets import breast_cancer_parties, load_guest_host, load_shared
+    from datasets import load_guest_host, load_named
     if guest or hosts:
         if not (guest and hosts):
             raise click.UsageError("--guest and at least one --host are needed together")
         return load_guest_host(guest, list(hosts), id_col=id_col, label_col=label_col,
                                allow_text_label=allow_text_label)
-    if dataset == "breast_cancer":
-        return breast_cancer_parties(parties, id_col=id_col, label_col=label_col)
-    return load_shared(dataset)
+    return load_named(dataset, parties, id_col=id_col, label_col=label_col)
 
 
 def _fmt_bytes(n: int) -> str:
@@ -50,6 +48,22 @@ def _fmt_breakdown(t: dict) -> str:
     if "bytes_sent" in t:
         parts.append(f"sent {_fmt_bytes(int(t['bytes_sent']))}")
     return ", ".join(parts)
+
+
+def _learner_options(f):
+    """Sampling and early-stopping options of `vfl simulate` and `vfl party active`."""
+    for opt in reversed([
+        click.option("--huber-slope", default=1.0, show_default=True, help="pseudohuber objective's slope."),
+        click.option("--subsample", default=1.0, show_default=True, help="Row fraction per tree."),
+        click.option("--goss", is_flag=True, help="Gradient-based one-side sampling (LightGBM)."),
+        click.option("--top-rate", default=0.2, show_default=True, help="GOSS: share of large-gradient rows kept."),
+        click.option("--other-rate", default=0.1, show_default=True, help="GOSS: share of other rows sampled."),
+        click.option("--early-stopping-rounds", type=int, default=None,
+                     help="Stop when the validation metric has not improved for this many rounds."),
+        click.option("--eval-metric", default=None, help="Metric watched by early stopping (default per objective)."),
+    ]):
+        f = opt(f)
+    return f
 
 
 def _training_options(f):
@@ -101,16 +115,9 @@ def _training_options(f):
               help="Prediction protocol: one message of leaf masks per passive party, or node-by-node routing.")
 @click.option("--objective", type=click.Choice(["binary", "multiclass", "regression", "pseudohuber"]),
               default=None, help="Default: the shared dataset's task, else binary.")
-@click.option("--huber-slope", default=1.0, show_default=True, help="pseudohuber objective's slope.")
 @click.option("--validation-size", default=0.0, show_default=True,
               help="Fraction of the training rows held out for metric history and early stopping.")
-@click.option("--early-stopping-rounds", type=int, default=None,
-              help="Stop when the validation metric has not improved for this many rounds.")
-@click.option("--eval-metric", default=None, help="Metric watched by early stopping (default per objective).")
-@click.option("--subsample", default=1.0, show_default=True, help="Row fraction per tree.")
-@click.option("--goss", is_flag=True, help="Gradient-based one-side sampling (LightGBM).")
-@click.option("--top-rate", default=0.2, show_default=True, help="GOSS: share of large-gradient rows kept.")
-@click.option("--other-rate", default=0.1, show_default=True, help="GOSS: share of other rows sampled.")
+@_learner_options
 @click.option("--jobs", type=click.IntRange(0, 256), default=None,
               help="Worker processes per party for the ciphertext work (default and 0: all cores).")
 def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, depth, learning_rate, max_bin,
@@ -383,27 +390,6 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
         _fail(exc)
 
 
-def _learner_options(f):
-    """Objective, sampling, validation and early stopping options (also of `vfl simulate`)."""
-    for opt in reversed([
-        click.option("--objective", type=click.Choice(["binary", "multiclass", "regression", "pseudohuber"]),
-                     default="binary", show_default=True),
-        click.option("--huber-slope", default=1.0, show_default=True, help="pseudohuber objective's slope."),
-        click.option("--subsample", default=1.0, show_default=True, help="Row fraction per tree."),
-        click.option("--goss", is_flag=True, help="Gradient-based one-side sampling (LightGBM)."),
-        click.option("--top-rate", default=0.2, show_default=True, help="GOSS: share of large-gradient rows kept."),
-        click.option("--other-rate", default=0.1, show_default=True, help="GOSS: share of other rows sampled."),
-        click.option("--validation-data", type=click.Path(dir_okay=False),
-                     help="CSV of validation rows: id, label, features (each passive party serves its own "
-                          "with `vfl party passive --validation-data`)."),
-        click.option("--early-stopping-rounds", type=int, default=None,
-                     help="Stop when the validation metric has not improved for this many rounds."),
-        click.option("--eval-metric", default=None, help="Metric watched by early stopping (default per objective)."),
-    ]):
-        f = opt(f)
-    return f
-
-
 @party.command("active")
 @click.option("--name", default="guest", show_default=True, help="This party's name.")
 @click.option("--data", required=True, type=click.Path(dir_okay=False), help="CSV: id, label, features.")
@@ -420,6 +406,11 @@ def _learner_options(f):
 @_training_options
 @click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--objective", type=click.Choice(["binary", "multiclass", "regression", "pseudohuber"]),
+              default="binary", show_default=True)
+@click.option("--validation-data", type=click.Path(dir_okay=False),
+              help="CSV of validation rows: id, label, features (each passive party serves its own "
+                   "with `vfl party passive --validation-data`).")
 @_learner_options
 @_net_options
 def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,

@@ -41,15 +41,13 @@ STAGES = ("encrypt", "histogram", "compress", "decrypt", "split_search", "total"
 
 
 def _frames(data: str, rows: int, features: tuple[int, int], test_size: float):
-    from datasets import load_guest_host, load_shared, make_synthetic, shared_datasets_dir
+    from datasets import load_shared, make_synthetic, shared_datasets_dir
     if data == "synthetic":
         n = int(round(rows / (1 - test_size)))
         return make_synthetic(n, list(features), seed=0)
     root = shared_datasets_dir()
     if root is None:
         raise SystemExit("../shared/datasets is not available")
-    if data == "breast":
-        return load_guest_host(root / "breast_hetero_guest.csv", [root / "breast_hetero_host.csv"])
     return load_shared(data, root)
 
 

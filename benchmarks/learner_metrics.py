@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datasets import join_parties, load_shared, shared_datasets_dir, sklearn_parties  # noqa: E402
+from datasets import BUNDLED, join_parties, load_named, load_shared, shared_datasets_dir  # noqa: E402
 from datasets.split import train_test_split_parties  # noqa: E402
 from vfl import metrics  # noqa: E402
 from vfl.api import federation_from_frames  # noqa: E402
@@ -107,8 +107,8 @@ def main(argv=None):
     results = {}
     for name in args.datasets.split(","):
         objective = TASKS[name]
-        if name in ("wine", "diabetes"):
-            parties = sklearn_parties(name)
+        if name in BUNDLED:
+            parties = load_named(name)
         elif shared_datasets_dir() is None:
             results[name] = {"skipped": "../shared/datasets not found"}
             continue

@@ -14,6 +14,8 @@ from .loaders import (
     load_shared,
     parse_libsvm,
     read_party_csv,
+    BUNDLED,
+    load_named,
     shared_datasets_dir,
     sklearn_parties,
 )
@@ -40,4 +42,6 @@ __all__ = [
     "party_names",
     "join_parties",
     "sklearn_parties",
+    "load_named",
+    "BUNDLED",
 ]

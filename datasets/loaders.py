@@ -458,3 +458,16 @@ def sklearn_parties(name: str, n_parties: int = 2, id_col: str = "id", label_col
     bunch = loaders[name]()
     names = [f"f{i}" for i in range(bunch.data.shape[1])]
     return _bundled_parties(bunch.data, bunch.target, names, n_parties, id_col, label_col)
+
+
+BUNDLED = ("breast_cancer", "wine", "diabetes")
+
+
+def load_named(name: str, n_parties: int = 2, id_col: str = "id", label_col: str = "y") -> list[PartyFrame]:
+    """A dataset by name: scikit-learn's bundled ``breast_cancer``, ``wine`` or ``diabetes``
+    (split into ``n_parties``), or a name of ``../shared/datasets`` (its own split)."""
+    if name == "breast_cancer":
+        return breast_cancer_parties(n_parties, id_col=id_col, label_col=label_col)
+    if name in BUNDLED:
+        return sklearn_parties(name, n_parties, id_col=id_col, label_col=label_col)
+    return load_shared(name)

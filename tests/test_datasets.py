@@ -528,3 +528,11 @@ def test_bundled_sklearn_parties_check_their_column_names():
         sklearn_parties("wine", id_col="y", label_col="y")
     with pytest.raises(InputError, match="clash with a feature name"):
         sklearn_parties("wine", id_col="f0")
+
+
+def test_load_named_covers_bundled_and_shared_names():
+    from datasets import load_named
+    assert [p.name for p in load_named("breast_cancer", 3)] == ["guest", "host1", "host2"]
+    assert len(load_named("diabetes")[0].frame) == 442
+    with pytest.raises(InputError):
+        load_named("no_such_dataset")

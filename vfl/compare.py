@@ -136,13 +136,11 @@ def dataset_names() -> list[str]:
 
 def load_dataset(name: str):
     """``breast_cancer`` (bundled, 2 parties) or a binary data set of ``../shared/datasets``."""
-    from datasets import breast_cancer_parties, load_shared
+    from datasets import load_named
     if name not in dataset_names():
         raise InputError(f"compare needs a binary data set (AUC); {name!r} is not one of "
                          f"{', '.join(dataset_names())}")
-    if name == "breast_cancer":
-        return breast_cancer_parties(2)
-    return load_shared(name)
+    return load_named(name)
 
 
 def require_matplotlib():
