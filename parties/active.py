@@ -259,8 +259,8 @@ class ActiveParty:
     # -- training -----------------------------------------------------------
     def align(self, transport: Transport, peers: list[str], salt: bytes, session_id: str):
         own = alignment.hash_ids(self.ids, salt)
-        alignment.check_unique(alignment.hashes_to_keys(own), self.name)
         replies = transport.call_many({p: m.AlignRequest(session_id, salt, "train") for p in peers})
+        # intersect checks that every party's ids are unique, ours included
         common = alignment.intersect({self.name: own, **{p: r.hashes for p, r in replies.items()}})
         acks = transport.call_many({p: m.AlignResult(common) for p in peers})
         rows = alignment.positions(own, common, self.name)

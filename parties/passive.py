@@ -68,6 +68,7 @@ class PassiveParty(DPPassiveMixin):
         self._pred_ids = None
         self._pred_X = None
         self._pred_rows = {}
+        self._psi_pending = {}
         self._val_ids = None
         self._val_X = None
         self._eval_session = None
@@ -410,8 +411,10 @@ class PassiveParty(DPPassiveMixin):
             raise ProtocolError(f"party {self.name!r} does not allow {what} by {method!r} "
                                 f"(it allows {list(allowed)})")
 
-    def _psi_sessions(self) -> dict:
-        return self.__dict__.setdefault("_psi_pending", {})
+    def drop_session(self, session_id: str) -> None:
+        """Forget a prediction session (its rows and any pending PSI state)."""
+        self._pred_rows.pop(session_id, None)
+        self._psi_pending.pop(session_id, None)
 
     def _on_PsiRequest(self, req: m.PsiRequest):
         """ECDH-PSI step 2: blind the active party's values again; send own ids blinded."""
@@ -443,7 +446,7 @@ class PassiveParty(DPPassiveMixin):
         if req.purpose == "train":
             self._reset_training()
             self.salt = req.salt
-        pending = self._psi_sessions()
+        pending = self._psi_pending
         pending[req.session_id] = {"purpose": req.purpose, "perm": perm, "X": X}
         while len(pending) > 8:                              # forget abandoned sessions
             pending.pop(next(iter(pending)))
@@ -452,7 +455,7 @@ class PassiveParty(DPPassiveMixin):
     def _on_PsiResult(self, req: m.PsiResult):
         """ECDH-PSI end: the positions (in our blinded list) of the rows to use, in order."""
         from protocols import psi
-        state = self._psi_sessions().pop(req.session_id, None)
+        state = self._psi_pending.pop(req.session_id, None)
         if state is None:
             raise ProtocolError(f"unknown PSI session {req.session_id!r} at party {self.name!r}")
         perm = state["perm"]

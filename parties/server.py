@@ -287,8 +287,7 @@ class PassiveServer:
         self._sessions[req.session_id] = party
         while len(self._sessions) > self.MAX_PREDICTION_SESSIONS:
             old, old_party = self._sessions.popitem(last=False)
-            old_party._pred_rows.pop(old, None)
-            old_party.__dict__.get("_psi_pending", {}).pop(old, None)
+            old_party.drop_session(old)
         n = len(req.hashes) if hasattr(req, "hashes") else len(getattr(req, "blinded", ()))
         log.info("%s: prediction session %s for model %s from %s: %d rows (%s)", self.name, req.session_id, mid,
                  who, n, "PSI" if kind_of(req) == "PsiRequest" else "hashed ids")
