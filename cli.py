@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from vfl.errors import VFLError
+from datasets.errors import VFLError
 
 
 def _fail(exc: Exception):
@@ -312,7 +312,7 @@ def _net_options(f):
 
 
 def _max_bytes(mb: float) -> int:
-    from vfl.errors import InputError
+    from datasets.errors import InputError
     if not mb or mb <= 0:
         raise InputError(f"--max-message-mb must be positive, got {mb}")
     return int(mb * 2 ** 20)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from datasets.errors import VFLError  # noqa: E402
 from vfl.compare import CompareConfig, run_comparison  # noqa: E402
-from vfl.errors import VFLError  # noqa: E402
 
 
 def main(argv=None) -> int:

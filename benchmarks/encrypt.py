@@ -30,16 +30,16 @@ def main(argv=None):
     args = ap.parse_args(argv)
     _common.quiet_keys()
 
-    from crypto.encoding import encode_fixed
     from crypto.keys import generate_keypair
     from crypto.packing import PackingLayout, pack
     from crypto.paillier import Decryptor, Encryptor
     from crypto.pool import WorkerPool
+    from vfl.fixedpoint import encode_fixed
 
     rng = np.random.default_rng(args.seed)
     N = args.rows
     layout = PackingLayout.for_bounds(1.0, 0.25, max_rows=N)
-    plain = pack(encode_fixed(rng.uniform(-1, 1, (N, 1))), encode_fixed(rng.uniform(0, 0.25, (N, 1))), layout)
+    plain = pack(encode_fixed(rng.uniform(-1, 1, (N, 1)), 32), encode_fixed(rng.uniform(0, 0.25, (N, 1)), 32), layout)
     pub, priv = generate_keypair(args.bits)
     out = {"bits": args.bits, "rows": N, "cores": _common.cores()}
 

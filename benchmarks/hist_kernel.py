@@ -40,17 +40,17 @@ def main(argv=None):
     _common.quiet_keys()
 
     from crypto.compress import compress
-    from crypto.encoding import encode_fixed
     from crypto.histogram import histogram, plan_groups, share_inputs
     from crypto.keys import generate_keypair
     from crypto.packing import PackingLayout, decode_sums, pack
     from crypto.paillier import Decryptor, Encryptor
     from crypto.pool import WorkerPool
+    from vfl.fixedpoint import encode_fixed
 
     rng = np.random.default_rng(args.seed)
     N, F, B = args.rows, args.features, args.bins + 1
-    g = encode_fixed(rng.uniform(-1, 1, (N, 1)))
-    h = encode_fixed(rng.uniform(0, 0.25, (N, 1)))
+    g = encode_fixed(rng.uniform(-1, 1, (N, 1)), 32)
+    h = encode_fixed(rng.uniform(0, 0.25, (N, 1)), 32)
     layout = PackingLayout.for_bounds(1.0, 0.25, max_rows=N)
     plain = pack(g, h, layout)
     bins = rng.integers(0, args.bins, (N, F)).astype(np.uint16)   # the missing-value slot stays empty

@@ -25,8 +25,7 @@ import gmpy2
 import numpy as np
 
 from crypto.histogram import _units, histogram, share_inputs, share_rows, use_pool
-from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
-
+from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
 
 COMPRESS_POOL_MIN = 40_000      # squarings below which compression runs inline
 

@@ -51,7 +51,7 @@ from typing import Sequence
 import gmpy2
 import numpy as np
 
-from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
+from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
 
 MAX_JOINT_CELLS = 1 << 17     # a joint group's code space (accumulator list length)
 MIN_JOINT_ROWS = 64           # below this a unit accumulates feature by feature

@@ -9,7 +9,7 @@ import warnings
 
 import phe
 
-from vfl.errors import InputError
+from datasets.errors import InputError
 
 MIN_KEY_BITS = 1024
 DEFAULT_KEY_BITS = 2048

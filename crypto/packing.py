@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from crypto.encoding import DEFAULT_PRECISION_BITS
+#: fractional bits of a fixed-point value when a layout is built without saying
+DEFAULT_PRECISION_BITS = 32
 
 
 class PackingOverflowError(OverflowError):

@@ -29,8 +29,8 @@ from typing import Sequence
 import gmpy2
 import numpy as np
 
+from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
 from crypto.keys import security_bits
-from crypto.pool import bytes_to_ints, int_width, ints_to_bytes
 
 mpz = gmpy2.mpz
 

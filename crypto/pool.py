@@ -34,11 +34,9 @@ import sys
 import threading
 import weakref
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
-import gmpy2
-
-from vfl.errors import InputError, VFLError
+from datasets.errors import InputError, VFLError
 
 _HDR = struct.Struct("<I")
 _SIZE = struct.Struct("<Q")
@@ -109,32 +107,6 @@ def write_frame(stream, header: dict, blobs: Sequence[bytes] = ()) -> None:
     for part in encode_frame(header, blobs):
         stream.write(part)
     stream.flush()
-
-
-# --- big integers as fixed-width bytes ---------------------------------------
-_NATIVE_BYTES = hasattr(gmpy2.mpz, "to_bytes") and hasattr(gmpy2.mpz, "from_bytes")   # gmpy2 >= 2.2
-
-
-def ints_to_bytes(values: Iterable, width: int, signed: bool = False) -> bytes:
-    """Fixed-width big-endian bytes of (mpz or int) values."""
-    if _NATIVE_BYTES:
-        mpz = gmpy2.mpz
-        return b"".join(mpz(v).to_bytes(width, "big", signed=signed) for v in values)
-    return b"".join(int(v).to_bytes(width, "big", signed=signed) for v in values)
-
-
-def bytes_to_ints(data, width: int, signed: bool = False) -> list:
-    """Inverse of :func:`ints_to_bytes`, as ``mpz``."""
-    mv = memoryview(data)
-    if _NATIVE_BYTES:
-        frm = gmpy2.mpz.from_bytes
-        return [frm(mv[i:i + width], "big", signed=signed) for i in range(0, len(mv), width)]
-    mpz, frm = gmpy2.mpz, int.from_bytes
-    return [mpz(frm(mv[i:i + width], "big", signed=signed)) for i in range(0, len(mv), width)]
-
-
-def int_width(modulus) -> int:
-    return max(1, (int(modulus).bit_length() + 7) // 8)
 
 
 # --- the pool -----------------------------------------------------------------

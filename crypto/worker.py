@@ -22,7 +22,8 @@ import traceback
 
 import gmpy2
 
-from crypto.pool import bytes_to_ints, int_width, ints_to_bytes, read_frame, write_frame
+from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
+from crypto.pool import read_frame, write_frame
 
 _state: dict = {}
 _moduli: dict = {}

@@ -1,47 +1,36 @@
 """Data for vertical federated learning: party frames, loaders, synthetic data, splits.
 
-Every problem with the user's data is raised as :class:`vfl.errors.InputError`
-naming the file, party and column concerned.
+Every problem with the user's data is raised as :class:`datasets.errors.InputError`
+(also importable as ``vfl.errors.InputError``) naming the file, party and column
+concerned.
+
+The names below are loaded on first use (PEP 562), so that the floors that
+only need :mod:`datasets.errors` (``crypto``, ``protocols``, the worker
+processes) do not pay for pandas.
 """
+import importlib
 
-from .frames import PartyFrame, check_binary_labels, describe_party, validate_party_frame
-from .loaders import (
-    SHARED_DATASETS,
-    SHARED_TASKS,
-    breast_cancer_parties,
-    load_a9a,
-    load_guest_host,
-    load_shared,
-    parse_libsvm,
-    read_party_csv,
-    BUNDLED,
-    load_named,
-    shared_datasets_dir,
-    sklearn_parties,
-)
-from .split import join_parties, party_names, train_test_split_parties, vertical_split
-from .synthetic import make_synthetic
+_EXPORTS = {
+    "frames": ["PartyFrame", "PartyData", "validate_party_frame", "check_binary_labels", "describe_party",
+               "party_data", "feature_matrix"],
+    "loaders": ["read_party_csv", "load_guest_host", "breast_cancer_parties", "shared_datasets_dir",
+                "load_shared", "load_a9a", "parse_libsvm", "SHARED_DATASETS", "SHARED_TASKS", "load_named",
+                "BUNDLED", "sklearn_parties"],
+    "split": ["train_test_split_parties", "vertical_split", "party_names", "join_parties"],
+    "synthetic": ["make_synthetic"],
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
 
-__all__ = [
-    "PartyFrame",
-    "validate_party_frame",
-    "check_binary_labels",
-    "describe_party",
-    "read_party_csv",
-    "load_guest_host",
-    "breast_cancer_parties",
-    "shared_datasets_dir",
-    "load_shared",
-    "load_a9a",
-    "parse_libsvm",
-    "SHARED_DATASETS",
-    "SHARED_TASKS",
-    "make_synthetic",
-    "train_test_split_parties",
-    "vertical_split",
-    "party_names",
-    "join_parties",
-    "sklearn_parties",
-    "load_named",
-    "BUNDLED",
-]
+
+def __getattr__(name):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'datasets' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

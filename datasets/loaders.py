@@ -2,7 +2,7 @@
 
 Every problem with the input (missing file, unreadable CSV, missing column,
 non-numeric feature, malformed LIBSVM line, ...) is raised as
-:class:`vfl.errors.InputError` naming the file, party and column.
+:class:`datasets.errors.InputError` naming the file, party and column.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from pandas.api import types as ptypes
 
-from vfl.errors import InputError
+from datasets.errors import InputError
 
 from .frames import PartyFrame, _show, validate_party_frame
 from .split import _check_int, vertical_split

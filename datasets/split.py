@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from pandas.api import types as ptypes
 
-from vfl.errors import InputError
+from datasets.errors import InputError
 
 from .frames import PartyFrame, _plain, describe_party
 

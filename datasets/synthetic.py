@@ -8,7 +8,7 @@ import numbers
 import numpy as np
 import pandas as pd
 
-from vfl.errors import InputError
+from datasets.errors import InputError
 
 from .frames import PartyFrame
 from .split import _check_int, party_names

@@ -16,24 +16,24 @@ import numpy as np
 import pandas as pd
 
 from crypto.compress import choose_shifts, shifted_plaintexts
-from crypto.encoding import decode_fixed
 from crypto.keys import generate_keypair
 from crypto.packing import PackingLayout, decode_sums, pack
 from crypto.paillier import Decryptor, Encryptor
 from crypto.pool import WorkerPool, resolve_workers
+from datasets.errors import InputError, PeerError
+from datasets.frames import party_data
+from parties.checkpoint import CheckpointTracker
+from parties.fanout import source_map
+from parties.monitor import TrainingMonitor
 from protocols import alignment
 from protocols import messages as m
 from protocols.serialization import BigInts
 from protocols.transport import Transport
-from parties.checkpoint import CheckpointTracker
-from parties.fanout import source_map
 from vfl.boosting import Booster, HistogramSource, LocalSource, SplitRef
-from vfl.errors import InputError, PeerError
-from vfl.frames import party_data
+from vfl.fixedpoint import decode_fixed
 from vfl.loss import get_loss
 from vfl.model import BoostedModel
 from vfl.params import TrainParams
-from parties.monitor import TrainingMonitor
 
 
 @dataclass

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from datasets.errors import InputError
 from protocols import alignment
-from vfl.errors import InputError
 from vfl.tree import Tree
 
 CHECKPOINT_FORMAT = "vfl-boost-checkpoint"

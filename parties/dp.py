@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from datasets.errors import InputError, PeerError, ProtocolError
 from protocols import messages as m
 from vfl.dp import BucketSource, check_epsilon, epsilon_budget, json_epsilon, release_buckets, stay_probability
-from vfl.errors import InputError, PeerError, ProtocolError
 
 DP_REFUSED = frozenset({"Gradients", "HistogramRequest", "SplitRequest", "PublicKey"})
 

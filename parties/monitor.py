@@ -31,9 +31,9 @@ import secrets
 
 import numpy as np
 
+from datasets.errors import InputError, PeerError
 from protocols import alignment
 from protocols import messages as m
-from vfl.errors import InputError, PeerError
 from vfl.metrics import evaluate, is_better
 from vfl.model import BoostedModel
 from vfl.params import EVAL_METRICS

@@ -20,15 +20,15 @@ from crypto.histogram import histogram
 from crypto.keys import public_key_from_n
 from crypto.packing import PackingLayout
 from crypto.pool import WorkerPool, resolve_workers
+from datasets.errors import InputError, ProtocolError
+from datasets.frames import feature_matrix
+from parties.dp import DPPassiveMixin
 from protocols import alignment
 from protocols import messages as m
 from protocols.serialization import BigInts
 from vfl.binning import Binner
-from vfl.errors import InputError, ProtocolError
-from vfl.frames import feature_matrix
 from vfl.model import read_model_json
 from vfl.sampling import node_members
-from parties.dp import DPPassiveMixin
 
 PASSIVE_FORMAT = "vfl-boost-passive-model"
 

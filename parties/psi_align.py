@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from datasets.errors import InputError, PeerError
 from protocols import alignment, psi
 from protocols import messages as m
 from protocols.transport import Transport
-from vfl.errors import InputError, PeerError
 
 
 def check_unique_ids(ids, party: str) -> list[str]:

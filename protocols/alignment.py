@@ -13,7 +13,7 @@ import secrets
 import mmh3
 import numpy as np
 
-from vfl.errors import InputError
+from datasets.errors import InputError
 
 
 def new_salt() -> bytes:

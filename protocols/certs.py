@@ -26,7 +26,7 @@ import os
 import re
 from pathlib import Path
 
-from vfl.errors import InputError, VFLError
+from datasets.errors import InputError, VFLError
 
 NET_EXTRA_HINT = "install the network extra: pip install '.[net]' (grpcio, cryptography)"
 _NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")

@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from datasets.errors import InputError, PeerError
 from protocols import messages as msg
 from protocols.certs import NET_EXTRA_HINT, MissingDependency, check_party_name, load_party_tls
 from protocols.serialization import dumps
 from protocols.transport import Transport
-from vfl.errors import InputError, PeerError
 
 log = logging.getLogger("vfl.net")
 

@@ -35,8 +35,8 @@ import secrets
 import gmpy2
 import numpy as np
 
+from datasets.errors import InputError, ProtocolError
 from protocols.alignment import normalize_ids
-from vfl.errors import InputError, ProtocolError
 
 POINT_BYTES = 32
 P25519 = 2 ** 255 - 19

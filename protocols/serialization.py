@@ -27,8 +27,8 @@ from typing import Any
 import gmpy2
 import numpy as np
 
-from crypto.pool import bytes_to_ints, ints_to_bytes
-from vfl.errors import ProtocolError
+from crypto.intcodec import bytes_to_ints, ints_to_bytes
+from datasets.errors import ProtocolError
 
 MAGIC = b"VFL1"
 _ALLOWED_DTYPES = {"|b1", "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "<f4", "<f8"}

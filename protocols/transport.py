@@ -11,9 +11,9 @@ from abc import ABC, abstractmethod
 from collections import defaultdict
 from typing import Callable
 
+from datasets.errors import InputError, PeerError
 from protocols import messages as msg
 from protocols.serialization import dumps, loads
-from vfl.errors import InputError, PeerError
 
 
 class Transport(ABC):
@@ -89,7 +89,7 @@ def frame_handler(handle: Callable) -> Handler:
     Errors raised by the party become an :class:`ErrorReply` so that a server
     keeps serving and the caller gets a message naming the problem.
     """
-    from vfl.errors import ProtocolError, VFLError
+    from datasets.errors import ProtocolError, VFLError
 
     def _handle(frame: bytes) -> bytes:
         try:

@@ -3,13 +3,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import small_frames
 
 from cli import main
 from vfl import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.binning import Binner
 from vfl.errors import InputError
-
-from conftest import small_frames
 
 
 def _cli_error(args):

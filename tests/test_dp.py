@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import small_frames
 
 from cli import main
-from conftest import small_frames
 from parties.active import ActiveParty
 from parties.passive import PassiveParty
 from protocols import alignment
@@ -18,8 +18,14 @@ from protocols.serialization import BigInts, dumps, loads
 from vfl.api import Federation
 from vfl.binning import Binner
 from vfl.boosting import Booster, LocalSource
-from vfl.dp import (check_epsilon, epsilon_budget, equal_frequency_buckets, randomized_response,
-                    release_buckets, stay_probability)
+from vfl.dp import (
+    check_epsilon,
+    epsilon_budget,
+    equal_frequency_buckets,
+    randomized_response,
+    release_buckets,
+    stay_probability,
+)
 from vfl.errors import InputError, PeerError
 from vfl.loss import get_loss
 from vfl.params import TrainParams

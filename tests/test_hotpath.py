@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 import crypto.histogram as hist_mod
-from crypto.compress import (choose_shifts, compress, compressed_histogram, direct_block,
-                             shifted_plaintexts)
-from crypto.encoding import encode_fixed
+from crypto.compress import choose_shifts, compress, compressed_histogram, direct_block, shifted_plaintexts
 from crypto.histogram import _units, block_sums, histogram, plan_groups, reference_histogram
+from crypto.intcodec import bytes_to_ints, ints_to_bytes
 from crypto.packing import PackingLayout, decode_sums, pack, unpack
 from crypto.paillier import Decryptor, Encryptor, FixedBaseTable
-from crypto.pool import WorkerError, WorkerPool, bytes_to_ints, ints_to_bytes, resolve_workers
+from crypto.pool import WorkerError, WorkerPool, resolve_workers
+from vfl.fixedpoint import encode_fixed
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,8 @@ def _problem(n=700, seed=0, n_bins=(5, 33, 2, 17, 33, 33, 9, 3)):
     bins[rng.random(n) < 0.1, 1] = nb[1] - 1          # missing values: the last bin
     offsets = np.concatenate([[0], np.cumsum(nb)])
     layout = PackingLayout.for_bounds(1.0, 0.25, max_rows=n)
-    g = encode_fixed(rng.uniform(-1, 1, (n, 1)))
-    h = encode_fixed(rng.uniform(0, 0.25, (n, 1)))
+    g = encode_fixed(rng.uniform(-1, 1, (n, 1)), 32)
+    h = encode_fixed(rng.uniform(0, 0.25, (n, 1)), 32)
     plain = pack(g, h, layout)
     nodes = [np.arange(n), np.flatnonzero(rng.random(n) < 0.35), np.array([], dtype=np.int64),
              np.array([3, 5, 7]), np.flatnonzero(rng.random(n) < 0.7)]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import KEY_BITS, small_frames
 
 import parties.active as active_mod
 import vfl.boosting as boosting_mod
@@ -15,8 +16,6 @@ from protocols import messages as m
 from protocols.serialization import BigInts, loads
 from vfl import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.errors import InputError, ProtocolError
-
-from conftest import KEY_BITS, small_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -256,10 +255,10 @@ def test_multiclass_target_groups_with_preshift_and_pools_equal_plain(always_par
 
 def test_preshift_frame_cap_counts_every_row_of_a_sampled_round():
     """Unsampled rows still travel (as full-width placeholders): the cap must count them."""
-    from crypto.encoding import encode_fixed
     from crypto.packing import PackingLayout
     from parties.active import GradientChannel
     from protocols.serialization import dumps
+    from vfl.fixedpoint import encode_fixed
 
     n = 400
     ch = GradientChannel("he", KEY_BITS, "fast", n_jobs=1)

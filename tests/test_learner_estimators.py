@@ -2,10 +2,10 @@
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import KEY_BITS
 from sklearn.base import clone, is_classifier, is_regressor
 from sklearn.exceptions import NotFittedError
 
-from conftest import KEY_BITS
 from vfl import VerticalBoostingClassifier, VerticalBoostingRegressor
 from vfl.errors import InputError
 

@@ -3,8 +3,8 @@ unbounded and multi-target gradients; he == plain for every objective."""
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import KEY_BITS
+
 from protocols import messages as m
 from protocols.serialization import loads
 from vfl.api import ActiveParty, Federation, PassiveParty

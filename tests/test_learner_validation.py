@@ -2,8 +2,8 @@
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import KEY_BITS
+
 from protocols import messages as m
 from protocols.serialization import loads
 from vfl import metrics

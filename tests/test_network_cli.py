@@ -11,8 +11,9 @@ from click.testing import CliRunner
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 
-from cli import main  # noqa: E402
 from conftest import small_frames  # noqa: E402
+
+from cli import main  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

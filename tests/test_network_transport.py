@@ -15,6 +15,7 @@ pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 
 from conftest import small_frames  # noqa: E402
+
 from parties.active import ActiveParty  # noqa: E402
 from parties.checkpoint import Checkpoint  # noqa: E402
 from parties.passive import PassiveParty  # noqa: E402

@@ -11,6 +11,7 @@ with clear errors.
 """
 import numpy as np
 import pytest
+from conftest import KEY_BITS
 
 from datasets import train_test_split_parties
 from protocols import alignment
@@ -22,8 +23,6 @@ from vfl.errors import PeerError, ProtocolError
 from vfl.leafmask import Skeleton, leaf_masks, resolve_leaves, skeleton_of
 from vfl.params import TrainParams
 from vfl.tree import Node, Tree
-
-from conftest import KEY_BITS
 
 
 def with_missing(party_frames, frac=0.12, seed=0):

@@ -130,6 +130,7 @@ def test_passive_refuses_out_of_order_requests_with_protocol_errors():
 
 def test_stale_round_requests_are_refused():
     from conftest import small_frames
+
     from vfl import ActiveParty, Federation, PassiveParty, TrainParams
     a, b, _ = small_frames(60)
     telco = PassiveParty("telco", b)

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import KEY_BITS
 
 from parties.active import ActiveParty
 from parties.passive import PassiveParty
@@ -26,8 +27,6 @@ from protocols.transport import InMemoryTransport, frame_handler
 from vfl.api import Federation, federation_from_frames
 from vfl.errors import InputError, PeerError, ProtocolError
 from vfl.params import TrainParams
-
-from conftest import KEY_BITS
 
 
 def frames_with_ids(active_ids, passive_ids: dict, seed=0):

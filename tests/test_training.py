@@ -4,17 +4,16 @@ import struct
 
 import numpy as np
 import pytest
+from conftest import KEY_BITS, small_frames
 from sklearn.metrics import roc_auc_score
 
-from crypto.encoding import encode_fixed
 from datasets import join_parties, train_test_split_parties
 from protocols import messages as m
 from protocols.serialization import BigInts, loads
 from vfl import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.api import federation_from_frames
 from vfl.errors import InputError
-
-from conftest import KEY_BITS, small_frames
+from vfl.fixedpoint import encode_fixed
 
 
 def _fit(frames, mode, **kw):

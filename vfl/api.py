@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from datasets.errors import InputError
 from parties.active import ActiveParty
 from parties.passive import PassiveParty
 from protocols.transport import InMemoryTransport, frame_handler
-from vfl.errors import InputError
 from vfl.model import BoostedModel, read_model_json
 from vfl.params import TrainParams
 
@@ -229,8 +229,8 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     import time
 
     from datasets.split import train_test_split_parties
-    from vfl.loss import get_loss
     from vfl.leafmask import DEFAULT_PREDICTION
+    from vfl.loss import get_loss
 
     train, test = train_test_split_parties(party_frames, test_size=test_size, seed=seed)
     validation = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vfl.errors import InputError
+from datasets.errors import InputError
 
 
 def check_max_bin(max_bin) -> int:
@@ -47,6 +47,10 @@ class Binner:
         """Slots per feature: ordinary bins plus the missing bin."""
         return np.array([len(t) + 2 for t in self.thresholds_], dtype=np.int32)
 
+    def missing_bin(self, feature_idx: int) -> int:
+        """The bin of missing values of a feature: always its last slot."""
+        return len(self.thresholds_[feature_idx]) + 1
+
     @property
     def bin_offsets(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.n_bins)]).astype(np.int64)
@@ -57,7 +61,7 @@ class Binner:
         for j, t in enumerate(self.thresholds_):
             col = X[:, j]
             b = np.searchsorted(t, col, side="left")
-            b[np.isnan(col)] = len(t) + 1
+            b[np.isnan(col)] = self.missing_bin(j)
             out[:, j] = b
         return out
 

@@ -20,12 +20,12 @@ from typing import Callable
 
 import numpy as np
 
-from crypto.encoding import encode_fixed
 from crypto.packing import PackingLayout
 from vfl.binning import Binner
+from vfl.fixedpoint import encode_fixed
 from vfl.objectives import plan_precision, pow2_ceil
 from vfl.sampling import RowSampler, leaf_positions, node_members, riding
-from vfl.split import MIN_GAIN, find_best_split
+from vfl.split import MIN_GAIN, find_best_split, goes_left
 from vfl.tree import Node, Tree
 
 
@@ -115,7 +115,7 @@ class LocalSource(HistogramSource):
         for ref, t, nid, f, b, dl in zip(refs, tree_idx, node_ids, feature_idx, bin_idx, default_left):
             rows = node_members(assignment[t], nid)        # sampled and riding rows (vfl.sampling)
             bins = self.bin_idx[rows, f].astype(np.int64)
-            go_left = np.where(bins == self.n_bins[f] - 1, bool(dl), bins <= b)
+            go_left = goes_left(bins, b, dl, missing=bins == self.n_bins[f] - 1)
             out.append((ref, go_left))
         return out
 

@@ -38,8 +38,8 @@ from typing import Callable
 
 import numpy as np
 
+from datasets.errors import InputError
 from vfl.dp import check_epsilon, json_epsilon
-from vfl.errors import InputError
 
 INF = float("inf")
 DEFAULT_EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, INF)

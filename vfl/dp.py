@@ -50,9 +50,9 @@ from typing import Callable
 
 import numpy as np
 
+from datasets.errors import InputError
 from vfl.binning import Binner, check_max_bin
 from vfl.boosting import LocalSource, SplitRef
-from vfl.errors import InputError
 
 INF = float("inf")
 

@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
+from datasets.errors import InputError
 from vfl.api import ActiveParty, Federation, PassiveParty
-from vfl.errors import InputError
 from vfl.params import TrainParams
 
 __all__ = ["VerticalBoostingClassifier", "VerticalBoostingRegressor"]

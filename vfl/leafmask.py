@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vfl.errors import PeerError, ProtocolError
+from datasets.errors import PeerError, ProtocolError
 from vfl.tree import Tree
 
 PREDICTIONS = ("one-round", "node")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vfl.errors import InputError
+from datasets.errors import InputError
 
 
 def sigmoid(x):
@@ -54,5 +54,5 @@ class BinaryLogLoss:
 def get_loss(objective: str, huber_slope: float = 1.0):
     if objective in ("binary", "binary:logistic"):
         return BinaryLogLoss()
-    from vfl.objectives import make_loss   # multiclass, regression, pseudohuber
+    from vfl.objectives import make_loss  # multiclass, regression, pseudohuber
     return make_loss(objective, huber_slope)

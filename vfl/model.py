@@ -8,8 +8,9 @@ from typing import Callable
 
 import numpy as np
 
-from vfl.errors import InputError
+from datasets.errors import InputError
 from vfl.loss import get_loss
+from vfl.split import goes_left
 from vfl.tree import Tree
 
 MODEL_FORMAT = "vfl-boost-model"
@@ -98,7 +99,7 @@ class BoostedModel:
                     rows = np.flatnonzero(pos[ti] == nid)
                     if node.owner == self.active_party:
                         x = X[rows, node.feature_idx]
-                        go = np.where(np.isnan(x), bool(node.default_left), x <= node.threshold)
+                        go = goes_left(x, node.threshold, node.default_left)
                         moves.append((ti, node, rows, go))
                     else:
                         queries.setdefault(node.owner, []).append((ti, node, rows))
@@ -155,7 +156,7 @@ class BoostedModel:
             for node in tree.nodes:
                 if not node.is_leaf and node.owner == self.active_party:
                     x = X[:, node.feature_idx]
-                    go.append(np.where(np.isnan(x), bool(node.default_left), x <= node.threshold))
+                    go.append(goes_left(x, node.threshold, node.default_left))
                     own.append(start + node.node_id)
             start += len(tree.nodes)
         go_left = np.stack(go, axis=1) if go else np.zeros((n, 0), dtype=bool)

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from vfl.errors import InputError
+from datasets.errors import InputError
 
 MODES = ("he", "plain", "dp")
 OBJECTIVES = ("binary", "multiclass", "regression", "pseudohuber")

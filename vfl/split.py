@@ -20,6 +20,19 @@ import numpy as np
 MIN_GAIN = 1e-6   # XGBoost's kRtEps: smaller improvements are noise
 
 
+def goes_left(values: np.ndarray, threshold, default_left: bool, missing: np.ndarray | None = None) -> np.ndarray:
+    """The split rule, the one place it is written: a value goes left when ``value <= threshold``;
+    a missing value goes to the learned side ``default_left``.
+
+    Used on raw values (``missing`` defaults to NaN) by prediction and by the passive party's
+    routing, and on bin indices (``threshold`` a bin index, ``missing`` the rows in the missing
+    bin, see :meth:`vfl.binning.Binner.missing_bin`) by training."""
+    values = np.asarray(values)
+    if missing is None:
+        missing = np.isnan(values)
+    return np.where(missing, bool(default_left), values <= threshold)
+
+
 @dataclass
 class SplitInfo:
     gain: float

@@ -1,4 +1,4 @@
-"""Fixed-point encoding of gradients and hessians.
+"""Fixed-point encoding of gradients and hessians (the learner core hands integers to whoever encrypts).
 
 A real value ``x`` is encoded as the integer ``round(x * 2**precision_bits)``.
 All parties then work on exact integers, so a histogram summed under
@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from vfl.errors import InputError
+from datasets.errors import InputError
 
-DEFAULT_PRECISION_BITS = 32
 _FLOAT_EXACT = 2.0 ** 53
 
 
-def encode_fixed(values, precision_bits: int = DEFAULT_PRECISION_BITS) -> np.ndarray:
+def encode_fixed(values, precision_bits: int) -> np.ndarray:
     """Encode float values as int64 fixed-point integers (exact rounding, overflow checked)."""
     x = np.asarray(values, dtype=np.float64)
     if not np.all(np.isfinite(x)):
@@ -27,7 +26,7 @@ def encode_fixed(values, precision_bits: int = DEFAULT_PRECISION_BITS) -> np.nda
     return scaled.astype(np.int64)
 
 
-def decode_fixed(ints, precision_bits: int = DEFAULT_PRECISION_BITS) -> np.ndarray:
+def decode_fixed(ints, precision_bits: int) -> np.ndarray:
     """Decode fixed-point integers (Python ints or an int array) to float64."""
     arr = np.asarray(ints)
     if arr.dtype == object:
