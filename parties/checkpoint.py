@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,23 +36,13 @@ import numpy as np
 
 from datasets.errors import InputError
 from protocols import alignment
+from vfl.files import write_json_atomic
 from vfl.tree import Tree
 
 CHECKPOINT_FORMAT = "vfl-boost-checkpoint"
 CHECKPOINT_VERSION = 1
 # parameters that may change between the interrupted run and its resume
 RESUMABLE_CHANGES = ("n_estimators", "key_bits", "encryption")
-
-
-def write_json_atomic(path, data: dict, indent: int | None = 1) -> None:
-    """Write JSON so that a crash leaves either the old or the new file, never half of one."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=indent)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def data_digest(ids, X, y, feature_names) -> str:

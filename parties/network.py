@@ -20,9 +20,10 @@ from pathlib import Path
 
 from datasets.errors import InputError, PeerError, VFLError
 from parties.active import ActiveParty
-from parties.checkpoint import Checkpoint, write_json_atomic
+from parties.checkpoint import Checkpoint
 from parties.server import PassiveServer
 from protocols.grpc_transport import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, GrpcTransport, PartyServer, check_address
+from vfl.files import write_json_atomic
 from vfl.leafmask import PREDICTIONS
 from vfl.model import BoostedModel
 from vfl.params import ALIGNMENTS, TrainParams

@@ -25,10 +25,10 @@ import numpy as np
 import pandas as pd
 
 from datasets.errors import InputError, ProtocolError, VFLError
-from parties.checkpoint import write_json_atomic
 from parties.passive import PASSIVE_FORMAT, PassiveParty
 from protocols import messages as m
 from protocols.transport import frame_handler
+from vfl.files import write_json_atomic
 
 log = logging.getLogger("vfl.passive")
 

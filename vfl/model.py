@@ -9,6 +9,7 @@ from typing import Callable
 import numpy as np
 
 from datasets.errors import InputError
+from vfl.files import write_json_atomic
 from vfl.loss import get_loss
 from vfl.split import goes_left
 from vfl.tree import Tree
@@ -73,7 +74,7 @@ class BoostedModel:
                    d.get("params", {}), d.get("history", {}), d.get("best_iteration"), d.get("classes"))
 
     def save(self, path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+        write_json_atomic(path, self.to_dict())
 
     @classmethod
     def load(cls, path) -> "BoostedModel":
