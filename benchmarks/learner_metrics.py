@@ -26,7 +26,7 @@ from datasets import BUNDLED, join_parties, load_named, load_shared, shared_data
 from datasets.split import train_test_split_parties  # noqa: E402
 from vfl import metrics  # noqa: E402
 from vfl.api import federation_from_frames  # noqa: E402
-from vfl.loss import get_loss  # noqa: E402
+from vfl.objectives import get_objective  # noqa: E402
 from vfl.params import TrainParams  # noqa: E402
 
 TASKS = {"vehicle": "multiclass", "student": "regression", "dvisits": "regression",
@@ -66,7 +66,7 @@ def compare(parties, objective: str, params: TrainParams, seed: int = 0) -> dict
     fed.fit(params)
     fed_seconds = time.perf_counter() - t0
     raw = fed.predict_raw({pf.name: pf.frame for pf in test})
-    out = get_loss(objective).transform(raw)
+    out = get_objective(objective).transform(raw)
     Xtr, ytr, _ = join_parties(train)
     Xte, yte, ids_te = join_parties(test)
     # the federated predictions are in the guest's test row order; join_parties keeps it

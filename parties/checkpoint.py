@@ -37,6 +37,7 @@ import numpy as np
 from datasets.errors import InputError
 from protocols import alignment
 from vfl.files import write_json_atomic
+from vfl.rounds import RoundObserver, RoundRecord
 from vfl.tree import Tree
 
 CHECKPOINT_FORMAT = "vfl-boost-checkpoint"
@@ -156,9 +157,9 @@ class Checkpoint:
                              f"{self.n_rows} then): the data files or a party's ids changed; cannot resume")
 
 
-class CheckpointTracker:
-    """Glue between :meth:`ActiveParty.fit` and checkpoints: restores the booster's state on resume
-    and saves a checkpoint after every round."""
+class CheckpointTracker(RoundObserver):
+    """Checkpoints as a round observer: restores the booster's state on resume and saves a
+    checkpoint after every round."""
 
     def __init__(self, active_party: str, passive_parties, params, salt: bytes, model_id: str, ids, X, y,
                  feature_names, resume: Checkpoint | None = None, save=None):
@@ -177,14 +178,9 @@ class CheckpointTracker:
         raw = None if self.resume.raw is None else self.resume.raw.copy()
         return {"rounds": self.rounds, "start_round": self.resume.n_rounds, "raw": raw}
 
-    def wrap(self, on_round):
-        def hook(r, info):
-            if self.save is not None:
-                t = self.template
-                ck = Checkpoint(t.active_party, t.passive_parties, t.model_id, t.salt, t.params, t.n_rows,
-                                t.data_digest, list(self.rounds), np.array(info["raw"], dtype=np.float64),
-                                records_per_party(self.rounds, t.passive_parties),
-                                history=info.get("history", {}))
-                self.save(ck)
-            return on_round(r, info) if on_round is not None else None
-        return hook
+    def round_finished(self, record: RoundRecord) -> None:
+        if self.save is not None:
+            t = self.template
+            self.save(Checkpoint(t.active_party, t.passive_parties, t.model_id, t.salt, t.params, t.n_rows,
+                                 t.data_digest, list(self.rounds), np.array(record.raw, dtype=np.float64),
+                                 records_per_party(self.rounds, t.passive_parties), history=record.history))

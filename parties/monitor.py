@@ -31,19 +31,22 @@ import secrets
 
 import numpy as np
 
-from datasets.errors import InputError, PeerError
+from datasets.errors import InputError
+from parties.psi_align import psi_match
+from parties.remote import leaf_mask_fetcher
 from protocols import alignment
 from protocols import messages as m
 from vfl.metrics import evaluate, is_better
 from vfl.model import BoostedModel
 from vfl.params import EVAL_METRICS
+from vfl.rounds import RoundObserver, RoundRecord
 
 
-class TrainingMonitor:
-    """Computes each round's metrics and decides early stopping (the booster's round callback)."""
+class TrainingMonitor(RoundObserver):
+    """Computes each round's metrics and decides early stopping (a round observer)."""
 
-    def __init__(self, loss, params, y_train):
-        self.loss, self.params, self.y_train = loss, params, y_train
+    def __init__(self, objective, params, y_train):
+        self.loss, self.params, self.y_train = objective, params, y_train
         self.metrics = EVAL_METRICS[params.objective]
         self.metric = params.metric
         self.history: dict = {"train": {k: [] for k in self.metrics}}
@@ -61,7 +64,6 @@ class TrainingMonitor:
             raise InputError("the validation set holds a single class: AUC (eval_metric) is undefined")
         session_id = secrets.token_hex(8)
         if self.params.align == "psi":
-            from parties.psi_align import psi_match
             match = psi_match(transport, peers, active_name, val_ids, alignment.new_salt(), session_id,
                               "validate", model_id)
             for p, held in match.held.items():
@@ -75,19 +77,12 @@ class TrainingMonitor:
             alignment.check_unique(alignment.hashes_to_keys(hashes), active_name, "validation ids")
             transport.call_many({p: m.EvalStart(model_id, session_id, hashes) for p in peers})
         K = self.loss.n_targets
-        self._val = {"transport": transport, "session": session_id, "X": X_val, "y": y,
+        self._val = {"fetch_masks": leaf_mask_fetcher(transport, session_id), "X": X_val, "y": y,
                      "raw": np.tile(self.loss.base_score(self.y_train), (len(y), 1)).astype(np.float64),
                      "model": BoostedModel(self.loss.name, K, [0.0] * K, self.params.learning_rate,
                                            active_name, list(active_features), list(peers), model_id,
                                            salt.hex())}
         self.history["validation"] = {k: [] for k in self.metrics}
-
-    def _fetch_masks(self, owner, skeleton):
-        v = self._val
-        reply = v["transport"].call(owner, m.LeafMaskRequest(v["session"], **skeleton.to_fields()))
-        if not isinstance(reply, m.LeafMaskResponse):
-            raise PeerError(f"party {owner!r} answered {type(reply).__name__} to a leaf-mask request")
-        return reply.masks
 
     # -- per round ----------------------------------------------------------
     def _evaluate(self, y, raw) -> dict:
@@ -97,7 +92,7 @@ class TrainingMonitor:
         """Add round ``r``'s trees to the validation scores; record the metrics; track the best."""
         v = self._val
         v["model"].rounds = [trees]       # only this round's trees
-        v["raw"] += v["model"].predict_raw_one_round(v["X"], self._fetch_masks)
+        v["raw"] += v["model"].predict_raw_one_round(v["X"], v["fetch_masks"])
         scores = self._evaluate(v["y"], v["raw"])
         for k, val in scores.items():
             self.history["validation"][k].append(val)
@@ -105,17 +100,18 @@ class TrainingMonitor:
             self.best_score, self.best_iteration = scores[self.metric], r
         return scores
 
-    def on_round(self, r: int, info: dict) -> bool:
-        """Metrics of round ``r`` (added to ``info`` as ``validation`` and ``history``); True to stop."""
-        for k, v in self._evaluate(self.y_train, info["raw"]).items():
+    def round_finished(self, record: RoundRecord) -> bool:
+        """Metrics of the round (set on the record as ``validation`` and ``history``); True to stop."""
+        r = record.round_idx
+        for k, v in self._evaluate(self.y_train, record.raw).items():
             self.history["train"][k].append(v)
         stop = False
         if self._val is not None:
-            info["validation"] = self._validate_round(r, info["trees"])
+            record.validation = self._validate_round(r, record.trees)
             if self.params.early_stopping_rounds is not None and self.best_iteration is not None and \
                     r - self.best_iteration >= self.params.early_stopping_rounds:
                 stop = self.stopped_early = True
-        info["history"] = self.history
+        record.history = self.history
         return stop
 
     def restore(self, rounds, history: dict | None) -> None:

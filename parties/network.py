@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from datasets.errors import InputError, PeerError, VFLError
+from datasets.loaders import read_party_csv
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
 from parties.server import PassiveServer
@@ -36,7 +37,6 @@ PREDICTION_METHODS = PREDICTIONS
 
 
 def _read_csv(path, name, id_col, label_col=None, allow_text_label=False):
-    from datasets import read_party_csv
     return read_party_csv(path, name, id_col, label_col, allow_text_label=allow_text_label)
 
 
@@ -176,7 +176,6 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     if ck_path.exists():
         ck_path.unlink()
     log.info("%s: model %s finished: %d round(s); saved to %s", name, model.model_id, model.n_rounds, final_path)
-    channel = active.channel
     return {
         "mode": params.mode, "objective": params.objective, "active_party": name,
         "passive_parties": list(peers), "peers": dict(peers),
@@ -187,7 +186,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         "total_bytes": transport.total_bytes(),
         "messages_sent": {f"{a}->{b}": n for (a, b), n in sorted(transport.messages_sent.items())},
         "params": params.to_dict(), "timings": active.timings,
-        "crypto_seconds": dict(channel.timing) if channel is not None else {},
+        "crypto_seconds": active.crypto_seconds(),
         "security": security.describe(),
         "n_rounds": model.n_rounds, "best_iteration": model.best_iteration, "classes": model.classes,
         "eval_metric": model.params.get("eval_metric"), "history": model.history,

@@ -17,7 +17,7 @@ from protocols import messages as m
 from protocols.serialization import BigInts, dumps, loads
 from vfl.api import Federation
 from vfl.binning import Binner
-from vfl.boosting import Booster, LocalSource
+from vfl.boosting import Booster
 from vfl.dp import (
     check_epsilon,
     epsilon_budget,
@@ -27,8 +27,9 @@ from vfl.dp import (
     stay_probability,
 )
 from vfl.errors import InputError, PeerError
-from vfl.loss import get_loss
+from vfl.objectives import get_objective
 from vfl.params import TrainParams
+from vfl.sources import LocalSource
 
 INF = float("inf")
 
@@ -232,7 +233,7 @@ def test_inf_epsilon_reproduces_plaintext_training_exactly():
                            [x for x in df.columns if x not in ("id", "y")], 16)
                for name, df in (("a", a), ("b", b), ("c", c))]
     p = TrainParams(mode="plain", **params)
-    _, ref_rounds, ref_raw = Booster(sources, get_loss("binary"), p).fit(y)
+    _, ref_rounds, ref_raw = Booster(sources, get_objective("binary"), p).fit(y)
     n_passive_splits = 0
     for rnd, ref in zip(fed.model.rounds, ref_rounds):
         for t, rt in zip(rnd, ref):

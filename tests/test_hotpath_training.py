@@ -9,7 +9,7 @@ import pytest
 from conftest import KEY_BITS, small_frames
 
 import parties.active as active_mod
-import vfl.boosting as boosting_mod
+import vfl.grower as grower_mod
 from crypto.paillier import Decryptor
 from crypto.pool import WorkerPool
 from protocols import messages as m
@@ -81,17 +81,16 @@ def test_every_histogram_the_split_search_sees_equals_a_direct_build(always_para
     seen = []        # (G, H, sg, sh) the split search received for the passive party
 
     class SpySource(active_mod.RemoteSource):
-        def build(self, round_idx, depth, tree_idx, node_ids, assignment):
-            out = super().build(round_idx, depth, tree_idx, node_ids, assignment)
+        def build(self, round_idx, tree_idx, node_ids, assignment):
+            out = super().build(round_idx, tree_idx, node_ids, assignment)
             ids = np.unique(assignment[0])
-            sg, sh = super().build(round_idx, depth, np.zeros(len(ids), np.int32), ids.astype(np.int32),
-                                   assignment)
+            sg, sh = super().build(round_idx, np.zeros(len(ids), np.int32), ids.astype(np.int32), assignment)
             f0 = slice(int(self.bin_offsets[0]), int(self.bin_offsets[1]))
             for i in range(len(ids)):
                 direct.append((sg[i, f0].sum(), sh[i, f0].sum(), sg[i], sh[i]))
             return out
 
-    real = boosting_mod.find_best_split
+    real = grower_mod.find_best_split
 
     def spy_split(sg, sh, offsets, G, H, *args):
         if args[-1] == 1:                                  # source 1: the passive party
@@ -100,7 +99,7 @@ def test_every_histogram_the_split_search_sees_equals_a_direct_build(always_para
         return real(sg, sh, offsets, G, H, *args)
 
     monkeypatch.setattr(active_mod, "RemoteSource", SpySource)
-    monkeypatch.setattr(boosting_mod, "find_best_split", spy_split)
+    monkeypatch.setattr(grower_mod, "find_best_split", spy_split)
     a, b, _ = small_frames(300, seed=3)
     fed = Federation(ActiveParty("bank", a, n_jobs=2), [PassiveParty("telco", b, n_jobs=2)])
     fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=2, max_depth=4))
@@ -256,9 +255,10 @@ def test_multiclass_target_groups_with_preshift_and_pools_equal_plain(always_par
 def test_preshift_frame_cap_counts_every_row_of_a_sampled_round():
     """Unsampled rows still travel (as full-width placeholders): the cap must count them."""
     from crypto.packing import PackingLayout
-    from parties.active import GradientChannel
+    from parties.channel import GradientChannel
     from protocols.serialization import dumps
     from vfl.fixedpoint import encode_fixed
+    from vfl.rounds import RoundGradients, RoundTiming
 
     n = 400
     ch = GradientChannel("he", KEY_BITS, "fast", n_jobs=1)
@@ -269,8 +269,8 @@ def test_preshift_frame_cap_counts_every_row_of_a_sampled_round():
     per = layout.values_per_plaintext(KEY_BITS)
     cap = int((n * per * 256 + 65536) / 0.9 * 0.75)     # room for copies of half the rows, not all
     ch.plan(100, 3, True, cap)
-    ch.set_sample(0, np.arange(n) < n // 2)
-    rc = ch.gradients(0, g, h, layout)
+    ch.round_started(RoundGradients(0, g, h, 1.0, 0.25, 20, np.arange(n) < n // 2, RoundTiming()))
+    rc = ch.current
     assert len(dumps(rc.message)) <= cap
     assert rc.shifts == 1
 

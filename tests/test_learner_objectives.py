@@ -10,7 +10,14 @@ from protocols.serialization import loads
 from vfl.api import ActiveParty, Federation, PassiveParty
 from vfl.errors import InputError
 from vfl.model import BoostedModel
-from vfl.objectives import PseudoHuberLoss, SoftmaxLoss, SquaredErrorLoss, plan_precision, pow2_ceil, softmax
+from vfl.objectives import (
+    PseudoHuberObjective,
+    SoftmaxObjective,
+    SquaredErrorObjective,
+    plan_precision,
+    pow2_ceil,
+    softmax,
+)
 from vfl.params import TrainParams
 
 
@@ -50,7 +57,7 @@ def _numeric_grad(loss_fn, raw, eps=1e-6):
 def test_softmax_gradient_is_the_derivative_of_the_log_loss():
     rng = np.random.default_rng(1)
     raw, y = rng.normal(size=(6, 3)), np.array([0, 1, 2, 2, 1, 0])
-    g, h = SoftmaxLoss().gradients(y, raw)
+    g, h = SoftmaxObjective().gradients(y, raw)
     num = _numeric_grad(lambda r: -np.log(softmax(r)[np.arange(6), y]), raw)
     assert np.allclose(g, num, atol=1e-6)
     p = softmax(raw)
@@ -61,9 +68,9 @@ def test_softmax_gradient_is_the_derivative_of_the_log_loss():
 def test_regression_gradients_are_derivatives():
     rng = np.random.default_rng(2)
     raw, y = rng.normal(size=(8, 1)) * 3, rng.normal(size=8)
-    g, h = SquaredErrorLoss().gradients(y, raw)
+    g, h = SquaredErrorObjective().gradients(y, raw)
     assert np.allclose(g[:, 0], raw[:, 0] - y) and np.all(h == 1)
-    loss = PseudoHuberLoss(huber_slope=0.7)
+    loss = PseudoHuberObjective(huber_slope=0.7)
     g, h = loss.gradients(y, raw)
     f = lambda r: 0.49 * (np.sqrt(1 + ((r[:, 0] - y) / 0.7) ** 2) - 1)  # noqa: E731
     assert np.allclose(g, _numeric_grad(f, raw), atol=1e-6)

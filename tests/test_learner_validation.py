@@ -9,7 +9,7 @@ from protocols.serialization import loads
 from vfl import metrics
 from vfl.api import ActiveParty, Federation, PassiveParty
 from vfl.errors import InputError
-from vfl.loss import get_loss
+from vfl.objectives import get_objective
 
 
 def dataset(objective, n=240, seed=0):
@@ -73,7 +73,7 @@ def test_history_matches_predictions_round_by_round(objective):
     model = fed.fit(objective=objective, mode="plain", n_estimators=5, max_depth=3,
                     validation={"a": val[0], "b": val[1]})
     assert model.best_iteration is None and model.n_rounds == 5     # no early stopping asked
-    loss = get_loss(objective)
+    loss = get_objective(objective)
     frames = {"a": val[0].drop(columns="y"), "b": val[1]}
     yv = val[0]["y"].to_numpy()
     names = {"binary": ["logloss", "auc", "error"], "multiclass": ["mlogloss", "merror"],
@@ -117,7 +117,7 @@ def test_validation_with_psi_dp_and_sampling(kw):
     params.update(kw)
     model = fed.fit(validation={"a": val[0], "b": val[1]}, **params)
     frames = {"a": val[0].drop(columns="y"), "b": val[1]}
-    out = get_loss("multiclass").transform(fed.predict_raw(frames, prediction="node"))
+    out = get_objective("multiclass").transform(fed.predict_raw(frames, prediction="node"))
     yv = val[0]["y"].to_numpy()
     assert model.history["validation"]["mlogloss"][-1] == pytest.approx(metrics.mlogloss(yv, out), rel=1e-12)
 

@@ -8,7 +8,7 @@ from datasets import join_parties, load_shared, sklearn_parties
 from datasets.split import train_test_split_parties
 from vfl import metrics
 from vfl.api import federation_from_frames
-from vfl.loss import get_loss
+from vfl.objectives import get_objective
 from vfl.params import TrainParams
 
 xgb = pytest.importorskip("xgboost")
@@ -26,7 +26,7 @@ def both(parties, objective, n_estimators=20, max_depth=4, seed=0):
     train, test = train_test_split_parties(parties, test_size=0.2, seed=seed)
     fed = federation_from_frames(train)
     fed.fit(p)
-    ours = get_loss(objective).transform(fed.predict_raw({pf.name: pf.frame for pf in test}))
+    ours = get_objective(objective).transform(fed.predict_raw({pf.name: pf.frame for pf in test}))
     Xtr, ytr = joined(train)
     Xte, yte = joined(test)
     common = dict(n_estimators=p.n_estimators, max_depth=p.max_depth, learning_rate=p.learning_rate,

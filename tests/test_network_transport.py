@@ -349,7 +349,7 @@ class _ConcurrentMemory(InMemoryTransport):
 
 def test_fan_out_to_several_passives_gives_the_same_model(tmp_path):
     """With a concurrent transport the passive parties are asked in parallel; same trees."""
-    from parties.fanout import source_map
+    from parties.remote import source_map
 
     a, b, c = small_frames()
     params = TrainParams(mode="plain", n_estimators=3, max_depth=3)

@@ -194,10 +194,10 @@ def _test_metrics(model: BoostedModel, y_test, raw) -> dict:
     """Test-set metrics of the objective (``test_auc`` / ``test_accuracy`` / ``test_logloss`` /
     ``test_rmse`` / ``test_mae``; the others None)."""
     from vfl import metrics
-    from vfl.loss import get_loss
+    from vfl.objectives import get_objective
 
     out = dict(test_auc=None, test_accuracy=None, test_logloss=None, test_rmse=None, test_mae=None)
-    output = get_loss(model.objective).transform(raw)
+    output = get_objective(model.objective).transform(raw)
     if model.objective == "binary":
         y = np.asarray(y_test, dtype=np.float64)
         out.update(test_accuracy=1.0 - metrics.error(y, output), test_logloss=metrics.logloss(y, output))
@@ -230,7 +230,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
 
     from datasets.split import train_test_split_parties
     from vfl.leafmask import DEFAULT_PREDICTION
-    from vfl.loss import get_loss
+    from vfl.objectives import get_objective
 
     train, test = train_test_split_parties(party_frames, test_size=test_size, seed=seed)
     validation = None
@@ -248,7 +248,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     test_frames[test[0].name] = test[0].frame.drop(columns=test[0].label_col)   # (may hold class names)
     t0 = time.perf_counter()
     raw = fed.predict_raw(test_frames, prediction=prediction)
-    proba = get_loss(fed.model.objective).transform(raw)
+    proba = get_objective(fed.model.objective).transform(raw)
     predict_seconds = time.perf_counter() - t0
     y_test = test[0].frame[test[0].label_col].to_numpy()
     scores = _test_metrics(fed.model, y_test, raw)
@@ -261,7 +261,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         bytes_sent=fed.bytes_report(), total_bytes=fed.transport.total_bytes(),
         alignment=fed.active.alignment_report, n_trees=sum(len(r) for r in fed.model.rounds),
         params=params.to_dict(), timings=fed.active.timings,
-        crypto_seconds=dict(fed.active.channel.timing) if fed.active.channel else {},
+        crypto_seconds=fed.active.crypto_seconds(),
         **scores, n_validation=int(len(next(iter(validation.values())))) if validation else 0,
         n_rounds=model.n_rounds, best_iteration=model.best_iteration,
         eval_metric=model.params.get("eval_metric"), history=model.history, classes=model.classes,

@@ -52,7 +52,7 @@ import numpy as np
 
 from datasets.errors import InputError
 from vfl.binning import Binner, check_max_bin
-from vfl.boosting import LocalSource, SplitRef
+from vfl.sources import LocalSource, SplitRef
 
 INF = float("inf")
 

@@ -213,9 +213,9 @@ class VerticalBoostingClassifier(ClassifierMixin, _VerticalBoosting):
 
     def predict_proba(self, X) -> np.ndarray:
         """``(n_samples, n_classes)`` class probabilities, columns in ``classes_`` order."""
-        from vfl.loss import get_loss
+        from vfl.objectives import get_objective
         raw = self._raw(X)
-        out = get_loss(self.model_.objective).transform(raw)
+        out = get_objective(self.model_.objective).transform(raw)
         return np.column_stack([1.0 - out, out]) if out.ndim == 1 else out
 
     def predict(self, X) -> np.ndarray:

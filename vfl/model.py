@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
 from datasets.errors import InputError
 from vfl.files import write_json_atomic
-from vfl.loss import get_loss
+from vfl.leafmask import check_masks, leaf_masks, resolve_leaves, skeleton_of
+from vfl.objectives import get_objective
 from vfl.split import goes_left
 from vfl.tree import Tree
 
@@ -135,7 +137,6 @@ class BoostedModel:
 
     def skeleton(self, party: str, n_rounds: int | None = None):
         """What one-round prediction sends ``party``: tree shapes and its own record ids."""
-        from vfl.leafmask import skeleton_of
         return skeleton_of([t for _, t in self._flat_trees(n_rounds)], party)
 
     def predict_raw_one_round(self, X_active: np.ndarray, fetch_masks, n_rounds: int | None = None) -> np.ndarray:
@@ -145,7 +146,6 @@ class BoostedModel:
         ``owner`` for the same rows, in the same order; it is called once per
         passive party that owns a split. Gives exactly :meth:`predict_raw`'s scores.
         """
-        from vfl.leafmask import check_masks, leaf_masks, resolve_leaves, skeleton_of
         X = np.asarray(X_active, dtype=np.float64)
         n = X.shape[0]
         flat = self._flat_trees(n_rounds)
@@ -183,7 +183,7 @@ class BoostedModel:
     def output_to_prediction(self, raw: np.ndarray) -> np.ndarray:
         """Raw scores to predictions: class labels (binary 0/1; multiclass the original labels)
         or regression values."""
-        out = get_loss(self.objective).transform(raw)
+        out = get_objective(self.objective).transform(raw)
         if self.objective == "binary":
             return (out > 0.5).astype(np.int64)
         if self.objective == "multiclass":
@@ -195,7 +195,6 @@ class BoostedModel:
     def prediction_table(self, ids, output, id_col: str = "id"):
         """Predictions as a DataFrame: ``proba`` (binary), ``prediction`` and ``proba_<class>``
         (multiclass, original labels), or ``prediction`` (regression)."""
-        import pandas as pd
         if self.objective == "binary":
             return pd.DataFrame({id_col: ids, "proba": output})
         if self.objective == "multiclass":

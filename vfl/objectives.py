@@ -1,8 +1,8 @@
-"""Objectives beyond binary log loss: softmax (multiclass), squared error and
-pseudo-Huber (regression), with label checks and the sizing of the fixed-point
-encoding for unbounded gradients.
+"""Objectives (the losses boosting minimises): binary log loss, softmax
+(multiclass), squared error and pseudo-Huber (regression), with label checks
+and the sizing of the fixed-point encoding for unbounded gradients.
 
-Every loss has the interface of :class:`vfl.loss.BinaryLogLoss`: ``name``,
+Every objective has the interface of :class:`BinaryObjective`: ``name``,
 ``n_targets``, ``check_labels(y, party, column)`` (training labels: checked,
 and for multiclass mapped to ``0..K-1``), ``encode_labels`` (validation labels,
 with the training mapping), ``base_score(y)``, ``gradients(y, raw)`` returning
@@ -78,6 +78,51 @@ def plan_precision(g_bound: float, h_bound: float, n_rows: int, max_precision: i
     return bits
 
 
+# --------------------------------------------------------------------------- binary
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
+
+
+class BinaryObjective:
+    """Binary logistic loss (XGBoost ``binary:logistic``)."""
+
+    name = "binary"
+    n_targets = 1
+
+    def check_labels(self, y, party: str = "active", column: str = "label", ids=None) -> np.ndarray:
+        """Labels as float 0/1 (``ids``, accepted like the other losses', are not needed here)."""
+        if np.asarray(y).dtype == object:
+            _numeric_labels(y, party, column, "binary")
+        y = np.asarray(y, dtype=np.float64)
+        bad = ~np.isfinite(y)
+        if bad.any():
+            raise InputError(f"label column {column!r} of party {party!r} has {int(bad.sum())} NaN/inf values")
+        wrong = np.unique(y[(y != 0) & (y != 1)])
+        if wrong.size:
+            raise InputError(f"label column {column!r} of party {party!r} must hold only 0 and 1 for a "
+                             f"binary objective; found {wrong[:5].tolist()}")
+        return y
+
+    encode_labels = check_labels   # validation labels: the same check
+
+    def base_score(self, y) -> np.ndarray:
+        p = float(np.clip(np.mean(y), 1e-6, 1 - 1e-6))
+        return np.array([np.log(p / (1 - p))])
+
+    def gradients(self, y, raw):
+        p = sigmoid(raw[:, 0])
+        g = p - y
+        h = np.maximum(p * (1.0 - p), 1e-16)
+        return g[:, None], h[:, None]
+
+    def gradient_bounds(self, g, h) -> tuple[float, float]:
+        """Bounds used to size the packing; constant, so the layout reveals nothing."""
+        return 1.0, 0.25
+
+    def transform(self, raw):
+        return sigmoid(raw[:, 0])
+
+
 # --------------------------------------------------------------------------- multiclass
 def softmax(raw) -> np.ndarray:
     z = np.asarray(raw, dtype=np.float64)
@@ -86,7 +131,7 @@ def softmax(raw) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-class SoftmaxLoss:
+class SoftmaxObjective:
     """Multiclass softmax (XGBoost ``multi:softprob``): one tree per class per round.
 
     Labels may be any integers or strings; they are mapped to ``0..K-1`` in
@@ -183,7 +228,7 @@ class SoftmaxLoss:
 
 
 # --------------------------------------------------------------------------- regression
-class _RegressionLoss:
+class _RegressionObjective:
     n_targets = 1
 
     def check_labels(self, y, party: str = "active", column: str = "label", ids=None) -> np.ndarray:
@@ -207,7 +252,7 @@ class _RegressionLoss:
         return np.asarray(raw, dtype=np.float64)[:, 0]
 
 
-class SquaredErrorLoss(_RegressionLoss):
+class SquaredErrorObjective(_RegressionObjective):
     """``(raw - y)^2 / 2`` (XGBoost ``reg:squarederror``); base score = mean label."""
 
     name = "regression"
@@ -221,7 +266,7 @@ class SquaredErrorLoss(_RegressionLoss):
         return g[:, None], np.ones((len(y), 1))
 
 
-class PseudoHuberLoss(_RegressionLoss):
+class PseudoHuberObjective(_RegressionObjective):
     """``d^2 (sqrt(1 + (r/d)^2) - 1)`` with ``d = huber_slope`` (XGBoost ``reg:pseudohubererror``).
 
     ``g = r / sqrt(1 + (r/d)^2)`` (so ``|g| < d``), ``h = (1 + (r/d)^2)^(-3/2)``;
@@ -253,13 +298,15 @@ OBJECTIVE_ALIASES = {
 }
 
 
-def make_loss(objective: str, huber_slope: float = 1.0):
-    """The loss object of an objective other than ``binary`` (see :func:`vfl.loss.get_loss`)."""
+def get_objective(objective: str, huber_slope: float = 1.0):
+    """The objective object of a name (or an XGBoost-style alias)."""
     objective = OBJECTIVE_ALIASES.get(objective, objective)
+    if objective == "binary":
+        return BinaryObjective()
     if objective == "multiclass":
-        return SoftmaxLoss()
+        return SoftmaxObjective()
     if objective == "regression":
-        return SquaredErrorLoss()
+        return SquaredErrorObjective()
     if objective == "pseudohuber":
-        return PseudoHuberLoss(huber_slope)
+        return PseudoHuberObjective(huber_slope)
     raise InputError(f"unknown objective {objective!r}")

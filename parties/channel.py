@@ -1,0 +1,161 @@
+"""The active party's gradient channel: packs and encrypts each round's gradients once,
+for every passive party, and decrypts the bin sums they send back.
+
+It is a round observer (:class:`vfl.rounds.RoundObserver`): when a round starts
+it turns the learner's fixed-point integers, bounds and precision
+(:class:`vfl.rounds.RoundGradients`) into a packing layout
+(:mod:`crypto.packing`), packs (g, h) pairs, optionally pre-shifts them
+(:mod:`crypto.compress`) and encrypts them on the party's executor, before any
+passive party is sent the round (:class:`parties.remote.RemoteSource`). Its
+seconds go into the round's timing record (stages ``encrypt`` and ``decrypt``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import gmpy2
+import numpy as np
+
+from crypto.compress import choose_shifts, shifted_plaintexts
+from crypto.keys import generate_keypair
+from crypto.packing import PackingLayout, decode_sums, pack
+from crypto.paillier import Decryptor, Encryptor
+from crypto.pool import WorkerPool, resolve_workers
+from protocols import messages as m
+from protocols.serialization import BigInts
+from vfl.rounds import RoundGradients, RoundObserver, RoundTiming
+
+
+@dataclass
+class RoundCrypto:
+    """The gradient vector of one round, packed and encrypted once for all passive parties."""
+    round_idx: int
+    message: m.Gradients
+    layout: PackingLayout
+    per: int                  # packed values per plaintext
+    group_size: int           # targets per packed value (see m.Gradients)
+    shifts: int               # pre-shifted copies per value (see m.Gradients)
+    timing: RoundTiming
+
+
+class GradientChannel(RoundObserver):
+    """Packs, encrypts (``he``) and decrypts for every remote source of one training."""
+
+    def __init__(self, mode: str, key_bits: int, encryption: str, n_jobs: int | None = None,
+                 n_samples: int | None = None):
+        self.mode = mode
+        self.key_bits = key_bits
+        self.public_key = self.private_key = None
+        self.encryptor = self.decryptor = None
+        self.pool = None
+        if mode == "he":
+            if resolve_workers(n_jobs) > 1:
+                self.pool = WorkerPool(n_jobs, name="active")
+                if n_samples is not None and n_samples >= 64:   # start up while the key is generated
+                    self.pool.start()
+            try:
+                self.public_key, self.private_key = generate_keypair(key_bits)
+                self.encryptor = Encryptor(self.public_key, self.private_key, method=encryption)
+                self.decryptor = Decryptor(self.private_key)
+            except BaseException:
+                self.close()
+                raise
+        self.current: RoundCrypto | None = None
+        self.n_bins = 0          # histogram slots of one node, over all passive parties
+        self.max_depth = 1
+        self.preshift: str | bool = "auto"
+        self.frame_cap: int | None = None
+
+    def group_size(self, layout: PackingLayout) -> int:
+        """Targets packed per plaintext: all of them when they fit the key, else the most that fit."""
+        fit = replace(layout, n_targets=1).values_per_plaintext(self.key_bits)   # raises if none fits
+        return min(layout.n_targets, fit)
+
+    def plan(self, n_bins: int, max_depth: int, preshift: str | bool = "auto",
+             frame_cap: int | None = None) -> None:
+        """What the shifts decision needs: passive slots per node, tree depth, the policy
+        (``"auto"``: cost model, ``True``/``False``: always/never send pre-shifted copies) and
+        the largest frame the transport and the peers accept (pre-shifted copies never
+        make the gradient message exceed it)."""
+        self.n_bins, self.max_depth, self.preshift = int(n_bins), int(max_depth), preshift
+        self.frame_cap = frame_cap
+
+    def close(self) -> None:
+        """Stop the worker processes (end of training)."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+    def _shifts(self, n_samples: int, layout: PackingLayout, per: int, n_trees: int = 1,
+                n_groups: int = 1, frame_rows: int | None = None) -> int:
+        """1, or ``per`` pre-shifted copies of every value (see :mod:`crypto.compress`).
+
+        ``n_samples`` rows are encrypted and summed; the message carries ``frame_rows``
+        values per copy and group (all rows: unsampled ones as full-width placeholders)."""
+        if self.mode != "he" or per <= 1 or self.preshift is False:
+            return 1
+        frame_rows = n_samples if frame_rows is None else frame_rows
+        if self.frame_cap is not None and \
+                n_groups * frame_rows * per * ((2 * self.key_bits + 7) // 8) + 65536 > 0.9 * self.frame_cap:
+            return 1
+        if self.preshift is True:
+            return per
+        return choose_shifts(n_samples, self.n_bins, per, layout.value_bits, self.max_depth,
+                             n_trees=n_trees, n_groups=n_groups)
+
+    # -- the round ------------------------------------------------------------
+    def round_started(self, gradients: RoundGradients) -> None:
+        """Pack and encrypt the round's gradients, once for every passive party."""
+        self.current = self._encrypt_round(gradients)
+
+    def message(self, round_idx: int) -> m.Gradients:
+        """The round's gradient message (encrypted when the round started)."""
+        if self.current is None or self.current.round_idx != round_idx:
+            raise RuntimeError(f"round {round_idx} was not encrypted: the channel must observe the booster")
+        return self.current.message
+
+    def _encrypt_round(self, rg: RoundGradients) -> RoundCrypto:
+        t0 = time.perf_counter()
+        layout = PackingLayout.for_bounds(rg.g_bound, rg.h_bound, max_rows=rg.n_rows, n_targets=rg.n_targets,
+                                          precision_bits=rg.precision_bits)
+        K, G = layout.n_targets, self.group_size(layout)
+        glayout = layout if G == K else replace(layout, n_targets=G)
+        per = glayout.values_per_plaintext(self.key_bits)
+        g_int, h_int = rg.g, rg.h
+        n = rg.n_rows
+        used = rg.in_any_sample
+        rows = np.arange(n) if used is None else np.flatnonzero(used)
+        n_groups = -(-K // G)
+        shifts = self._shifts(len(rows), glayout, per, n_trees=K, n_groups=n_groups, frame_rows=n)
+        values = []
+        for start in range(0, K, G):        # one block of n values per target group (and shift)
+            gj = np.zeros((n, G), dtype=np.int64)
+            hj = np.zeros((n, G), dtype=np.int64)
+            stop = min(K, start + G)
+            gj[:, :stop - start], hj[:, :stop - start] = g_int[:, start:stop], h_int[:, start:stop]
+            packed = pack(gj[rows], hj[rows], glayout)
+            if shifts > 1:
+                packed = shifted_plaintexts(packed, glayout.value_bits, shifts)
+            enc = self.encryptor.encrypt(packed, pool=self.pool) if self.mode == "he" else packed
+            if used is None:
+                values.extend(enc)
+            else:   # rows no tree of the round uses: trivial placeholders (never summed)
+                for sh in range(shifts):
+                    block = [gmpy2.mpz(1) if self.mode == "he" else 0] * n
+                    for i, v in zip(rows.tolist(), enc[sh * len(rows):(sh + 1) * len(rows)]):
+                        block[i] = v
+                    values.extend(block)
+        rg.timing.add("encrypt", time.perf_counter() - t0)
+        message = m.Gradients(rg.round_idx, self.mode == "he", glayout.to_dict(), per, BigInts(values), shifts)
+        return RoundCrypto(rg.round_idx, message, glayout, per, G, shifts, rg.timing)
+
+    def decode(self, values, total: int):
+        """Decrypt (``he``) and unpack ``total`` bin sums of the current round."""
+        t0 = time.perf_counter()
+        if self.mode == "he":
+            plain = self.decryptor.decrypt_signed(values, pool=self.pool)
+        else:
+            plain = [int(v) for v in values]
+        self.current.timing.add("decrypt", time.perf_counter() - t0)
+        return decode_sums(plain, self.current.layout, self.current.per, total)

@@ -1,0 +1,99 @@
+"""The active party's side of talking to passive parties during training and prediction.
+
+:class:`RemoteSource` is a passive party's features as a histogram source of
+the boosting loop (:mod:`vfl.sources`): it forwards the round's gradient
+message (encrypted once by :class:`parties.channel.GradientChannel`), asks
+for histograms and splits, and decodes the bin sums. The transport underneath
+(in memory or gRPC) is invisible here.
+
+Several passive parties at once: every level the boosting loop asks *all*
+sources the same thing (``start_round``, then ``build``) through a ``map``
+step; when the transport can run calls concurrently (``transport.concurrent``,
+e.g. gRPC) and there are two or more passive parties, :func:`source_map` runs
+that step in threads, so no party waits for the previous one's ciphertext
+work. Splits stay sequential (they go to one owner each and are cheap).
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from datasets.errors import PeerError
+from parties.channel import GradientChannel
+from protocols import messages as m
+from protocols.transport import Transport
+from vfl.fixedpoint import decode_fixed
+from vfl.rounds import RoundGradients, RoundTiming
+from vfl.sources import HistogramSource, SplitRef
+
+
+class RemoteSource(HistogramSource):
+    """A passive party's features behind a transport."""
+
+    def __init__(self, transport: Transport, peer: str, bin_offsets: np.ndarray, channel: GradientChannel):
+        self.transport = transport
+        self.party = peer
+        self.bin_offsets = np.asarray(bin_offsets, dtype=np.int64)
+        self.channel = channel
+        self._timing: RoundTiming | None = None
+
+    def start_round(self, gradients: RoundGradients) -> None:
+        self._timing = gradients.timing
+        self.transport.call(self.party, self.channel.message(gradients.round_idx))
+
+    def build(self, round_idx, tree_idx, node_ids, assignment):
+        reply = self.transport.call(self.party, m.HistogramRequest(
+            round_idx=round_idx, depth=0, tree_idx=np.asarray(tree_idx, np.int32),
+            node_ids=np.asarray(node_ids, np.int32), assignment=np.asarray(assignment, np.int32)))
+        n_flat = int(self.bin_offsets[-1])
+        total = len(node_ids) * n_flat
+        if reply.n_values != total:
+            raise PeerError(f"party {self.party!r} returned {reply.n_values} bin sums, expected {total}")
+        for stage in ("histogram", "compress"):     # the passive party's own compute time
+            v = reply.compute_us.get(stage, 0)
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                self._timing.add(stage, v / 1e6)
+        g, h = self.channel.decode(reply.values.values, total)
+        precision = self.channel.current.layout.precision_bits
+        tgt = np.repeat(np.asarray(tree_idx, dtype=np.int64) % self.channel.current.group_size, n_flat)
+        sel = np.arange(total)
+        sg = decode_fixed(g[sel, tgt], precision)
+        sh = decode_fixed(h[sel, tgt], precision)
+        return sg.reshape(len(node_ids), n_flat), sh.reshape(len(node_ids), n_flat)
+
+    def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment):
+        reply = self.transport.call(self.party, m.SplitRequest(
+            round_idx, node_ids, tree_idx, feature_idx, bin_idx, default_left))
+        if len(reply.record_ids) != len(node_ids) or len(reply.n_rows) != len(node_ids) \
+                or int(reply.n_rows.sum()) != len(reply.go_left):
+            raise PeerError(f"party {self.party!r} sent a malformed split response")
+        out, start = [], 0
+        for rid, cnt in zip(reply.record_ids.tolist(), reply.n_rows.tolist()):
+            out.append((SplitRef(self.party, record_id=int(rid)), reply.go_left[start:start + cnt]))
+            start += cnt
+        return out
+
+
+def source_map(transport, sources: list):
+    """A threaded ``map(fn, sources)`` for the booster, or None (sequential)."""
+    remote = [s for s in sources if isinstance(s, RemoteSource)]
+    if not getattr(transport, "concurrent", False) or len(remote) < 2:
+        return None
+
+    def thread_map(fn, items):
+        with ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="vfl-fanout") as pool:
+            return list(pool.map(fn, items))
+
+    return thread_map
+
+
+def leaf_mask_fetcher(transport: Transport, session_id: str):
+    """``fetch_masks(owner, skeleton)`` for :meth:`vfl.model.BoostedModel.predict_raw_one_round`:
+    one ``LeafMaskRequest`` of a prediction (or validation) session to the owner."""
+    def fetch_masks(owner, skeleton):
+        reply = transport.call(owner, m.LeafMaskRequest(session_id, **skeleton.to_fields()))
+        if not isinstance(reply, m.LeafMaskResponse):
+            raise PeerError(f"party {owner!r} answered {type(reply).__name__} to a leaf-mask request")
+        return reply.masks
+    return fetch_masks

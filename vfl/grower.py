@@ -1,0 +1,210 @@
+"""Growing one round's trees, level by level, over histogram sources.
+
+In the style of scikit-learn's ``TreeGrower``: :meth:`TreeGrower.grow` is a
+short list of named steps, one per level:
+
+1. :meth:`~TreeGrower._splittable`: the frontier nodes that may still split;
+2. :meth:`~TreeGrower._plan_histograms`: per sibling pair, build the smaller
+   child and derive the larger one as parent minus child (in plaintext, after
+   decryption: the cheapest place, since it costs a passive party no
+   ciphertext work at all);
+3. :meth:`~TreeGrower._build_histograms`: every source builds its histograms
+   of the planned nodes (concurrently, through ``map_sources``);
+4. :meth:`~TreeGrower._derive_siblings`;
+5. :meth:`~TreeGrower._find_splits`: the best split of every node over all
+   sources (:func:`vfl.split.find_best_split`);
+6. :meth:`~TreeGrower._apply_at_owners`: each chosen split goes to the source
+   that owns it, which answers which rows go left;
+7. :meth:`~TreeGrower._add_children`: children numbered breadth-first,
+   whoever owns the split, and the node assignment updated.
+
+Leaf values come last (:meth:`~TreeGrower._set_leaf_values`).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from vfl.rounds import RoundTiming
+from vfl.sampling import leaf_positions, node_members, riding
+from vfl.sources import HistogramSource, SplitRef
+from vfl.split import MIN_GAIN, SplitInfo, find_best_split
+from vfl.tree import Node, Tree
+
+Key = tuple[int, int]      # (tree index within the round, node id)
+
+
+@dataclass
+class _Plan:
+    build: list[Key]                            # nodes whose histograms the sources build
+    derive: list[tuple[int, int, int, int]]     # (tree, node, built sibling, parent): parent - sibling
+
+
+class TreeGrower:
+    """Grows the ``n_targets`` trees of one round (one per target) over ``sources``."""
+
+    def __init__(self, sources: list[HistogramSource], params, map_sources: Callable[[Callable, list], list],
+                 timing: RoundTiming):
+        self.sources = sources
+        self.params = params
+        self._map = map_sources
+        self.timing = timing
+
+    def grow(self, round_idx: int, gq: np.ndarray, hq: np.ndarray,
+             in_sample: np.ndarray | None = None) -> tuple[list[Tree], np.ndarray]:
+        """The round's trees and every row's leaf per tree; ``gq``/``hq`` (n_rows, n_targets) are
+        the quantised gradients as floats, ``in_sample`` (n_targets, n_rows) the sampled rows."""
+        self.round_idx, self.gq, self.hq = round_idx, gq, hq
+        n_rows, n_targets = gq.shape
+        self.assignment = np.zeros((n_targets, n_rows), dtype=np.int32)
+        if in_sample is not None:       # rows outside the sample ride along (vfl.sampling)
+            self.assignment[~in_sample] = riding(0)
+        self.trees = [self._root(k) for k in range(n_targets)]
+        frontier: list[Key] = [(k, 0) for k in range(n_targets)]
+        parent_hist: dict[Key, list] = {}
+        for _ in range(self.params.max_depth):
+            nodes = self._splittable(frontier)
+            if not nodes:
+                break
+            plan = self._plan_histograms(nodes)
+            hist = self._build_histograms(plan.build)
+            self._derive_siblings(hist, plan.derive, parent_hist)
+            chosen = self._find_splits(nodes, hist)
+            parent_hist = {(k, nid): hist[(k, nid)] for k, nid, _ in chosen}
+            frontier = self._split_chosen(chosen)
+        self._set_leaf_values()
+        return self.trees, leaf_positions(self.assignment)
+
+    # -- the steps --------------------------------------------------------------
+    def _root(self, k: int) -> Tree:
+        tree = Tree()
+        rows = np.flatnonzero(self.assignment[k] == 0)
+        tree.add(Node(0, 0, sum_gradients=float(self.gq[rows, k].sum()),
+                      sum_hessians=float(self.hq[rows, k].sum()), n_samples=int(rows.size)))
+        return tree
+
+    def _splittable(self, frontier: list[Key]) -> list[Key]:
+        p = self.params
+        return [(k, nid) for k, nid in frontier
+                if self.trees[k].nodes[nid].sum_hessians >= 2 * p.min_child_weight
+                and self.trees[k].nodes[nid].n_samples >= 2]
+
+    def _plan_histograms(self, nodes: list[Key]) -> _Plan:
+        wanted = set(nodes)
+        plan, seen = _Plan([], []), set()
+        for k, nid in nodes:
+            tree = self.trees[k]
+            node = tree.nodes[nid]
+            if node.parent < 0:
+                plan.build.append((k, nid))
+                continue
+            if (k, node.parent) in seen:
+                continue
+            seen.add((k, node.parent))
+            parent = tree.nodes[node.parent]
+            a, b = tree.nodes[parent.left], tree.nodes[parent.right]
+            small, large = (a, b) if a.n_samples <= b.n_samples else (b, a)
+            plan.build.append((k, small.node_id))
+            if (k, large.node_id) in wanted:
+                plan.derive.append((k, large.node_id, small.node_id, parent.node_id))
+        return plan
+
+    def _build_histograms(self, build: list[Key]) -> dict[Key, list]:
+        """``{node: [(sum_gradients, sum_hessians) of every source]}``."""
+        hist: dict[Key, list] = {key: [] for key in build}
+        tree_idx = np.array([k for k, _ in build], dtype=np.int32)
+        node_ids = np.array([nid for _, nid in build], dtype=np.int32)
+        t0 = time.perf_counter()
+        r = self.round_idx
+        for sg, sh in self._map(lambda s: s.build(r, tree_idx, node_ids, self.assignment), self.sources):
+            for i, key in enumerate(build):
+                hist[key].append((sg[i], sh[i]))
+        self.timing.add("histograms", time.perf_counter() - t0)
+        return hist
+
+    @staticmethod
+    def _derive_siblings(hist: dict[Key, list], derive, parent_hist: dict[Key, list]) -> None:
+        for k, nid, small, parent in derive:
+            hist[(k, nid)] = [(pg - cg, ph - ch) for (pg, ph), (cg, ch)
+                              in zip(parent_hist[(k, parent)], hist[(k, small)])]
+
+    def _find_splits(self, nodes: list[Key], hist: dict[Key, list]) -> list[tuple[int, int, SplitInfo]]:
+        p = self.params
+        t0 = time.perf_counter()
+        chosen = []
+        for k, nid in nodes:
+            node = self.trees[k].nodes[nid]
+            best = None
+            for si, (sg, sh) in enumerate(hist[(k, nid)]):
+                info = find_best_split(sg, sh, self.sources[si].bin_offsets, node.sum_gradients,
+                                       node.sum_hessians, p.reg_lambda, p.min_child_weight, si)
+                if info is not None and (best is None or info.gain > best.gain):
+                    best = info
+            if best is not None and best.gain > max(p.gamma, MIN_GAIN):
+                chosen.append((k, nid, best))
+        self.timing.add("split_search", time.perf_counter() - t0)
+        return chosen
+
+    def _split_chosen(self, chosen: list[tuple[int, int, SplitInfo]]) -> list[Key]:
+        """Apply the chosen splits at their owners and add the children; the next frontier."""
+        t0 = time.perf_counter()
+        results = self._apply_at_owners(chosen)
+        frontier: list[Key] = []
+        for k, nid, best in chosen:       # children numbered breadth-first, whoever owns the split
+            ref, go_left = results[(k, nid)]
+            frontier.extend(self._add_children(k, nid, best, ref, go_left))
+        self.timing.add("apply_splits", time.perf_counter() - t0)
+        return sorted(frontier)
+
+    def _apply_at_owners(self, chosen) -> dict[Key, tuple[SplitRef, np.ndarray]]:
+        results = {}
+        for si, source in enumerate(self.sources):
+            mine = [(k, nid, b) for k, nid, b in chosen if b.source_idx == si]
+            if not mine:
+                continue
+            out = source.split(self.round_idx, np.array([k for k, _, _ in mine], dtype=np.int32),
+                               np.array([nid for _, nid, _ in mine], dtype=np.int32),
+                               np.array([b.feature_idx for _, _, b in mine], dtype=np.int32),
+                               np.array([b.bin_idx for _, _, b in mine], dtype=np.int32),
+                               np.array([b.default_left for _, _, b in mine], dtype=bool),
+                               self.assignment)
+            results.update({(k, nid): res for (k, nid, _), res in zip(mine, out)})
+        return results
+
+    def _add_children(self, k: int, nid: int, best: SplitInfo, ref: SplitRef, go_left) -> list[Key]:
+        tree, assignment = self.trees[k], self.assignment
+        node = tree.nodes[nid]
+        rows = node_members(assignment[k], nid)
+        go_left = np.asarray(go_left, dtype=bool)
+        if go_left.shape != rows.shape:
+            raise ValueError(f"party {ref.owner!r} returned {go_left.size} split decisions "
+                             f"for a node of {rows.size} samples")
+        left_rows, right_rows = rows[go_left], rows[~go_left]
+        node.is_leaf = False
+        node.owner, node.record_id = ref.owner, ref.record_id
+        node.feature_idx, node.feature = ref.feature_idx, ref.feature
+        node.threshold, node.default_left = ref.threshold, ref.default_left
+        node.gain = best.gain
+        children = []
+        for child_rows in (left_rows, right_rows):
+            child_rows = child_rows[assignment[k, child_rows] >= 0]     # sampled rows only
+            children.append(tree.add(Node(len(tree.nodes), node.depth + 1, parent=nid,
+                                          sum_gradients=float(self.gq[child_rows, k].sum()),
+                                          sum_hessians=float(self.hq[child_rows, k].sum()),
+                                          n_samples=int(child_rows.size))))
+        node.left, node.right = children[0].node_id, children[1].node_id
+        for child_id, child_rows in ((node.right, right_rows), (node.left, left_rows)):
+            sampled = assignment[k, child_rows] >= 0
+            assignment[k, child_rows] = np.where(sampled, child_id, riding(child_id))
+        return [(k, node.left), (k, node.right)]
+
+    def _set_leaf_values(self) -> None:
+        p = self.params
+        for tree in self.trees:
+            for node in tree.nodes:
+                if node.is_leaf:
+                    node.value = float(-node.sum_gradients / (node.sum_hessians + p.reg_lambda)
+                                       * p.learning_rate)
