@@ -16,10 +16,11 @@ import numpy as np
 import pandas as pd
 
 from crypto.compress import choose_shifts, shifted_plaintexts
+from crypto.executor import LocalExecutor
 from crypto.keys import generate_keypair
 from crypto.packing import PackingLayout, decode_sums, pack
 from crypto.paillier import Decryptor, Encryptor
-from crypto.pool import WorkerPool, resolve_workers
+from crypto.parallel import resolve_workers
 from datasets.errors import InputError, PeerError
 from datasets.frames import party_data
 from parties.checkpoint import CheckpointTracker
@@ -60,7 +61,7 @@ class GradientChannel:
         self.pool = None
         if mode == "he":
             if resolve_workers(n_jobs) > 1:
-                self.pool = WorkerPool(n_jobs, name="active")
+                self.pool = LocalExecutor(n_jobs, name="active")
                 if n_samples is not None and n_samples >= 64:   # start up while the key is generated
                     self.pool.start()
             try:
@@ -161,7 +162,7 @@ class GradientChannel:
             packed = pack(gj[rows], hj[rows], glayout)
             if shifts > 1:
                 packed = shifted_plaintexts(packed, glayout.value_bits, shifts)
-            enc = self.encryptor.encrypt(packed, pool=self.pool) if self.mode == "he" else packed
+            enc = self.encryptor.encrypt(packed, executor=self.pool) if self.mode == "he" else packed
             if used is None:
                 values.extend(enc)
             else:   # rows no tree of the round uses: trivial placeholders (never summed)
@@ -178,7 +179,7 @@ class GradientChannel:
     def decode(self, values, total: int):
         t0 = time.perf_counter()
         if self.mode == "he":
-            plain = self.decryptor.decrypt_signed(values, pool=self.pool)
+            plain = self.decryptor.decrypt_signed(values, executor=self.pool)
         else:
             plain = [int(v) for v in values]
         self._tick("decrypt", t0)

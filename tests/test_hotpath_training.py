@@ -10,8 +10,8 @@ from conftest import KEY_BITS, small_frames
 
 import parties.active as active_mod
 import vfl.boosting as boosting_mod
+from crypto.executor import LocalExecutor
 from crypto.paillier import Decryptor
-from crypto.pool import WorkerPool
 from protocols import messages as m
 from protocols.serialization import BigInts, loads
 from vfl import ActiveParty, Federation, PassiveParty, TrainParams
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def started_pids(monkeypatch):
     """pid of every worker process started during the test."""
     pids = []
-    real = WorkerPool._start
+    real = LocalExecutor._start
 
     def start(self):
         fresh = not self._workers
@@ -32,7 +32,7 @@ def started_pids(monkeypatch):
         if fresh:
             pids.extend(self.pids)
 
-    monkeypatch.setattr(WorkerPool, "_start", start)
+    monkeypatch.setattr(LocalExecutor, "_start", start)
     return pids
 
 
