@@ -204,7 +204,7 @@ class RemoteSource(HistogramSource):
 
     def build(self, round_idx, depth, tree_idx, node_ids, assignment):
         reply = self.transport.call(self.party, m.HistogramRequest(
-            round_idx, depth, np.asarray(tree_idx, np.int32), np.asarray(node_ids, np.int32),
+            round_idx, np.asarray(tree_idx, np.int32), np.asarray(node_ids, np.int32),
             np.asarray(assignment, np.int32)))
         n_flat = int(self.bin_offsets[-1])
         total = len(node_ids) * n_flat
@@ -260,7 +260,7 @@ class ActiveParty:
     # -- training -----------------------------------------------------------
     def align(self, transport: Transport, peers: list[str], salt: bytes, session_id: str):
         own = alignment.hash_ids(self.ids, salt)
-        replies = transport.call_many({p: m.AlignRequest(session_id, salt, "train") for p in peers})
+        replies = transport.call_many({p: m.AlignRequest(session_id, salt) for p in peers})
         # intersect checks that every party's ids are unique, ours included
         common = alignment.intersect({self.name: own, **{p: r.hashes for p, r in replies.items()}})
         acks = transport.call_many({p: m.AlignResult(common) for p in peers})
@@ -356,8 +356,7 @@ class ActiveParty:
         finally:
             self.channel.close()
             try:
-                n_done = len(booster.timings) if booster is not None else 0
-                transport.call_many({p: m.TrainEnd(model_id, n_done, completed) for p in peers})
+                transport.call_many({p: m.TrainEnd(model_id, completed) for p in peers})
             except Exception:
                 if completed:
                     raise

@@ -419,7 +419,6 @@ class PassiveParty(DPPassiveMixin):
 
     def _on_PsiRequest(self, req: m.PsiRequest):
         """ECDH-PSI step 2: blind the active party's values again; send own ids blinded."""
-        from parties.psi_align import check_unique_ids
         from protocols import psi
         self._check_allowed("psi", self.allowed_align, "alignment")
         if req.purpose == "train":
@@ -438,7 +437,7 @@ class PassiveParty(DPPassiveMixin):
             ids, X = self._val_ids, self._val_X
         else:
             raise ProtocolError(f"unknown PSI purpose {req.purpose!r}")
-        check_unique_ids(ids, self.name)
+        alignment.check_unique(alignment.normalize_ids(ids), self.name)
         points = psi.hash_to_points(ids, req.salt)          # checks the salt
         key = psi.BlindingKey()
         double = key.blind(req.blinded, "the active party's blinded ids")
