@@ -87,9 +87,9 @@ def test_goss_keeps_the_largest_gradients_and_amplifies_the_rest():
     roots = [rnd[0].nodes[0] for rnd in fed.model.rounds]
     warm = int(1 / lr)
     assert [r.n_samples for r in roots] == [300] * warm + [60 + 30] * (4 - warm)
-    # the passive party's depth-0 histogram requests show the sample (code 0) of each round
+    # the passive party's depth-0 histogram requests (the root is node 0) show the sample (code 0) of each round
     samples = [loads(f).assignment[0] == 0 for s, r, f in fed.transport.log
-               if r == "b" and isinstance(loads(f), m.HistogramRequest) and loads(f).depth == 0]
+               if r == "b" and isinstance(loads(f), m.HistogramRequest) and 0 in loads(f).node_ids]
     loss = get_loss("regression")
     # training rows are in the booster's order (hash order); rebuild g, h from its raw scores
     y = fr[0]["y"].to_numpy()[hash_order(fed, fr[0]["id"].to_numpy())].astype(float)
@@ -118,7 +118,7 @@ def test_he_equals_plain_with_sampling_and_only_sampled_rows_are_encrypted(kw):
         if mode == "he":
             grads = [loads(f) for s, r, f in fed.transport.log if r == "b" and isinstance(loads(f), m.Gradients)]
             hist0 = [loads(f) for s, r, f in fed.transport.log
-                     if r == "b" and isinstance(loads(f), m.HistogramRequest) and loads(f).depth == 0]
+                     if r == "b" and isinstance(loads(f), m.HistogramRequest) and 0 in loads(f).node_ids]
             for g, h in zip(grads, hist0):
                 used = (h.assignment >= 0).any(axis=0)          # rows some class tree uses
                 real = np.array([int(v) != 1 for v in g.values]).reshape(-1, len(used))
