@@ -20,12 +20,12 @@ def quiet_keys() -> None:
 
 def peak_memory() -> dict:
     """Peak resident memory in MB: this process, the largest finished child, and the sum of
-    this process and every worker peak recorded by :mod:`crypto.pool` (an upper bound of
-    the simultaneous total)."""
-    from crypto.pool import WORKER_PEAKS
+    this process and every worker peak of the closed local executors
+    (:meth:`crypto.executor.LocalExecutor.closed_peaks`; an upper bound of the simultaneous total)."""
+    from crypto.executor import LocalExecutor
     self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    workers_mb = sum((w["peak_kb"] or 0) for w in WORKER_PEAKS) / 1024
+    workers_mb = sum((w["peak_kb"] or 0) for w in LocalExecutor.closed_peaks()) / 1024
     return {"self_mb": round(self_mb, 1), "largest_child_mb": round(child_mb, 1),
             "workers_mb": round(workers_mb, 1), "total_mb_upper_bound": round(self_mb + workers_mb, 1)}
 

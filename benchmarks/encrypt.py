@@ -30,10 +30,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     _common.quiet_keys()
 
+    from crypto.executor import LocalExecutor
     from crypto.keys import generate_keypair
     from crypto.packing import PackingLayout, pack
     from crypto.paillier import Decryptor, Encryptor
-    from crypto.pool import WorkerPool
     from vfl.fixedpoint import encode_fixed
 
     rng = np.random.default_rng(args.seed)
@@ -44,18 +44,18 @@ def main(argv=None):
     out = {"bits": args.bits, "rows": N, "cores": _common.cores()}
 
     fast, standard = Encryptor(pub, priv, "fast"), Encryptor(pub, priv, "standard")
-    with WorkerPool(args.workers or None, "active") as pool:
+    with LocalExecutor(args.workers or None, "active") as pool:
         out["workers"] = pool.n_workers
         pool.broadcast({"op": "ping"})
         t0 = time.perf_counter()
         pool.share("encryptor", fast, {"kind": "encryptor", "state": fast.state()})
         out["table_setup_seconds"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        cts = fast.encrypt(plain, pool=pool)
+        cts = fast.encrypt(plain, executor=pool)
         out["seconds"] = time.perf_counter() - t0
         s = min(args.sample, N)
         t0 = time.perf_counter()
-        standard.encrypt(plain[:s], pool=pool)
+        standard.encrypt(plain[:s], executor=pool)
         out["standard_seconds"] = (time.perf_counter() - t0) / s * N
     s = min(args.sample, N)
     fast.tables                     # built once per key (the workers built theirs above)

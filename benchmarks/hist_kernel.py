@@ -40,11 +40,11 @@ def main(argv=None):
     _common.quiet_keys()
 
     from crypto.compress import compress
+    from crypto.executor import LocalExecutor
     from crypto.histogram import histogram, plan_groups, share_inputs
     from crypto.keys import generate_keypair
     from crypto.packing import PackingLayout, decode_sums, pack
     from crypto.paillier import Decryptor, Encryptor
-    from crypto.pool import WorkerPool
     from vfl.fixedpoint import encode_fixed
 
     rng = np.random.default_rng(args.seed)
@@ -60,9 +60,9 @@ def main(argv=None):
     enc, dec = Encryptor(pub, priv), Decryptor(priv)
     out = {"bits": args.bits, "rows": N, "features": F, "bins": args.bins, "cores": _common.cores()}
 
-    with WorkerPool(None, "active") as active_pool:
+    with LocalExecutor(None, "active") as active_pool:
         t0 = time.perf_counter()
-        cts = enc.encrypt(plain, pool=active_pool)
+        cts = enc.encrypt(plain, executor=active_pool)
         out["encrypt_seconds"] = time.perf_counter() - t0
 
         # reference: the bare loop, one core, same ciphertexts
@@ -76,7 +76,7 @@ def main(argv=None):
         out["raw_loop_seconds"] = raw
         out["raw_loop_us_per_mulmod"] = raw / (N * F) * 1e6
 
-        with WorkerPool(args.workers or None, "passive") as pool:
+        with LocalExecutor(args.workers or None, "passive") as pool:
             out["workers"] = pool.n_workers
             pool.broadcast({"op": "ping"})
             t0 = time.perf_counter()
@@ -85,15 +85,15 @@ def main(argv=None):
             t0 = time.perf_counter()
             cpu0 = pool.cpu_seconds
             stats = {}
-            (hist,) = histogram(cts, bins, [np.arange(N)], offsets, n2, pool=pool, joint=joint, stats=stats)
+            (hist,) = histogram(cts, bins, [np.arange(N)], offsets, n2, executor=pool, joint=joint, stats=stats)
             out["seconds"] = time.perf_counter() - t0
             out["worker_cpu_seconds"] = pool.cpu_seconds - cpu0
             per = layout.values_per_plaintext(args.bits)
             t0 = time.perf_counter()
-            packed = compress(hist, layout.value_bits, per, n2, pool=pool)
+            packed = compress(hist, layout.value_bits, per, n2, executor=pool)
             out["compress_seconds"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        got_g, got_h = decode_sums(dec.decrypt_signed(packed, pool=active_pool), layout, per, len(hist))
+        got_g, got_h = decode_sums(dec.decrypt_signed(packed, executor=active_pool), layout, per, len(hist))
         out["decrypt_seconds"] = time.perf_counter() - t0
         out["ciphertexts_decrypted"] = len(packed)
 

@@ -24,22 +24,20 @@ from typing import Sequence
 import gmpy2
 import numpy as np
 
-from crypto.histogram import _units, histogram, share_inputs, share_rows, use_pool
+from crypto import parallel
+from crypto.histogram import _units, histogram, share_inputs, share_rows
 from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
 
-COMPRESS_POOL_MIN = 40_000      # squarings below which compression runs inline
 
-
-def compress(values: Sequence, shift_bits: int, per: int, modulus=None, *, pool=None) -> list:
+def compress(values: Sequence, shift_bits: int, per: int, modulus=None, *, executor=None) -> list:
     """Group ``values`` by ``per`` (last group may be shorter); first value ends lowest.
 
-    With ``modulus`` and a ``pool`` big batches are cut into chunks of whole
-    groups and spread over the pool's workers."""
+    With ``modulus`` and an ``executor`` big batches (:func:`crypto.parallel.on_workers`)
+    are cut into chunks of whole groups and spread over its workers."""
     if per < 1 or shift_bits < 1:
         raise ValueError("per and shift_bits must be positive")
-    if modulus is not None and pool is not None and pool.n_workers > 1 \
-            and len(values) * shift_bits >= COMPRESS_POOL_MIN:
-        return _compress_pool(values, shift_bits, per, modulus, pool)
+    if modulus is not None and parallel.on_workers(executor, "compress", len(values) * shift_bits):
+        return _compress_workers(values, shift_bits, per, modulus, executor)
     out = []
     if modulus is None:
         for start in range(0, len(values), per):
@@ -60,14 +58,14 @@ def compress(values: Sequence, shift_bits: int, per: int, modulus=None, *, pool=
     return out
 
 
-def _compress_pool(values, shift_bits, per, modulus, pool):
+def _compress_workers(values, shift_bits, per, modulus, executor):
     w = int_width(modulus)
     groups = -(-len(values) // per)
-    n_chunks = min(groups, 4 * pool.n_workers)
+    n_chunks = min(groups, 4 * executor.n_workers)
     step = -(-groups // n_chunks) * per
     mhex = format(int(modulus), "x")
-    replies = pool.map([({"op": "compress", "modulus": mhex, "shift_bits": shift_bits, "per": per},
-                         [ints_to_bytes(values[i:i + step], w)]) for i in range(0, len(values), step)])
+    replies = executor.map([({"op": "compress", "modulus": mhex, "shift_bits": shift_bits, "per": per},
+                             [ints_to_bytes(values[i:i + step], w)]) for i in range(0, len(values), step)])
     return [v for _, blobs in replies for v in bytes_to_ints(blobs[0], w)]
 
 
@@ -130,7 +128,7 @@ def direct_block(values: Sequence, n_samples: int, rows, bins, slot0: int, n_bin
 
 
 def compressed_histogram(values: Sequence, bin_idx, node_rows, bin_offsets, shift_bits: int, per: int,
-                         modulus=None, *, shifts: int = 1, pool=None, joint="auto", slot: str = "values",
+                         modulus=None, *, shifts: int = 1, executor=None, joint="auto", slot: str = "values",
                          node_slots: Sequence[int] | None = None, n_nodes: int | None = None) -> list:
     """What a passive party returns: the histograms of ``node_rows`` (node-major, flat
     (feature, bin) order), ``per`` bin sums per output value.
@@ -144,8 +142,9 @@ def compressed_histogram(values: Sequence, bin_idx, node_rows, bin_offsets, shif
     if shifts == 1:
         if node_slots is not None:
             raise ValueError("node_slots needs pre-shifted values")
-        hists = histogram(values, bin_idx, node_rows, bin_offsets, modulus, pool=pool, joint=joint, slot=slot)
-        return compress([v for h in hists for v in h], shift_bits, per, modulus, pool=pool)
+        hists = histogram(values, bin_idx, node_rows, bin_offsets, modulus, executor=executor, joint=joint,
+                          slot=slot)
+        return compress([v for h in hists for v in h], shift_bits, per, modulus, executor=executor)
     if shifts != per:
         raise ValueError(f"shifts must be 1 or per={per}, got {shifts}")
     bin_idx = np.asarray(bin_idx)
@@ -172,16 +171,16 @@ def compressed_histogram(values: Sequence, bin_idx, node_rows, bin_offsets, shif
             else:
                 out[c] = a if out[c] == 1 else out[c] * a % modulus
 
-    if modulus is not None and use_pool(pool, work):
-        share_inputs(pool, values, bin_idx, modulus, slot)
-        sizes, _ = share_rows(pool, node_rows)
-        units = _units(sizes, len(n_bins), pool.n_workers)
+    if modulus is not None and parallel.on_workers(executor, "histogram", work):
+        share_inputs(executor, values, bin_idx, modulus, slot)
+        sizes, _ = share_rows(executor, node_rows)
+        units = _units(sizes, len(n_bins), executor.n_workers)
         mhex = format(int(modulus), "x")
-        replies = pool.map([({"op": "direct", "values": slot, "bins": "bins", "rows": "rows",
-                              "node": j, "f0": f0, "f1": f1, "r0": r0, "r1": r1, "modulus": mhex,
-                              "n_samples": n_samples, "slot0": node_slots[j] * total + int(offsets[f0]),
-                              "n_bins": n_bins[f0:f1], "per": per}, ())
-                            for j, f0, f1, r0, r1 in units])
+        replies = executor.map([({"op": "direct", "values": slot, "bins": "bins", "rows": "rows",
+                                  "node": j, "f0": f0, "f1": f1, "r0": r0, "r1": r1, "modulus": mhex,
+                                  "n_samples": n_samples, "slot0": node_slots[j] * total + int(offsets[f0]),
+                                  "n_bins": n_bins[f0:f1], "per": per}, ())
+                                for j, f0, f1, r0, r1 in units])
         w = int_width(modulus)
         for h, blobs in replies:
             merge(int(h["c0"]), bytes_to_ints(blobs[0], w))

@@ -2,7 +2,7 @@
 
 Contract (the hot path; one function, one contract)::
 
-    histogram(values, bin_idx, node_rows, bin_offsets, modulus=None, *, pool=None, joint="auto")
+    histogram(values, bin_idx, node_rows, bin_offsets, modulus=None, *, executor=None, joint="auto")
         -> list[list]
 
 * ``values``: one packed value per sample (``n_samples``). With ``modulus`` set
@@ -15,13 +15,14 @@ Contract (the hot path; one function, one contract)::
   once: a whole tree level).
 * ``bin_offsets``: ``(n_features + 1,)``; feature ``feature_idx`` owns the flat
   slots ``bin_offsets[feature_idx]:bin_offsets[feature_idx + 1]``.
-* ``pool``: a :class:`crypto.pool.WorkerPool`; big requests (ciphertexts only)
-  are cut into (node, feature block, row range) units spread over its
-  processes. ``values`` and ``bin_idx`` are shared into the workers once and
-  stay there while the caller passes the same objects (one ship per round).
+* ``executor``: a :class:`crypto.executor.Executor`; requests big enough for
+  :func:`crypto.parallel.on_workers` (ciphertexts only) are cut into (node,
+  feature block, row range) units spread over its workers. ``values`` and
+  ``bin_idx`` are shared into the workers once and stay there while the caller
+  passes the same objects (one ship per round).
 * ``stats``: optional dict; ``stats["additions"]`` counts the homomorphic
   additions performed (benchmarks).
-* ``slot``: the name under which the pool keeps ``values`` (a caller that keeps
+* ``slot``: the name under which the executor keeps ``values`` (a caller that keeps
   several vectors in the workers at once, e.g. one per target group, names each).
 * ``joint``: ``"auto"`` (default) lets each unit pick, per group of
   consecutive features, plain per-feature accumulation (k=1) or accumulation
@@ -51,13 +52,12 @@ from typing import Sequence
 import gmpy2
 import numpy as np
 
+from crypto import parallel
 from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
 
 MAX_JOINT_CELLS = 1 << 17     # a joint group's code space (accumulator list length)
 MIN_JOINT_ROWS = 64           # below this a unit accumulates feature by feature
 JOINT_MARGIN = 0.9            # joint cells must save 10% (their loops cost a little more per item)
-POOL_MIN_WORK = 60_000        # additions below which a request runs inline (~75 ms at 1024 bits)
-UNIT_MIN_WORK = 8_000         # smallest unit of work sent to a worker
 UNITS_PER_WORKER = 8
 
 
@@ -177,7 +177,7 @@ def block_sums(vals: Sequence, bins: np.ndarray, n_bins: Sequence[int], modulus=
 def _units(sizes: Sequence[int], n_features: int, n_workers: int):
     """Cut (node, feature block, row range) units of roughly equal additions."""
     total = sum(sizes) * n_features
-    target = max(UNIT_MIN_WORK, total // max(1, UNITS_PER_WORKER * n_workers))
+    target = max(parallel.POLICY.unit, total // max(1, UNITS_PER_WORKER * n_workers))
     units = []
     for j, n in enumerate(sizes):
         if n == 0:
@@ -196,32 +196,28 @@ def _units(sizes: Sequence[int], n_features: int, n_workers: int):
     return units
 
 
-def share_inputs(pool, values, bin_idx, modulus, slot: str = "values") -> None:
-    """Ship ``values`` (ciphertexts) and ``bin_idx`` to the pool's workers unless they hold them."""
+def share_inputs(executor, values, bin_idx, modulus, slot: str = "values") -> None:
+    """Ship ``values`` (ciphertexts) and ``bin_idx`` to the executor's workers unless they hold them."""
     width = int_width(modulus)
-    pool.share_lazy(slot, values, lambda: ({"kind": "ints", "width": width, "signed": False},
-                                           [ints_to_bytes(values, width)]))
-    pool.share_lazy("bins", bin_idx, lambda: ({"kind": "array", "dtype": bin_idx.dtype.str,
-                                               "shape": list(bin_idx.shape)},
-                                              [np.ascontiguousarray(bin_idx).tobytes()]))
+    executor.share_lazy(slot, values, lambda: ({"kind": "ints", "width": width, "signed": False},
+                                               [ints_to_bytes(values, width)]))
+    executor.share_lazy("bins", bin_idx, lambda: ({"kind": "array", "dtype": bin_idx.dtype.str,
+                                                   "shape": list(bin_idx.shape)},
+                                                  [np.ascontiguousarray(bin_idx).tobytes()]))
 
 
-def share_rows(pool, node_rows) -> tuple[list[int], object]:
+def share_rows(executor, node_rows) -> tuple[list[int], object]:
     sizes = [len(r) for r in node_rows]
     rows = np.concatenate([np.asarray(r, dtype=np.int64) for r in node_rows]) if node_rows else \
         np.zeros(0, dtype=np.int64)
     token = object()
-    pool.share("rows", token, {"kind": "array", "dtype": rows.dtype.str, "shape": [len(rows)],
+    executor.share("rows", token, {"kind": "array", "dtype": rows.dtype.str, "shape": [len(rows)],
                                "sizes": sizes}, [rows.tobytes()])
     return sizes, token
 
 
-def use_pool(pool, work: int) -> bool:
-    return pool is not None and pool.n_workers > 1 and work >= POOL_MIN_WORK
-
-
 def histogram(values: Sequence, bin_idx: np.ndarray, node_rows: Sequence[np.ndarray],
-              bin_offsets: np.ndarray, modulus=None, *, pool=None, joint="auto",
+              bin_offsets: np.ndarray, modulus=None, *, executor=None, joint="auto",
               stats: dict | None = None, slot: str = "values") -> list[list]:
     joint = _check_joint(joint)
     bin_idx = np.asarray(bin_idx)
@@ -233,8 +229,8 @@ def histogram(values: Sequence, bin_idx: np.ndarray, node_rows: Sequence[np.ndar
     node_rows = [np.asarray(r, dtype=np.int64) for r in node_rows]
     total = int(offsets[-1])
     work = sum(len(r) for r in node_rows) * n_features
-    if modulus is not None and use_pool(pool, work):
-        return _histogram_pool(pool, values, bin_idx, node_rows, offsets, modulus, joint, stats, slot)
+    if modulus is not None and parallel.on_workers(executor, "histogram", work):
+        return _histogram_workers(executor, values, bin_idx, node_rows, offsets, modulus, joint, stats, slot)
     out = []
     for rows in node_rows:
         if len(rows) == len(values) and np.array_equal(rows, np.arange(len(values))):
@@ -247,14 +243,15 @@ def histogram(values: Sequence, bin_idx: np.ndarray, node_rows: Sequence[np.ndar
     return out
 
 
-def _histogram_pool(pool, values, bin_idx, node_rows, offsets, modulus, joint, stats=None, slot="values"):
+def _histogram_workers(executor, values, bin_idx, node_rows, offsets, modulus, joint, stats=None,
+                       slot="values"):
     width = int_width(modulus)
-    share_inputs(pool, values, bin_idx, modulus, slot)
-    sizes, _ = share_rows(pool, node_rows)
+    share_inputs(executor, values, bin_idx, modulus, slot)
+    sizes, _ = share_rows(executor, node_rows)
     n_features = len(offsets) - 1
-    units = _units(sizes, n_features, pool.n_workers)
+    units = _units(sizes, n_features, executor.n_workers)
     mhex = format(int(modulus), "x")
-    replies = pool.map([({"op": "hist", "values": slot, "bins": "bins", "rows": "rows", "node": j,
+    replies = executor.map([({"op": "hist", "values": slot, "bins": "bins", "rows": "rows", "node": j,
                           "f0": f0, "f1": f1, "r0": r0, "r1": r1, "modulus": mhex,
                           "n_bins": np.diff(offsets[f0:f1 + 1]).tolist(), "joint": joint}, ())
                         for j, f0, f1, r0, r1 in units])

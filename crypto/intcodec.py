@@ -1,6 +1,6 @@
 """Big integers as fixed-width big-endian bytes: the one integer codec of the toolkit.
 
-Used by the worker-process frames (:mod:`crypto.pool`), the ciphertext fields of
+Used by the worker-process frames (:mod:`crypto.executor`), the ciphertext fields of
 protocol messages (:mod:`protocols.serialization`) and the key tables.
 """
 from __future__ import annotations

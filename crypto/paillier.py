@@ -17,9 +17,9 @@ The key holder computes either power with the CRT modulo ``p^2`` and ``q^2``.
 For ``fast`` the powers of ``hs`` come from a fixed-base table
 (:class:`FixedBaseTable`: one 8- or 10-bit window of the exponent per table
 row, so ``hs^a`` is one multiplication per window and no squaring), built once
-per key and per worker process. Batches are spread over a
-:class:`crypto.pool.WorkerPool` when one is given; the workers draw their own
-randomness from the OS (``secrets``).
+per key and per worker process. Big batches (:func:`crypto.parallel.on_workers`)
+are spread over a :class:`crypto.executor.Executor` when one is given; the
+workers draw their own randomness from the OS (``secrets``).
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from typing import Sequence
 import gmpy2
 import numpy as np
 
+from crypto import parallel
 from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
 from crypto.keys import security_bits
 
@@ -111,7 +112,6 @@ class Encryptor:
     """Encrypts many plaintext integers into raw ciphertext integers."""
 
     METHODS = ("fast", "standard")
-    POOL_MIN = 256                 # values below which a batch runs inline
 
     def __init__(self, public_key, private_key=None, method: str = "fast", _hs=None):
         if method not in self.METHODS:
@@ -189,18 +189,18 @@ class Encryptor:
             return tables[0].pow_digits(exp)
         return self._pow(self._random_unit(), self.n)
 
-    def encrypt(self, plaintexts: Sequence[int], pool=None) -> list:
+    def encrypt(self, plaintexts: Sequence[int], executor=None) -> list:
         """Encrypt signed integers with ``|m| < n/2`` (negative ``m`` is taken mod ``n``).
 
-        With a ``pool`` (worker processes of the key holder) big batches are split
+        With an ``executor`` (worker processes of the key holder) big batches are split
         over its workers."""
         n, n2 = self.n, self.nsquare
         half = n // 2
         for m in plaintexts:
             if -m >= half or m >= half:
                 raise OverflowError("plaintext does not fit the key's message space")
-        if pool is not None and pool.n_workers > 1 and len(plaintexts) >= self.POOL_MIN:
-            return self._encrypt_pool(plaintexts, pool)
+        if parallel.on_workers(executor, "encrypt", len(plaintexts)):
+            return self._encrypt_workers(plaintexts, executor)
         if self.method == "fast" and self._crt is not None:
             return self._encrypt_fast_crt(plaintexts)
         out = []
@@ -230,15 +230,15 @@ class Encryptor:
             out.append(xq + q2 * ((xp - xq) * qinv % p2))
         return out
 
-    def _encrypt_pool(self, plaintexts, pool) -> list:
-        pool.share("encryptor", self, {"kind": "encryptor", "state": self.state()})
+    def _encrypt_workers(self, plaintexts, executor) -> list:
+        executor.share("encryptor", self, {"kind": "encryptor", "state": self.state()})
         width = int_width(self.n) + 1
         w2 = int_width(self.nsquare)
-        n_chunks = min(len(plaintexts), 4 * pool.n_workers)
+        n_chunks = min(len(plaintexts), 4 * executor.n_workers)
         step = -(-len(plaintexts) // n_chunks)
-        replies = pool.map([({"op": "encrypt", "slot": "encryptor", "width": width},
-                             [ints_to_bytes(plaintexts[i:i + step], width, signed=True)])
-                            for i in range(0, len(plaintexts), step)])
+        replies = executor.map([({"op": "encrypt", "slot": "encryptor", "width": width},
+                                 [ints_to_bytes(plaintexts[i:i + step], width, signed=True)])
+                                for i in range(0, len(plaintexts), step)])
         return [v for _, blobs in replies for v in bytes_to_ints(blobs[0], w2)]
 
 
@@ -255,8 +255,6 @@ class Decryptor:
         self.hp = gmpy2.invert(self._l(gmpy2.powmod(n1, p - 1, self.p2), p), p)
         self.hq = gmpy2.invert(self._l(gmpy2.powmod(n1, q - 1, self.q2), q), q)
         self.q_inv_p = gmpy2.invert(q, p)
-
-    POOL_MIN = 16                  # ciphertexts below which a batch runs inline
 
     @staticmethod
     def _l(x, d):
@@ -285,21 +283,21 @@ class Decryptor:
             out.append(int(mq + q * (((mp - mq) * qinv) % p)))
         return out
 
-    def decrypt_signed(self, ciphertexts: Sequence, pool=None) -> list[int]:
-        """Plaintexts mapped to the centred range ``(-n/2, n/2]``; big batches over ``pool``."""
-        if pool is not None and pool.n_workers > 1 and len(ciphertexts) >= self.POOL_MIN:
-            return self._decrypt_pool(ciphertexts, pool)
+    def decrypt_signed(self, ciphertexts: Sequence, executor=None) -> list[int]:
+        """Plaintexts mapped to the centred range ``(-n/2, n/2]``; big batches over ``executor``."""
+        if parallel.on_workers(executor, "decrypt", len(ciphertexts)):
+            return self._decrypt_workers(ciphertexts, executor)
         n = int(self.n)
         half = n // 2
         return [m - n if m > half else m for m in self.decrypt(ciphertexts)]
 
-    def _decrypt_pool(self, ciphertexts, pool) -> list[int]:
-        pool.share("decryptor", self, {"kind": "decryptor", "state": self.state()})
+    def _decrypt_workers(self, ciphertexts, executor) -> list[int]:
+        executor.share("decryptor", self, {"kind": "decryptor", "state": self.state()})
         w2 = int_width(self.nsquare)
         width = int_width(self.n) + 1
-        n_chunks = min(len(ciphertexts), 4 * pool.n_workers)
+        n_chunks = min(len(ciphertexts), 4 * executor.n_workers)
         step = -(-len(ciphertexts) // n_chunks)
-        replies = pool.map([({"op": "decrypt", "slot": "decryptor"},
-                             [ints_to_bytes(ciphertexts[i:i + step], w2)])
-                            for i in range(0, len(ciphertexts), step)])
+        replies = executor.map([({"op": "decrypt", "slot": "decryptor"},
+                                 [ints_to_bytes(ciphertexts[i:i + step], w2)])
+                                for i in range(0, len(ciphertexts), step)])
         return [int(v) for _, blobs in replies for v in bytes_to_ints(blobs[0], width, signed=True)]

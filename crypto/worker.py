@@ -1,11 +1,12 @@
-"""One worker process of a :class:`crypto.pool.WorkerPool` (``python -m crypto.worker``).
+"""One worker process of a :class:`crypto.executor.LocalExecutor` (``python -m crypto.worker``).
 
-Reads request frames from stdin, answers each with one frame on the original
-stdout (stray prints go to stderr), and exits when stdin closes. Requests:
+Reads request frames (:mod:`crypto.framing`) from stdin, answers each with one
+frame on the original stdout (stray prints go to stderr), and exits when stdin
+closes. The operations (:func:`run`, the vocabulary of every executor's requests):
 
-* ``put`` / ``drop``: fill or clear a named slot (``ints``: fixed-width big
+* ``put``: fill a named slot (``ints``: fixed-width big
   integers; ``array``: a numpy array; ``encryptor`` / ``decryptor``: key
-  material of the party that owns the pool, to build tables once).
+  material of the party that owns the executor, to build tables once).
 * ``hist``: one (node, feature block, row range) unit of
   :func:`crypto.histogram.histogram`.
 * ``direct``: one unit of the pre-shifted histogram of
@@ -22,8 +23,8 @@ import traceback
 
 import gmpy2
 
+from crypto.framing import read_frame, write_frame
 from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
-from crypto.pool import read_frame, write_frame
 
 _state: dict = {}
 _moduli: dict = {}
@@ -116,6 +117,15 @@ _OPS = {"put": _put, "hist": _hist, "direct": _direct, "compress": _compress,
         "encrypt": _encrypt, "decrypt": _decrypt, "ping": lambda req, blobs: ({"pid": os.getpid()}, [])}
 
 
+def run(req: dict, blobs: list[bytes]) -> tuple[dict, list[bytes]]:
+    """Answer one request against this process's slots; the reply header carries ``cpu``
+    (seconds of CPU time spent)."""
+    t0 = time.process_time()
+    header, reply = _OPS[req["op"]](req, blobs)
+    header["cpu"] = time.process_time() - t0
+    return header, reply
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent decides when we stop
     inp = sys.stdin.buffer
@@ -126,10 +136,8 @@ def main() -> None:
             req, blobs = read_frame(inp)
         except EOFError:
             break
-        t0 = time.process_time()
         try:
-            header, reply = _OPS[req["op"]](req, blobs)
-            header["cpu"] = time.process_time() - t0
+            header, reply = run(req, blobs)
         except Exception:                              # report, keep serving
             header, reply = {"error": traceback.format_exc()}, []
         try:

@@ -16,7 +16,7 @@ import secrets
 import numpy as np
 import pandas as pd
 
-from crypto.pool import resolve_workers
+from crypto.parallel import resolve_workers
 from datasets.errors import InputError
 from datasets.frames import party_data
 from parties.channel import GradientChannel
@@ -78,7 +78,7 @@ class ActiveParty:
     # -- training -----------------------------------------------------------
     def align(self, transport: Transport, peers: list[str], salt: bytes, session_id: str):
         own = alignment.hash_ids(self.ids, salt)
-        replies = transport.call_many({p: m.AlignRequest(session_id, salt, "train") for p in peers})
+        replies = transport.call_many({p: m.AlignRequest(session_id, salt) for p in peers})
         # intersect checks that every party's ids are unique, ours included
         common = alignment.intersect({self.name: own, **{p: r.hashes for p, r in replies.items()}})
         acks = transport.call_many({p: m.AlignResult(common) for p in peers})
@@ -156,8 +156,7 @@ class ActiveParty:
         finally:
             self.channel.close()
             try:
-                n_done = len(booster.timings) if booster is not None else 0
-                transport.call_many({p: m.TrainEnd(model_id, n_done, completed) for p in peers})
+                transport.call_many({p: m.TrainEnd(model_id, completed) for p in peers})
             except Exception:
                 if completed:
                     raise

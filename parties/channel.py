@@ -18,10 +18,11 @@ import gmpy2
 import numpy as np
 
 from crypto.compress import choose_shifts, shifted_plaintexts
+from crypto.executor import Executor, LocalExecutor
 from crypto.keys import generate_keypair
 from crypto.packing import PackingLayout, decode_sums, pack
 from crypto.paillier import Decryptor, Encryptor
-from crypto.pool import WorkerPool, resolve_workers
+from crypto.parallel import resolve_workers
 from protocols import messages as m
 from protocols.serialization import BigInts
 from vfl.rounds import RoundGradients, RoundObserver, RoundTiming
@@ -48,12 +49,12 @@ class GradientChannel(RoundObserver):
         self.key_bits = key_bits
         self.public_key = self.private_key = None
         self.encryptor = self.decryptor = None
-        self.pool = None
+        self.executor: Executor | None = None
         if mode == "he":
             if resolve_workers(n_jobs) > 1:
-                self.pool = WorkerPool(n_jobs, name="active")
+                self.executor = LocalExecutor(n_jobs, name="active")
                 if n_samples is not None and n_samples >= 64:   # start up while the key is generated
-                    self.pool.start()
+                    self.executor.start()
             try:
                 self.public_key, self.private_key = generate_keypair(key_bits)
                 self.encryptor = Encryptor(self.public_key, self.private_key, method=encryption)
@@ -83,9 +84,9 @@ class GradientChannel(RoundObserver):
 
     def close(self) -> None:
         """Stop the worker processes (end of training)."""
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
+        if self.executor is not None:
+            self.executor.close()
+            self.executor = None
 
     def _shifts(self, n_samples: int, layout: PackingLayout, per: int, n_trees: int = 1,
                 n_groups: int = 1, frame_rows: int | None = None) -> int:
@@ -137,7 +138,7 @@ class GradientChannel(RoundObserver):
             packed = pack(gj[rows], hj[rows], glayout)
             if shifts > 1:
                 packed = shifted_plaintexts(packed, glayout.value_bits, shifts)
-            enc = self.encryptor.encrypt(packed, pool=self.pool) if self.mode == "he" else packed
+            enc = self.encryptor.encrypt(packed, executor=self.executor) if self.mode == "he" else packed
             if used is None:
                 values.extend(enc)
             else:   # rows no tree of the round uses: trivial placeholders (never summed)
@@ -154,7 +155,7 @@ class GradientChannel(RoundObserver):
         """Decrypt (``he``) and unpack ``total`` bin sums of the current round."""
         t0 = time.perf_counter()
         if self.mode == "he":
-            plain = self.decryptor.decrypt_signed(values, pool=self.pool)
+            plain = self.decryptor.decrypt_signed(values, executor=self.executor)
         else:
             plain = [int(v) for v in values]
         self.current.timing.add("decrypt", time.perf_counter() - t0)

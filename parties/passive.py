@@ -16,10 +16,11 @@ import numpy as np
 import pandas as pd
 
 from crypto.compress import compress, compressed_histogram
+from crypto.executor import LocalExecutor
 from crypto.histogram import histogram
 from crypto.keys import public_key_from_n
 from crypto.packing import PackingLayout
-from crypto.pool import WorkerPool, resolve_workers
+from crypto.parallel import resolve_workers
 from datasets.errors import InputError, ProtocolError
 from datasets.frames import feature_matrix
 from parties.dp import DPPassiveMixin
@@ -199,18 +200,18 @@ class PassiveParty(DPPassiveMixin):
             hists = [None] * len(node_rows)
             for j, idx in groups.items():
                 part = histogram(self._group_values[j], self._bin_idx, [node_rows[i] for i in idx.tolist()],
-                                 offsets, modulus, pool=pool, slot=f"values{j}")
+                                 offsets, modulus, executor=pool, slot=f"values{j}")
                 for i, hist in zip(idx.tolist(), part):
                     hists[i] = hist
             flat = [v for h in hists for v in h]
             t1 = time.perf_counter()
-            packed = compress(flat, self._layout.value_bits, self._per, modulus, pool=pool)
+            packed = compress(flat, self._layout.value_bits, self._per, modulus, executor=pool)
         else:       # the key holder sent pre-shifted copies: rows go straight into their slots
             packed = None
             for j, idx in groups.items():
                 part = compressed_histogram(self._group_values[j], self._bin_idx,
                                             [node_rows[i] for i in idx.tolist()], offsets, self._layout.value_bits,
-                                            self._per, modulus, shifts=self._shifts, pool=pool,
+                                            self._per, modulus, shifts=self._shifts, executor=pool,
                                             slot=f"values{j}", node_slots=idx.tolist(), n_nodes=len(node_rows))
                 if packed is None:
                     packed = part
@@ -228,7 +229,7 @@ class PassiveParty(DPPassiveMixin):
     def _get_pool(self):
         """This party's worker processes (started at the first big request, closed at TrainEnd)."""
         if (self._pool is None or self._pool.closed) and resolve_workers(self.n_jobs) > 1:
-            self._pool = WorkerPool(self.n_jobs, name=f"passive:{self.name}")
+            self._pool = LocalExecutor(self.n_jobs, name=f"passive:{self.name}")
         return self._pool
 
     def close_pool(self) -> None:
@@ -418,7 +419,6 @@ class PassiveParty(DPPassiveMixin):
 
     def _on_PsiRequest(self, req: m.PsiRequest):
         """ECDH-PSI step 2: blind the active party's values again; send own ids blinded."""
-        from parties.psi_align import check_unique_ids
         from protocols import psi
         self._check_allowed("psi", self.allowed_align, "alignment")
         if req.purpose == "train":
@@ -437,7 +437,7 @@ class PassiveParty(DPPassiveMixin):
             ids, X = self._val_ids, self._val_X
         else:
             raise ProtocolError(f"unknown PSI purpose {req.purpose!r}")
-        check_unique_ids(ids, self.name)
+        alignment.check_unique(alignment.normalize_ids(ids), self.name)
         points = psi.hash_to_points(ids, req.salt)          # checks the salt
         key = psi.BlindingKey()
         double = key.blind(req.blinded, "the active party's blinded ids")

@@ -25,14 +25,6 @@ from protocols import messages as m
 from protocols.transport import Transport
 
 
-def check_unique_ids(ids, party: str) -> list[str]:
-    keys = alignment.normalize_ids(ids)
-    if len(set(keys)) != len(keys):
-        raise InputError(f"party {party!r} has {len(keys) - len(set(keys))} duplicate ids; "
-                         "every sample id must appear once")
-    return keys
-
-
 @dataclass
 class PsiMatch:
     """What the active party learns: per passive party, for each own row, the row's position
@@ -44,7 +36,7 @@ class PsiMatch:
 def psi_match(transport: Transport, peers: list[str], local_name: str, ids, salt: bytes,
               session_id: str, purpose: str, model_id: str = "") -> PsiMatch:
     """Steps 1-3 of the PSI with every peer (``PsiRequest`` / ``PsiResponse``)."""
-    check_unique_ids(ids, local_name)
+    alignment.check_unique(alignment.normalize_ids(ids), local_name)
     if not peers:
         return PsiMatch({}, {})
     psi.require_backend()
@@ -52,12 +44,11 @@ def psi_match(transport: Transport, peers: list[str], local_name: str, ids, salt
     blinded = key.blind(psi.hash_to_points(ids, salt), "own ids")
     perm = psi.secret_permutation(len(blinded))        # sent[j] is own row perm[j]
     sent = blinded[perm]
-    replies = transport.call_many({p: m.PsiRequest(session_id, salt, purpose, model_id, sent) for p in peers})
+    replies = transport.call_many({p: m.PsiRequest(session_id, salt, m.PsiPurpose(purpose), model_id, sent)
+                                   for p in peers})
     held, sizes = {}, {}
     for p in peers:
         r = replies[p]
-        if not isinstance(r, m.PsiResponse):
-            raise PeerError(f"party {p!r} answered {type(r).__name__} to a PSI request")
         dbl = psi.check_points(r.double_blinded, f"the double-blinded ids from party {p!r}")
         if len(dbl) != len(sent):
             raise PeerError(f"party {p!r} returned {len(dbl)} double-blinded ids for {len(sent)} sent")
@@ -89,7 +80,7 @@ def align_train(transport: Transport, peers: list[str], local_name: str, ids, sa
     acks = transport.call_many({p: m.PsiResult(session_id, match.held[p][rows]) for p in peers})
     report = {local_name: {"n_rows": int(n), "n_kept": int(len(rows))}}
     for p, a in acks.items():
-        if not isinstance(a, m.AlignAck) or a.n_kept != len(rows):
+        if a.n_kept != len(rows):
             raise PeerError(f"party {p!r} did not confirm the {len(rows)} aligned rows")
         report[p] = {"n_rows": int(a.n_rows), "n_kept": int(a.n_kept)}
     return rows, report
@@ -107,6 +98,6 @@ def align_predict(transport: Transport, peers: list[str], local_name: str, ids, 
             raise InputError(f"party {p!r} has no row for {missing} of the {len(h)} requested sample ids")
     acks = transport.call_many({p: m.PsiResult(session_id, h) for p, h in match.held.items()})
     for p, a in acks.items():
-        if not isinstance(a, m.AlignAck) or a.n_kept != len(ids):
+        if a.n_kept != len(ids):
             raise PeerError(f"party {p!r} did not confirm the {len(ids)} prediction rows")
     return {p: {"n_rows": int(a.n_rows), "n_kept": int(a.n_kept)} for p, a in acks.items()}

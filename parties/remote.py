@@ -44,7 +44,7 @@ class RemoteSource(HistogramSource):
 
     def build(self, round_idx, tree_idx, node_ids, assignment):
         reply = self.transport.call(self.party, m.HistogramRequest(
-            round_idx=round_idx, depth=0, tree_idx=np.asarray(tree_idx, np.int32),
+            round_idx=round_idx, tree_idx=np.asarray(tree_idx, np.int32),
             node_ids=np.asarray(node_ids, np.int32), assignment=np.asarray(assignment, np.int32)))
         n_flat = int(self.bin_offsets[-1])
         total = len(node_ids) * n_flat
@@ -90,10 +90,8 @@ def source_map(transport, sources: list):
 
 def leaf_mask_fetcher(transport: Transport, session_id: str):
     """``fetch_masks(owner, skeleton)`` for :meth:`vfl.model.BoostedModel.predict_raw_one_round`:
-    one ``LeafMaskRequest`` of a prediction (or validation) session to the owner."""
+    one ``LeafMaskRequest`` of a prediction (or validation) session to the owner (the transport
+    checks that the reply is a ``LeafMaskResponse``)."""
     def fetch_masks(owner, skeleton):
-        reply = transport.call(owner, m.LeafMaskRequest(session_id, **skeleton.to_fields()))
-        if not isinstance(reply, m.LeafMaskResponse):
-            raise PeerError(f"party {owner!r} answered {type(reply).__name__} to a leaf-mask request")
-        return reply.masks
+        return transport.call(owner, m.LeafMaskRequest(session_id, **skeleton.to_fields())).masks
     return fetch_masks

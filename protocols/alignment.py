@@ -45,7 +45,9 @@ def hashes_to_keys(hashes: np.ndarray) -> list[bytes]:
     return [bytes(row) for row in h]
 
 
-def check_unique(keys: list[bytes], party: str, what: str = "ids") -> None:
+def check_unique(keys: list, party: str, what: str = "ids") -> None:
+    """THE unique-id check: ``keys`` (hashed ids, or ids from :func:`normalize_ids`) of
+    ``party`` must not repeat."""
     if len(set(keys)) != len(keys):
         raise InputError(f"party {party!r} has {len(keys) - len(set(keys))} duplicate {what}; "
                          "every sample id must appear once")

@@ -302,8 +302,8 @@ class PartyServer:
             reply = self.handler(frame, who)
         except Exception as exc:   # a bug must not take the server down
             log.exception("%s: failed on a request from %s", self.name, who)
-            reply = dumps(msg.ErrorReply("protocol", f"internal error at party {self.name!r}: "
-                                                     f"{type(exc).__name__}: {exc}"))
+            reply = dumps(msg.ErrorReply(msg.ErrorKind.PROTOCOL, f"internal error at party {self.name!r}: "
+                                                                 f"{type(exc).__name__}: {exc}"))
         with self._stats_lock:
             self.stats["calls"] += 1
             self.stats["bytes_in"] += len(frame)

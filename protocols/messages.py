@@ -2,15 +2,48 @@
 
 Every message is a registered dataclass; :mod:`protocols.serialization` turns
 it into bytes. Field vocabulary follows the learner: ``node_ids``,
-``feature_idx``, ``bin_idx``, ``n_samples``.
+``feature_idx``, ``bin_idx``, ``n_samples``. Fields whose values are protocol
+vocabulary are :class:`Vocabulary` enums (on the wire: their string value).
+
+Every request declares the replies it expects in :data:`REPLIES`; the
+transport (:meth:`protocols.transport.Transport.call`) checks each reply
+against it once, so callers never test reply types themselves. An
+:class:`ErrorReply` may answer any request.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 import numpy as np
 
 from protocols.serialization import BigInts, register
+
+
+class Vocabulary(str, Enum):
+    """A str-valued enum of protocol words: equal to, printed and sent as its value."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class ErrorKind(Vocabulary):
+    """Whose fault an :class:`ErrorReply` reports."""
+    INPUT = "input"            # the user's data or options (raised as InputError at the caller)
+    PROTOCOL = "protocol"      # the conversation itself (raised as PeerError at the caller)
+
+
+class PsiPurpose(Vocabulary):
+    """What a PSI alignment is for (:class:`PsiRequest`)."""
+    TRAIN = "train"
+    PREDICT = "predict"
+    VALIDATE = "validate"      # the validation set of the training under way
 
 
 @register
@@ -22,8 +55,8 @@ class Ack:
 @register
 @dataclass
 class ErrorReply:
-    """A passive party's refusal: ``kind`` is ``input`` (the user's data) or ``protocol``."""
-    kind: str
+    """A passive party's refusal: ``kind`` says whose fault it is."""
+    kind: ErrorKind
     message: str
 
 
@@ -31,10 +64,9 @@ class ErrorReply:
 @register
 @dataclass
 class AlignRequest:
-    """Start of a session: the federation's salt for hashing ids (mmh3-128 of salt + id)."""
+    """Start of a training session: the federation's salt for hashing ids (mmh3-128 of salt + id)."""
     session_id: str
     salt: bytes
-    purpose: str          # "train" or "predict"
 
 
 @register
@@ -104,7 +136,6 @@ class HistogramRequest:
     """Build histograms for ``node_ids``; ``assignment[t, i]`` is sample i's node in tree t (-1: none;
     ``-2 - node_id``: at ``node_id`` but outside the round's row sample, see ``vfl.sampling``)."""
     round_idx: int
-    depth: int
     tree_idx: np.ndarray      # int32, tree (within the round) of each node to build
     node_ids: np.ndarray      # int32, the nodes to build
     assignment: np.ndarray    # int32 (n_trees_in_round, n_samples)
@@ -144,7 +175,6 @@ class SplitResponse:
 @dataclass
 class TrainEnd:
     model_id: str
-    n_trees: int
     completed: bool
 
 
@@ -177,12 +207,11 @@ class RouteResponse:
 @dataclass
 class PsiRequest:
     """ECDH-PSI step 1: the active party's ids as X25519 points blinded with its secret
-    scalar, in a secret random order. ``purpose`` is "train", "predict" or "validate" (the
-    validation set of the training under way; then ``model_id`` names the model; "" when
-    training)."""
+    scalar, in a secret random order. ``model_id`` names the model when ``purpose`` is
+    predict or validate ("" when training)."""
     session_id: str
     salt: bytes               # hashing ids to points (and the canonical order)
-    purpose: str
+    purpose: PsiPurpose
     model_id: str
     blinded: np.ndarray       # (n, 32) uint8
 
@@ -294,3 +323,27 @@ class SplitGains:
     model_id: str
     record_ids: np.ndarray    # int64
     gains: np.ndarray         # float64
+
+
+# --- declared request -> reply pairs (checked once, in the transport) ---------
+#: every request type and the reply types it expects (besides an :class:`ErrorReply`)
+REPLIES: dict[type, tuple[type, ...]] = {
+    AlignRequest: (IdHashes,),
+    AlignResult: (AlignAck,),
+    TrainSetup: (BinningInfo,),
+    TrainResume: (Ack,),
+    PublicKey: (Ack,),
+    Gradients: (Ack,),
+    HistogramRequest: (HistogramResponse,),
+    SplitRequest: (SplitResponse,),
+    TrainEnd: (Ack,),
+    PredictStart: (Ack,),
+    RouteRequest: (RouteResponse,),
+    PsiRequest: (PsiResponse,),
+    PsiResult: (AlignAck,),
+    LeafMaskRequest: (LeafMaskResponse,),
+    DPReleaseRequest: (DPRelease,),
+    DPSplitRegister: (DPSplitRecords,),
+    EvalStart: (Ack,),
+    SplitGains: (Ack,),
+}

@@ -14,7 +14,8 @@ field by offset and length in the payload:
 
 Decoding checks the type, the exact field set and every field's declared
 type, so a malformed frame is a :class:`ProtocolError`, never a crash deep
-inside numpy.
+inside numpy. A field declared as a str-valued :class:`enum.Enum` travels as
+its value and must decode to one of its members.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import dataclasses
 import json
 import struct
 import typing
+from enum import Enum
 from typing import Any
 
 import gmpy2
@@ -103,6 +105,8 @@ def _type_ok(value, tp) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if tp is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return isinstance(value, str) and value in _enum_values(tp)
     if tp is str:
         return isinstance(value, str)
     if tp is bytes:
@@ -125,6 +129,13 @@ def _type_ok(value, tp) -> bool:
 
 
 _HINTS: dict[type, dict] = {}
+_ENUM_VALUES: dict[type, frozenset] = {}
+
+
+def _enum_values(tp) -> frozenset:
+    if tp not in _ENUM_VALUES:
+        _ENUM_VALUES[tp] = frozenset(m.value for m in tp)
+    return _ENUM_VALUES[tp]
 
 
 def _hints(cls) -> dict:
@@ -216,7 +227,12 @@ def loads(frame: bytes, allowed: set[str] | None = None):
         else:
             raise ProtocolError(f"{type_name}.{name}: unknown blob kind {kind!r}")
     for name, v in values.items():
-        if not _type_ok(v, hints[name]):
+        tp = hints[name]
+        if not _type_ok(v, tp):
+            if isinstance(tp, type) and issubclass(tp, Enum) and isinstance(v, str):
+                raise ProtocolError(f"{type_name}.{name}: {v!r} is not one of {sorted(_enum_values(tp))}")
             raise ProtocolError(f"{type_name}.{name}: value of type {type(v).__name__} "
-                                f"does not match {hints[name]}")
+                                f"does not match {tp}")
+        if isinstance(tp, type) and issubclass(tp, Enum):
+            values[name] = tp(v)
     return cls(**values)

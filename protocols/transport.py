@@ -4,6 +4,8 @@ The protocol code only ever calls :meth:`Transport.call` (one request, one
 reply) and :meth:`Transport.call_many`; it never knows whether the peer is in
 the same process or across the network. Every message is serialized to bytes
 on the way, so byte counts are true and no party can touch another's objects.
+:meth:`Transport.call` is also the one place where a reply is checked against
+the request's declared reply types (:data:`protocols.messages.REPLIES`).
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections import defaultdict
 from typing import Callable
 
-from datasets.errors import InputError, PeerError
+from datasets.errors import InputError, PeerError, ProtocolError, VFLError
 from protocols import messages as msg
 from protocols.serialization import dumps, loads
 
@@ -29,7 +31,13 @@ class Transport(ABC):
         """Deliver one request frame to ``peer`` and return its reply frame."""
 
     def call(self, peer: str, message):
-        """Send ``message`` to ``peer``; return its reply, raising on an :class:`ErrorReply`."""
+        """Send the request ``message`` to ``peer``; return its reply. An :class:`ErrorReply`
+        raises (:class:`InputError` or :class:`PeerError`), and so does a reply of a type the
+        request does not declare (:class:`PeerError` naming the peer, the request and the reply)."""
+        expected = msg.REPLIES.get(type(message))
+        if expected is None:
+            raise ProtocolError(f"{type(message).__name__} is not a request (no reply declared in "
+                                "protocols.messages.REPLIES)")
         frame = dumps(message)
         self.bytes_sent[(self.local_name, peer)] += len(frame)
         self.messages_sent[(self.local_name, peer)] += 1
@@ -38,9 +46,12 @@ class Transport(ABC):
         self.messages_sent[(peer, self.local_name)] += 1
         reply = loads(reply_frame)
         if isinstance(reply, msg.ErrorReply):
-            if reply.kind == "input":
+            if reply.kind == msg.ErrorKind.INPUT:
                 raise InputError(f"party {peer!r}: {reply.message}")
             raise PeerError(f"party {peer!r} refused {type(message).__name__}: {reply.message}")
+        if not isinstance(reply, expected):
+            raise PeerError(f"party {peer!r} answered {type(message).__name__} with {type(reply).__name__}, "
+                            f"expected {' or '.join(t.__name__ for t in expected)}")
         return reply
 
     def call_many(self, messages: dict):
@@ -89,16 +100,14 @@ def frame_handler(handle: Callable) -> Handler:
     Errors raised by the party become an :class:`ErrorReply` so that a server
     keeps serving and the caller gets a message naming the problem.
     """
-    from datasets.errors import ProtocolError, VFLError
-
     def _handle(frame: bytes) -> bytes:
         try:
             request = loads(frame)
             reply = handle(request)
         except InputError as exc:
-            reply = msg.ErrorReply("input", str(exc))
+            reply = msg.ErrorReply(msg.ErrorKind.INPUT, str(exc))
         except (ProtocolError, VFLError) as exc:
-            reply = msg.ErrorReply("protocol", str(exc))
+            reply = msg.ErrorReply(msg.ErrorKind.PROTOCOL, str(exc))
         return dumps(reply)
 
     return _handle

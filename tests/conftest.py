@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from crypto import parallel
 from crypto.keys import WeakKeyWarning
 from datasets import breast_cancer_parties, shared_datasets_dir
 
@@ -56,12 +57,5 @@ def small_frames(n=120, seed=0):
 
 @pytest.fixture
 def always_parallel(monkeypatch):
-    """Send even tiny batches to the worker pools, so the pool paths run on test-sized data."""
-    from crypto import compress as compress_mod
-    from crypto import histogram as hist_mod
-    from crypto.paillier import Decryptor, Encryptor
-    monkeypatch.setattr(hist_mod, "POOL_MIN_WORK", 0)
-    monkeypatch.setattr(hist_mod, "UNIT_MIN_WORK", 50)
-    monkeypatch.setattr(compress_mod, "COMPRESS_POOL_MIN", 0)
-    monkeypatch.setattr(Encryptor, "POOL_MIN", 0)
-    monkeypatch.setattr(Decryptor, "POOL_MIN", 0)
+    """Send even tiny batches to the workers, so the executor paths run on test-sized data."""
+    monkeypatch.setattr(parallel, "POLICY", parallel.ParallelPolicy.always())

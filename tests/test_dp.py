@@ -306,8 +306,7 @@ def test_passive_refuses_what_would_leak_its_true_buckets():
     n = len(a)
     for req in (m.SplitRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros(1, np.int32),
                                np.zeros(1, np.int32), np.zeros(1, bool)),
-                m.HistogramRequest(0, 0, np.zeros(1, np.int32), np.zeros(1, np.int32),
-                                   np.zeros((1, n), np.int32)),
+                m.HistogramRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros((1, n), np.int32)),
                 m.Gradients(0, False, {}, 1, BigInts([1] * n))):
         with pytest.raises(PeerError, match="trains in mode 'dp' and answers no"):
             t.call("b", req)

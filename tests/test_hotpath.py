@@ -1,4 +1,4 @@
-"""Hot-path kernels: joint bins, worker pool, compression variants, fast encryption, decryption.
+"""Hot-path kernels: joint bins, executor, compression variants, fast encryption, decryption.
 
 Every fast path is checked against the naive plaintext oracle, exactly.
 """
@@ -9,20 +9,21 @@ import gmpy2
 import numpy as np
 import pytest
 
-import crypto.histogram as hist_mod
+from crypto import parallel
 from crypto.compress import choose_shifts, compress, compressed_histogram, direct_block, shifted_plaintexts
+from crypto.executor import Executor, LocalExecutor, WorkerError
 from crypto.histogram import _units, block_sums, histogram, plan_groups, reference_histogram
 from crypto.intcodec import bytes_to_ints, ints_to_bytes
 from crypto.packing import PackingLayout, decode_sums, pack, unpack
 from crypto.paillier import Decryptor, Encryptor, FixedBaseTable
-from crypto.pool import WorkerError, WorkerPool, resolve_workers
+from crypto.parallel import resolve_workers
 from vfl.fixedpoint import encode_fixed
 
 
 @pytest.fixture(scope="module")
-def pool():
-    with WorkerPool(2, "test") as p:
-        yield p
+def executor():
+    with LocalExecutor(2, "test") as ex:
+        yield ex
 
 
 def _problem(n=700, seed=0, n_bins=(5, 33, 2, 17, 33, 33, 9, 3)):
@@ -98,10 +99,10 @@ def test_block_sums_joint_cells_cover_rare_and_missing_bins():
     assert sum(sums[:33]) == sum(sums[33:]) == sum(vals)
 
 
-# --- units and the worker pool ---------------------------------------------------
+# --- units and the executor ------------------------------------------------------
 @pytest.mark.parametrize("sizes,n_features", [([50_000], 10), ([100, 0, 7, 30_000, 12], 23), ([5], 1)])
 def test_units_cover_every_node_feature_and_row_exactly_once(monkeypatch, sizes, n_features):
-    monkeypatch.setattr(hist_mod, "UNIT_MIN_WORK", 100)
+    monkeypatch.setattr(parallel, "POLICY", parallel.ParallelPolicy(unit=100))
     units = _units(sizes, n_features, 2)
     seen = {j: np.zeros((n, n_features), dtype=int) for j, n in enumerate(sizes)}
     for j, f0, f1, r0, r1 in units:
@@ -111,17 +112,17 @@ def test_units_cover_every_node_feature_and_row_exactly_once(monkeypatch, sizes,
 
 
 @pytest.mark.parametrize("joint", ["auto", 1])
-def test_histogram_over_the_pool_equals_inline(enc_problem, pool, always_parallel, joint):
+def test_histogram_on_the_workers_equals_inline(enc_problem, executor, always_parallel, joint):
     enc, dec, n2, plain, cts, bins, offsets, nodes, _ = enc_problem
     expected = reference_histogram(plain, bins, nodes, offsets)
-    got = histogram(cts, bins, nodes, offsets, n2, pool=pool, joint=joint)
+    got = histogram(cts, bins, nodes, offsets, n2, executor=executor, joint=joint)
     assert [dec.decrypt_signed(h) for h in got] == expected
     assert got[2] == [1] * int(offsets[-1])
 
 
 def test_the_ciphertext_vector_is_shipped_once_not_per_request(enc_problem, always_parallel):
     enc, dec, n2, plain, cts, bins, offsets, nodes, _ = enc_problem
-    with WorkerPool(2, "count") as p:
+    with LocalExecutor(2, "count") as p:
         sent = []
         real = p.broadcast
 
@@ -131,11 +132,11 @@ def test_the_ciphertext_vector_is_shipped_once_not_per_request(enc_problem, alwa
 
         p.broadcast = counting
         for _ in range(3):                              # three tree levels of one round
-            histogram(cts, bins, nodes[:2], offsets, n2, pool=p)
+            histogram(cts, bins, nodes[:2], offsets, n2, executor=p)
         assert sent.count(("put", "values")) == 1 and sent.count(("put", "bins")) == 1
         assert sent.count(("put", "rows")) == 3          # only the node rows travel per request
         fresh = list(cts)                               # next round: a new vector replaces it
-        histogram(fresh, bins, nodes[:2], offsets, n2, pool=p)
+        histogram(fresh, bins, nodes[:2], offsets, n2, executor=p)
         assert sent.count(("put", "values")) == 2
 
 
@@ -147,16 +148,16 @@ def test_int_bytes_round_trip():
 
 
 def test_worker_errors_are_reported_and_a_dead_worker_does_not_hang():
-    p = WorkerPool(2, "errors")
+    p = LocalExecutor(2, "errors")
     try:
         with pytest.raises(WorkerError, match="unknown slot kind"):
             p.broadcast({"op": "put", "slot": "x", "kind": "nonsense"})
-        assert p.closed                                  # a failed pool is closed, not half-used
+        assert p.closed                                  # a failed executor is closed, not half-used
         with pytest.raises(WorkerError, match="closed"):
             p.broadcast({"op": "ping"})
     finally:
         p.close()
-    p = WorkerPool(2, "dies")
+    p = LocalExecutor(2, "dies")
     try:
         p.broadcast({"op": "ping"})
         pids = p.pids
@@ -177,8 +178,8 @@ def _alive(pid):
         return False
 
 
-def test_pool_close_is_idempotent_and_stops_workers():
-    p = WorkerPool(2, "close")
+def test_executor_close_is_idempotent_and_stops_workers():
+    p = LocalExecutor(2, "close")
     assert not p.started                                 # processes start at first use
     replies = p.broadcast({"op": "ping"})
     pids = [h["pid"] for h, _ in replies]
@@ -195,12 +196,125 @@ def test_resolve_workers(monkeypatch):
     assert resolve_workers(None) == len(os.sched_getaffinity(0))
 
 
+# --- the executor interface (every implementation must pass these) ---------------------
+#: executors under test; a cluster executor (issue 11) adds its factory here
+EXECUTORS = {"local": lambda name: LocalExecutor(2, name)}
+
+
+class _Spy:
+    """Counts the requests an executor receives, without changing what it does."""
+
+    def __init__(self, ex):
+        self.ex, self.shared, self.mapped = ex, [], 0
+        real_broadcast, real_map = ex.broadcast, ex.map
+
+        def broadcast(header, blobs=()):
+            if header.get("op") == "put":
+                self.shared.append(header["slot"])
+            return real_broadcast(header, blobs)
+
+        def mapping(requests):
+            self.mapped += len(requests)
+            return real_map(requests)
+
+        ex.broadcast, ex.map = broadcast, mapping
+        ex.spy = self
+
+
+@pytest.mark.parametrize("make", EXECUTORS.values(), ids=list(EXECUTORS))
+def test_an_executor_shares_once_maps_requests_and_matches_the_inline_kernels(make, enc_problem,
+                                                                              always_parallel):
+    enc, dec, n2, plain, cts, bins, offsets, nodes, layout = enc_problem
+    with make("iface") as ex:
+        assert isinstance(ex, Executor) and ex.n_workers == 2
+        spy = _Spy(ex)
+        # named shared state: a slot holds one local object; the same object is not sent again
+        token = object()
+        assert not ex.holds("x", token)
+        ex.share("x", token, {"kind": "ints", "width": 2, "signed": False}, [ints_to_bytes([1, 2], 2)])
+        ex.share("x", token, {"kind": "ints", "width": 2, "signed": False}, [ints_to_bytes([1, 2], 2)])
+        encoded = []
+        ex.share_lazy("x", token, lambda: encoded.append(1) or ({}, []))
+        assert ex.holds("x", token) and spy.shared == ["x"] and encoded == []
+        # requests over the shared state: replies in request order, whoever runs them
+        replies = ex.map([({"op": "ping"}, ()) for _ in range(5)])
+        assert len(replies) == 5 and {h["pid"] for h, _ in replies} <= set(ex.pids)
+        assert len(ex.broadcast({"op": "ping"})) == ex.n_workers
+        # every kernel: on the workers == inline, and the ciphertexts are shared once for two requests
+        spy.shared.clear()
+        for _ in range(2):
+            assert histogram(cts, bins, nodes, offsets, n2, executor=ex) == histogram(cts, bins, nodes, offsets, n2)
+        assert spy.shared.count("values") == 1 and spy.shared.count("bins") == 1
+        w, per = layout.value_bits, 5
+        flat = [v for h in histogram(cts, bins, nodes, offsets, n2) for v in h]
+        assert compress(flat[:200], w, per, n2, executor=ex) == compress(flat[:200], w, per, n2)
+        shifted = enc.encrypt(shifted_plaintexts(plain, w, per), executor=ex)
+        assert compressed_histogram(shifted, bins, nodes, offsets, w, per, n2, shifts=per, executor=ex) == \
+            compressed_histogram(shifted, bins, nodes, offsets, w, per, n2, shifts=per)
+        assert dec.decrypt_signed(cts[:50], executor=ex) == dec.decrypt_signed(cts[:50]) == list(plain[:50])
+        assert spy.mapped > 0 and ex.cpu_seconds > 0
+        peaks = ex.worker_peaks()
+        assert sorted(p["pid"] for p in peaks) == sorted(ex.pids)
+    assert ex.closed and not ex.started
+    with pytest.raises(WorkerError, match="closed"):
+        ex.map([({"op": "ping"}, ())])
+
+
+def test_closed_local_executors_keep_their_worker_peaks_for_the_benchmarks():
+    with LocalExecutor(2, "peaks") as ex:
+        pids = sorted(h["pid"] for h, _ in ex.broadcast({"op": "ping"}))
+    mine = [p for p in LocalExecutor.closed_peaks() if p["pool"] == "peaks" and p["pid"] in pids]
+    assert sorted(p["pid"] for p in mine) == pids
+    assert all(p["peak_kb"] and p["peak_kb"] > 0 for p in mine)
+    assert sorted(p["pid"] for p in ex.worker_peaks()) == pids
+
+
+# --- the parallelism policy: one object decides inline or on the workers --------------
+def test_the_default_policy_keeps_the_measured_thresholds():
+    pol = parallel.POLICY
+    assert (pol.histogram, pol.compress, pol.encrypt, pol.decrypt, pol.unit) == (60_000, 40_000, 256, 16, 8_000)
+    with LocalExecutor(2, "policy") as ex:
+        assert not parallel.on_workers(ex, "histogram", 59_999) and parallel.on_workers(ex, "histogram", 60_000)
+        assert not parallel.on_workers(ex, "encrypt", 255) and parallel.on_workers(ex, "encrypt", 256)
+        assert not parallel.on_workers(None, "decrypt", 10 ** 9)
+        assert not ex.started                               # deciding starts nothing
+    assert not parallel.on_workers(LocalExecutor(1, "one"), "decrypt", 10 ** 9)   # one job: in process
+
+
+@pytest.mark.parametrize("switch", [False, True])
+def test_one_switch_sends_tiny_batches_to_the_workers_with_equal_results(request, enc_problem, switch):
+    if switch:
+        request.getfixturevalue("always_parallel")
+    enc, dec, n2, plain, cts, bins, offsets, nodes, layout = enc_problem
+    with LocalExecutor(2, "switch") as executor:
+        spy = _Spy(executor)
+        _tiny_batches(executor, enc, dec, n2, plain, cts, bins, offsets, nodes)
+    counts = spy.counts
+    assert all(c > 0 for c in counts) if switch else counts == [0, 0, 0, 0]
+
+
+def _tiny_batches(executor, enc, dec, n2, plain, cts, bins, offsets, nodes):
+    """One tiny batch per kernel; records in ``spy.counts`` the requests each sent to the workers."""
+    spy = executor.spy
+    tiny = [nodes[3]]                                            # 3 rows
+    assert histogram(cts, bins, tiny, offsets, n2, executor=executor) == histogram(cts, bins, tiny, offsets, n2)
+    after_hist = spy.mapped
+    assert compress(cts[:4], 40, 2, n2, executor=executor) == compress(cts[:4], 40, 2, n2)
+    after_compress = spy.mapped
+    assert dec.decrypt_signed(cts[:3], executor=executor) == list(plain[:3])
+    after_decrypt = spy.mapped
+    got = enc.encrypt([1, -2, 3], executor=executor)
+    assert dec.decrypt_signed(got) == [1, -2, 3]
+    spy.counts = [after_hist, after_compress - after_hist, after_decrypt - after_compress,
+                  spy.mapped - after_decrypt]
+
+
 # --- compression ------------------------------------------------------------------
 def _flat_expected(plain, bins, offsets, nodes):
     return [v for h in reference_histogram(plain, bins, nodes, offsets) for v in h]
 
 
-def test_compressed_histograms_decrypt_to_the_plaintext_sums_both_ways(enc_problem, pool, always_parallel):
+def test_compressed_histograms_decrypt_to_the_plaintext_sums_both_ways(enc_problem, executor, always_parallel):
     enc, dec, n2, plain, cts, bins, offsets, nodes, layout = enc_problem
     per = layout.values_per_plaintext(1024)
     assert per >= 10
@@ -214,10 +328,11 @@ def test_compressed_histograms_decrypt_to_the_plaintext_sums_both_ways(enc_probl
         assert g.tolist() == eg.tolist() and h.tolist() == eh.tolist()
 
     check(compressed_histogram(cts, bins, nodes, offsets, w, per, n2))                # Horner, inline
-    check(compressed_histogram(cts, bins, nodes, offsets, w, per, n2, pool=pool))     # Horner, workers
-    shifted = enc.encrypt(shifted_plaintexts(plain, w, per), pool=pool)
+    check(compressed_histogram(cts, bins, nodes, offsets, w, per, n2, executor=executor))     # Horner, workers
+    shifted = enc.encrypt(shifted_plaintexts(plain, w, per), executor=executor)
     check(compressed_histogram(shifted, bins, nodes, offsets, w, per, n2, shifts=per))             # direct
-    check(compressed_histogram(shifted, bins, nodes, offsets, w, per, n2, shifts=per, pool=pool))  # direct, workers
+    check(compressed_histogram(shifted, bins, nodes, offsets, w, per, n2, shifts=per,
+                               executor=executor))                                            # direct, workers
     # plaintext mode follows the same slot layout
     direct_plain = compressed_histogram(shifted_plaintexts(plain, w, per), bins, nodes, offsets, w, per,
                                         shifts=per)
@@ -226,10 +341,10 @@ def test_compressed_histograms_decrypt_to_the_plaintext_sums_both_ways(enc_probl
         compressed_histogram(cts, bins, nodes, offsets, w, per, n2, shifts=2)
 
 
-def test_compress_over_the_pool_equals_inline(enc_problem, pool, always_parallel):
+def test_compress_on_the_workers_equals_inline(enc_problem, executor, always_parallel):
     enc, dec, n2, plain, cts, *_ = enc_problem
     vals = cts[:95]
-    assert compress(vals, 40, 7, n2, pool=pool) == compress(vals, 40, 7, n2)
+    assert compress(vals, 40, 7, n2, executor=executor) == compress(vals, 40, 7, n2)
 
 
 def test_direct_block_partials_merge_across_row_ranges():
@@ -297,17 +412,17 @@ def test_fixed_base_table_matches_powmod(keypair):
 
 
 @pytest.mark.parametrize("method", ["fast", "standard"])
-def test_encryption_on_the_pool_decrypts_with_phe_and_is_randomized(keypair, pool, always_parallel, method):
+def test_encryption_on_the_workers_decrypts_with_phe_and_is_randomized(keypair, executor, always_parallel, method):
     pub, priv = keypair
     enc = Encryptor(pub, priv, method=method)
     vals = [0, 1, -1, 7, 7, 7, -(2 ** 300), int(pub.n) // 2 - 1] * 5
-    cts = enc.encrypt(vals, pool=pool)
+    cts = enc.encrypt(vals, executor=executor)
     assert len(set(int(c) for c in cts)) == len(cts)    # fresh randomness per value, per worker
     assert all(priv.raw_decrypt(int(c)) == v % pub.n for c, v in zip(cts, vals))
     dec = Decryptor(priv)
-    assert dec.decrypt_signed(cts, pool=pool) == vals == dec.decrypt_signed(cts)
+    assert dec.decrypt_signed(cts, executor=executor) == vals == dec.decrypt_signed(cts)
     with pytest.raises(OverflowError):
-        enc.encrypt([int(pub.n) // 2 + 1], pool=pool)
+        enc.encrypt([int(pub.n) // 2 + 1], executor=executor)
 
 
 def test_fast_encryption_short_exponents_are_fresh_and_full_length(keypair):

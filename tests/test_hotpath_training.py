@@ -10,8 +10,8 @@ from conftest import KEY_BITS, small_frames
 
 import parties.active as active_mod
 import vfl.grower as grower_mod
+from crypto.executor import LocalExecutor
 from crypto.paillier import Decryptor
-from crypto.pool import WorkerPool
 from protocols import messages as m
 from protocols.serialization import BigInts, loads
 from vfl import ActiveParty, Federation, PassiveParty, TrainParams
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def started_pids(monkeypatch):
     """pid of every worker process started during the test."""
     pids = []
-    real = WorkerPool._start
+    real = LocalExecutor._start
 
     def start(self):
         fresh = not self._workers
@@ -32,7 +32,7 @@ def started_pids(monkeypatch):
         if fresh:
             pids.extend(self.pids)
 
-    monkeypatch.setattr(WorkerPool, "_start", start)
+    monkeypatch.setattr(LocalExecutor, "_start", start)
     return pids
 
 
@@ -71,7 +71,7 @@ def test_he_equals_plain_with_every_fast_path_on_two_passive_pools(always_parall
     # the active party and both passive parties ran their own worker processes, all stopped now
     assert len(started_pids) == 6
     assert not any(_alive(p) for p in started_pids)
-    assert fed.active.channel.pool is None
+    assert fed.active.channel.executor is None
     assert all(p._pool is None for p in fed.passives.values())
 
 
@@ -288,5 +288,5 @@ def test_workers_and_passives_are_released_when_setup_fails(monkeypatch):
     monkeypatch.setattr(PassiveParty, "_on_PublicKey", refuse)
     with pytest.raises(InputError, match="refuses the key"):
         fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=1))
-    assert fed.active.channel.pool is None                  # closed, workers gone
+    assert fed.active.channel.executor is None                  # closed, workers gone
     assert telco.completed is False and telco._values is None   # TrainEnd(completed=False) arrived

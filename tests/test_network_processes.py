@@ -178,7 +178,7 @@ def test_tls_processes_train_and_predict_like_in_memory(children, data_files, tm
     client = GrpcTransport("guest", {"host1": a1}, Security.from_options("guest", certs), timeout=20)
     try:
         with pytest.raises(PeerError, match="too large"):
-            client.call("host1", m.IdHashes(np.zeros((100_000, 16), np.uint8)))
+            client.call("host1", m.PredictStart("m", "s", np.zeros((100_000, 16), np.uint8)))
         reply = loads(client._exchange("host1", b"VFL1garbage"))
         assert isinstance(reply, m.ErrorReply) and "header" in reply.message
         bad_type = b'{"type":"Exec","fields":{},"blobs":{}}'

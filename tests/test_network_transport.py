@@ -44,7 +44,7 @@ def echo_handler(delay: float = 0.0):
         if isinstance(req, m.AlignRequest) and req.session_id == "boom":
             raise RuntimeError("a bug in the handler")
         time.sleep(delay)
-        n = len(req.hashes) if isinstance(req, m.IdHashes) else 0
+        n = len(req.hashes) if isinstance(req, m.PredictStart) else 0
         return m.Ack({"type": type(req).__name__, "n": n})
     fh = frame_handler(handle)
     return lambda frame, who: fh(frame)
@@ -70,7 +70,7 @@ def client(name, addr, security, peer="telco", **kw):
 
 
 def ok_call(t, peer="telco"):
-    return t.call(peer, m.IdHashes(np.zeros((3, 16), np.uint8))).info
+    return t.call(peer, m.PredictStart("m", "s", np.zeros((3, 16), np.uint8))).info
 
 
 def test_mutual_tls_accepts_the_federation_and_refuses_others(pki, server_factory):
@@ -78,7 +78,7 @@ def test_mutual_tls_accepts_the_federation_and_refuses_others(pki, server_factor
     addr = server_factory(Security.from_options("telco", fed, allowed_clients=["bank"]))
     good = client("bank", addr, Security.from_options("bank", fed))
     assert good.connect(timeout=10)["telco"]["role"] == "passive"
-    assert ok_call(good) == {"type": "IdHashes", "n": 3}
+    assert ok_call(good) == {"type": "PredictStart", "n": 3}
 
     # a certificate from another CA (even for the name 'bank'): the TLS handshake fails
     for name in ("bank", "mallory"):
@@ -121,7 +121,7 @@ def test_oversized_malformed_and_failing_requests_are_refused_while_serving(serv
     addr = server_factory(Security(), max_frame_bytes=64 * 1024)
     t = client("bank", addr, Security(), timeout=10)
     with pytest.raises(PeerError, match="too large.*exceeds this party's cap"):
-        t.call("telco", m.IdHashes(np.zeros((10_000, 16), np.uint8)))      # 160 KB, announced
+        t.call("telco", m.PredictStart("m", "s", np.zeros((10_000, 16), np.uint8)))      # 160 KB, announced
     # a client that does not announce the size: refused while streaming, after the cap
     stub = t._channels["telco"].stream_stream("/vfl.Party/Exchange")
     chunks = (bytes(32 * 1024) for _ in range(8))
@@ -139,11 +139,20 @@ def test_oversized_malformed_and_failing_requests_are_refused_while_serving(serv
     assert isinstance(reply, m.ErrorReply) and "unknown or unexpected message type 'Popen'" in reply.message
     # a bug in the handler: an error naming the party, and the server goes on
     with pytest.raises(PeerError, match="internal error at party 'telco': RuntimeError"):
-        t.call("telco", m.AlignRequest("boom", bytes(16), "train"))
+        t.call("telco", m.AlignRequest("boom", bytes(16)))
     # the local cap refuses before sending
     small = client("bank", addr, Security(), max_frame_bytes=1024)
     with pytest.raises(InputError, match="more than the frame cap"):
-        small.call("telco", m.IdHashes(np.zeros((100, 16), np.uint8)))
+        small.call("telco", m.PredictStart("m", "s", np.zeros((100, 16), np.uint8)))
+    assert ok_call(t)["n"] == 3
+
+
+def test_grpc_calls_check_the_declared_reply_type(server_factory):
+    t = client("bank", server_factory(Security()), Security(), timeout=10)
+    with pytest.raises(PeerError, match="party 'telco' answered AlignRequest with Ack, expected IdHashes"):
+        t.call("telco", m.AlignRequest("s", bytes(16)))            # the echo server answers Ack
+    with pytest.raises(PeerError, match="party 'telco' answered AlignRequest with Ack"):
+        t.call_many({"telco": m.AlignRequest("s", bytes(16))})
     assert ok_call(t)["n"] == 3
 
 
@@ -151,7 +160,7 @@ def test_large_frames_are_streamed_in_chunks(server_factory):
     addr = server_factory(Security())
     t = client("bank", addr, Security(), timeout=30)
     n = 300_000                       # 4.8 MB > gRPC's 4 MiB per-message limit
-    assert t.call("telco", m.IdHashes(np.zeros((n, 16), np.uint8))).info["n"] == n
+    assert t.call("telco", m.PredictStart("m", "s", np.zeros((n, 16), np.uint8))).info["n"] == n
     assert t.bytes_report()["bank->telco"] > 16 * n
 
 
@@ -185,7 +194,7 @@ def test_concurrent_call_many_and_address_parsing(server_factory):
     b = server_factory(Security(), name="shop", handler=echo_handler(delay=0.5))
     t = GrpcTransport("bank", {"telco": a, "shop": b}, Security(), timeout=10)
     t0 = time.monotonic()
-    replies = t.call_many({p: m.IdHashes(np.zeros((2, 16), np.uint8)) for p in ("telco", "shop")})
+    replies = t.call_many({p: m.PredictStart("m", "s", np.zeros((2, 16), np.uint8)) for p in ("telco", "shop")})
     assert time.monotonic() - t0 < 0.95            # both served at once
     assert set(replies) == {"telco", "shop"}
     assert parse_peers(["a=1.2.3.4:5", "b=[::1]:7"]) == {"a": "1.2.3.4:5", "b": "[::1]:7"}
@@ -254,7 +263,7 @@ def test_passive_server_persists_and_serves_models(tmp_path):
     # wrong model, bad model id, a training message without a session
     with pytest.raises(InputError, match="holds no model 'nope'"):
         t2.call("b", m.PredictStart("nope", "s", np.zeros((1, 16), np.uint8)))
-    sb2.handle(m.AlignRequest("s1", bytes(16), "train"))
+    sb2.handle(m.AlignRequest("s1", bytes(16)))
     with pytest.raises(ProtocolError, match="model id '../../etc/passwd' is not acceptable"):
         sb2.handle(m.TrainSetup("plain", 8, "../../etc/passwd"))
     with pytest.raises(ProtocolError, match="already holds a finished model"):
@@ -271,7 +280,7 @@ def test_passive_server_persists_and_serves_models(tmp_path):
     with pytest.raises(ProtocolError, match="does not accept Ack"):
         sb2.handle(m.Ack())
     with pytest.raises(ProtocolError, match="no training session"):
-        _server(tmp_path, b, "b").handle(m.HistogramRequest(0, 0, np.zeros(1, np.int32), np.zeros(1, np.int32),
+        _server(tmp_path, b, "b").handle(m.HistogramRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32),
                                                             np.zeros((1, 3), np.int32)))
 
 

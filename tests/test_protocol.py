@@ -6,9 +6,10 @@ import gmpy2
 import numpy as np
 import pytest
 
+from parties.passive import PassiveParty
 from protocols import alignment
 from protocols import messages as m
-from protocols.serialization import MAGIC, BigInts, dumps, loads
+from protocols.serialization import _REGISTRY, MAGIC, BigInts, dumps, loads
 from protocols.transport import InMemoryTransport, frame_handler
 from vfl.errors import InputError, PeerError, ProtocolError
 
@@ -24,8 +25,8 @@ def _roundtrip(msg):
 
 def test_messages_round_trip_with_arrays_and_big_integers():
     a = np.arange(12, dtype=np.int32).reshape(3, 4)
-    back = _roundtrip(m.HistogramRequest(3, 1, np.array([0], np.int32), np.array([5], np.int32), a))
-    assert back.round_idx == 3 and back.depth == 1
+    back = _roundtrip(m.HistogramRequest(3, np.array([0], np.int32), np.array([5], np.int32), a))
+    assert back.round_idx == 3 and back.node_ids.tolist() == [5]
     assert back.assignment.dtype == np.int32 and np.array_equal(back.assignment, a)
     big = [gmpy2.mpz(2) ** 2047 + 12345, gmpy2.mpz(1), gmpy2.mpz(0)]
     back = _roundtrip(m.Gradients(0, True, {"x": 1}, 12, BigInts(big)))
@@ -33,7 +34,7 @@ def test_messages_round_trip_with_arrays_and_big_integers():
     signed = [-(2 ** 90), 2 ** 90, -1, 0]
     back = _roundtrip(m.HistogramResponse(4, BigInts(signed)))
     assert [int(v) for v in back.values] == signed
-    back = _roundtrip(m.AlignRequest("s", b"\x00" * 16, "train"))
+    back = _roundtrip(m.AlignRequest("s", b"\x00" * 16))
     assert back.salt == b"\x00" * 16
     back = _roundtrip(m.SplitResponse(np.array([1, 2]), np.array([True, False, True]), np.array([1, 2])))
     assert back.go_left.dtype == bool and back.go_left.tolist() == [True, False, True]
@@ -82,16 +83,55 @@ def test_in_memory_transport_counts_bytes_both_ways_and_reports_errors():
         return m.Ack({"echo": 1})
 
     t = InMemoryTransport("a", {"b": frame_handler(handle)}, record=True)
-    reply = t.call("b", m.TrainEnd("x", 1, True))
+    reply = t.call("b", m.TrainEnd("x", True))
     assert reply.info == {"echo": 1}
     sent, back = t.log[0][2], t.log[1][2]
     assert t.bytes_sent[("a", "b")] == len(sent) and t.bytes_sent[("b", "a")] == len(back)
     with pytest.raises(InputError, match="party 'b': bad key"):
         t.call("b", m.PublicKey("ff"))
     with pytest.raises(PeerError, match="no party named 'c'"):
-        t.call("c", m.Ack())
+        t.call("c", m.PublicKey("ff"))
     # a garbage frame sent straight to the handler gets an ErrorReply, not a crash
     assert isinstance(loads(frame_handler(handle)(b"garbage")), m.ErrorReply)
+
+
+def test_a_reply_of_an_undeclared_type_is_a_peer_error_naming_peer_request_and_reply():
+    wrong = {"b": frame_handler(lambda req: m.Ack())}           # answers Ack to everything
+    t = InMemoryTransport("a", wrong)
+    req = m.HistogramRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros((1, 3), np.int32))
+    with pytest.raises(PeerError, match=r"party 'b' answered HistogramRequest with Ack, expected HistogramResponse"):
+        t.call("b", req)
+    with pytest.raises(PeerError, match=r"party 'b' answered AlignRequest with Ack, expected IdHashes"):
+        t.call_many({"b": m.AlignRequest("s", bytes(16))})
+    assert t.call("b", m.PublicKey("ff")) == m.Ack()             # a declared reply passes
+    # only requests can be sent: a reply type is refused before any byte goes out
+    with pytest.raises(ProtocolError, match="IdHashes is not a request"):
+        t.call("b", m.IdHashes(np.zeros((1, 16), np.uint8)))
+    assert t.messages_sent[("a", "b")] == 3
+
+
+def test_every_message_is_a_declared_request_or_a_declared_reply():
+    replies = {r for rs in m.REPLIES.values() for r in rs}
+    assert set(_REGISTRY.values()) == set(m.REPLIES) | replies | {m.ErrorReply}
+    assert not set(m.REPLIES) & replies                        # no message is both
+    # every request the passive party serves has a declared reply
+    served = {name[len("_on_"):] for name in dir(PassiveParty) if name.startswith("_on_")}
+    assert served <= {t.__name__ for t in m.REPLIES}
+
+
+def test_protocol_words_are_enums_with_unchanged_wire_bytes():
+    assert dumps(m.ErrorReply(m.ErrorKind.INPUT, "x")) == dumps(m.ErrorReply("input", "x"))
+    back = loads(dumps(m.ErrorReply("protocol", "x")))
+    assert back.kind is m.ErrorKind.PROTOCOL and back.kind == "protocol"
+    req = loads(dumps(m.PsiRequest("s", bytes(16), "validate", "m", np.zeros((1, 32), np.uint8))))
+    assert req.purpose is m.PsiPurpose.VALIDATE and f"{req.purpose}" == "validate"
+    with pytest.raises(ProtocolError, match=r"ErrorReply\.kind: 'oops' is not one of \['input', 'protocol'\]"):
+        loads(dumps(m.ErrorReply("oops", "x")))
+    # an input error at the peer is the caller's InputError, a protocol error its PeerError
+    for kind, exc in ((m.ErrorKind.INPUT, InputError), (m.ErrorKind.PROTOCOL, PeerError)):
+        t = InMemoryTransport("a", {"b": lambda frame, kind=kind: dumps(m.ErrorReply(kind, "no"))})
+        with pytest.raises(exc, match="party 'b'"):
+            t.call("b", m.PublicKey("ff"))
 
 
 def test_alignment_hashes_intersection_and_errors():
@@ -123,7 +163,7 @@ def test_passive_refuses_out_of_order_requests_with_protocol_errors():
     reply = loads(handler(dumps(m.AlignResult(alignment.hash_ids([1], b"s" * 16)))))
     assert isinstance(reply, m.ErrorReply) and "before alignment" in reply.message
     # a histogram request before gradients, and one for a round it does not hold
-    req = m.HistogramRequest(3, 0, np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros((1, 3), np.int32))
+    req = m.HistogramRequest(3, np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros((1, 3), np.int32))
     reply = loads(handler(dumps(req)))
     assert isinstance(reply, m.ErrorReply) and "before gradients" in reply.message
 
@@ -139,7 +179,7 @@ def test_stale_round_requests_are_refused():
     telco._values = telco._group_values = [[0] * 60]     # as if a round's gradients were held
     telco._assignment = np.zeros((1, 60), np.int32)
     with pytest.raises(ProtocolError, match="gradients of round 1, not of round 0"):
-        telco.handle(m.HistogramRequest(0, 0, np.zeros(1, np.int32), np.zeros(1, np.int32),
+        telco.handle(m.HistogramRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32),
                                         np.zeros((1, 60), np.int32)))
     with pytest.raises(ProtocolError, match="not of round 0"):
         telco.handle(m.SplitRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros(1, np.int32),

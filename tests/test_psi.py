@@ -317,7 +317,7 @@ def test_malformed_psi_messages_are_refused():
         (m.PsiRequest("s", b"s" * 16, "train", "", np.zeros((3, 32), np.int16)), r"\(n, 32\) uint8"),
         (m.PsiRequest("s", b"s" * 16, "train", "", np.zeros((1, 32), np.uint8)), "small order"),
         (m.PsiRequest("s", b"short", "train", "", good), "at least 16 bytes"),
-        (m.PsiRequest("s", b"s" * 16, "peek", "", good), "unknown PSI purpose"),
+        (m.PsiRequest("s", b"s" * 16, "peek", "", good), r"PsiRequest\.purpose: 'peek' is not one of"),
         (m.PsiRequest("s", b"s" * 16, "predict", "nope", good), "holds no model"),
         (m.PsiResult("unknown", np.array([0])), "unknown PSI session"),
     ]

@@ -1,0 +1,355 @@
+"""Where the ciphertext kernels run: the executor interface and its local implementation.
+
+The kernels (:mod:`crypto.histogram`, :mod:`crypto.compress`,
+:mod:`crypto.paillier`) see an :class:`Executor` as **named shared state on
+workers plus requests over it**:
+
+* ``share(slot, obj, header, blobs)`` puts one big object (a round's ciphertext
+  vector, a party's bin matrix, a key's tables) into the named ``slot`` of every
+  worker, once: the executor remembers which local object a slot holds
+  (``holds``), so sharing the same object again is free and a new object (the
+  next round) replaces it. ``share_lazy`` encodes only when needed.
+* ``map(requests)`` runs independent requests, each ``(header, blobs)`` with
+  ``header["op"]`` an operation of :mod:`crypto.worker` that names the slots it
+  reads (a histogram unit ships only its row range, never the ciphertexts);
+  the replies come back in request order. ``broadcast`` sends one request to
+  every worker.
+* ``n_workers``, a context-manager lifecycle (``start``, ``close``), and for
+  benchmarks ``pids``, ``cpu_seconds`` (CPU time the workers reported) and
+  ``worker_peaks()`` (peak resident memory per worker).
+
+Requests and replies are frames of :mod:`crypto.framing` (JSON header, raw byte
+blobs), and a worker's state is exactly what was shared into its slots; so a
+cluster executor (issue 11: row shards that stay put on workers, one task per
+shard and level) implements the same methods over its own transport, and the
+kernels do not change. Whether a batch goes to the workers at all is decided by
+:func:`crypto.parallel.on_workers`, not by the executor.
+
+:class:`LocalExecutor` is the implementation on this machine: ``n_workers``
+child processes (``python -m crypto.worker``), each a loop that reads one
+request frame from its stdin and writes one reply frame to its stdout.
+
+Why child processes started with ``subprocess`` rather than ``fork``: a forked
+copy of a process that runs threads (a gRPC server, BLAS) may deadlock, Python
+3.12+ warns about it, and a spawned ``multiprocessing`` child re-imports the
+user's ``__main__``. A plain child process that imports only ``gmpy2`` (and
+numpy for histograms) has none of these problems; it costs ~0.1 s once per
+executor.
+
+Lifetime: an executor belongs to one party object and is closed by it (end of
+training, errors), by garbage collection, or at interpreter exit. A worker
+exits on its own when its stdin closes, so a killed parent leaves no orphan
+beyond the request in flight. All processes belong to the same party.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import selectors
+import subprocess
+import sys
+import threading
+import weakref
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from crypto.framing import Frame, encode_frame, read_frame
+from crypto.parallel import resolve_workers
+from datasets.errors import VFLError
+
+_ROOT = str(Path(__file__).resolve().parents[1])
+
+#: one request to a worker: ``(header with "op", blobs)``
+Request = tuple[dict, Sequence[bytes]]
+
+
+class WorkerError(VFLError, RuntimeError):
+    """A worker failed (its traceback is in the message) or died."""
+
+
+class Executor(ABC):
+    """Workers holding named shared state, and requests over that state (see the module doc).
+
+    Implementations must be thread-safe and may start their workers lazily (at the
+    first ``share``, ``broadcast`` or ``map``). A failed request raises
+    :class:`WorkerError` and leaves the executor closed, never half-used.
+    """
+
+    name: str
+    n_workers: int
+    closed: bool
+    cpu_seconds: float
+
+    # -- lifecycle --------------------------------------------------------
+    @abstractmethod
+    def start(self) -> "Executor":
+        """Start the workers now (without waiting for them to be ready); returns ``self``."""
+
+    @abstractmethod
+    def close(self, kill: bool = False) -> None:
+        """Stop every worker (idempotent): let it finish its request, or ``kill`` it now.
+        A closed executor cannot be used again."""
+
+    @property
+    @abstractmethod
+    def started(self) -> bool:
+        """Whether workers are running."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- named shared state -------------------------------------------------
+    @abstractmethod
+    def holds(self, slot: str, obj) -> bool:
+        """Whether every worker's ``slot`` holds this very local object."""
+
+    @abstractmethod
+    def share(self, slot: str, obj, header: dict, blobs: Sequence[bytes] = (), op: str = "put") -> None:
+        """Put ``obj`` (encoded as ``header``/``blobs``, see :mod:`crypto.worker` ``put``) into
+        ``slot`` of every worker, unless the slot already holds this very object."""
+
+    def share_lazy(self, slot: str, obj, encode: Callable[[], tuple[dict, Sequence[bytes]]]) -> None:
+        """Like :meth:`share`, calling ``encode() -> (header, blobs)`` only when needed."""
+        if not self.holds(slot, obj):
+            header, blobs = encode()
+            self.share(slot, obj, header, blobs)
+
+    # -- requests ----------------------------------------------------------
+    @abstractmethod
+    def broadcast(self, header: dict, blobs: Sequence[bytes] = ()) -> list[Frame]:
+        """The same request to every worker; their replies in worker order."""
+
+    @abstractmethod
+    def map(self, requests: Sequence[Request]) -> list[Frame]:
+        """Run independent requests on whichever worker is free, starting them in the given
+        order (largest first is the caller's job); replies in request order."""
+
+    # -- benchmarks -------------------------------------------------------
+    @property
+    @abstractmethod
+    def pids(self) -> list[int]:
+        """Process ids of the running workers (empty when not started)."""
+
+    @abstractmethod
+    def worker_peaks(self) -> list[dict]:
+        """Peak resident memory of every worker this executor ran: ``{"pool", "pid",
+        "peak_kb"}`` (``peak_kb`` ``None`` when unknown), measured now or when it stopped."""
+
+
+# --- the local implementation ---------------------------------------------------
+class _Worker:
+    __slots__ = ("proc", "busy", "task")
+
+    def __init__(self, proc):
+        self.proc = proc
+        self.busy = False
+        self.task = None
+
+
+_CLOSED_PEAKS: list[dict] = []       # the peaks of every closed local executor, newest last
+
+
+def _peak_kb(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _shutdown(workers: list, name: str, kill: list, peaks: list) -> None:
+    """Close stdin of every worker and wait for it (kill it at once if ``kill[0]``, or after
+    5 s), recording its peak memory in ``peaks``; idempotent."""
+    for w in workers:
+        if w.proc.poll() is None:
+            peak = {"pool": name, "pid": w.proc.pid, "peak_kb": _peak_kb(w.proc.pid)}
+            peaks.append(peak)
+            del _CLOSED_PEAKS[:-999]
+            _CLOSED_PEAKS.append(peak)
+            if kill[0]:
+                w.proc.kill()
+        try:
+            w.proc.stdin.close()
+        except OSError:
+            pass
+    for w in workers:
+        try:
+            w.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            w.proc.kill()
+            w.proc.wait()
+        try:
+            w.proc.stdout.close()
+        except OSError:
+            pass
+    workers.clear()
+
+
+_LIVE: "weakref.WeakSet[LocalExecutor]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for ex in list(_LIVE):
+        ex.close()
+
+
+class LocalExecutor(Executor):
+    """``n_workers`` worker processes on this machine with named shared slots; thread-safe,
+    started lazily."""
+
+    def __init__(self, n_workers: int | None = None, name: str = "pool"):
+        self.n_workers = resolve_workers(n_workers)
+        self.name = name
+        self._workers: list[_Worker] = []
+        self._slots: dict[str, Any] = {}          # slot -> local object it holds
+        self._lock = threading.RLock()
+        self._finalizer = None
+        self._peaks: list[dict] = []              # workers stopped so far
+        self.closed = False
+        self.cpu_seconds = 0.0                    # CPU time the workers reported, all requests
+
+    @staticmethod
+    def closed_peaks() -> list[dict]:
+        """The :meth:`worker_peaks` of every local executor closed in this process (the last
+        thousand workers; benchmarks add them up after the parties closed their executors)."""
+        return list(_CLOSED_PEAKS)
+
+    # -- lifecycle --------------------------------------------------------
+    def _start(self) -> None:
+        if self.closed:
+            raise WorkerError(f"worker pool {self.name!r} is closed")
+        if self._workers:
+            return
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        for _ in range(self.n_workers):
+            proc = subprocess.Popen([sys.executable, "-m", "crypto.worker"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, env=env, cwd=_ROOT)
+            self._workers.append(_Worker(proc))
+        self._kill = [False]
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self.name, self._kill, self._peaks)
+        _LIVE.add(self)
+
+    def start(self) -> "LocalExecutor":
+        with self._lock:
+            self._start()
+        return self
+
+    @property
+    def started(self) -> bool:
+        return bool(self._workers)
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self._workers]
+
+    def worker_peaks(self) -> list[dict]:
+        with self._lock:
+            live = [{"pool": self.name, "pid": w.proc.pid, "peak_kb": _peak_kb(w.proc.pid)}
+                    for w in self._workers if w.proc.poll() is None]
+            return list(self._peaks) + live
+
+    def close(self, kill: bool = False) -> None:
+        with self._lock:
+            self.closed = True
+            if kill and self._workers:
+                self._kill[0] = True
+            self._slots.clear()
+            if self._finalizer is not None:
+                self._finalizer()
+            self._workers = []
+            _LIVE.discard(self)
+
+    # -- shared slots -------------------------------------------------------
+    def holds(self, slot: str, obj) -> bool:
+        return self._slots.get(slot) is obj and self.started
+
+    def share(self, slot: str, obj, header: dict, blobs: Sequence[bytes] = (), op: str = "put") -> None:
+        with self._lock:
+            if self.holds(slot, obj):
+                return
+            self._slots.pop(slot, None)
+            self.broadcast(dict(header, op=op, slot=slot), blobs)
+            self._slots[slot] = obj
+
+    def share_lazy(self, slot: str, obj, encode) -> None:
+        with self._lock:
+            super().share_lazy(slot, obj, encode)
+
+    # -- requests ----------------------------------------------------------
+    def broadcast(self, header: dict, blobs: Sequence[bytes] = ()) -> list[Frame]:
+        with self._lock:
+            self._start()
+            frame = encode_frame(header, blobs)
+            try:
+                for w in self._workers:
+                    self._send(w, frame)
+                return [self._receive(w) for w in self._workers]
+            except BaseException:
+                self.close(kill=True)
+                raise
+
+    def map(self, requests: Sequence[Request]) -> list[Frame]:
+        with self._lock:
+            if not requests:
+                return []
+            self._start()
+            results: list = [None] * len(requests)
+            pending = list(range(len(requests)))[::-1]
+            sel = selectors.DefaultSelector()
+            try:
+                busy = 0
+                for w in self._workers:
+                    if not pending:
+                        break
+                    i = pending.pop()
+                    self._send(w, encode_frame(*requests[i]))
+                    w.task = i
+                    sel.register(w.proc.stdout, selectors.EVENT_READ, w)
+                    busy += 1
+                while busy:
+                    for key, _ in sel.select():
+                        w = key.data
+                        results[w.task] = self._receive(w)
+                        if pending:
+                            i = pending.pop()
+                            self._send(w, encode_frame(*requests[i]))
+                            w.task = i
+                        else:
+                            sel.unregister(w.proc.stdout)
+                            w.task = None
+                            busy -= 1
+            except BaseException:
+                sel.close()
+                self.close(kill=True)
+                raise
+            sel.close()
+            return results
+
+    def _send(self, w: _Worker, frame: list[bytes]) -> None:
+        try:
+            for part in frame:
+                w.proc.stdin.write(part)
+            w.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise WorkerError(f"worker {w.proc.pid} of pool {self.name!r} died ({exc})") from None
+
+    def _receive(self, w: _Worker) -> Frame:
+        try:
+            header, blobs = read_frame(w.proc.stdout)
+        except (EOFError, OSError, ValueError):
+            code = w.proc.poll()
+            raise WorkerError(f"worker {w.proc.pid} of pool {self.name!r} died (exit code {code})") from None
+        if header.get("error"):
+            raise WorkerError(f"worker {w.proc.pid} of pool {self.name!r} failed:\n{header['error']}")
+        self.cpu_seconds += float(header.get("cpu", 0.0))
+        return header, blobs

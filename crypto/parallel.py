@@ -1,0 +1,79 @@
+"""How much parallelism: the worker count (``VFL_N_JOBS``) and THE inline-or-workers rule.
+
+Every kernel that can run on an :class:`crypto.executor.Executor` asks
+:func:`on_workers` whether a batch is worth shipping; the sizes below which work
+stays in the calling process live in one :class:`ParallelPolicy` object,
+:data:`POLICY` (measured at 1024-bit keys: below them the frames and the
+scheduling cost more than the workers save). Tests replace :data:`POLICY` with
+:meth:`ParallelPolicy.always` to run the worker paths on tiny data.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from datasets.errors import InputError
+
+MAX_WORKERS = 256
+
+#: the kernels that ask :func:`on_workers`; each names a minimum field of :class:`ParallelPolicy`
+Kernel = Literal["histogram", "compress", "encrypt", "decrypt"]
+
+
+@dataclass(frozen=True)
+class ParallelPolicy:
+    """Work below which a batch runs inline, per kernel, and the smallest unit sent to a worker."""
+
+    histogram: int = 60_000    # homomorphic additions of one histogram request (~75 ms at 1024 bits)
+    compress: int = 40_000     # squarings of one compression batch (values * shift bits)
+    encrypt: int = 256         # plaintexts of one encryption batch
+    decrypt: int = 16          # ciphertexts of one decryption batch
+    unit: int = 8_000          # additions: the smallest histogram unit sent to a worker
+
+    @classmethod
+    def always(cls) -> "ParallelPolicy":
+        """Every batch on the workers, cut into small units (tests: worker paths on tiny data)."""
+        return cls(histogram=0, compress=0, encrypt=0, decrypt=0, unit=50)
+
+    def on_workers(self, executor, kernel: Kernel, work: int) -> bool:
+        """Run ``work`` of ``kernel`` on ``executor``'s workers (else inline)?"""
+        return executor is not None and executor.n_workers > 1 and work >= getattr(self, kernel)
+
+
+#: the policy in force (one object: replace it, do not edit the kernels' thresholds)
+POLICY = ParallelPolicy()
+
+
+def on_workers(executor, kernel: Kernel, work: int) -> bool:
+    """THE decision of every kernel: ``True`` to send ``work`` to the executor's workers."""
+    return POLICY.on_workers(executor, kernel, work)
+
+
+def default_workers() -> int:
+    """Worker processes to use: ``VFL_N_JOBS`` if set (0: all cores), else the cores this
+    process may run on."""
+    env = os.environ.get("VFL_N_JOBS", "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise InputError(f"environment variable VFL_N_JOBS must be an integer, got {env!r}") from None
+        if not 0 <= n <= MAX_WORKERS:
+            raise InputError(f"environment variable VFL_N_JOBS must be from 0 to {MAX_WORKERS}, got {n}")
+        if n:
+            return n
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:       # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_workers(n_jobs: int | None) -> int:
+    """``None`` or ``0``: the default (see :func:`default_workers`); else ``n_jobs`` processes
+    (``1``: everything runs in the calling process)."""
+    if n_jobs is None:
+        return default_workers()
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or not 0 <= n_jobs <= MAX_WORKERS:
+        raise InputError(f"n_jobs must be an integer from 0 (all cores) to {MAX_WORKERS}, got {n_jobs!r}")
+    return n_jobs or default_workers()
