@@ -131,10 +131,6 @@ class PassiveParty:
         """The id of the validation session of the training under way (None: none)."""
         return self._state.eval_session
 
-    def session_ids(self) -> list[str]:
-        """The prediction (and validation) sessions this party holds rows for."""
-        return list(self._state.sessions)
-
     def drop_session(self, session_id: str) -> None:
         """Forget a prediction session (its rows and any pending PSI state)."""
         self._state.drop_session(session_id)

@@ -29,7 +29,7 @@ from vfl.split import goes_left
 MAX_PSI_PENDING = 8
 
 
-@dataclass
+@dataclass(eq=False)
 class RoundGradients:
     """The gradients of one boosting round (see :class:`protocols.messages.Gradients`)."""
     values: list                 # every value (ciphertexts in mode he), ``groups`` blocks
@@ -43,7 +43,7 @@ class RoundGradients:
         return len(self.group_values)
 
 
-@dataclass
+@dataclass(eq=False)
 class TrainingSession:
     """One training: alignment, setup (bins), key, the current round."""
     hashes: np.ndarray | None = None           # own salted id hashes (hash alignment)
@@ -107,7 +107,7 @@ class LookupTable:
             raise ProtocolError(f"unknown record id at party {party!r}")
 
 
-@dataclass
+@dataclass(eq=False)
 class PassiveState:
     """Everything a passive party knows and holds (see the module docstring)."""
     name: str
