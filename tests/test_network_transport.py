@@ -568,11 +568,13 @@ def test_server_serves_a_passive_party_whose_privates_are_hidden(tmp_path, monke
 def test_passive_data_digest_keeps_the_value_saved_lookup_tables_hold():
     """parties.checkpoint.data_digest gives the fingerprint unfinished lookup tables were written
     with (feature names and aligned rows; no ids, no labels), so their trainings still resume."""
-    _, b, _ = small_frames(60)
-    p = PassiveParty("b", b)
-    p.handle(m.AlignRequest("s", bytes(range(16)), "train"))
-    hashes = alignment.hash_ids(b["id"].to_numpy()[::-2], bytes(range(16)))
-    assert p.handle(m.AlignResult(hashes)).n_kept == 30
+    a, b, _ = small_frames(60)
+    p = PassiveParty("b", b.iloc[::-1])
+    Federation(ActiveParty("a", a.iloc[::2]), [p]).fit(TrainParams(mode="plain", n_estimators=1, max_depth=1))
+    kept = b.iloc[::2]          # the common rows, in the canonical order: by salted id hash
+    keys = alignment.hashes_to_keys(alignment.hash_ids(kept["id"].to_numpy(), p.salt))
+    X = kept[["b0", "b1"]].to_numpy()[sorted(range(len(kept)), key=keys.__getitem__)]
+    assert p.n_aligned == 30 and np.array_equal(p.aligned_features(), X)
     old = hashlib.sha256(json.dumps(["b0", "b1"]).encode())
-    old.update(np.ascontiguousarray(b[["b0", "b1"]].to_numpy()[::-1][::2]).tobytes())
-    assert p.n_aligned == 30 and PassiveServer._data_digest(p) == old.hexdigest()
+    old.update(np.ascontiguousarray(X).tobytes())
+    assert PassiveServer._data_digest(p) == old.hexdigest()
