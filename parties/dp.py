@@ -25,89 +25,85 @@ from __future__ import annotations
 import numpy as np
 
 from datasets.errors import InputError, PeerError, ProtocolError
+from parties.passive_state import PassiveState
 from protocols import messages as m
 from vfl.dp import BucketSource, check_epsilon, epsilon_budget, json_epsilon, release_buckets, stay_probability
 
-DP_REFUSED = frozenset({"Gradients", "HistogramRequest", "SplitRequest", "PublicKey"})
+#: what a passive party training in mode dp refuses to answer
+DP_REFUSED = frozenset({m.Gradients, m.HistogramRequest, m.SplitRequest, m.PublicKey})
 
 
-class DPPassiveMixin:
-    """The passive party's side of DP mode (mixed into ``parties.passive.PassiveParty``).
+# -- the passive party's side (a handler group over parties.passive_state.PassiveState) ----------
+#
+# Local settings of the passive party (never set by the active party), on its state:
+#
+# * ``dp_seed``: seed of the randomized response. ``None`` (default) draws fresh entropy from
+#   the operating system for every release -- what a deployment must use. Simulations set it
+#   for reproducible runs.
+# * ``dp_max_epsilon_per_feature``: this party's own policy; a release request above it is
+#   refused. ``None``: no cap.
 
-    Local settings of the passive party (never set by the active party):
-
-    * ``dp_seed``: seed of the randomized response. ``None`` (default) draws
-      fresh entropy from the operating system for every release -- what a
-      deployment must use. Simulations set it for reproducible runs.
-    * ``dp_max_epsilon_per_feature``: this party's own policy; a release
-      request above it is refused. ``None``: no cap.
-    """
-
-    dp_seed = None
-    dp_max_epsilon_per_feature = None
-
-    @property
-    def dp_releases(self) -> list[dict]:
-        """Every release this party made (its privacy ledger), oldest first."""
-        return self.__dict__.setdefault("_dp_ledger", [])
-
-    def dp_release_info(self) -> dict | None:
-        """The release of the current model, if it was trained in mode dp."""
-        for r in self.dp_releases:
-            if r["model_id"] == self.model_id:
-                return dict(r)
-        return None
-
-    def _dp_guard(self, request) -> None:
-        name = type(request).__name__
-        if getattr(self, "_mode", None) == "dp" and name in DP_REFUSED:
-            raise ProtocolError(f"party {self.name!r} trains in mode 'dp' and answers no {name}: "
-                                f"only its one noisy release leaves it")
-
-    def _dp_need(self, req):
-        if getattr(self, "_mode", None) != "dp":
-            raise ProtocolError(f"party {self.name!r} is not training in mode 'dp'")
-        if req.model_id != self.model_id:
-            raise ProtocolError(f"party {self.name!r}: request for unknown model {req.model_id!r}")
-        return self._need("setup", self._binner)
-
-    def _on_DPReleaseRequest(self, req: m.DPReleaseRequest):
-        binner = self._dp_need(req)
-        eps = check_epsilon(req.epsilon_per_feature, "epsilon_per_feature")
-        cap = self.dp_max_epsilon_per_feature
-        if cap is not None and eps > check_epsilon(cap, "dp_max_epsilon_per_feature"):
-            raise InputError(f"party {self.name!r} releases at most epsilon_per_feature={cap}, "
-                             f"asked for {eps}")
-        if self.dp_release_info() is not None:
-            raise ProtocolError(f"party {self.name!r} already released its buckets for this training; "
-                                f"a second release would spend the privacy budget again")
-        rng = np.random.default_rng(self.dp_seed)
-        n_bins = binner.n_bins
-        # draw the noise in the party's own row order, not the salted alignment order, so a
-        # seeded party (simulations) gets the same noise per row whatever the salt
-        order = np.argsort(self._rows, kind="stable")
-        noisy_own, domain = release_buckets(self._bin_idx[order], n_bins, eps, rng)
-        noisy = np.empty_like(noisy_own)
-        noisy[order] = noisy_own
-        self.dp_releases.append({
-            "model_id": self.model_id, "n_samples": int(noisy.shape[0]), "n_features": int(noisy.shape[1]),
-            "epsilon_per_feature": json_epsilon(eps), "epsilon_per_party": json_epsilon(eps * noisy.shape[1]),
-            "rr_domain": [int(k) for k in domain]})
-        return m.DPRelease(noisy, n_bins.astype(np.int32), domain, eps)
-
-    def _on_DPSplitRegister(self, req: m.DPSplitRegister):
-        binner = self._dp_need(req)
-        if self.dp_release_info() is None:
-            raise ProtocolError(f"party {self.name!r}: split registration before the release")
-        f_all, b_all, dl_all = req.feature_idx, req.bin_idx, req.default_left
-        if not (f_all.ndim == b_all.ndim == dl_all.ndim == 1 and len(f_all) == len(b_all) == len(dl_all)):
-            raise ProtocolError("DPSplitRegister: feature_idx, bin_idx and default_left differ in shape")
-        record_ids = []
-        for f, b, dl in zip(f_all.tolist(), b_all.tolist(), dl_all.tolist()):
-            record_ids.append(self._add_record(binner, f, b, dl, -1, -1, -1))
-        return m.DPSplitRecords(np.array(record_ids, dtype=np.int64))
+def release_info(s: PassiveState) -> dict | None:
+    """The release of the current model, if it was trained in mode dp."""
+    for r in s.dp_ledger:
+        if r["model_id"] == s.model_id:
+            return dict(r)
+    return None
 
 
+def guard(s: PassiveState, request) -> None:
+    """Refuse what would reveal the true buckets of a party training in mode dp."""
+    if s.train.mode == "dp" and type(request) in DP_REFUSED:
+        raise ProtocolError(f"party {s.name!r} trains in mode 'dp' and answers no {type(request).__name__}: "
+                            f"only its one noisy release leaves it")
+
+
+def _need_dp(s: PassiveState, req):
+    if s.train.mode != "dp":
+        raise ProtocolError(f"party {s.name!r} is not training in mode 'dp'")
+    if req.model_id != s.model_id:
+        raise ProtocolError(f"party {s.name!r}: request for unknown model {req.model_id!r}")
+    return s.need("setup", s.train.binner)
+
+
+def release(s: PassiveState, req: m.DPReleaseRequest) -> m.DPRelease:
+    binner = _need_dp(s, req)
+    eps = check_epsilon(req.epsilon_per_feature, "epsilon_per_feature")
+    cap = s.dp_max_epsilon_per_feature
+    if cap is not None and eps > check_epsilon(cap, "dp_max_epsilon_per_feature"):
+        raise InputError(f"party {s.name!r} releases at most epsilon_per_feature={cap}, "
+                         f"asked for {eps}")
+    if release_info(s) is not None:
+        raise ProtocolError(f"party {s.name!r} already released its buckets for this training; "
+                            f"a second release would spend the privacy budget again")
+    rng = np.random.default_rng(s.dp_seed)
+    n_bins = binner.n_bins
+    # draw the noise in the party's own row order, not the salted alignment order, so a
+    # seeded party (simulations) gets the same noise per row whatever the salt
+    order = np.argsort(s.train.rows, kind="stable")
+    noisy_own, domain = release_buckets(s.train.bin_idx[order], n_bins, eps, rng)
+    noisy = np.empty_like(noisy_own)
+    noisy[order] = noisy_own
+    s.dp_ledger.append({
+        "model_id": s.model_id, "n_samples": int(noisy.shape[0]), "n_features": int(noisy.shape[1]),
+        "epsilon_per_feature": json_epsilon(eps), "epsilon_per_party": json_epsilon(eps * noisy.shape[1]),
+        "rr_domain": [int(k) for k in domain]})
+    return m.DPRelease(noisy, n_bins.astype(np.int32), domain, eps)
+
+
+def register_splits(s: PassiveState, req: m.DPSplitRegister) -> m.DPSplitRecords:
+    binner = _need_dp(s, req)
+    if release_info(s) is None:
+        raise ProtocolError(f"party {s.name!r}: split registration before the release")
+    f_all, b_all, dl_all = req.feature_idx, req.bin_idx, req.default_left
+    if not (f_all.ndim == b_all.ndim == dl_all.ndim == 1 and len(f_all) == len(b_all) == len(dl_all)):
+        raise ProtocolError("DPSplitRegister: feature_idx, bin_idx and default_left differ in shape")
+    record_ids = [s.table.add(s.name, s.feature_names, binner, f, b, dl, -1, -1, -1)
+                  for f, b, dl in zip(f_all.tolist(), b_all.tolist(), dl_all.tolist())]
+    return m.DPSplitRecords(np.array(record_ids, dtype=np.int64))
+
+
+# -- the active party's side -----------------------------------------------------------------------
 def _registrar(transport, peer: str, model_id: str):
     def register(feature_idx, bin_idx, default_left):
         reply = transport.call(peer, m.DPSplitRegister(model_id, np.asarray(feature_idx, np.int32),
@@ -144,4 +140,4 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
     return sources, report
 
 
-__all__ = ["DPPassiveMixin", "dp_sources", "DP_REFUSED", "check_epsilon"]
+__all__ = ["dp_sources", "DP_REFUSED", "check_epsilon", "guard", "release", "register_splits", "release_info"]

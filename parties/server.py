@@ -13,7 +13,6 @@ one per finished model.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -21,10 +20,10 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from datasets.errors import InputError, ProtocolError, VFLError
+from parties.checkpoint import data_digest
 from parties.passive import PASSIVE_FORMAT, PassiveParty
 from protocols import messages as m
 from protocols.transport import frame_handler
@@ -138,12 +137,12 @@ class PassiveServer:
         d["data_digest"] = self._digest
         write_json_atomic(self.model_path(p.model_id), d)
 
-    def _data_digest(self, p: PassiveParty) -> str:
+    @staticmethod
+    def _data_digest(p: PassiveParty) -> str:
         """Fingerprint of the training rows (in aligned order) and feature names: a resumed training
-        must see exactly the same data."""
-        h = hashlib.sha256(json.dumps(p.feature_names).encode())
-        h.update(np.ascontiguousarray(p._X[p._rows]).tobytes())
-        return h.hexdigest()
+        must see exactly the same data. (No ids and no labels: the same value as the lookup tables
+        written before hold, so their trainings still resume.)"""
+        return data_digest((), p.aligned_features(), (), p.feature_names)
 
     # -- entry points -------------------------------------------------------
     def handle_frame(self, frame: bytes, who: str = "?") -> bytes:
@@ -173,10 +172,10 @@ class PassiveServer:
         if isinstance(sid, str) and sid in self._sessions:     # any prediction-session message
             return self._sessions[sid].handle(request)
         if kind in ("RouteRequest", "LeafMaskRequest"):
-            if self.training is not None and sid is not None and sid == self.training._eval_session:
+            if self.training is not None and sid is not None and sid == self.training.eval_session:
                 return self.training.handle(request)      # the validation rows of the training under way
             raise ProtocolError(f"unknown or expired prediction session {request.session_id!r}")
-        if not hasattr(PassiveParty, f"_on_{kind}"):
+        if not PassiveParty.accepts(type(request)):
             raise ProtocolError(f"party {self.name!r} does not accept {kind}")
         p = self._need_training(kind)
         reply = p.handle(request)
@@ -232,7 +231,7 @@ class PassiveServer:
         reply = p.handle(req)
         self._digest = self._data_digest(p)     # the file is written at the first split (or TrainResume)
         log.info("%s: model %s: %s mode, %d rows aligned, %d features, max_bin %d (from %s)", self.name,
-                 req.model_id, req.mode, len(p._rows), len(p.feature_names), req.max_bin, who)
+                 req.model_id, req.mode, p.n_aligned, len(p.feature_names), req.max_bin, who)
         return reply
 
     def _on_resume(self, req: m.TrainResume, who):

@@ -9,6 +9,7 @@ import pytest
 from conftest import KEY_BITS, small_frames
 
 import parties.active as active_mod
+import parties.passive as passive_mod
 import vfl.grower as grower_mod
 from crypto.executor import LocalExecutor
 from crypto.paillier import Decryptor
@@ -72,7 +73,7 @@ def test_he_equals_plain_with_every_fast_path_on_two_passive_pools(always_parall
     assert len(started_pids) == 6
     assert not any(_alive(p) for p in started_pids)
     assert fed.active.channel.executor is None
-    assert all(p._pool is None for p in fed.passives.values())
+    assert all(p._state.executor is None for p in fed.passives.values())
 
 
 def test_every_histogram_the_split_search_sees_equals_a_direct_build(always_parallel, monkeypatch):
@@ -162,7 +163,7 @@ def test_preshifted_gradients_are_fresh_ciphertexts_of_every_shift(monkeypatch):
     grads = [loads(f) for s, r, f in fed.transport.log if r == "telco" and b"Gradients" in f[:200]]
     (g,) = [x for x in grads if isinstance(x, m.Gradients)]
     n = int(fed.active.channel.public_key.n)
-    n_rows = len(fed.passives["telco"]._rows)
+    n_rows = fed.passives["telco"].n_aligned
     assert g.shifts == g.values_per_ciphertext > 1 and len(g.values) == g.shifts * n_rows
     vals = [int(v) for v in g.values]
     assert all(n < v < n * n for v in vals) and len(set(vals)) == len(vals)
@@ -178,8 +179,8 @@ def test_passive_refuses_inconsistent_shifts():
     p = PassiveParty("telco", b)
     fed = Federation(ActiveParty("bank", a), [p])
     fed.fit(TrainParams(mode="plain", n_estimators=1, max_depth=1))
-    p._on_TrainSetup(m.TrainSetup("plain", 32, "x"))
-    n = len(p._rows)
+    p.handle(m.TrainSetup("plain", 32, "x"))
+    n = p.n_aligned
     layout = fed.active.channel.current.layout.to_dict()
     with pytest.raises(ProtocolError, match="shifts"):
         p.handle(m.Gradients(0, False, layout, 4, BigInts([1] * (3 * n)), 3))
@@ -282,11 +283,11 @@ def test_workers_and_passives_are_released_when_setup_fails(monkeypatch):
     telco = PassiveParty("telco", b, n_jobs=1)
     fed = Federation(ActiveParty("bank", a, n_jobs=2), [telco])
 
-    def refuse(self, req):
+    def refuse(state, req):
         raise InputError("refuses the key")
 
-    monkeypatch.setattr(PassiveParty, "_on_PublicKey", refuse)
+    monkeypatch.setitem(passive_mod.HANDLERS, m.PublicKey, refuse)
     with pytest.raises(InputError, match="refuses the key"):
         fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=1))
     assert fed.active.channel.executor is None                  # closed, workers gone
-    assert telco.completed is False and telco._values is None   # TrainEnd(completed=False) arrived
+    assert telco.completed is False and telco._state.train.grads is None   # TrainEnd(completed=False) arrived

@@ -3,10 +3,13 @@ size caps, malformed frames, timeouts; and the pieces of network mode that need 
 (passive server state, checkpoints, fan-out)."""
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,10 +19,12 @@ pytest.importorskip("cryptography")
 
 from conftest import small_frames  # noqa: E402
 
+import parties.server as server_mod  # noqa: E402
 from parties.active import ActiveParty  # noqa: E402
 from parties.checkpoint import Checkpoint  # noqa: E402
 from parties.passive import PassiveParty  # noqa: E402
 from parties.server import PassiveServer  # noqa: E402
+from protocols import alignment  # noqa: E402
 from protocols import messages as m  # noqa: E402
 from protocols.certs import MissingDependency, make_certs  # noqa: E402
 from protocols.grpc_transport import GrpcTransport, PartyServer, Security, parse_peers  # noqa: E402
@@ -495,3 +500,90 @@ def test_dp_mode_through_the_passive_server(tmp_path):
     capped = _server(tmp_path / "capped", b, "b", {"dp_max_epsilon_per_feature": 0.5})
     with pytest.raises(InputError, match="releases at most epsilon_per_feature=0.5"):
         _fit(ActiveParty("a", a), {"b": capped}, TrainParams(mode="dp", n_estimators=1, epsilon_per_feature=1.0))
+
+
+# --- the server sees a passive party only through its public accessors --------------------------
+def _public_only(party):
+    """``party`` seen through its public attributes only: reaching for a private one raises."""
+    class PublicOnly:
+        def __getattr__(self, name):
+            if name.startswith("_"):
+                raise AttributeError(f"the server reached into the passive party: {name}")
+            return getattr(party, name)
+
+        def __setattr__(self, name, value):
+            if name.startswith("_"):
+                raise AttributeError(f"the server reached into the passive party: {name}")
+            setattr(party, name, value)
+    return PublicOnly()
+
+
+class _PublicOnlyParty:
+    """Stands in for PassiveParty in parties.server: every party it makes hides its privates."""
+    accepts = staticmethod(PassiveParty.accepts)
+
+    def __new__(cls, *args, **kw):
+        return _public_only(PassiveParty(*args, **kw))
+
+    @staticmethod
+    def from_model_dict(d):
+        return _public_only(PassiveParty.from_model_dict(d))
+
+
+def test_server_code_touches_no_private_attribute_of_another_object():
+    tree = ast.parse(Path(server_mod.__file__).read_text())
+    reached = [(node.lineno, ast.unparse(node)) for node in ast.walk(tree)
+               if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+               and not (isinstance(node.value, ast.Name) and node.value.id == "self")]
+    assert reached == []
+
+
+def test_server_serves_a_passive_party_whose_privates_are_hidden(tmp_path, monkeypatch):
+    """Training with a validation set, an interrupted training resumed, predictions by hash and PSI,
+    node by node and in one round: all through PassiveParty's public accessors."""
+    monkeypatch.setattr(server_mod, "PassiveParty", _PublicOnlyParty)
+    with pytest.raises(AttributeError, match="reached into the passive party: _state"):
+        _PublicOnlyParty("b", small_frames()[1])._state
+    (a, b, c), cut = small_frames(n=200), 150
+    (a, va), (b, vb), (c, vc) = [(f.iloc[:cut], f.iloc[cut:]) for f in (a, b, c)]
+
+    def servers(d):
+        return {n: PassiveServer(n, f, "id", d / n, validation_frame=v) for n, f, v in (("b", b, vb), ("c", c, vc))}
+
+    params = TrainParams(mode="plain", n_estimators=4, max_depth=3)
+    ref = Federation(ActiveParty("a", a), [PassiveParty("b", b), PassiveParty("c", c)])
+    ref.fit(params, validation={"a": va, "b": vb, "c": vc})
+    saved = []
+
+    def die(r, info):
+        if r == 1:
+            raise _Dies()
+
+    with pytest.raises(_Dies):
+        _fit(ActiveParty("a", a), servers(tmp_path), params, validation=va, on_round=die, checkpoint=saved.append)
+    model, _ = _fit(ActiveParty("a", a), servers(tmp_path), params, validation=va, resume=saved[-1])
+    _same_trees(model, ref.model)
+    assert model.history == ref.model.history
+    restarted = servers(tmp_path)
+    assert all(model.model_id in s.models for s in restarted.values())
+    t = InMemoryTransport("a", {n: s.handle_frame for n, s in restarted.items()})
+    pred = ActiveParty.from_model(model)
+    for prediction in ("one-round", "node"):
+        for align in ("hash", "psi"):
+            np.testing.assert_allclose(pred.predict_proba(t, a, prediction=prediction, align=align)[1],
+                                       ref.predict_proba(), atol=1e-12)
+
+
+def test_passive_data_digest_keeps_the_value_saved_lookup_tables_hold():
+    """parties.checkpoint.data_digest gives the fingerprint unfinished lookup tables were written
+    with (feature names and aligned rows; no ids, no labels), so their trainings still resume."""
+    a, b, _ = small_frames(60)
+    p = PassiveParty("b", b.iloc[::-1])
+    Federation(ActiveParty("a", a.iloc[::2]), [p]).fit(TrainParams(mode="plain", n_estimators=1, max_depth=1))
+    kept = b.iloc[::2]          # the common rows, in the canonical order: by salted id hash
+    keys = alignment.hashes_to_keys(alignment.hash_ids(kept["id"].to_numpy(), p.salt))
+    X = kept[["b0", "b1"]].to_numpy()[sorted(range(len(kept)), key=keys.__getitem__)]
+    assert p.n_aligned == 30 and np.array_equal(p.aligned_features(), X)
+    old = hashlib.sha256(json.dumps(["b0", "b1"]).encode())
+    old.update(np.ascontiguousarray(X).tobytes())
+    assert PassiveServer._data_digest(p) == old.hexdigest()

@@ -11,10 +11,15 @@ with clear errors.
 """
 import numpy as np
 import pytest
-from conftest import KEY_BITS
+from conftest import KEY_BITS, small_frames
 
 from datasets import train_test_split_parties
-from protocols import alignment
+from parties import passive
+from parties.active import ActiveParty
+from parties.passive import PassiveParty
+from parties.passive_state import LookupTable
+from parties.server import PassiveServer
+from protocols import alignment, serialization
 from protocols import messages as m
 from protocols.serialization import dumps, loads
 from protocols.transport import frame_handler
@@ -22,6 +27,7 @@ from vfl.api import Federation, federation_from_frames
 from vfl.errors import PeerError, ProtocolError
 from vfl.leafmask import Skeleton, leaf_masks, resolve_leaves, skeleton_of
 from vfl.params import TrainParams
+from vfl.split import goes_left
 from vfl.tree import Node, Tree
 
 
@@ -360,3 +366,64 @@ def test_cli_simulate_prediction_flag(tmp_path):
         assert json.loads((tmp_path / f"{pred}.json").read_text())["prediction"] == pred
         outs[pred] = out.read_text()
     assert outs["one-round"] == outs["node"]
+
+
+# --- the passive party's dispatcher -------------------------------------------------------------
+#: registered messages that only ever travel to the active party (replies)
+REPLIES = {m.Ack, m.ErrorReply, m.IdHashes, m.AlignAck, m.BinningInfo, m.HistogramResponse, m.SplitResponse,
+           m.RouteResponse, m.PsiResponse, m.LeafMaskResponse, m.DPRelease, m.DPSplitRecords}
+#: requests a passive server answers itself (it owns the lookup-table files)
+SERVER_ONLY = {m.TrainResume}
+
+
+def test_dispatch_table_covers_every_request_of_the_protocol():
+    """Every registered message type is a reply, a server-only request, or has a passive handler:
+    a new request type without a handler (or a new reply not listed here) fails this test."""
+    registered = set(serialization._REGISTRY.values())
+    assert REPLIES | SERVER_ONLY <= registered
+    assert set(passive.HANDLERS) == registered - REPLIES - SERVER_ONLY
+    assert all(callable(h) for h in passive.HANDLERS.values())
+    for t in registered:
+        assert PassiveParty.accepts(t) == (t in passive.HANDLERS)
+
+
+@pytest.mark.parametrize("request_", [m.Ack({"x": 1}), m.TrainResume("m", 1, 0),
+                                      m.IdHashes(np.zeros((1, 16), np.uint8))])
+def test_a_message_without_handler_is_refused(request_, tmp_path):
+    party = PassiveParty("telco", small_frames(20)[1])
+    name = type(request_).__name__
+    with pytest.raises(ProtocolError, match=f"^party 'telco' does not accept {name}$"):
+        party.handle(request_)
+    reply = loads(frame_handler(party.handle)(dumps(request_)))
+    assert isinstance(reply, m.ErrorReply) and reply.message == f"party 'telco' does not accept {name}"
+    if name != "TrainResume":       # the server answers TrainResume itself
+        server = PassiveServer("telco", small_frames(20)[1], "id", tmp_path)
+        with pytest.raises(ProtocolError, match=f"^party 'telco' does not accept {name}$"):
+            server.handle(request_)
+
+
+def test_lookup_table_routes_by_the_one_split_rule():
+    """Records route raw values by vfl.split.goes_left: value <= threshold, NaN to the record's side."""
+    recs = [{"threshold": t, "default_left": d, "feature_idx": f} for t, d, f in
+            ((0.5, True, 1), (float("inf"), False, 0), (-1.0, False, 1))]
+    table = LookupTable(recs)
+    x = np.array([[0.5, np.nan, -2.0], [np.nan, 3.0, np.nan], [0.7, np.inf, -1.0]])
+    rec = np.array([[0, 1, 2]])
+    want = np.array([[goes_left(x[i, j], recs[j]["threshold"], recs[j]["default_left"]) for j in range(3)]
+                     for i in range(3)])
+    assert np.array_equal(table.go_left(rec, x), want)
+    assert want.tolist() == [[True, False, True], [True, True, False], [False, True, True]]
+    assert table.features(np.array([2, 0])).tolist() == [1, 1]
+    table.records.append({"threshold": 9.0, "default_left": True, "feature_idx": 0})    # the columns follow
+    assert table.go_left(np.array([3]), np.array([np.nan])).tolist() == [True]
+
+
+def test_passive_model_file_is_written_privately(tmp_path):
+    a, b, _ = small_frames(60)
+    fed = Federation(ActiveParty("a", a), [PassiveParty("b", b)])
+    fed.fit(TrainParams(mode="plain", n_estimators=1, max_depth=2))
+    p = fed.passives["b"]
+    p.save_model(tmp_path / "b.json")
+    assert (tmp_path / "b.json").stat().st_mode & 0o777 == 0o600
+    again = PassiveParty.load_model(tmp_path / "b.json")
+    assert again.model_dict() == p.model_dict() and again.records == p.records

@@ -101,12 +101,12 @@ def test_psi_and_hash_give_same_rows_in_same_order(kind):
         active, passives, tr = wire(af, pfs)
         align = active.align if method == "hash" else active.align_psi
         rows = align(tr, list(passives), salt, "s1")
-        got[method] = (rows, {n: p._rows for n, p in passives.items()}, active.alignment_report)
+        got[method] = (rows, {n: p._state.train.rows for n, p in passives.items()}, active.alignment_report)
         # the rows are the intersection, the same sample at the same position for every party
         kept = af["id"].to_numpy()[rows]
         assert set(kept.tolist()) == common and len(kept) == len(common)
         for n, p in passives.items():
-            assert np.array_equal(pfs[n]["id"].to_numpy()[p._rows], kept)
+            assert np.array_equal(pfs[n]["id"].to_numpy()[p._state.train.rows], kept)
     assert np.array_equal(got["hash"][0], got["psi"][0])
     for n in pfs:
         assert np.array_equal(got["hash"][1][n], got["psi"][1][n])
@@ -150,9 +150,9 @@ def test_three_party_psi_each_passive_learns_only_the_intersection():
         assert [type(x).__name__ for x in received] == ["PsiRequest", "PsiResult"]
         assert received[0].blinded.shape == (100, 32)          # |S_active| is revealed
         assert len(received[1].positions) == 60                 # |intersection| is revealed
-        assert set(pfs[name]["id"].to_numpy()[p._rows].tolist()) == common
+        assert set(pfs[name]["id"].to_numpy()[p._state.train.rows].tolist()) == common
     # "telco" holds 80 ids of the active party, but learns only the 60 of the full intersection
-    assert passives["telco"]._rows.size == 60
+    assert passives["telco"].n_aligned == 60
 
 
 # --- privacy: nothing about ids outside the intersection ---------------------
@@ -273,7 +273,7 @@ def test_bad_input_duplicates_empty_and_params():
     with pytest.raises(InputError, match="party 'telco'.*duplicated ids"):
         PassiveParty("telco", pd.DataFrame({"id": ["b", "c", "c"], "t": [1.0, 2.0, 3.0]}))
     active, passives, tr = wire(af, pfs)
-    passives["telco"]._ids = np.array(["b", "b", "d"], dtype=object)
+    passives["telco"]._state.ids = np.array(["b", "b", "d"], dtype=object)
     with pytest.raises(InputError, match="party 'telco' has 1 duplicate ids"):
         active.align_psi(tr, ["telco"], alignment.new_salt(), "s")
     active, passives, tr = wire(af, pfs)

@@ -26,11 +26,12 @@ def goes_left(values: np.ndarray, threshold, default_left: bool, missing: np.nda
 
     Used on raw values (``missing`` defaults to NaN) by prediction and by the passive party's
     routing, and on bin indices (``threshold`` a bin index, ``missing`` the rows in the missing
-    bin, see :meth:`vfl.binning.Binner.missing_bin`) by training."""
+    bin, see :meth:`vfl.binning.Binner.missing_bin`) by training. ``threshold`` and
+    ``default_left`` may be arrays (broadcast against ``values``), as for a passive party's records."""
     values = np.asarray(values)
     if missing is None:
         missing = np.isnan(values)
-    return np.where(missing, bool(default_left), values <= threshold)
+    return np.where(missing, np.asarray(default_left, dtype=bool), values <= threshold)
 
 
 @dataclass

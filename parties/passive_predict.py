@@ -1,0 +1,108 @@
+"""The passive party's prediction handlers: sessions of rows, routed through its own records.
+
+* ``PredictStart`` -> ``Ack``: a prediction session over the rows whose hashed ids the active
+  party sends (PSI sessions open in :mod:`parties.passive_align`);
+* ``EvalStart`` -> ``Ack``: the validation session of the training under way;
+* ``RouteRequest`` -> ``RouteResponse``: node-by-node prediction, the side of each (row, record);
+* ``LeafMaskRequest`` -> ``LeafMaskResponse``: one-round prediction, the leaves each row can reach
+  given this party's own splits;
+* ``SplitGains`` -> ``Ack``: the gains of this party's splits, for its own gain importance.
+
+Also the local side: the new rows and validation rows a party loads to answer these.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from datasets.errors import InputError, ProtocolError
+from datasets.frames import feature_matrix
+from parties.passive_state import PassiveState
+from protocols import alignment
+from protocols import messages as m
+from vfl.leafmask import Skeleton, leaf_masks
+
+
+# -- local data -------------------------------------------------------------
+def load_prediction_data(s: PassiveState, frame: pd.DataFrame, source: str | None = None) -> None:
+    ids, X, names = feature_matrix(frame, s.name, s.id_col, None, source, require_features=True)
+    missing = [f for f in s.feature_names if f not in names]
+    if missing:
+        raise InputError(f"party {s.name!r}: prediction data{' ' + source if source else ''} "
+                         f"lacks the model's feature column(s) {missing}")
+    idx = [names.index(f) for f in s.feature_names]
+    s.pred_ids, s.pred_X = ids, X[:, idx]
+
+
+def load_validation_data(s: PassiveState, frame: pd.DataFrame, source: str | None = None) -> None:
+    try:
+        ids, X, names = feature_matrix(frame, s.name, s.id_col, None, source, require_features=True)
+    except InputError as exc:
+        raise InputError(f"validation set: {exc}") from None
+    if s.X is not None:
+        missing = [f for f in s.feature_names if f not in names]
+        if missing:
+            raise InputError(f"validation set: party {s.name!r} lacks feature column(s) {missing}")
+        X = X[:, [names.index(f) for f in s.feature_names]]
+    s.val_ids, s.val_X = ids, X
+
+
+# -- sessions ---------------------------------------------------------------
+def predict_start(s: PassiveState, req: m.PredictStart) -> m.Ack:
+    s.check_allowed("hash", s.allowed_align, "alignment")
+    s.check_model(req.model_id)
+    ids, X = s.prediction_data()
+    own = alignment.hash_ids(ids, s.salt)
+    rows = alignment.positions(own, req.hashes, s.name)
+    s.sessions[req.session_id] = X[rows]
+    return m.Ack({"n_rows": int(len(rows))})
+
+
+def eval_start(s: PassiveState, req: m.EvalStart) -> m.Ack:
+    s.check_allowed("hash", s.allowed_align, "alignment")
+    s.check_model(req.model_id, "is not training model")
+    ids, X = s.validation_data()
+    own = alignment.hash_ids(ids, s.salt)
+    alignment.check_unique(alignment.hashes_to_keys(own), s.name, "validation ids")
+    try:
+        rows = alignment.positions(own, req.hashes, s.name)
+    except InputError as exc:
+        raise InputError(f"validation set does not align: {exc}") from None
+    s.sessions[req.session_id] = X[rows]
+    s.eval_session = req.session_id
+    return m.Ack({"n_rows": int(len(rows))})
+
+
+# -- answers ----------------------------------------------------------------
+def route(s: PassiveState, req: m.RouteRequest) -> m.RouteResponse:
+    s.check_allowed("node", s.allowed_prediction, "prediction")
+    X = s.session_rows(req.session_id)
+    rec = req.record_ids
+    s.table.check_ids(rec, s.name)
+    if req.rows.size and (req.rows.min() < 0 or req.rows.max() >= len(X)):
+        raise ProtocolError("row index out of range")
+    x = X[req.rows, s.table.features(rec)] if rec.size else np.zeros(0)
+    return m.RouteResponse(s.table.go_left(rec, x))
+
+
+def leaf_mask(s: PassiveState, req: m.LeafMaskRequest) -> m.LeafMaskResponse:
+    """One-round prediction: per (row, tree) the leaves reachable given our own splits."""
+    s.check_allowed("one-round", s.allowed_prediction, "prediction")
+    X = s.session_rows(req.session_id)
+    sk = Skeleton(req.tree_sizes, req.left, req.right, req.record_ids).validate(len(s.table))
+    own = np.flatnonzero(sk.record_ids >= 0)
+    rec = sk.record_ids[own]
+    go_left = s.table.go_left(rec[None, :], X[:, s.table.features(rec)])
+    if req.session_id != s.eval_session:             # (validation: one request per round)
+        del s.sessions[req.session_id]              # a one-round session is complete
+    return m.LeafMaskResponse(leaf_masks(sk, own, go_left))
+
+
+def split_gains(s: PassiveState, req: m.SplitGains) -> m.Ack:
+    s.check_model(req.model_id)
+    rec = np.asarray(req.record_ids, dtype=np.int64)
+    if rec.shape != np.shape(req.gains) or (rec.size and (rec.min() < 0 or rec.max() >= len(s.table))):
+        raise ProtocolError(f"split gains do not match the records of party {s.name!r}")
+    for r, gain in zip(rec.tolist(), np.asarray(req.gains, dtype=np.float64).tolist()):
+        s.table.records[r]["gain"] = float(gain)
+    return m.Ack({"n_records": int(rec.size)})

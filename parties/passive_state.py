@@ -1,0 +1,203 @@
+"""The passive party's state: what its handler groups read and change.
+
+One :class:`PassiveState` per :class:`parties.passive.PassiveParty`. It holds
+
+* the party's own data (ids and feature columns; new rows to predict on; validation rows) and
+  its local settings (which alignment and prediction methods it allows, its DP policy);
+* the **training session** (:class:`TrainingSession`): the aligned rows, the bins, the public
+  key, the gradients of the current round (:class:`RoundGradients`), the last node assignment;
+* the model: its id, the id salt, the **lookup table** of split records (:class:`LookupTable`),
+  the DP release ledger;
+* the prediction and validation **sessions** (rows by session id) and pending PSI exchanges.
+
+The handler groups (``passive_align``, ``passive_train``, ``passive_predict``, ``dp``) are
+functions ``(state, request) -> reply`` over it; nothing else reaches into it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from crypto.executor import Executor, LocalExecutor
+from crypto.packing import PackingLayout
+from crypto.parallel import resolve_workers
+from datasets.errors import InputError, ProtocolError
+from vfl.binning import Binner
+from vfl.split import goes_left
+
+#: pending PSI exchanges kept at once (older, abandoned ones are forgotten)
+MAX_PSI_PENDING = 8
+
+
+@dataclass(eq=False)
+class RoundGradients:
+    """The gradients of one boosting round (see :class:`protocols.messages.Gradients`)."""
+    values: list                 # every value (ciphertexts in mode he), ``groups`` blocks
+    group_values: list           # block j: the values of target group j
+    shifts: int                  # 1, or pre-shifted copies per row (= values_per_ciphertext)
+    per: int                     # values per output ciphertext
+    layout: PackingLayout
+
+    @property
+    def groups(self) -> int:
+        return len(self.group_values)
+
+
+@dataclass(eq=False)
+class TrainingSession:
+    """One training: alignment, setup (bins), key, the current round."""
+    hashes: np.ndarray | None = None           # own salted id hashes (hash alignment)
+    rows: np.ndarray | None = None             # own rows in the aligned order
+    mode: str | None = None                    # "he", "plain" or "dp"
+    binner: Binner | None = None
+    bin_idx: np.ndarray | None = None          # (aligned rows, features) bin indices
+    nsquare: object = None                     # n^2 of the active party's public key (gmpy2)
+    round_idx: int | None = None               # the round of the last gradients (kept after TrainEnd)
+    grads: RoundGradients | None = None        # dropped at TrainEnd
+    assignment: np.ndarray | None = None       # node of every row, per tree, of the last histogram request
+
+
+class LookupTable:
+    """This party's split records: ``record_id -> (feature, threshold, default side)``.
+
+    ``records`` is a list of dicts (the model file's ``records``); the columns the router needs
+    are kept as arrays, rebuilt only when the list changes (records are only ever appended, or
+    the whole list replaced)."""
+
+    def __init__(self, records: list[dict] | None = None):
+        self.records: list[dict] = [] if records is None else records
+        self._cols = None
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def add(self, party: str, feature_names: list[str], binner: Binner, feature_idx: int, bin_idx: int,
+            default_left, round_idx: int, tree: int, node_id: int) -> int:
+        """Store the split "feature <= threshold of bin_idx"; its record id."""
+        f, b = feature_idx, bin_idx
+        if not 0 <= f < len(feature_names) or not 0 <= b < binner.missing_bin(f):
+            raise ProtocolError(f"no feature {f} / bin {b} at party {party!r}")
+        rid = len(self.records)
+        self.records.append({"record_id": rid, "round": round_idx, "tree": tree, "node_id": node_id,
+                             "feature_idx": f, "feature": feature_names[f],
+                             "threshold": binner.threshold(f, b), "default_left": bool(default_left)})
+        return rid
+
+    def _columns(self):
+        cols = self._cols
+        if cols is None or cols[0] is not self.records or cols[1] != len(self.records):
+            cols = (self.records, len(self.records),
+                    np.array([r["threshold"] for r in self.records], dtype=np.float64),
+                    np.array([r["default_left"] for r in self.records], dtype=bool))
+            self._cols = cols
+        return cols
+
+    def go_left(self, record_ids: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Split decisions of records ``record_ids`` on raw values ``x`` (same shape; NaN: the
+        record's default side)."""
+        _, _, thr, dl = self._columns()
+        return goes_left(x, thr[record_ids], dl[record_ids])
+
+    def features(self, record_ids: np.ndarray) -> np.ndarray:
+        """The feature column of each record."""
+        return np.array([self.records[r]["feature_idx"] for r in record_ids.tolist()], dtype=np.int64)
+
+    def check_ids(self, record_ids: np.ndarray, party: str) -> None:
+        if record_ids.size and (record_ids.min() < 0 or record_ids.max() >= len(self.records)):
+            raise ProtocolError(f"unknown record id at party {party!r}")
+
+
+@dataclass(eq=False)
+class PassiveState:
+    """Everything a passive party knows and holds (see the module docstring)."""
+    name: str
+    id_col: str = "id"
+    source: str | None = None
+    n_jobs: int | None = None                  # worker processes for the ciphertext kernels (None: all cores)
+    # local policy, never set by the active party
+    allowed_align: tuple = ("hash", "psi")
+    allowed_prediction: tuple = ("one-round", "node")
+    dp_seed: object = None                     # seed of the randomized response (None: OS entropy)
+    dp_max_epsilon_per_feature: float | None = None
+    # own data
+    ids: np.ndarray | None = None
+    X: np.ndarray | None = None
+    feature_names: list = field(default_factory=list)
+    pred_ids: np.ndarray | None = None         # new rows to predict on (else the training rows)
+    pred_X: np.ndarray | None = None
+    val_ids: np.ndarray | None = None          # validation rows
+    val_X: np.ndarray | None = None
+    # the model
+    model_id: str | None = None
+    salt: bytes | None = None
+    completed: bool = False
+    table: LookupTable = field(default_factory=LookupTable)
+    dp_ledger: list = field(default_factory=list)     # every DP release, oldest first
+    # sessions
+    train: TrainingSession = field(default_factory=TrainingSession)
+    sessions: dict = field(default_factory=dict)      # session id -> rows (prediction, validation)
+    psi_pending: dict = field(default_factory=dict)   # session id -> {purpose, perm, X}
+    eval_session: str | None = None                   # the validation session of the training under way
+    executor: Executor | None = None
+
+    # -- checks -------------------------------------------------------------
+    def need(self, what: str, value):
+        if value is None:
+            raise ProtocolError(f"party {self.name!r} received a request before {what}")
+        return value
+
+    def check_allowed(self, method: str, allowed, what: str) -> None:
+        if method not in allowed:
+            raise ProtocolError(f"party {self.name!r} does not allow {what} by {method!r} "
+                                f"(it allows {list(allowed)})")
+
+    def check_model(self, model_id: str, what: str = "holds no model") -> None:
+        if model_id != self.model_id:
+            raise ProtocolError(f"party {self.name!r} {what} {model_id!r}")
+
+    # -- training -----------------------------------------------------------
+    def reset_training(self) -> None:
+        """Forget the training session (a new alignment starts one)."""
+        self.close_executor()
+        self.train = TrainingSession()
+        self.completed = False
+
+    def aligned_rows(self) -> np.ndarray:
+        return self.need("alignment", self.train.rows)
+
+    def get_executor(self) -> Executor | None:
+        """This party's worker processes (started at the first big request, closed at TrainEnd)."""
+        if (self.executor is None or self.executor.closed) and resolve_workers(self.n_jobs) > 1:
+            self.executor = LocalExecutor(self.n_jobs, name=f"passive:{self.name}")
+        return self.executor
+
+    def close_executor(self) -> None:
+        executor, self.executor = self.executor, None
+        if executor is not None:
+            executor.close()
+
+    # -- prediction ---------------------------------------------------------
+    def prediction_data(self):
+        """``(ids, X)`` prediction queries are answered from: new data if loaded, else the training rows."""
+        ids = self.pred_ids if self.pred_ids is not None else self.ids
+        X = self.pred_X if self.pred_X is not None else self.X
+        if ids is None:
+            raise InputError(f"party {self.name!r} has no data to predict on")
+        return ids, X
+
+    def validation_data(self):
+        if self.val_ids is None:
+            raise InputError(f"party {self.name!r} has no validation data (load_validation_data) but the "
+                             "active party uses a validation set")
+        return self.val_ids, self.val_X
+
+    def session_rows(self, session_id: str) -> np.ndarray:
+        X = self.sessions.get(session_id)
+        if X is None:
+            raise ProtocolError(f"unknown prediction session {session_id!r}")
+        return X
+
+    def drop_session(self, session_id: str) -> None:
+        self.sessions.pop(session_id, None)
+        self.psi_pending.pop(session_id, None)
