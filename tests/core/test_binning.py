@@ -28,7 +28,7 @@ def _fit(col, max_bin):
     return Binner(max_bin).fit(col[:, None])
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(col=columns(), max_bin=st.integers(2, 40))
 def test_bin_le_b_is_x_le_threshold(col, max_bin):
     """For every ordinary bin b: "bin <= b" is exactly "x <= threshold(0, b)" (NaN: never), and
@@ -48,7 +48,7 @@ def test_bin_le_b_is_x_le_threshold(col, max_bin):
                                   goes_left(col, thr, default_left))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(col=columns(), max_bin=st.integers(2, 40))
 def test_thresholds_are_increasing_and_every_bin_is_used_at_its_ends(col, max_bin):
     binner = _fit(col, max_bin)
@@ -64,7 +64,7 @@ def test_thresholds_are_increasing_and_every_bin_is_used_at_its_ends(col, max_bi
     assert bins.size == 0 or int(bins.max()) == len(t)            # the last ordinary bin is not empty
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(values=st.lists(moderate, min_size=2, max_size=30, unique=True), max_bin=st.integers(2, 40))
 def test_few_distinct_values_each_get_their_own_bin(values, max_bin):
     """With at most max_bin distinct values, any two values that are not neighbouring floats are split

@@ -81,7 +81,7 @@ def nodes(draw):
     return sum_g, sum_h, offsets, float(g.sum()), float(h.sum())
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(node=nodes(), lam=st.sampled_from([0.0, 0.5, 1.0, 4.0]), mcw=st.sampled_from([0.0, 0.25, 1.0, 3.0]),
        source_idx=st.integers(0, 3))
 def test_find_best_split_equals_the_naive_twin(node, lam, mcw, source_idx):
