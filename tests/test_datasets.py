@@ -12,6 +12,7 @@ from datasets import (
     PartyFrame,
     breast_cancer_parties,
     check_binary_labels,
+    feature_matrix,
     load_a9a,
     load_guest_host,
     load_shared,
@@ -60,7 +61,13 @@ def test_feature_names_exclude_id_and_label():
 
 def test_validate_accepts_string_ids_and_bool_features():
     frame = pd.DataFrame({"id": ["u1", "u2"], "flag": [True, False], "n": [1, 2]})
-    validate_party_frame(PartyFrame("host", frame, "id"), require_features=True)
+    party = PartyFrame("host", frame, "id")
+    assert validate_party_frame(party, require_features=True) is None      # accepted: no InputError
+    assert party.feature_names == ["flag", "n"]
+    # and usable as they are: string ids kept, the bool feature read as 0/1
+    ids, X, names = feature_matrix(frame, "host", "id")
+    assert ids.tolist() == ["u1", "u2"] and names == ["flag", "n"]
+    assert X.dtype == np.float64 and X.tolist() == [[1.0, 1.0], [0.0, 2.0]]
 
 
 def test_validate_missing_id_column():

@@ -7,6 +7,7 @@ import pytest
 from conftest import KEY_BITS, small_frames
 from sklearn.metrics import roc_auc_score
 
+from crypto.packing import PackingLayout, pack
 from datasets import join_parties, train_test_split_parties
 from protocols import messages as m
 from protocols.serialization import BigInts, loads
@@ -14,6 +15,7 @@ from vfl import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.api import federation_from_frames
 from vfl.errors import InputError
 from vfl.fixedpoint import encode_fixed
+from vfl.loss import get_loss
 
 
 def _fit(frames, mode, **kw):
@@ -113,6 +115,50 @@ def _received(log, party):
     return [(sender, loads(frame), frame) for sender, receiver, frame in log if receiver == party]
 
 
+def _first_round_patterns(y, msg: m.Gradients):
+    """What the first round's gradients of binary labels ``y`` look like in clear, in the layout of
+    ``msg`` (a round-0 Gradients message): the packed plaintexts (and their compression shifts) and
+    the fixed-point g and h as 8-byte integers. Binary logloss from the base score has one (g, h)
+    pair per label value, so the set is small."""
+    layout = PackingLayout.from_dict(msg.layout)
+    loss = get_loss("binary")
+    raw = np.tile(loss.base_score(y), (len(y), 1))
+    g, h = loss.gradients(y, raw)
+    g_int = encode_fixed(g, layout.precision_bits)
+    h_int = encode_fixed(h, layout.precision_bits)
+    pairs = sorted({(int(a), int(b)) for a, b in zip(g_int[:, 0], h_int[:, 0])})
+    assert len(pairs) == 2
+    packed = pack(np.array([[a] for a, _ in pairs]), np.array([[b] for _, b in pairs]), layout)
+    values = {v << (s * layout.value_bits) for v in packed for s in range(msg.shifts)}
+    patterns = set()
+    for v in values:    # the significant bytes: a suffix of any fixed-width big-endian encoding
+        patterns.add(v.to_bytes(max(1, (v.bit_length() + 7) // 8), "big") if v >= 0
+                     else v.to_bytes(v.bit_length() // 8 + 1, "big", signed=True))
+    for a, b in pairs:
+        patterns |= {struct.pack(fmt, x) for fmt in (">q", "<q") for x in (a, b)}
+    return values, patterns
+
+
+def _clear_first_round_gradients(got, y) -> list:
+    """Each first-round gradient that a party's received messages ``got`` carry in clear."""
+    first = [msg for _, msg, _ in got if isinstance(msg, m.Gradients) and msg.round_idx == 0]
+    assert first
+    values, patterns = _first_round_patterns(y, first[0])
+    frames = b"".join(f for _, _, f in got)
+    found = [f"value {v}" for msg in first for v in {int(x) for x in msg.values} & values]
+    return found + [f"bytes {p.hex()}" for p in patterns if p in frames]
+
+
+def test_clear_gradient_check_sees_plain_mode():
+    """In ``plain`` mode the gradients travel in clear: the check of test_what_each_party_receives
+    finds them (so it can fail), both as values and as bytes."""
+    a, b, _ = small_frames(n=80)
+    fed = Federation(ActiveParty("bank", a), [PassiveParty("telco", b)], record=True)
+    fed.fit(TrainParams(mode="plain", n_estimators=1, max_depth=2))
+    found = _clear_first_round_gradients(_received(fed.transport.log, "telco"), a["y"].to_numpy())
+    assert any(f.startswith("value") for f in found) and any(f.startswith("bytes") for f in found)
+
+
 def test_what_each_party_receives():
     a, b, c = small_frames(n=80)
     active = ActiveParty("bank", a)
@@ -141,11 +187,9 @@ def test_what_each_party_receives():
             for v in vars(msg).values():
                 if isinstance(v, np.ndarray):
                     assert v.dtype.kind != "f", f"{type(msg).__name__} carries floats to a passive party"
-        # the fixed-point gradients of the first round never appear in clear
-        p0 = np.full(len(y), y.mean())
-        g_int = encode_fixed(p0 - y, 32)
-        frames = b"".join(f for _, _, f in got)
-        assert struct.pack(">q", int(g_int[0])) not in frames
+        # the first round's gradients never appear in clear: neither as packed plaintexts nor as
+        # fixed-point integers (test_clear_gradient_check_sees_plain_mode shows this check can fail)
+        assert _clear_first_round_gradients(got, y) == []
 
     got = _received(log, "bank")
     allowed_to_active = {"IdHashes", "AlignAck", "BinningInfo", "Ack", "HistogramResponse",
