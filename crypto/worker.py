@@ -22,9 +22,13 @@ import time
 import traceback
 
 import gmpy2
+import numpy as np
 
+from crypto.compress import compress, direct_block
 from crypto.framing import read_frame, write_frame
+from crypto.histogram import block_sums
 from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
+from crypto.paillier import Decryptor, Encryptor
 
 _state: dict = {}
 _moduli: dict = {}
@@ -44,16 +48,13 @@ def _put(req, blobs):
     if kind == "ints":
         obj = bytes_to_ints(blobs[0], int(req["width"]), bool(req.get("signed")))
     elif kind == "array":
-        import numpy as np
         obj = np.frombuffer(blobs[0], dtype=np.dtype(req["dtype"])).reshape(req["shape"])
         if "sizes" in req:
             starts = np.concatenate([[0], np.cumsum(req["sizes"], dtype=np.int64)])
             obj = (obj, starts)
     elif kind == "encryptor":
-        from crypto.paillier import Encryptor
         obj = Encryptor.from_state(req["state"])
     elif kind == "decryptor":
-        from crypto.paillier import Decryptor
         obj = Decryptor.from_state(req["state"])
     else:
         raise ValueError(f"unknown slot kind {kind!r}")
@@ -68,7 +69,6 @@ def _node_rows(req):
 
 
 def _hist(req, blobs):
-    from crypto.histogram import block_sums
     values = _state[req["values"]]
     bins = _state[req["bins"]]
     rows = _node_rows(req)
@@ -82,7 +82,6 @@ def _hist(req, blobs):
 
 
 def _direct(req, blobs):
-    from crypto.compress import direct_block
     values = _state[req["values"]]
     bins = _state[req["bins"]]
     rows = _node_rows(req)
@@ -94,7 +93,6 @@ def _direct(req, blobs):
 
 
 def _compress(req, blobs):
-    from crypto.compress import compress
     m = _modulus(req["modulus"])
     w = int_width(m)
     out = compress(bytes_to_ints(blobs[0], w), int(req["shift_bits"]), int(req["per"]), m)

@@ -22,6 +22,7 @@ organisation's PKI and pass the same file layout.
 from __future__ import annotations
 
 import datetime as _dt
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -108,7 +109,6 @@ def create_ca(out: Path, common_name: str = "vfl-boost development CA", days: in
 
 def issue_party_cert(out: Path, party: str, ca_cert, ca_key, hosts: tuple[str, ...] = (), days: int = 825):
     """Write ``party.pem``/``party.key``: CN and DNS name = the party name, plus ``hosts``."""
-    import ipaddress
 
     x509, hashes, serialization, ec, EKU, NameOID = require_cryptography()
     check_party_name(party)

@@ -15,7 +15,7 @@ from vfl import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.api import federation_from_frames
 from vfl.errors import InputError
 from vfl.fixedpoint import encode_fixed
-from vfl.loss import get_loss
+from vfl.objectives import get_objective
 
 
 def _fit(frames, mode, **kw):
@@ -121,7 +121,7 @@ def _first_round_patterns(y, msg: m.Gradients):
     the fixed-point g and h as 8-byte integers. Binary logloss from the base score has one (g, h)
     pair per label value, so the set is small."""
     layout = PackingLayout.from_dict(msg.layout)
-    loss = get_loss("binary")
+    loss = get_objective("binary")
     raw = np.tile(loss.base_score(y), (len(y), 1))
     g, h = loss.gradients(y, raw)
     g_int = encode_fixed(g, layout.precision_bits)
