@@ -11,10 +11,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from crypto.keys import WeakKeyWarning  # noqa: E402
+from crypto.pool import WORKER_PEAKS  # noqa: E402
+
 
 def quiet_keys() -> None:
     """1024-bit keys warn by design; benchmarks use them on purpose."""
-    from crypto.keys import WeakKeyWarning
     warnings.filterwarnings("ignore", category=WeakKeyWarning)
 
 
@@ -22,7 +24,6 @@ def peak_memory() -> dict:
     """Peak resident memory in MB: this process, the largest finished child, and the sum of
     this process and every worker peak recorded by :mod:`crypto.pool` (an upper bound of
     the simultaneous total)."""
-    from crypto.pool import WORKER_PEAKS
     self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     workers_mb = sum((w["peak_kb"] or 0) for w in WORKER_PEAKS) / 1024
