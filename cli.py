@@ -50,9 +50,10 @@ class VFLCommand(click.Command):
     names of the same option) still work and print a one-line deprecation note to stderr."""
 
     def parse_args(self, ctx, args):
-        own = {name for p in self.params for name in getattr(p, "opts", ())}
+        given = list(_before_separator(args))
         for old, new in DEPRECATED_OPTIONS.items():
-            if old in own and any(a == old or a.startswith(old + "=") for a in _before_separator(args)):
+            aliased = any(old in p.opts and new in p.opts for p in self.params if isinstance(p, click.Option))
+            if aliased and any(a == old or a.startswith(old + "=") for a in given):
                 click.echo(f"warning: {old} is deprecated, use {new}", err=True)
         return super().parse_args(ctx, args)
 

@@ -146,6 +146,9 @@ def test_deprecated_guest_host_names_work_with_a_one_line_note(tmp_path):
     assert "deprecated" not in new.output
     strip = [ln for ln in old.output.splitlines() if "deprecated" not in ln and "time" not in ln]
     assert strip == [ln for ln in new.output.splitlines() if "time" not in ln]
+    # `vfl certs --host` is a DNS name, not a party: no note there
+    certs = CliRunner().invoke(main, ["certs", "--out", str(tmp_path / "c"), "--party", "a", "--host", "x.example"])
+    assert certs.exit_code == 0 and "is deprecated" not in certs.output
 
 
 def test_cli_defaults_are_train_params_defaults_and_follow_them():
