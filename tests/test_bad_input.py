@@ -146,3 +146,20 @@ def test_party_names_must_be_unique(files):
     _, a, b = files
     with pytest.raises(InputError, match="unique"):
         Federation(ActiveParty("x", a), [PassiveParty("x", b)])
+
+
+def test_params_take_the_vocabulary_and_store_plain_strings():
+    import json
+
+    from vfl.params import Alignment, Mode, Objective
+
+    p = TrainParams(mode=Mode.DP, epsilon=1, objective=Objective.REGRESSION, align=Alignment.PSI)
+    assert [type(v) for v in (p.mode, p.objective, p.align)] == [str, str, str]
+    assert json.dumps(p.to_dict()) == json.dumps(TrainParams(mode="dp", epsilon=1, objective="regression",
+                                                             align="psi").to_dict())
+    for field, bad in (("mode", "fhe"), ("objective", "poisson"), ("align", "bloom")):
+        with pytest.raises(InputError, match=f"parameter {field} must be one of"):
+            TrainParams(**{field: bad})
+    assert TrainParams.default("max_depth") == TrainParams().max_depth
+    with pytest.raises(KeyError):
+        TrainParams.default("depth")
