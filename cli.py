@@ -91,6 +91,8 @@ class VFLGroup(click.Group):
             warnings.showwarning = show
             try:
                 return super().invoke(ctx)
+            except BrokenPipeError:
+                raise                       # `vfl ... | head`: click's own handling
             except (VFLError, OSError) as exc:
                 raise click.ClickException(str(exc)) from exc
 
