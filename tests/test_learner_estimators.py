@@ -172,7 +172,7 @@ def test_from_vfl_import_train_params_loads_no_party_stack():
 
     root = Path(__file__).resolve().parents[1]
     code = ("import sys\nfrom vfl import Mode, TrainParams\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('parties', 'protocols')))\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('parties', 'protocols', 'crypto')))\n"
             "import vfl\nvfl.Federation\n"
             "print(any(m.startswith('parties.') for m in sys.modules))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)

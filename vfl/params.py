@@ -15,7 +15,6 @@ from dataclasses import MISSING, asdict, dataclass, fields
 import numpy as np
 
 from datasets.errors import InputError
-from vfl.dp import check_epsilon
 from vfl.objectives import OBJECTIVE_ALIASES
 
 
@@ -200,6 +199,20 @@ class TrainParams:
         if unknown:
             raise InputError(f"unknown training parameter(s): {sorted(unknown)}")
         return cls(**d)
+
+
+def check_epsilon(value, name: str = "epsilon") -> float:
+    """A privacy parameter: a number > 0, ``inf`` allowed (no noise); NaN, 0 and negatives refused."""
+    if isinstance(value, str) and value.strip().lower() in ("inf", "+inf", "infinity", "+infinity"):
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InputError(f"parameter {name} must be a number > 0 (or inf for no noise), got {value!r}")
+    v = float(value)
+    if math.isnan(v):
+        raise InputError(f"parameter {name} must be a number > 0 (or inf for no noise), got NaN")
+    if not v > 0:
+        raise InputError(f"parameter {name} must be > 0 (or inf for no noise), got {v}")
+    return v
 
 
 def _member(vocabulary: type[Vocabulary], name: str, value) -> str:
