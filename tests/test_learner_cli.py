@@ -144,8 +144,10 @@ def test_deprecated_guest_host_names_work_with_a_one_line_note(tmp_path):
     assert "warning: --guest is deprecated, use --active\n" in old.output
     assert "warning: --host is deprecated, use --passive\n" in old.output
     assert "deprecated" not in new.output
-    strip = [ln for ln in old.output.splitlines() if "deprecated" not in ln and "time" not in ln]
-    assert strip == [ln for ln in new.output.splitlines() if "time" not in ln]
+    def stable(output):       # (times vary, and the byte counts by a few bytes of random salts)
+        return [ln for ln in output.splitlines() if "deprecated" not in ln and not ln.startswith(("train time",
+                                                                                                  "bytes "))]
+    assert len(stable(new.output)) >= 5 and stable(old.output) == stable(new.output)
     # `vfl certs --host` is a DNS name, not a party: no note there
     certs = CliRunner().invoke(main, ["certs", "--out", str(tmp_path / "c"), "--party", "a", "--host", "x.example"])
     assert certs.exit_code == 0 and "is deprecated" not in certs.output
