@@ -1,41 +1,115 @@
-"""The ``vfl`` command line."""
+"""The ``vfl`` command line.
+
+One error-translating group (:class:`VFLGroup`): every command raises the library's
+errors (:class:`datasets.errors.VFLError`, ``OSError``) and the group turns them into
+click's one-line ``Error: ...``; it also prints each distinct ``WeakKeyWarning`` once.
+Choices come from the library's vocabulary (:mod:`vfl.params` enums), defaults from
+the fields of :class:`vfl.params.TrainParams`, and one function
+(:func:`train_params_from_options`) builds the parameters of `simulate` and `party active`.
+"""
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sys
 import warnings
 from pathlib import Path
 
 import click
+from tqdm import tqdm
 
-from datasets.errors import VFLError
+from crypto.keys import WeakKeyWarning, check_key_bits
+from datasets import SHARED_TASKS, load_guest_host, load_named
+from datasets.errors import InputError, VFLError
+from parties.network import check_prediction, load_active_model, predict_active, serve_passive, train_active
+from protocols.certs import make_certs
+from protocols.grpc_transport import Security, parse_peers
+from protocols.units import format_bytes
+from vfl.api import simulate as simulate_federation
+from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
+from vfl.files import write_text_atomic
+from vfl.params import (
+    ALIGNMENTS,
+    DEFAULT_PREDICTION,
+    ENCRYPTIONS,
+    MODES,
+    OBJECTIVES,
+    PREDICTIONS,
+    Mode,
+    Objective,
+    TrainParams,
+)
+
+# old option name -> its name now (the library says active/passive; FATE said guest/host)
+DEPRECATED_OPTIONS = {"--guest": "--active", "--host": "--passive"}
 
 
-def _fail(exc: Exception):
-    raise click.ClickException(str(exc))
+class VFLCommand(click.Command):
+    """A command whose deprecated option names (:data:`DEPRECATED_OPTIONS`, declared as second
+    names of the same option) still work and print a one-line deprecation note to stderr."""
+
+    def parse_args(self, ctx, args):
+        given = list(_before_separator(args))
+        for old, new in DEPRECATED_OPTIONS.items():
+            aliased = any(old in p.opts and new in p.opts for p in self.params if isinstance(p, click.Option))
+            if aliased and any(a == old or a.startswith(old + "=") for a in given):
+                click.echo(f"warning: {old} is deprecated, use {new}", err=True)
+        return super().parse_args(ctx, args)
 
 
-@click.group()
+def _before_separator(args):
+    for a in args:
+        if a == "--":
+            return
+        yield a
+
+
+class VFLGroup(click.Group):
+    """The one place where library errors become CLI errors (exit code 1, ``Error: message``)
+    and where ``WeakKeyWarning`` (a 1024-bit key) is shown: once per distinct message, as
+    ``warning: ...`` on stderr, however often the parties generate keys."""
+
+    command_class = VFLCommand
+    group_class = type          # sub-groups are VFLGroups too
+
+    def invoke(self, ctx):
+        if ctx.parent is not None:          # a sub-group: the top group already translates
+            return super().invoke(ctx)
+        shown = set()
+        show_other = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if not issubclass(category, WeakKeyWarning):
+                return show_other(message, category, filename, lineno, file, line)
+            if str(message) not in shown:
+                shown.add(str(message))
+                click.echo(f"warning: {message}", err=True)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", WeakKeyWarning)
+            warnings.showwarning = show
+            try:
+                return super().invoke(ctx)
+            except BrokenPipeError:
+                raise                       # `vfl ... | head`: click's own handling
+            except (VFLError, OSError) as exc:
+                raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=VFLGroup)
 @click.version_option(package_name="vfl-boost")
 def main():
     """Vertical federated gradient boosting (SecureBoost with Paillier; DP-only mode)."""
 
 
-def _load_parties(dataset, guest, hosts, id_col, label_col, parties, allow_text_label=False):
-    from datasets import load_guest_host, load_named
-    if guest or hosts:
-        if not (guest and hosts):
-            raise click.UsageError("--guest and at least one --host are needed together")
-        return load_guest_host(guest, list(hosts), id_col=id_col, label_col=label_col,
+def _load_parties(dataset, active, passives, id_col, label_col, parties, allow_text_label=False):
+    if active or passives:
+        if not (active and passives):
+            raise click.UsageError("--active and at least one --passive are needed together")
+        return load_guest_host(active, list(passives), id_col=id_col, label_col=label_col,
                                allow_text_label=allow_text_label)
     return load_named(dataset, parties, id_col=id_col, label_col=label_col)
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
 
 
 _BREAKDOWN = ("encrypt", "histogram", "compress", "decrypt", "split_search", "total")
@@ -46,21 +120,49 @@ def _fmt_breakdown(t: dict) -> str:
     keys = [k for k in _BREAKDOWN if k in t] + [k for k in t if k not in _BREAKDOWN and k != "bytes_sent"]
     parts = [f"{k} {t[k]:.3f}s" for k in keys]
     if "bytes_sent" in t:
-        parts.append(f"sent {_fmt_bytes(int(t['bytes_sent']))}")
+        parts.append(f"sent {format_bytes(int(t['bytes_sent']))}")
     return ", ".join(parts)
+
+
+def _write_json(path, doc) -> None:
+    write_text_atomic(path, json.dumps(doc, indent=1, default=float))
+
+
+# --- hyperparameters: defaults from TrainParams, one function builds TrainParams -----------------
+def _default(name: str):
+    return TrainParams.default(name)
+
+
+# CLI option name -> TrainParams field, where they differ
+_OPTION_FIELDS = {"trees": "n_estimators", "depth": "max_depth"}
+
+
+def train_params_from_options(options: dict) -> TrainParams:
+    """THE TrainParams of `vfl simulate` and `vfl party active`, from their training and learner
+    options (``_training_options``, ``_learner_options`` and ``--objective``); the key size is
+    checked here for mode he (a 1024-bit key warns, see :class:`VFLGroup`)."""
+    params = TrainParams(**{_OPTION_FIELDS.get(k, k): v for k, v in options.items()})
+    if params.mode == Mode.HE:
+        check_key_bits(params.key_bits)
+    return params
 
 
 def _learner_options(f):
     """Sampling and early-stopping options of `vfl simulate` and `vfl party active`."""
     for opt in reversed([
-        click.option("--huber-slope", default=1.0, show_default=True, help="pseudohuber objective's slope."),
-        click.option("--subsample", default=1.0, show_default=True, help="Row fraction per tree."),
-        click.option("--goss", is_flag=True, help="Gradient-based one-side sampling (LightGBM)."),
-        click.option("--top-rate", default=0.2, show_default=True, help="GOSS: share of large-gradient rows kept."),
-        click.option("--other-rate", default=0.1, show_default=True, help="GOSS: share of other rows sampled."),
-        click.option("--early-stopping-rounds", type=int, default=None,
+        click.option("--huber-slope", default=_default("huber_slope"), show_default=True,
+                     help="pseudohuber objective's slope."),
+        click.option("--subsample", default=_default("subsample"), show_default=True, help="Row fraction per tree."),
+        click.option("--goss", is_flag=True, default=_default("goss"),
+                     help="Gradient-based one-side sampling (LightGBM)."),
+        click.option("--top-rate", default=_default("top_rate"), show_default=True,
+                     help="GOSS: share of large-gradient rows kept."),
+        click.option("--other-rate", default=_default("other_rate"), show_default=True,
+                     help="GOSS: share of other rows sampled."),
+        click.option("--early-stopping-rounds", type=int, default=_default("early_stopping_rounds"),
                      help="Stop when the validation metric has not improved for this many rounds."),
-        click.option("--eval-metric", default=None, help="Metric watched by early stopping (default per objective)."),
+        click.option("--eval-metric", default=_default("eval_metric"),
+                     help="Metric watched by early stopping (default per objective)."),
     ]):
         f = opt(f)
     return f
@@ -69,25 +171,26 @@ def _learner_options(f):
 def _training_options(f):
     """Hyperparameter options shared by `vfl simulate` and `vfl party active`."""
     options = [
-        click.option("--mode", type=click.Choice(["he", "plain", "dp"]), default="he", show_default=True),
-        click.option("--epsilon", type=float, default=None,
+        click.option("--mode", type=click.Choice(MODES), default=_default("mode"), show_default=True),
+        click.option("--epsilon", type=float, default=_default("epsilon"),
                      help="Mode dp: each passive party's privacy budget, split evenly over its features "
                           "(inf: no noise)."),
-        click.option("--epsilon-per-feature", type=float, default=None,
+        click.option("--epsilon-per-feature", type=float, default=_default("epsilon_per_feature"),
                      help="Mode dp: the budget per released feature instead (a party's total is this times "
                           "its features)."),
-        click.option("--trees", default=10, show_default=True, help="Boosting rounds (n_estimators)."),
-        click.option("--depth", default=4, show_default=True, help="max_depth."),
-        click.option("--learning-rate", default=0.3, show_default=True),
-        click.option("--max-bin", default=32, show_default=True),
-        click.option("--reg-lambda", default=1.0, show_default=True),
-        click.option("--min-child-weight", default=1.0, show_default=True),
-        click.option("--gamma", default=0.0, show_default=True),
-        click.option("--key-bits", default=2048, show_default=True),
-        click.option("--encryption", type=click.Choice(["fast", "standard"]), default="fast", show_default=True,
-                     help="Paillier randomness: short-exponent 'fast' or phe-style 'standard'."),
-        click.option("--seed", default=0, show_default=True),
-        click.option("--align", type=click.Choice(["hash", "psi"]), default="hash", show_default=True,
+        click.option("--trees", default=_default("n_estimators"), show_default=True,
+                     help="Boosting rounds (n_estimators)."),
+        click.option("--depth", default=_default("max_depth"), show_default=True, help="max_depth."),
+        click.option("--learning-rate", default=_default("learning_rate"), show_default=True),
+        click.option("--max-bin", default=_default("max_bin"), show_default=True),
+        click.option("--reg-lambda", default=_default("reg_lambda"), show_default=True),
+        click.option("--min-child-weight", default=_default("min_child_weight"), show_default=True),
+        click.option("--gamma", default=_default("gamma"), show_default=True),
+        click.option("--key-bits", default=_default("key_bits"), show_default=True),
+        click.option("--encryption", type=click.Choice(ENCRYPTIONS), default=_default("encryption"),
+                     show_default=True, help="Paillier randomness: short-exponent 'fast' or phe-style 'standard'."),
+        click.option("--seed", default=_default("seed"), show_default=True),
+        click.option("--align", type=click.Choice(ALIGNMENTS), default=_default("align"), show_default=True,
                      help="Sample alignment: salted mmh3 hashes, or ECDH private set intersection (X25519)."),
     ]
     for option in reversed(options):
@@ -98,9 +201,10 @@ def _training_options(f):
 @main.command()
 @click.option("--dataset", default="breast_cancer", show_default=True,
               help="Bundled 'breast_cancer', or a name from ../shared/datasets (breast, default_credit, ...).")
-@click.option("--guest", type=click.Path(dir_okay=False), help="Guest (active party) CSV: id, label, features.")
-@click.option("--host", "hosts", multiple=True, type=click.Path(dir_okay=False),
-              help="Host (passive party) CSV; repeat for several hosts.")
+@click.option("--active", "--guest", "active", type=click.Path(dir_okay=False),
+              help="Active party (label holder) CSV: id, label, features. (--guest: deprecated alias.)")
+@click.option("--passive", "--host", "passives", multiple=True, type=click.Path(dir_okay=False),
+              help="Passive party CSV; repeat for several passive parties. (--host: deprecated alias.)")
 @click.option("--id-col", default="id", show_default=True)
 @click.option("--label-col", default="y", show_default=True)
 @click.option("--parties", default=2, show_default=True, help="Parties for the bundled dataset.")
@@ -111,81 +215,51 @@ def _training_options(f):
 @click.option("--save-model", type=click.Path(file_okay=False), help="Write one JSON model file per party.")
 @click.option("--verbose", is_flag=True, help="Print the per-tree time breakdown.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-@click.option("--prediction", type=click.Choice(["one-round", "node"]), default="one-round", show_default=True,
+@click.option("--prediction", type=click.Choice(PREDICTIONS), default=DEFAULT_PREDICTION, show_default=True,
               help="Prediction protocol: one message of leaf masks per passive party, or node-by-node routing.")
-@click.option("--objective", type=click.Choice(["binary", "multiclass", "regression", "pseudohuber"]),
+@click.option("--objective", type=click.Choice(OBJECTIVES),
               default=None, help="Default: the shared dataset's task, else binary.")
 @click.option("--validation-size", default=0.0, show_default=True,
               help="Fraction of the training rows held out for metric history and early stopping.")
 @_learner_options
 @click.option("--jobs", type=click.IntRange(0, 256), default=None,
               help="Worker processes per party for the ciphertext work (default and 0: all cores).")
-def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, depth, learning_rate, max_bin,
-             reg_lambda, min_child_weight, gamma, key_bits, encryption, test_size, seed, output_json,
-             predictions, save_model, verbose, quiet, align="hash", prediction="one-round",
-             epsilon=None, epsilon_per_feature=None, objective=None, huber_slope=1.0, validation_size=0.0,
-             early_stopping_rounds=None, eval_metric=None, subsample=1.0, goss=False, top_rate=0.2,
-             other_rate=0.1, jobs=None):
+def simulate(dataset, active, passives, id_col, label_col, parties, test_size, output_json, predictions,
+             save_model, verbose, quiet, prediction, validation_size, jobs, **train_options):
     """Run a whole federation in one process and report time, test metric and bytes."""
     if jobs is not None:
-        import os
         os.environ["VFL_N_JOBS"] = str(jobs)
-    from tqdm import tqdm
+    if train_options["objective"] is None:
+        train_options["objective"] = (SHARED_TASKS.get(dataset, Objective.BINARY.value)
+                                      if not (active or passives) else Objective.BINARY.value)
+    if train_options["early_stopping_rounds"] is not None and not validation_size:
+        raise click.UsageError("--early-stopping-rounds needs --validation-size")
+    party_frames = _load_parties(dataset, active, passives, id_col, label_col, parties,
+                                 allow_text_label=train_options["objective"] == Objective.MULTICLASS)
+    params = train_params_from_options(train_options)
+    mode = params.mode
+    names = ", ".join(f"{pf.name} ({len(pf.feature_names)} features)" for pf in party_frames)
+    click.echo(f"parties: {names}; mode {mode}" + (f", {params.key_bits}-bit Paillier" if mode == Mode.HE else "")
+               + f"; objective {params.objective}")
+    click.echo(f"alignment: {params.align}; prediction: {prediction}")
+    bar = tqdm(total=params.n_estimators, desc="trees", unit="tree", disable=quiet, file=sys.stderr)
 
-    from crypto.keys import WeakKeyWarning
-    from vfl.api import simulate as run
-    from vfl.params import TrainParams
+    def on_round(r, info):
+        bar.update(1)
+        if verbose:
+            val = info.get("validation")
+            bar.write(f"tree {r + 1}: " + _fmt_breakdown(info["timing"])
+                      + ("; validation " + ", ".join(f"{k} {v:.4f}" for k, v in val.items()) if val else ""))
 
-    try:
-        if objective is None:
-            from datasets import SHARED_TASKS
-            objective = SHARED_TASKS.get(dataset, "binary") if not (guest or hosts) else "binary"
-        if early_stopping_rounds is not None and not validation_size:
-            raise click.UsageError("--early-stopping-rounds needs --validation-size")
-        party_frames = _load_parties(dataset, guest, hosts, id_col, label_col, parties,
-                                     allow_text_label=objective == "multiclass")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", WeakKeyWarning)
-            params = TrainParams(n_estimators=trees, max_depth=depth, learning_rate=learning_rate,
-                                 max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight,
-                                 gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed,
-                                 align=align, epsilon=epsilon, epsilon_per_feature=epsilon_per_feature,
-                                 objective=objective, huber_slope=huber_slope, subsample=subsample, goss=goss,
-                                 top_rate=top_rate, other_rate=other_rate,
-                                 early_stopping_rounds=early_stopping_rounds, eval_metric=eval_metric)
-            from crypto.keys import check_key_bits
-            if mode == "he":
-                check_key_bits(key_bits)
-        for w in caught:
-            click.echo(f"warning: {w.message}", err=True)
-        names = ", ".join(f"{pf.name} ({len(pf.feature_names)} features)" for pf in party_frames)
-        click.echo(f"parties: {names}; mode {mode}" + (f", {key_bits}-bit Paillier" if mode == "he" else "")
-                   + f"; objective {params.objective}")
-        click.echo(f"alignment: {align}; prediction: {prediction}")
-        bar = tqdm(total=trees, desc="trees", unit="tree", disable=quiet, file=sys.stderr)
-
-        def on_round(r, info):
-            bar.update(1)
-            if verbose:
-                val = info.get("validation")
-                bar.write(f"tree {r + 1}: " + _fmt_breakdown(info["timing"])
-                          + ("; validation " + ", ".join(f"{k} {v:.4f}" for k, v in val.items()) if val else ""))
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", WeakKeyWarning)
-            fed, result, test_ids, proba = run(party_frames, params, test_size=test_size, seed=seed,
-                                               on_round=on_round, prediction=prediction,
-                                               validation_size=validation_size or None)
-        bar.close()
-    except VFLError as exc:
-        _fail(exc)
-    except OSError as exc:
-        _fail(exc)
+    fed, result, test_ids, proba = simulate_federation(party_frames, params, test_size=test_size, seed=params.seed,
+                                                       on_round=on_round, prediction=prediction,
+                                                       validation_size=validation_size or None)
+    bar.close()
     for party, rep in result["alignment"].items():
         click.echo(f"aligned {party}: {rep['n_kept']} of {rep['n_rows']} rows kept")
     click.echo(f"train: {result['n_train']} rows, test: {result['n_test']} rows")
     click.echo(f"train time: {result['train_seconds']:.2f} s")
-    if mode == "dp":
+    if mode == Mode.DP:
         for p, e in result["epsilon_per_party"].items():
             click.echo(f"privacy {p}: epsilon {e} per row in total (each feature's release "
                        f"{result['epsilon_per_feature'][p]}-LDP)")
@@ -204,77 +278,73 @@ def simulate(dataset, guest, hosts, id_col, label_col, parties, mode, trees, dep
                       f"{result['history']['validation'][result['eval_metric']][best]:.4f})"
                       if best is not None else ""))
     for pair, n in result["bytes_sent"].items():
-        click.echo(f"bytes {pair}: {n} ({_fmt_bytes(n)})")
+        click.echo(f"bytes {pair}: {n} ({format_bytes(n)})")
     if verbose and result["crypto_seconds"]:
         click.echo("crypto: " + ", ".join(f"{k} {v:.3f}s" for k, v in result["crypto_seconds"].items()))
-    try:
-        if output_json:
-            Path(output_json).write_text(json.dumps(result, indent=1, default=float))
-        if predictions:
-            fed.model.prediction_table(test_ids, proba, id_col).to_csv(predictions, index=False)
-        if save_model:
-            paths = fed.save(save_model)
-            click.echo("saved model files: " + ", ".join(str(p) for p in paths))
-    except OSError as exc:
-        _fail(exc)
+    if output_json:
+        _write_json(output_json, result)
+    if predictions:
+        write_text_atomic(predictions, fed.model.prediction_table(test_ids, proba, id_col).to_csv(index=False))
+    if save_model:
+        paths = fed.save(save_model)
+        click.echo("saved model files: " + ", ".join(str(p) for p in paths))
+
+
+_COMPARE = CompareConfig()      # the defaults of `vfl compare` (its hyperparameters: TrainParams')
 
 
 @main.command()
 @click.option("--dataset", "datasets", multiple=True,
               help="Repeatable. Default: breast_cancer, plus default_credit and give_credit when "
                    "../shared/datasets exists.")
-@click.option("--modes", default="plain,he,dp,local,xgboost", show_default=True,
+@click.option("--modes", default=",".join(_COMPARE.modes), show_default=True,
               help="Comma list of plain, he, dp, local (active party alone), xgboost (centralized).")
-@click.option("--epsilons", default="0.5,1,2,4,8,inf", show_default=True, help="DP budgets to sweep.")
-@click.option("--epsilon-scope", type=click.Choice(["party", "feature"]), default="party", show_default=True,
-              help="Whether an epsilon is each passive party's total or per feature.")
-@click.option("--seeds", default=3, show_default=True, help="Seeds 0..N-1 (train/test split and DP noise).")
-@click.option("--he-seeds", default=1, show_default=True,
+@click.option("--epsilons", default=format_epsilons(_COMPARE.epsilons), show_default=True,
+              help="DP budgets to sweep.")
+@click.option("--epsilon-scope", type=click.Choice(EPSILON_SCOPES), default=_COMPARE.epsilon_scope,
+              show_default=True, help="Whether an epsilon is each passive party's total or per feature.")
+@click.option("--seeds", default=_COMPARE.seeds, show_default=True,
+              help="Seeds 0..N-1 (train/test split and DP noise).")
+@click.option("--he-seeds", default=_COMPARE.he_seeds, show_default=True,
               help="HE runs only for the first N seeds (HE grows plain's trees exactly; it costs time).")
-@click.option("--trees", default=10, show_default=True)
-@click.option("--depth", default=4, show_default=True)
-@click.option("--learning-rate", default=0.3, show_default=True)
-@click.option("--max-bin", default=32, show_default=True, help="Bins in every mode (DP: buckets q).")
-@click.option("--key-bits", default=1024, show_default=True, help="Paillier key size of the HE runs.")
-@click.option("--test-size", default=0.2, show_default=True)
+@click.option("--trees", default=_COMPARE.n_estimators, show_default=True)
+@click.option("--depth", default=_COMPARE.max_depth, show_default=True)
+@click.option("--learning-rate", default=_COMPARE.learning_rate, show_default=True)
+@click.option("--max-bin", default=_COMPARE.max_bin, show_default=True, help="Bins in every mode (DP: buckets q).")
+@click.option("--key-bits", default=_COMPARE.key_bits, show_default=True, help="Paillier key size of the HE runs.")
+@click.option("--test-size", default=_COMPARE.test_size, show_default=True)
 @click.option("--out-dir", default="compare_results", show_default=True, type=click.Path(file_okay=False))
 @click.option("--no-plots", is_flag=True, help="Only CSV/JSON (no matplotlib needed).")
 @click.option("--quiet", is_flag=True, help="No line per run.")
-def compare(datasets, modes, epsilons, epsilon_scope, seeds, he_seeds, trees, depth, learning_rate, max_bin,
-            key_bits, test_size, out_dir, no_plots, quiet):
+def compare(out_dir, quiet, **options):
     """Compare plain, HE and DP (at several epsilons) on the same splits: CSV, JSON and PNG figures."""
-    from vfl.compare import CompareConfig, format_table, run_comparison
-
-    cfg = CompareConfig(datasets=tuple(datasets), modes=tuple(x.strip() for x in modes.split(",") if x.strip()),
-                        epsilons=epsilons, epsilon_scope=epsilon_scope, seeds=seeds, he_seeds=he_seeds,
-                        n_estimators=trees, max_depth=depth, learning_rate=learning_rate, max_bin=max_bin,
-                        key_bits=key_bits, test_size=test_size, plots=not no_plots)
-    try:
-        doc = run_comparison(cfg, out_dir, progress=None if quiet else lambda s: click.echo(s, err=True))
-    except VFLError as exc:
-        _fail(exc)
-    except OSError as exc:
-        _fail(exc)
+    doc = run_comparison(compare_config_from_options(**options), out_dir,
+                         progress=None if quiet else lambda s: click.echo(s, err=True))
     click.echo(format_table(doc["summary"]))
     for note in doc["notes"]:
         click.echo(f"note: {note}")
     click.echo("wrote: " + ", ".join(doc["files"]))
 
 
+def compare_config_from_options(datasets, modes, epsilons, epsilon_scope, seeds, he_seeds, trees, depth,
+                                learning_rate, max_bin, key_bits, test_size, no_plots) -> CompareConfig:
+    """The CompareConfig of `vfl compare`'s options (also used by benchmarks/compare_modes.py)."""
+    return CompareConfig(datasets=tuple(datasets), modes=tuple(x.strip() for x in modes.split(",") if x.strip()),
+                         epsilons=epsilons, epsilon_scope=epsilon_scope, seeds=seeds, he_seeds=he_seeds,
+                         n_estimators=trees, max_depth=depth, learning_rate=learning_rate, max_bin=max_bin,
+                         key_bits=key_bits, test_size=test_size, plots=not no_plots)
+
 
 # --- network deployments: vfl certs, vfl party passive|active, vfl predict -------------------------
+class _TqdmHandler(logging.StreamHandler):
+    def emit(self, record):
+        try:
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # never let logging break a run
+            self.handleError(record)
+
+
 def _setup_logging(level: str) -> None:
-    import logging
-
-    from tqdm import tqdm
-
-    class _TqdmHandler(logging.StreamHandler):
-        def emit(self, record):
-            try:
-                tqdm.write(self.format(record), file=sys.stderr)
-            except Exception:  # never let logging break a run
-                self.handleError(record)
-
     handler = _TqdmHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
     root = logging.getLogger("vfl")
@@ -284,7 +354,6 @@ def _setup_logging(level: str) -> None:
 
 
 def _security(party, tls_dir, insecure, token_file, allowed_clients=()):
-    from protocols.grpc_transport import Security
     sec = Security.from_options(party, tls_dir, insecure, token_file, allowed_clients)
     if insecure:
         click.echo("warning: --insecure: messages travel in PLAINTEXT and no certificate authenticates the "
@@ -312,7 +381,6 @@ def _net_options(f):
 
 
 def _max_bytes(mb: float) -> int:
-    from datasets.errors import InputError
     if not mb or mb <= 0:
         raise InputError(f"--max-message-mb must be positive, got {mb}")
     return int(mb * 2 ** 20)
@@ -328,13 +396,7 @@ def _max_bytes(mb: float) -> int:
 @click.option("--overwrite", is_flag=True, help="Replace existing certificates of these parties.")
 def certs(out, parties, hosts, days, overwrite):
     """Create a development CA (reused if DIR has one) and a certificate per party."""
-    from protocols.certs import make_certs
-    try:
-        written = make_certs(out, parties, hosts, days, overwrite)
-    except VFLError as exc:
-        _fail(exc)
-    except OSError as exc:
-        _fail(exc)
+    written = make_certs(out, parties, hosts, days, overwrite)
     for f in written:
         click.echo(f"wrote {f}")
     click.echo(f"give each party ca.pem and its own NAME.pem/NAME.key; keep {Path(out) / 'ca.key'} elsewhere")
@@ -355,9 +417,9 @@ def party():
               help="Where this party keeps its lookup tables, one file per model.")
 @click.option("--allow-client", "allow_clients", multiple=True,
               help="Accept only clients whose certificate is for this name (repeatable; TLS only).")
-@click.option("--allow-align", "allow_align", multiple=True, type=click.Choice(["hash", "psi"]),
+@click.option("--allow-align", "allow_align", multiple=True, type=click.Choice(ALIGNMENTS),
               help="Alignment methods this party accepts (repeatable) [default: hash and psi].")
-@click.option("--allow-prediction", "allow_prediction", multiple=True, type=click.Choice(["one-round", "node"]),
+@click.option("--allow-prediction", "allow_prediction", multiple=True, type=click.Choice(PREDICTIONS),
               help="Prediction protocols this party accepts (repeatable) [default: both].")
 @click.option("--dp-max-epsilon-per-feature", type=float, default=None,
               help="Mode dp: refuse a noisy release with a larger budget per feature.")
@@ -368,26 +430,19 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                   dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
                   validation_data=None):
     """Serve training sessions and prediction requests of an active party."""
-    from parties.network import serve_passive
-
     _setup_logging(log_level)
-    try:
-        sec = _security(name, tls_dir, insecure, token_file, allow_clients)
-        host = listen.rsplit(":", 1)[0]
+    sec = _security(name, tls_dir, insecure, token_file, allow_clients)
+    host = listen.rsplit(":", 1)[0]
 
-        def ready(port):
-            click.echo(f"{name}: listening on {host}:{port}")
-            sys.stdout.flush()
+    def ready(port):
+        click.echo(f"{name}: listening on {host}:{port}")
+        sys.stdout.flush()
 
-        policy = {k: v for k, v in (("allowed_align", tuple(allow_align)),
-                                    ("allowed_prediction", tuple(allow_prediction)),
-                                    ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature)) if v}
-        serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready,
-                      policy=policy, validation_data=validation_data)
-    except VFLError as exc:
-        _fail(exc)
-    except OSError as exc:
-        _fail(exc)
+    policy = {k: v for k, v in (("allowed_align", tuple(allow_align)),
+                                ("allowed_prediction", tuple(allow_prediction)),
+                                ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature)) if v}
+    serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready,
+                  policy=policy, validation_data=validation_data)
 
 
 @party.command("active")
@@ -406,68 +461,32 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
 @_training_options
 @click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-@click.option("--objective", type=click.Choice(["binary", "multiclass", "regression", "pseudohuber"]),
-              default="binary", show_default=True)
+@click.option("--objective", type=click.Choice(OBJECTIVES), default=_default("objective"), show_default=True)
 @click.option("--validation-data", type=click.Path(dir_okay=False),
               help="CSV of validation rows: id, label, features (each passive party serves its own "
                    "with `vfl party passive --validation-data`).")
 @_learner_options
 @_net_options
 def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,
-                 align, mode, epsilon, epsilon_per_feature, trees, depth, learning_rate, max_bin, reg_lambda,
-                 min_child_weight, gamma, key_bits, encryption, seed, output_json, quiet, tls_dir, insecure, token_file,
-                 max_message_mb, log_level, objective="binary", huber_slope=1.0, subsample=1.0, goss=False,
-                 top_rate=0.2, other_rate=0.1, validation_data=None, early_stopping_rounds=None,
-                 eval_metric=None):
+                 output_json, quiet, validation_data, tls_dir, insecure, token_file, max_message_mb, log_level,
+                 **train_options):
     """Train with passive parties over the network (checkpoint after every tree)."""
-    from tqdm import tqdm
-
-    from crypto.keys import WeakKeyWarning, check_key_bits
-    from parties.network import train_active
-    from protocols.grpc_transport import parse_peers
-    from vfl.params import TrainParams
-
     _setup_logging(log_level)
-    bar = None
-    try:
-        peers = parse_peers(peer_specs)
-        sec = _security(name, tls_dir, insecure, token_file)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", WeakKeyWarning)
-            params = TrainParams(n_estimators=trees, max_depth=depth, learning_rate=learning_rate,
-                                 max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight,
-                                 gamma=gamma, mode=mode, key_bits=key_bits, encryption=encryption, seed=seed,
-                                 **({"epsilon": epsilon} if epsilon is not None else {}),
-                                 **({"epsilon_per_feature": epsilon_per_feature}
-                                    if epsilon_per_feature is not None else {}),
-                                 objective=objective, huber_slope=huber_slope, subsample=subsample, goss=goss,
-                                 top_rate=top_rate, other_rate=other_rate,
-                                 early_stopping_rounds=early_stopping_rounds, eval_metric=eval_metric)
-            if early_stopping_rounds is not None and validation_data is None:
-                raise click.UsageError("--early-stopping-rounds needs --validation-data")
-            if mode == "he":
-                check_key_bits(key_bits)
-        for w in caught:
-            click.echo(f"warning: {w.message}", err=True)
-        bar = tqdm(total=trees, desc="trees", unit="tree", disable=quiet, file=sys.stderr)
+    peers = parse_peers(peer_specs)
+    sec = _security(name, tls_dir, insecure, token_file)
+    params = train_params_from_options(train_options)
+    if params.early_stopping_rounds is not None and validation_data is None:
+        raise click.UsageError("--early-stopping-rounds needs --validation-data")
+    with tqdm(total=params.n_estimators, desc="trees", unit="tree", disable=quiet, file=sys.stderr) as bar:
 
         def on_round(r, info):
             bar.n = r + 1
             bar.refresh()
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", WeakKeyWarning)
-            result = train_active(data, id_col, label_col, name, peers, params, model_dir, sec, timeout=timeout,
-                                  resume=resume, force=force, align=align, max_frame_bytes=_max_bytes(max_message_mb),
-                                  connect_timeout=connect_timeout, on_round=on_round,
-                                  validation_data=validation_data)
-    except VFLError as exc:
-        _fail(exc)
-    except OSError as exc:
-        _fail(exc)
-    finally:
-        if bar is not None:
-            bar.close()
+        result = train_active(data, id_col, label_col, name, peers, params, model_dir, sec, timeout=timeout,
+                              resume=resume, force=force, align=params.align,
+                              max_frame_bytes=_max_bytes(max_message_mb), connect_timeout=connect_timeout,
+                              on_round=on_round, validation_data=validation_data)
     for p, rep in result["alignment"].items():
         click.echo(f"aligned {p}: {rep['n_kept']} of {rep['n_rows']} rows kept")
     if result["resumed_after_rounds"] is not None:
@@ -480,13 +499,10 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
                    + (f"best iteration {best + 1} ({metric} {last[best]:.4f})" if best is not None
                       else f"{metric} {last[-1]:.4f} after the last round"))
     for pair, n in result["bytes_sent"].items():
-        click.echo(f"bytes {pair}: {n} ({_fmt_bytes(n)})")
+        click.echo(f"bytes {pair}: {n} ({format_bytes(n)})")
     click.echo(f"saved model {result['model_id']} to {result['model_path']}")
     if output_json:
-        try:
-            Path(output_json).write_text(json.dumps(result, indent=1, default=float))
-        except OSError as exc:
-            _fail(exc)
+        _write_json(output_json, result)
 
 
 @main.command()
@@ -496,9 +512,9 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
 @click.option("--peer", "peer_specs", multiple=True, help="Passive party NAME=HOST:PORT; repeat for each.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False),
               help="CSV of ids and probabilities (multiclass: prediction and proba_<class>; regression: prediction).")
-@click.option("--prediction", type=click.Choice(["one-round", "node"]), default="one-round", show_default=True,
+@click.option("--prediction", type=click.Choice(PREDICTIONS), default=DEFAULT_PREDICTION, show_default=True,
               help="one-round: one batch of leaf masks per passive party; node: node-by-node routing.")
-@click.option("--align", type=click.Choice(["hash", "psi"]), default=None,
+@click.option("--align", type=click.Choice(ALIGNMENTS), default=None,
               help="How the passive parties find the rows: salted hashes or PSI [default: as in training].")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds any single call may take.")
 @click.option("--connect-timeout", type=float, help="Seconds to wait for the peers [default: --timeout].")
@@ -507,24 +523,16 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
 def predict(model_dir, data, id_col, peer_specs, out, prediction, align, timeout, connect_timeout, output_json,
             tls_dir, insecure, token_file, max_message_mb, log_level):
     """Score new rows with a model trained by `vfl party active` (passive parties must be serving)."""
-    from parties.network import check_prediction, load_active_model, predict_active
-    from protocols.grpc_transport import parse_peers
-
     _setup_logging(log_level)
-    try:
-        check_prediction(prediction)
-        peers = parse_peers(peer_specs)
-        model = load_active_model(model_dir)
-        sec = _security(model.active_party, tls_dir, insecure, token_file)
-        ids, proba, summary = predict_active(model_dir, data, id_col, peers, sec, out, timeout=timeout,
-                                             prediction=prediction, max_frame_bytes=_max_bytes(max_message_mb),
-                                             connect_timeout=connect_timeout, align=align)
-        if output_json:
-            Path(output_json).write_text(json.dumps(summary, indent=1, default=float))
-    except VFLError as exc:
-        _fail(exc)
-    except OSError as exc:
-        _fail(exc)
+    check_prediction(prediction)
+    peers = parse_peers(peer_specs)
+    model = load_active_model(model_dir)
+    sec = _security(model.active_party, tls_dir, insecure, token_file)
+    ids, proba, summary = predict_active(model_dir, data, id_col, peers, sec, out, timeout=timeout,
+                                         prediction=prediction, max_frame_bytes=_max_bytes(max_message_mb),
+                                         connect_timeout=connect_timeout, align=align)
+    if output_json:
+        _write_json(output_json, summary)
     click.echo(f"predicted {summary['n_rows']} rows in {summary['predict_seconds']:.2f} s; wrote {out}")
 
 

@@ -11,10 +11,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from crypto.executor import LocalExecutor  # noqa: E402
+from crypto.keys import WeakKeyWarning  # noqa: E402
+
 
 def quiet_keys() -> None:
     """1024-bit keys warn by design; benchmarks use them on purpose."""
-    from crypto.keys import WeakKeyWarning
     warnings.filterwarnings("ignore", category=WeakKeyWarning)
 
 
@@ -22,7 +24,6 @@ def peak_memory() -> dict:
     """Peak resident memory in MB: this process, the largest finished child, and the sum of
     this process and every worker peak of the closed local executors
     (:meth:`crypto.executor.LocalExecutor.closed_peaks`; an upper bound of the simultaneous total)."""
-    from crypto.executor import LocalExecutor
     self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     workers_mb = sum((w["peak_kb"] or 0) for w in LocalExecutor.closed_peaks()) / 1024

@@ -9,39 +9,35 @@ mode's training seconds and bytes are also given relative to it.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
+import click
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cli import compare as compare_command  # noqa: E402
+from cli import compare_config_from_options  # noqa: E402
 from datasets.errors import VFLError  # noqa: E402
-from vfl.compare import CompareConfig, run_comparison  # noqa: E402
+from vfl.compare import run_comparison  # noqa: E402
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", action="append", default=[], help="repeatable; default as in vfl compare")
-    ap.add_argument("--modes", default="plain,he,dp,local,xgboost")
-    ap.add_argument("--epsilons", default="0.5,1,2,4,8,inf")
-    ap.add_argument("--epsilon-scope", choices=["party", "feature"], default="party")
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--he-seeds", type=int, default=1)
-    ap.add_argument("--trees", type=int, default=10)
-    ap.add_argument("--depth", type=int, default=4)
-    ap.add_argument("--learning-rate", type=float, default=0.3)
-    ap.add_argument("--max-bin", type=int, default=32)
-    ap.add_argument("--key-bits", type=int, default=1024)
-    ap.add_argument("--out-dir", default="compare_results")
-    ap.add_argument("--no-plots", action="store_true")
-    a = ap.parse_args(argv)
-    cfg = CompareConfig(datasets=tuple(a.dataset), modes=tuple(x for x in a.modes.split(",") if x),
-                        epsilons=a.epsilons, epsilon_scope=a.epsilon_scope, seeds=a.seeds, he_seeds=a.he_seeds,
-                        n_estimators=a.trees, max_depth=a.depth, learning_rate=a.learning_rate,
-                        max_bin=a.max_bin, key_bits=a.key_bits, plots=not a.no_plots)
+    """Takes exactly the options of ``vfl compare`` (parsed by that command itself)."""
     try:
-        doc = run_comparison(cfg, a.out_dir, progress=lambda s: print(s, file=sys.stderr))
+        ctx = compare_command.make_context(Path(__file__).name, list(sys.argv[1:] if argv is None else argv))
+    except click.exceptions.Exit as exc:          # --help
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return 2
+    options = dict(ctx.params)
+    out_dir = options.pop("out_dir")
+    options.pop("quiet")                          # the progress lines always go to stderr here
+    try:
+        doc = run_comparison(compare_config_from_options(**options), out_dir,
+                             progress=lambda s: print(s, file=sys.stderr))
     except VFLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

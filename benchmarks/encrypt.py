@@ -18,6 +18,12 @@ import time
 import _common  # noqa: F401  (sys.path)
 import numpy as np
 
+from crypto.executor import LocalExecutor
+from crypto.keys import generate_keypair
+from crypto.packing import PackingLayout, pack
+from crypto.paillier import Decryptor, Encryptor
+from vfl.fixedpoint import encode_fixed
+
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -29,12 +35,6 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     _common.quiet_keys()
-
-    from crypto.executor import LocalExecutor
-    from crypto.keys import generate_keypair
-    from crypto.packing import PackingLayout, pack
-    from crypto.paillier import Decryptor, Encryptor
-    from vfl.fixedpoint import encode_fixed
 
     rng = np.random.default_rng(args.seed)
     N = args.rows

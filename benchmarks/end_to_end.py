@@ -31,6 +31,11 @@ import time
 
 import _common
 
+from datasets import load_shared, make_synthetic, shared_datasets_dir
+from parties.active import ActiveParty
+from vfl.api import simulate
+from vfl.params import TrainParams
+
 CONFIGS = {
     "breast": dict(data="breast", trees=10, depth=4, bits=1024),
     "default_credit_1024": dict(data="default_credit", trees=30, depth=3, bits=1024),
@@ -41,7 +46,6 @@ STAGES = ("encrypt", "histogram", "compress", "decrypt", "split_search", "total"
 
 
 def _frames(data: str, rows: int, features: tuple[int, int], test_size: float):
-    from datasets import load_shared, make_synthetic, shared_datasets_dir
     if data == "synthetic":
         n = int(round(rows / (1 - test_size)))
         return make_synthetic(n, list(features), seed=0)
@@ -53,9 +57,6 @@ def _frames(data: str, rows: int, features: tuple[int, int], test_size: float):
 
 def run_one(name: str, args) -> dict:
     _common.quiet_keys()
-    from parties.active import ActiveParty
-    from vfl.api import simulate
-    from vfl.params import TrainParams
     ActiveParty.preshift = {"auto": "auto", "on": True, "off": False}[args.preshift]
     cfg = dict(CONFIGS[name])
     if args.trees:

@@ -24,6 +24,14 @@ import _common  # noqa: F401  (sys.path)
 import gmpy2
 import numpy as np
 
+from crypto.compress import compress
+from crypto.executor import LocalExecutor
+from crypto.histogram import histogram, plan_groups, share_inputs
+from crypto.keys import generate_keypair
+from crypto.packing import PackingLayout, decode_sums, pack
+from crypto.paillier import Decryptor, Encryptor
+from vfl.fixedpoint import encode_fixed
+
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -38,14 +46,6 @@ def main(argv=None):
     args = ap.parse_args(argv)
     joint = args.joint if args.joint == "auto" else int(args.joint)
     _common.quiet_keys()
-
-    from crypto.compress import compress
-    from crypto.executor import LocalExecutor
-    from crypto.histogram import histogram, plan_groups, share_inputs
-    from crypto.keys import generate_keypair
-    from crypto.packing import PackingLayout, decode_sums, pack
-    from crypto.paillier import Decryptor, Encryptor
-    from vfl.fixedpoint import encode_fixed
 
     rng = np.random.default_rng(args.seed)
     N, F, B = args.rows, args.features, args.bins + 1

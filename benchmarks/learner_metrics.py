@@ -2,7 +2,7 @@
 
 For each shared dataset (vehicle, student, dvisits, ionosphere, motor; plus
 breast and the sklearn sets wine and diabetes) the rows are split 80/20 by the
-guest's ids (the split of ``vfl simulate``), the federation is trained in
+active party's ids (the split of ``vfl simulate``), the federation is trained in
 ``plain`` mode (it grows the same trees as ``he``, see the tests) and XGBoost
 is trained on the joined training rows with the same number of trees, depth,
 learning rate, bins, lambda, min_child_weight and base score. Prints one JSON
@@ -25,8 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from datasets import BUNDLED, join_parties, load_named, load_shared, shared_datasets_dir  # noqa: E402
 from datasets.split import train_test_split_parties  # noqa: E402
 from vfl import metrics  # noqa: E402
-from vfl.api import federation_from_frames  # noqa: E402
-from vfl.objectives import get_objective  # noqa: E402
+from vfl.api import simulate  # noqa: E402
 from vfl.params import TrainParams  # noqa: E402
 
 TASKS = {"vehicle": "multiclass", "student": "regression", "dvisits": "regression",
@@ -59,18 +58,14 @@ def score(objective, y, output) -> dict:
 
 
 def compare(parties, objective: str, params: TrainParams, seed: int = 0) -> dict:
-    """Federated (plain) and XGBoost metrics on the same 80/20 split."""
-    train, test = train_test_split_parties(parties, test_size=0.2, seed=seed)
-    fed = federation_from_frames(train)
-    t0 = time.perf_counter()
-    fed.fit(params)
-    fed_seconds = time.perf_counter() - t0
-    raw = fed.predict_raw({pf.name: pf.frame for pf in test})
-    out = get_objective(objective).transform(raw)
+    """Federated (plain; :func:`vfl.api.simulate`) and XGBoost metrics on the same 80/20 split."""
+    fed, result, test_ids, out = simulate(parties, params, test_size=0.2, seed=seed)
+    fed_seconds = result["train_seconds"]
+    train, test = train_test_split_parties(parties, test_size=0.2, seed=seed)    # simulate's split
     Xtr, ytr, _ = join_parties(train)
     Xte, yte, ids_te = join_parties(test)
-    # the federated predictions are in the guest's test row order; join_parties keeps it
-    assert np.array_equal(ids_te, test[0].frame[test[0].id_col].to_numpy())
+    # the federated predictions are in the active party's test row order; join_parties keeps it
+    assert np.array_equal(ids_te, test_ids)
     if objective == "multiclass":
         classes = fed.model.classes
         index = {c: i for i, c in enumerate(classes)}

@@ -40,6 +40,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import pandas as pd  # noqa: E402
+from sklearn.metrics import roc_auc_score  # noqa: E402
+
+from datasets import load_shared, train_test_split_parties  # noqa: E402
+
 
 class CountingRelay:
     """Forwards TCP connections from a local port to ``target`` and counts bytes each way."""
@@ -126,8 +131,6 @@ def run(cmd, what):
 
 
 def auc(path, labels):
-    import pandas as pd
-    from sklearn.metrics import roc_auc_score
     p = pd.read_csv(path)
     y = labels.set_index(labels.columns[0]).loc[p.iloc[:, 0]].iloc[:, 0].to_numpy()
     return float(roc_auc_score(y, p["proba"])), p
@@ -146,11 +149,6 @@ def main():
     ap.add_argument("--insecure", action="store_true", help="Plaintext instead of mutual TLS.")
     ap.add_argument("--timeout", type=float, default=600.0)
     args = ap.parse_args()
-
-    import pandas as pd
-
-    from datasets import load_shared, train_test_split_parties
-
     parties = load_shared(args.dataset)
     if args.rows:
         keep = set(parties[0].frame[parties[0].id_col].iloc[: args.rows])
@@ -175,7 +173,8 @@ def main():
 
         # reference: vfl simulate (in memory) on the same files, same split
         sim_json, sim_pred = tmp / "sim.json", tmp / "sim_pred.csv"
-        sim_wall = run(cli("simulate", "--guest", full[guest.name], *sum([["--host", full[h.name]] for h in hosts], []),
+        passive_files = sum([["--passive", full[h.name]] for h in hosts], [])
+        sim_wall = run(cli("simulate", "--active", full[guest.name], *passive_files,
                            "--id-col", guest.id_col, "--label-col", guest.label_col, "--test-size", args.test_size,
                            *params, "--quiet", "--output-json", sim_json, "--predictions", sim_pred), "vfl simulate")
         sim = json.loads(sim_json.read_text())

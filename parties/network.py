@@ -24,7 +24,7 @@ from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
 from parties.server import PassiveServer
 from protocols.grpc_transport import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, GrpcTransport, PartyServer, check_address
-from vfl.files import write_json_atomic
+from vfl.files import write_json_atomic, write_text_atomic
 from vfl.leafmask import PREDICTIONS
 from vfl.model import BoostedModel
 from vfl.params import ALIGNMENTS, TrainParams
@@ -32,8 +32,6 @@ from vfl.params import ALIGNMENTS, TrainParams
 log = logging.getLogger("vfl.active")
 
 CHECKPOINT_FILE = "checkpoint.json"
-ALIGN_METHODS = ALIGNMENTS
-PREDICTION_METHODS = PREDICTIONS
 
 
 def _read_csv(path, name, id_col, label_col=None, allow_text_label=False):
@@ -73,8 +71,8 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
 
 # --------------------------------------------------------------------------- active: training
 def _with_align(params: TrainParams, align: str) -> TrainParams:
-    if align not in ALIGN_METHODS:
-        raise InputError(f"--align must be one of {ALIGN_METHODS}, got {align!r}")
+    if align not in ALIGNMENTS:
+        raise InputError(f"--align must be one of {ALIGNMENTS}, got {align!r}")
     return dataclasses.replace(params, align=align)
 
 
@@ -196,13 +194,13 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
 
 # --------------------------------------------------------------------------- active: prediction
 def check_prediction(prediction: str) -> None:
-    if prediction not in PREDICTION_METHODS:
-        raise InputError(f"--prediction must be one of {PREDICTION_METHODS}, got {prediction!r}")
+    if prediction not in PREDICTIONS:
+        raise InputError(f"--prediction must be one of {PREDICTIONS}, got {prediction!r}")
 
 
 def _predict_proba(active: ActiveParty, transport, frame, source, prediction: str, align: str | None):
-    if align is not None and align not in ALIGN_METHODS:
-        raise InputError(f"--align must be one of {ALIGN_METHODS}, got {align!r}")
+    if align is not None and align not in ALIGNMENTS:
+        raise InputError(f"--align must be one of {ALIGNMENTS}, got {align!r}")
     return active.predict_proba(transport, frame, source, prediction=prediction, align=align)
 
 
@@ -250,12 +248,10 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
     finally:
         transport.close()
     if out is not None:
-        tmp = Path(str(out) + ".tmp")
-        model.prediction_table(ids, proba, id_col).to_csv(tmp, index=False)
-        tmp.replace(out)
+        write_text_atomic(out, model.prediction_table(ids, proba, id_col).to_csv(index=False))
     summary = {"model_id": model.model_id, "n_rows": int(len(ids)), "predict_seconds": seconds,
-               "prediction": prediction, "align": align or model.params.get("align", "hash"), "bytes_sent": transport.bytes_report(),
-               "total_bytes": transport.total_bytes()}
+               "prediction": prediction, "align": align or model.params.get("align", "hash"),
+               "bytes_sent": transport.bytes_report(), "total_bytes": transport.total_bytes()}
     log.info("%s: predicted %d rows with model %s in %.2f s", model.active_party, len(ids), model.model_id, seconds)
     return ids, proba, summary
 

@@ -33,7 +33,7 @@ def files(tmp_path):
 
 def test_missing_id_column(files):
     tmp, a, b = files
-    out = _cli_error(["simulate", "--guest", _write(tmp, "g.csv", a), "--host",
+    out = _cli_error(["simulate", "--active", _write(tmp, "g.csv", a), "--passive",
                       _write(tmp, "h.csv", b.rename(columns={"id": "key"})), "--mode", "plain"])
     assert "id column 'id' not found" in out and "h.csv" in out
     with pytest.raises(InputError, match="party 'telco'.*id column 'id' not found"):
@@ -42,8 +42,8 @@ def test_missing_id_column(files):
 
 def test_missing_label_column(files):
     tmp, a, b = files
-    out = _cli_error(["simulate", "--guest", _write(tmp, "g.csv", a.drop(columns="y")),
-                      "--host", _write(tmp, "h.csv", b), "--mode", "plain"])
+    out = _cli_error(["simulate", "--active", _write(tmp, "g.csv", a.drop(columns="y")),
+                      "--passive", _write(tmp, "h.csv", b), "--mode", "plain"])
     assert "label column 'y' not found" in out and "g.csv" in out
     with pytest.raises(InputError, match="party 'bank'.*label column 'y' not found"):
         ActiveParty("bank", a.drop(columns="y"))
@@ -53,7 +53,7 @@ def test_non_numeric_feature_column(files):
     tmp, a, b = files
     b = b.astype({"b1": object})
     b.loc[3, "b1"] = "n/a?"
-    out = _cli_error(["simulate", "--guest", _write(tmp, "g.csv", a), "--host", _write(tmp, "h.csv", b),
+    out = _cli_error(["simulate", "--active", _write(tmp, "g.csv", a), "--passive", _write(tmp, "h.csv", b),
                       "--mode", "plain"])
     assert "feature column 'b1' is not numeric" in out and "h.csv" in out
     with pytest.raises(InputError, match="party 'telco'.*feature column 'b1' is not numeric"):
@@ -82,7 +82,7 @@ def test_nan_or_inf_labels(files, bad):
 def test_duplicate_ids(files):
     tmp, a, b = files
     dup = pd.concat([b, b.iloc[:2]])
-    out = _cli_error(["simulate", "--guest", _write(tmp, "g.csv", a), "--host", _write(tmp, "h.csv", dup),
+    out = _cli_error(["simulate", "--active", _write(tmp, "g.csv", a), "--passive", _write(tmp, "h.csv", dup),
                       "--mode", "plain"])
     assert "duplicated ids" in out and "h.csv" in out
     with pytest.raises(InputError, match="party 'telco'.*duplicated ids"):
@@ -134,11 +134,11 @@ def test_depth_below_one():
 
 def test_unreadable_file(tmp_path):
     missing = tmp_path / "nope.csv"
-    out = _cli_error(["simulate", "--guest", str(missing), "--host", str(missing), "--mode", "plain"])
+    out = _cli_error(["simulate", "--active", str(missing), "--passive", str(missing), "--mode", "plain"])
     assert "nope.csv" in out
     binary = tmp_path / "bin.csv"
     binary.write_bytes(b"\xff\xfe\x00\x00garbage\x00")
-    out = _cli_error(["simulate", "--guest", str(binary), "--host", str(binary), "--mode", "plain"])
+    out = _cli_error(["simulate", "--active", str(binary), "--passive", str(binary), "--mode", "plain"])
     assert "bin.csv" in out
 
 
@@ -146,3 +146,20 @@ def test_party_names_must_be_unique(files):
     _, a, b = files
     with pytest.raises(InputError, match="unique"):
         Federation(ActiveParty("x", a), [PassiveParty("x", b)])
+
+
+def test_params_take_the_vocabulary_and_store_plain_strings():
+    import json
+
+    from vfl.params import Alignment, Mode, Objective
+
+    p = TrainParams(mode=Mode.DP, epsilon=1, objective=Objective.REGRESSION, align=Alignment.PSI)
+    assert [type(v) for v in (p.mode, p.objective, p.align)] == [str, str, str]
+    assert json.dumps(p.to_dict()) == json.dumps(TrainParams(mode="dp", epsilon=1, objective="regression",
+                                                             align="psi").to_dict())
+    for field, bad in (("mode", "fhe"), ("objective", "poisson"), ("align", "bloom")):
+        with pytest.raises(InputError, match=f"parameter {field} must be one of"):
+            TrainParams(**{field: bad})
+    assert TrainParams.default("max_depth") == TrainParams().max_depth
+    with pytest.raises(KeyError):
+        TrainParams.default("depth")

@@ -113,3 +113,31 @@ def test_give_credit_is_split_four_six_for_compare(shared_dir):
         _, res, _, _ = simulate(frames, TrainParams(mode="dp", epsilon=6.0, n_estimators=1, max_depth=2))
     assert res["epsilon_per_feature"] == {"host": 1.0} and res["epsilon_per_party"] == {"host": 6.0}
     assert 0.5 < res["test_auc"] < 1
+
+
+def test_compare_arms_and_defaults_come_from_one_vocabulary():
+    from vfl.compare import ARMS, COMPARE_KEY_BITS, EPSILON_SCOPES, Arm, format_epsilons
+    from vfl.params import MODES, TrainParams
+
+    assert set(MODES) < set(ARMS) and Arm.LOCAL == "local" and EPSILON_SCOPES == ("party", "feature")
+    cfg = CompareConfig()
+    assert cfg.modes == ARMS and cfg.key_bits == COMPARE_KEY_BITS
+    assert (cfg.n_estimators, cfg.max_depth, cfg.max_bin) == tuple(
+        TrainParams.default(n) for n in ("n_estimators", "max_depth", "max_bin"))
+    assert format_epsilons(cfg.epsilons) == "0.5,1,2,4,8,inf"
+    with pytest.raises(InputError, match="unknown mode"):
+        CompareConfig(modes=("plain", "ensemble")).validate()
+
+
+def test_compare_modes_benchmark_takes_the_commands_options(capsys):
+    """benchmarks/compare_modes.py parses its argv with `vfl compare` itself."""
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import compare_modes
+    finally:
+        sys.path.pop(0)
+    assert compare_modes.main(["--trees", "nope"]) == 2
+    assert "'nope' is not a valid integer" in capsys.readouterr().err
+    assert compare_modes.main(["--help"]) == 0
+    assert "--epsilon-scope [party|feature]" in capsys.readouterr().out

@@ -162,3 +162,32 @@ def test_predict_with_other_parties_and_regressor_bad_labels():
         VerticalBoostingRegressor(mode="plain", objective="binary").fit(rparts, np.zeros(len(ry)))
     with pytest.raises(InputError, match=r"eval_set must be a pair"):
         VerticalBoostingRegressor(mode="plain").fit(rparts, np.zeros(len(ry)), eval_set=rparts)
+
+
+def test_from_vfl_import_train_params_loads_no_party_stack():
+    """`vfl` exports the core names directly and the party wiring lazily (PEP 562)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = ("import sys\nfrom vfl import Mode, TrainParams\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('parties', 'protocols', 'crypto')))\n"
+            "import vfl\nvfl.Federation\n"
+            "print(any(m.startswith('parties.') for m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["[]", "True"]
+
+
+def test_estimators_wire_no_party_themselves():
+    """The estimators go through vfl.api (Federation.from_dataframes), not the party classes."""
+    import vfl.estimators as est
+    from vfl.api import Federation
+    from vfl.params import TrainParams
+
+    assert not hasattr(est, "ActiveParty") and not hasattr(est, "PassiveParty")
+    parts, y = wine_parties()
+    clf = VerticalBoostingClassifier(mode="plain", n_estimators=2).fit(parts, y)
+    assert type(clf.federation_) is Federation and list(clf.federation_.passives) == ["telco"]
+    assert clf.get_params()["max_depth"] == TrainParams.default("max_depth")

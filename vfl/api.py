@@ -12,21 +12,29 @@ Example (three parties)::
     fed.save("model_dir")            # one JSON file per party
     fed2 = Federation.load("model_dir")
 
-This is the only module (with ``cli.py``) that wires parties together.
+In-process federations are wired here and nowhere else in the public face: the
+scikit-learn estimators (:mod:`vfl.estimators`) and the mode comparison
+(:mod:`vfl.compare`) go through :class:`Federation` and :func:`simulate`;
+``cli.py`` calls this module for ``vfl simulate`` and :mod:`parties.network` (the
+parties floor) for the networked commands, which wires gRPC transports.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from datasets.errors import InputError
+from datasets.split import train_test_split_parties
 from parties.active import ActiveParty
 from parties.passive import PassiveParty
 from protocols.transport import InMemoryTransport, frame_handler
+from vfl import metrics
 from vfl.model import BoostedModel, read_model_json
-from vfl.params import TrainParams
+from vfl.objectives import get_objective
+from vfl.params import DEFAULT_PREDICTION, Mode, Objective, TrainParams
 
 __all__ = ["ActiveParty", "PassiveParty", "Federation", "TrainParams", "load_federation"]
 
@@ -46,6 +54,14 @@ class Federation:
         self.passives = {p.name: p for p in passives}
         self.transport = InMemoryTransport(active.name, {p.name: frame_handler(p.handle) for p in passives},
                                            record=record)
+
+    @classmethod
+    def from_dataframes(cls, frames, id_col: str, label_col: str, record: bool = False) -> "Federation":
+        """A federation over ``[(party name, DataFrame), ...]``: the first party is the active
+        one and holds ``label_col``; every frame has ``id_col``."""
+        (active_name, active_frame), rest = frames[0], frames[1:]
+        return cls(ActiveParty(active_name, active_frame, id_col, label_col),
+                   [PassiveParty(name, frame, id_col) for name, frame in rest], record=record)
 
     @property
     def model(self) -> BoostedModel | None:
@@ -193,16 +209,13 @@ def federation_from_frames(party_frames, record: bool = False) -> Federation:
 def _test_metrics(model: BoostedModel, y_test, raw) -> dict:
     """Test-set metrics of the objective (``test_auc`` / ``test_accuracy`` / ``test_logloss`` /
     ``test_rmse`` / ``test_mae``; the others None)."""
-    from vfl import metrics
-    from vfl.objectives import get_objective
-
     out = dict(test_auc=None, test_accuracy=None, test_logloss=None, test_rmse=None, test_mae=None)
     output = get_objective(model.objective).transform(raw)
-    if model.objective == "binary":
+    if model.objective == Objective.BINARY:
         y = np.asarray(y_test, dtype=np.float64)
         out.update(test_accuracy=1.0 - metrics.error(y, output), test_logloss=metrics.logloss(y, output))
         out["test_auc"] = metrics.auc(y, output) if len(np.unique(y)) == 2 else None
-    elif model.objective == "multiclass":
+    elif model.objective == Objective.MULTICLASS:
         classes = model.classes or list(range(model.n_targets))
         index = {c: i for i, c in enumerate(classes)}
         y = [int(v) if isinstance(v, float) and v.is_integer() else v for v in np.asarray(y_test).tolist()]
@@ -226,12 +239,6 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     where ``test_output`` is the probability of class 1 (binary), the class probabilities
     ``(n, K)`` (multiclass) or the predictions (regression).
     """
-    import time
-
-    from datasets.split import train_test_split_parties
-    from vfl.leafmask import DEFAULT_PREDICTION
-    from vfl.objectives import get_objective
-
     train, test = train_test_split_parties(party_frames, test_size=test_size, seed=seed)
     validation = None
     if validation_size:
@@ -268,6 +275,6 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         align=params.align, prediction=prediction or DEFAULT_PREDICTION,
     )
     result["train_bytes"] = train_bytes
-    if params.mode == "dp":     # privacy accounting: epsilon_per_feature, epsilon_per_party (by party)
+    if params.mode == Mode.DP:     # privacy accounting: epsilon_per_feature, epsilon_per_party (by party)
         result.update(fed.active.dp_report)
     return fed, result, test[0].frame[test[0].id_col].to_numpy(), proba

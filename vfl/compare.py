@@ -28,6 +28,7 @@ and ``<dataset>_cost.png``.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import time
@@ -37,14 +38,42 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
+from crypto.keys import WeakKeyWarning, check_key_bits
+from datasets import SHARED_DATASETS, SHARED_TASKS, load_named, shared_datasets_dir
 from datasets.errors import InputError
+from datasets.split import join_parties, train_test_split_parties
+from protocols.units import format_bytes
+from vfl.api import simulate
 from vfl.dp import check_epsilon, json_epsilon
+from vfl.files import write_text_atomic
+from vfl.params import Mode, TrainParams, Vocabulary
 
 INF = float("inf")
 DEFAULT_EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, INF)
-MODES = ("plain", "he", "dp", "local", "xgboost")
-DEFAULT_MODES = ("plain", "he", "dp", "local", "xgboost")
+
+
+class Arm(Vocabulary):
+    """One arm of the comparison: the three training modes (:class:`vfl.params.Mode`) and two
+    references, the active party alone and centralized XGBoost (not training modes)."""
+    PLAIN = "plain"
+    HE = "he"
+    DP = "dp"
+    LOCAL = "local"
+    XGBOOST = "xgboost"
+
+
+class EpsilonScope(Vocabulary):
+    """Whether a swept epsilon is each passive party's total or the budget per feature."""
+    PARTY = "party"
+    FEATURE = "feature"
+
+
+ARMS = Arm.values()
+DEFAULT_ARMS = ARMS
+EPSILON_SCOPES = EpsilonScope.values()
+COMPARE_KEY_BITS = 1024     # the HE arm's keys: a benchmark of cost, not a deployment (TrainParams: 2048)
 CSV_COLUMNS = ["dataset", "mode", "epsilon", "epsilon_scope", "seed", "test_auc", "train_seconds",
                "predict_seconds", "train_bytes", "total_bytes", "n_train", "n_test", "n_trees", "key_bits",
                "epsilon_per_feature", "epsilon_per_party"]
@@ -53,7 +82,6 @@ CSV_COLUMNS = ["dataset", "mode", "epsilon", "epsilon_scope", "seed", "test_auc"
 def default_datasets() -> tuple[str, ...]:
     """``breast_cancer`` (bundled), plus ``default_credit`` and ``give_credit`` when
     ``../shared/datasets`` is there."""
-    from datasets import shared_datasets_dir
     return ("breast_cancer",) + (("default_credit", "give_credit") if shared_datasets_dir() else ())
 
 
@@ -73,19 +101,25 @@ def parse_epsilons(text) -> tuple[float, ...]:
     return tuple(out)
 
 
+def format_epsilons(epsilons) -> str:
+    """Epsilons as ``vfl compare --epsilons`` takes them: ``"0.5,1,2,4,8,inf"``."""
+    return ",".join("inf" if math.isinf(e) else f"{e:g}" for e in epsilons)
+
+
 @dataclass
 class CompareConfig:
+    """The settings of a comparison; the shared hyperparameters default to :class:`TrainParams`'."""
     datasets: tuple = ()                  # () -> default_datasets()
-    modes: tuple = DEFAULT_MODES
+    modes: tuple = DEFAULT_ARMS           # the arms to run (``vfl compare --modes``)
     epsilons: tuple = DEFAULT_EPSILONS
-    epsilon_scope: str = "party"          # "party": each passive party's total; "feature": per feature
+    epsilon_scope: str = EpsilonScope.PARTY.value   # "party": each passive party's total; "feature": per feature
     seeds: int = 3
     he_seeds: int = 1
-    n_estimators: int = 10
-    max_depth: int = 4
-    learning_rate: float = 0.3
-    max_bin: int = 32
-    key_bits: int = 1024
+    n_estimators: int = TrainParams.default("n_estimators")
+    max_depth: int = TrainParams.default("max_depth")
+    learning_rate: float = TrainParams.default("learning_rate")
+    max_bin: int = TrainParams.default("max_bin")
+    key_bits: int = COMPARE_KEY_BITS
     test_size: float = 0.2
     plots: bool = True
     extra: dict = field(default_factory=dict)   # further TrainParams fields
@@ -93,11 +127,11 @@ class CompareConfig:
     def validate(self) -> "CompareConfig":
         self.datasets = tuple(self.datasets) or default_datasets()
         self.modes = tuple(self.modes)
-        bad = [x for x in self.modes if x not in MODES]
+        bad = [x for x in self.modes if x not in ARMS]
         if bad or not self.modes:
-            raise InputError(f"unknown mode(s) {bad} for compare; choose from {', '.join(MODES)}")
+            raise InputError(f"unknown mode(s) {bad} for compare; choose from {', '.join(ARMS)}")
         self.epsilons = parse_epsilons(self.epsilons)
-        if self.epsilon_scope not in ("party", "feature"):
+        if self.epsilon_scope not in EPSILON_SCOPES:
             raise InputError(f"epsilon_scope must be 'party' or 'feature', got {self.epsilon_scope!r}")
         for name, lo in (("seeds", 1), ("he_seeds", 0)):
             v = getattr(self, name)
@@ -105,19 +139,17 @@ class CompareConfig:
                 raise InputError(f"{name} must be an integer >= {lo}, got {v!r}")
         if not (isinstance(self.test_size, (int, float)) and 0 < self.test_size < 1):
             raise InputError(f"test_size must be strictly between 0 and 1, got {self.test_size!r}")
-        self.train_params("plain", None, 0)          # validates the shared hyperparameters
-        if "he" in self.modes and self.he_seeds:
-            from crypto.keys import check_key_bits
+        self.train_params(Mode.PLAIN, None, 0)       # validates the shared hyperparameters
+        if Arm.HE in self.modes and self.he_seeds:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 check_key_bits(self.key_bits)
         return self
 
-    def train_params(self, mode: str, epsilon: float | None, seed: int):
-        from vfl.params import TrainParams
+    def train_params(self, mode: str, epsilon: float | None, seed: int) -> TrainParams:
         dp = {}
-        if mode == "dp":
-            dp = {"epsilon": epsilon} if self.epsilon_scope == "party" else {"epsilon_per_feature": epsilon}
+        if mode == Mode.DP:
+            dp = {"epsilon": epsilon} if self.epsilon_scope == EpsilonScope.PARTY else {"epsilon_per_feature": epsilon}
         return TrainParams(n_estimators=self.n_estimators, max_depth=self.max_depth,
                            learning_rate=self.learning_rate, max_bin=self.max_bin, mode=mode,
                            key_bits=self.key_bits, seed=seed, **dp, **self.extra)
@@ -129,14 +161,12 @@ class CompareConfig:
 
 
 def dataset_names() -> list[str]:
-    from datasets import SHARED_DATASETS, SHARED_TASKS
     return ["breast_cancer"] + [n for n in sorted({*SHARED_DATASETS, "give_credit", "a9a"})
                                 if SHARED_TASKS.get(n) == "binary"]
 
 
 def load_dataset(name: str):
     """``breast_cancer`` (bundled, 2 parties) or a binary data set of ``../shared/datasets``."""
-    from datasets import load_named
     if name not in dataset_names():
         raise InputError(f"compare needs a binary data set (AUC); {name!r} is not one of "
                          f"{', '.join(dataset_names())}")
@@ -164,8 +194,6 @@ def _xgboost_available() -> bool:
 
 # --- single runs ---------------------------------------------------------------
 def _run_federated(frames, dataset, mode, epsilon, seed, cfg: CompareConfig) -> dict:
-    from crypto.keys import WeakKeyWarning
-    from vfl.api import simulate
     params = cfg.train_params("plain" if mode == "local" else mode, epsilon, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", WeakKeyWarning)     # 1024-bit keys: benchmark only
@@ -183,19 +211,15 @@ def _run_federated(frames, dataset, mode, epsilon, seed, cfg: CompareConfig) -> 
 
 
 def _centralized(parts):
-    """All parties' features of the same rows in one table (the guest's row order)."""
-    import pandas as pd
-
-    from datasets.split import join_parties
+    """All parties' features of the same rows in one table (the active party's row order)."""
     X, y, _ = join_parties(parts)
     return X, pd.to_numeric(pd.Series(y)).to_numpy(dtype=np.float64)
 
 
 def _run_xgboost(frames, dataset, seed, cfg: CompareConfig) -> dict:
-    import xgboost as xgb
-    from sklearn.metrics import roc_auc_score
+    import xgboost as xgb  # optional extra (the xgboost arm only)
+    from sklearn.metrics import roc_auc_score  # (only this arm needs it: keeps `vfl` start-up light)
 
-    from datasets.split import train_test_split_parties
     train, test = train_test_split_parties(frames, test_size=cfg.test_size, seed=seed)
     Xtr, ytr = _centralized(train)
     Xte, yte = _centralized(test)
@@ -289,13 +313,14 @@ def _json_run(r: dict) -> dict:
 def write_runs(runs: list[dict], out_dir: Path, cfg: CompareConfig, notes: list[str]) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, json_path = out_dir / "compare_runs.csv", out_dir / "compare_runs.json"
-    with csv_path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for r in runs:
-            w.writerow({k: _csv_value(r.get(k)) for k in CSV_COLUMNS})
-    json_path.write_text(json.dumps({"settings": cfg.to_dict(), "notes": notes, "summary": summarize(runs),
-                                     "runs": [_json_run(r) for r in runs]}, indent=1))
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=CSV_COLUMNS)
+    w.writeheader()
+    for r in runs:
+        w.writerow({k: _csv_value(r.get(k)) for k in CSV_COLUMNS})
+    write_text_atomic(csv_path, text.getvalue())
+    write_text_atomic(json_path, json.dumps({"settings": cfg.to_dict(), "notes": notes, "summary": summarize(runs),
+                                             "runs": [_json_run(r) for r in runs]}, indent=1))
     return [csv_path, json_path]
 
 
@@ -375,7 +400,7 @@ def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Pa
         ax.set_xticklabels([names[m] for m in modes], fontsize=8)
         ax.set_title(title, fontsize=9)
         for x, v in zip(xs, vals):
-            txt = fmt.format(v) if fmt else _fmt_bytes(v)
+            txt = fmt.format(v) if fmt else ("0" if v <= 0 else format_bytes(v))
             ax.text(x, max(v, 1e-4), txt, ha="center", va="bottom", fontsize=7)
         ax.margins(y=0.25)
     fig.suptitle(f"{dataset}: cost per training run ({cfg.n_estimators} trees, depth {cfg.max_depth})",
@@ -385,15 +410,6 @@ def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Pa
     fig.savefig(paths[-1])
     plt.close(fig)
     return paths
-
-
-def _fmt_bytes(n: float) -> str:
-    if n <= 0:
-        return "0"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
 
 
 def replot(out_dir) -> list[Path]:

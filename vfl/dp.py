@@ -52,26 +52,13 @@ import numpy as np
 
 from datasets.errors import InputError
 from vfl.binning import Binner, check_max_bin
+from vfl.params import check_epsilon  # (the privacy parameter check lives with the other parameters)
 from vfl.sources import LocalSource, SplitRef
 
 INF = float("inf")
 
 
 # --- parameters ----------------------------------------------------------------
-def check_epsilon(value, name: str = "epsilon") -> float:
-    """A privacy parameter: a number > 0, ``inf`` allowed (no noise); NaN, 0 and negatives refused."""
-    if isinstance(value, str) and value.strip().lower() in ("inf", "+inf", "infinity", "+infinity"):
-        return INF
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise InputError(f"parameter {name} must be a number > 0 (or inf for no noise), got {value!r}")
-    v = float(value)
-    if math.isnan(v):
-        raise InputError(f"parameter {name} must be a number > 0 (or inf for no noise), got NaN")
-    if not v > 0:
-        raise InputError(f"parameter {name} must be > 0 (or inf for no noise), got {v}")
-    return v
-
-
 def check_n_buckets(n_buckets, name: str = "n_buckets (q)") -> int:
     if isinstance(n_buckets, bool) or not isinstance(n_buckets, (int, np.integer)) or n_buckets < 2:
         raise InputError(f"{name} must be an integer >= 2, got {n_buckets!r}")

@@ -1,8 +1,8 @@
 """scikit-learn estimators over a simulated federation (part of the public API layer).
 
-Like :mod:`vfl.api` (and only like it and ``cli.py``) this module wires parties
-together: each ``fit`` builds an in-process :class:`vfl.api.Federation` (every
-message still serialized to bytes) from **one DataFrame per party**::
+It wires no party itself: each ``fit`` asks :mod:`vfl.api` for an in-process
+:class:`vfl.api.Federation` (:meth:`~vfl.api.Federation.from_dataframes`; every
+message still serialized to bytes) built from **one DataFrame per party**::
 
     from vfl import VerticalBoostingClassifier
     clf = VerticalBoostingClassifier(n_estimators=20, mode="he", key_bits=2048)
@@ -21,8 +21,9 @@ Conventions:
   (``evals_result_``) and enables ``early_stopping_rounds``; ``best_iteration_``
   is then used by ``predict``.
 * Hyperparameters are the :class:`vfl.params.TrainParams` fields with XGBoost's
-  names (also ``mode="dp"`` with ``epsilon``, and ``align="psi"``), checked in ``fit`` (so ``clone``/``get_params``/``set_params`` work as
-  in scikit-learn). ``mode`` defaults to ``"he"`` (real Paillier).
+  names (also ``mode="dp"`` with ``epsilon``, and ``align="psi"``), with TrainParams'
+  defaults, checked in ``fit`` (so ``clone``/``get_params``/``set_params`` work as in
+  scikit-learn). ``mode`` defaults to ``"he"`` (real Paillier).
 * ``feature_importances_``: one value per feature, parties in order and each
   party's features in frame order (``feature_names_in_``, ``feature_parties_``),
   normalised to sum 1; ``importance_type`` ``"gain"`` (total gain; the simulated
@@ -34,12 +35,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.exceptions import NotFittedError
 
 from datasets.errors import InputError
-from vfl.api import ActiveParty, Federation, PassiveParty
-from vfl.params import TrainParams
+from vfl.api import Federation
+from vfl.objectives import get_objective
+from vfl.params import Objective, TrainParams
 
 __all__ = ["VerticalBoostingClassifier", "VerticalBoostingRegressor"]
+_D = TrainParams.default        # the hyperparameter defaults are TrainParams' (one place)
 
 _LABEL = "__vfl_label__"
 _COMMON = ("n_estimators", "max_depth", "learning_rate", "max_bin", "reg_lambda", "min_child_weight", "gamma",
@@ -66,11 +70,14 @@ def _party_frames(X, what: str = "X") -> list[tuple[str, pd.DataFrame]]:
 class _VerticalBoosting(BaseEstimator):
     _objective_default = "binary"
 
-    def __init__(self, n_estimators=10, max_depth=4, learning_rate=0.3, max_bin=32, reg_lambda=1.0,
-                 min_child_weight=1.0, gamma=0.0, subsample=1.0, goss=False, top_rate=0.2, other_rate=0.1,
-                 early_stopping_rounds=None, eval_metric=None, mode="he", key_bits=2048, encryption="fast",
-                 precision_bits=32, seed=0, id_col="id", importance_type="gain", align="hash", epsilon=None,
-                 epsilon_per_feature=None):
+    def __init__(self, n_estimators=_D("n_estimators"), max_depth=_D("max_depth"),
+                 learning_rate=_D("learning_rate"), max_bin=_D("max_bin"), reg_lambda=_D("reg_lambda"),
+                 min_child_weight=_D("min_child_weight"), gamma=_D("gamma"), subsample=_D("subsample"),
+                 goss=_D("goss"), top_rate=_D("top_rate"), other_rate=_D("other_rate"),
+                 early_stopping_rounds=_D("early_stopping_rounds"), eval_metric=_D("eval_metric"),
+                 mode=_D("mode"), key_bits=_D("key_bits"), encryption=_D("encryption"),
+                 precision_bits=_D("precision_bits"), seed=_D("seed"), id_col="id", importance_type="gain",
+                 align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature")):
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
@@ -119,9 +126,7 @@ class _VerticalBoosting(BaseEstimator):
         if not isinstance(self.importance_type, str) or self.importance_type not in ("gain", "split"):
             raise InputError(f"parameter importance_type must be 'gain' or 'split', got {self.importance_type!r}")
         items = self._frames_with_label(X, self._encode_y(y), "X")
-        active = ActiveParty(items[0][0], items[0][1], self.id_col, _LABEL)
-        passives = [PassiveParty(name, frame, self.id_col) for name, frame in items[1:]]
-        fed = Federation(active, passives)
+        fed = Federation.from_dataframes(items, self.id_col, _LABEL)
         validation = None
         if eval_set is not None:
             if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):
@@ -152,7 +157,6 @@ class _VerticalBoosting(BaseEstimator):
 
     def _check_fitted(self):
         if not hasattr(self, "federation_"):
-            from sklearn.exceptions import NotFittedError
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet: call fit first")
 
     def _predict_frames(self, X) -> dict:
@@ -208,12 +212,11 @@ class VerticalBoostingClassifier(ClassifierMixin, _VerticalBoosting):
 
     def fit(self, X, y, eval_set=None):
         self._encode_y(y)           # sets classes_ (and checks y) before the objective is chosen
-        objective = "binary" if len(self.classes_) == 2 else "multiclass"
+        objective = Objective.BINARY.value if len(self.classes_) == 2 else Objective.MULTICLASS.value
         return self._fit(X, y, eval_set, objective)
 
     def predict_proba(self, X) -> np.ndarray:
         """``(n_samples, n_classes)`` class probabilities, columns in ``classes_`` order."""
-        from vfl.objectives import get_objective
         raw = self._raw(X)
         out = get_objective(self.model_.objective).transform(raw)
         return np.column_stack([1.0 - out, out]) if out.ndim == 1 else out
@@ -227,11 +230,15 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
     """Federated gradient-boosted trees for regression: ``objective`` ``"regression"``
     (squared error) or ``"pseudohuber"`` (with ``huber_slope``)."""
 
-    def __init__(self, n_estimators=10, max_depth=4, learning_rate=0.3, max_bin=32, reg_lambda=1.0,
-                 min_child_weight=1.0, gamma=0.0, subsample=1.0, goss=False, top_rate=0.2, other_rate=0.1,
-                 early_stopping_rounds=None, eval_metric=None, mode="he", key_bits=2048, encryption="fast",
-                 precision_bits=32, seed=0, id_col="id", importance_type="gain", align="hash", epsilon=None,
-                 epsilon_per_feature=None, objective="regression", huber_slope=1.0):
+    def __init__(self, n_estimators=_D("n_estimators"), max_depth=_D("max_depth"),
+                 learning_rate=_D("learning_rate"), max_bin=_D("max_bin"), reg_lambda=_D("reg_lambda"),
+                 min_child_weight=_D("min_child_weight"), gamma=_D("gamma"), subsample=_D("subsample"),
+                 goss=_D("goss"), top_rate=_D("top_rate"), other_rate=_D("other_rate"),
+                 early_stopping_rounds=_D("early_stopping_rounds"), eval_metric=_D("eval_metric"),
+                 mode=_D("mode"), key_bits=_D("key_bits"), encryption=_D("encryption"),
+                 precision_bits=_D("precision_bits"), seed=_D("seed"), id_col="id", importance_type="gain",
+                 align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature"),
+                 objective=Objective.REGRESSION.value, huber_slope=_D("huber_slope")):
         super().__init__(n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate,
                          max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight, gamma=gamma,
                          subsample=subsample, goss=goss, top_rate=top_rate, other_rate=other_rate,
@@ -256,7 +263,7 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
         return y
 
     def fit(self, X, y, eval_set=None):
-        if self.objective not in ("regression", "pseudohuber"):
+        if self.objective not in (Objective.REGRESSION, Objective.PSEUDOHUBER):
             raise InputError(f"parameter objective must be 'regression' or 'pseudohuber', got {self.objective!r}")
         return self._fit(X, y, eval_set, self.objective, huber_slope=self.huber_slope)
 

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from datasets.errors import PeerError, ProtocolError
+from vfl.params import DEFAULT_PREDICTION as DEFAULT_PREDICTION  # re-exported: the vocabulary
+from vfl.params import PREDICTIONS as PREDICTIONS  # lives in vfl.params (enum Prediction)
 from vfl.tree import Tree
-
-PREDICTIONS = ("one-round", "node")
-DEFAULT_PREDICTION = "one-round"
 
 
 @dataclass

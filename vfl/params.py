@@ -1,19 +1,73 @@
-"""Training hyperparameters, validated once with errors that name the parameter.
+"""Training hyperparameters, validated once with errors that name the parameter, and the
+project's vocabulary: the str-valued enums every layer validates with and the CLI takes its
+choices from.
 
-Names and defaults follow XGBoost where one exists.
+Names and defaults follow XGBoost where one exists. The fields of :class:`TrainParams` are
+THE hyperparameter defaults: the CLI options, :class:`vfl.compare.CompareConfig` and the
+estimators read theirs through :meth:`TrainParams.default`.
 """
 from __future__ import annotations
 
+import enum
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 
 import numpy as np
 
 from datasets.errors import InputError
+from vfl.objectives import OBJECTIVE_ALIASES
 
-MODES = ("he", "plain", "dp")
-OBJECTIVES = ("binary", "multiclass", "regression", "pseudohuber")
-ALIGNMENTS = ("hash", "psi")      # sample alignment: salted mmh3 hashes, or ECDH PSI over X25519
+
+class Vocabulary(str, enum.Enum):
+    """A str-valued enum: ``Mode.HE == "he"``, ``str(Mode.HE) == "he"``; the fields of
+    :class:`TrainParams` hold the plain string values, so JSON and model files are unchanged."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        return tuple(m.value for m in cls)
+
+
+class Mode(Vocabulary):
+    """Training mode: SecureBoost with Paillier, the same protocol unencrypted, or DP only."""
+    HE = "he"
+    PLAIN = "plain"
+    DP = "dp"
+
+
+class Objective(Vocabulary):
+    BINARY = "binary"
+    MULTICLASS = "multiclass"
+    REGRESSION = "regression"
+    PSEUDOHUBER = "pseudohuber"
+
+
+class Alignment(Vocabulary):
+    """Sample alignment: salted mmh3 hashes, or ECDH private set intersection over X25519."""
+    HASH = "hash"
+    PSI = "psi"
+
+
+class Prediction(Vocabulary):
+    """Prediction protocol: one message of leaf masks per passive party, or node-by-node routing."""
+    ONE_ROUND = "one-round"
+    NODE = "node"
+
+
+class Encryption(Vocabulary):
+    """Paillier randomness: short-exponent ``fast`` or phe-style ``standard``."""
+    FAST = "fast"
+    STANDARD = "standard"
+
+
+MODES = Mode.values()
+OBJECTIVES = Objective.values()
+ALIGNMENTS = Alignment.values()
+PREDICTIONS = Prediction.values()
+DEFAULT_PREDICTION = Prediction.ONE_ROUND.value
+ENCRYPTIONS = Encryption.values()
 # metrics per objective (the first is the default eval_metric); see vfl.metrics
 EVAL_METRICS = {
     "binary": ("logloss", "auc", "error"),
@@ -49,6 +103,16 @@ class TrainParams:
     other_rate: float = 0.1                # GOSS: share of the other rows sampled
     early_stopping_rounds: int | None = None
     eval_metric: str | None = None         # None: the objective's default (EVAL_METRICS)
+
+    @classmethod
+    def default(cls, name: str):
+        """The default of field ``name``: the one place hyperparameter defaults are written."""
+        for f in fields(cls):
+            if f.name == name:
+                if f.default is MISSING:
+                    raise KeyError(f"TrainParams.{name} has no default")
+                return f.default
+        raise KeyError(f"TrainParams has no field {name!r}")
 
     def __post_init__(self):
         self.validate()
@@ -91,20 +155,17 @@ class TrainParams:
             raise InputError("parameters goss and subsample < 1 cannot be combined: GOSS is the row sampling")
         if self.early_stopping_rounds is not None:
             num("early_stopping_rounds", 1, integer=True)
-        from vfl.objectives import OBJECTIVE_ALIASES
         if isinstance(self.objective, str):
             self.objective = OBJECTIVE_ALIASES.get(self.objective, self.objective)
-        if self.mode not in MODES:
-            raise InputError(f"parameter mode must be one of {MODES}, got {self.mode!r}")
-        if self.objective not in OBJECTIVES:
-            raise InputError(f"parameter objective must be one of {OBJECTIVES}, got {self.objective!r}")
-        if self.encryption not in ("fast", "standard"):
+        self.mode = _member(Mode, "mode", self.mode)
+        self.objective = _member(Objective, "objective", self.objective)
+        if self.encryption not in ENCRYPTIONS:
             raise InputError(f"parameter encryption must be 'fast' or 'standard', got {self.encryption!r}")
+        self.encryption = Encryption(self.encryption).value
         if self.eval_metric is not None and self.eval_metric not in EVAL_METRICS[self.objective]:
             raise InputError(f"parameter eval_metric {self.eval_metric!r} does not fit objective "
                              f"{self.objective!r}; choose one of {EVAL_METRICS[self.objective]}")
-        if self.align not in ALIGNMENTS:
-            raise InputError(f"parameter align must be one of {ALIGNMENTS}, got {self.align!r}")
+        self.align = _member(Alignment, "align", self.align)
         self._validate_dp()
         return self
 
@@ -114,7 +175,6 @@ class TrainParams:
         return self.eval_metric or EVAL_METRICS[self.objective][0]
 
     def _validate_dp(self):
-        from vfl.dp import check_epsilon
         given = [n for n in ("epsilon", "epsilon_per_feature") if getattr(self, n) is not None]
         if self.mode != "dp":
             if given:
@@ -139,3 +199,24 @@ class TrainParams:
         if unknown:
             raise InputError(f"unknown training parameter(s): {sorted(unknown)}")
         return cls(**d)
+
+
+def check_epsilon(value, name: str = "epsilon") -> float:
+    """A privacy parameter: a number > 0, ``inf`` allowed (no noise); NaN, 0 and negatives refused."""
+    if isinstance(value, str) and value.strip().lower() in ("inf", "+inf", "infinity", "+infinity"):
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InputError(f"parameter {name} must be a number > 0 (or inf for no noise), got {value!r}")
+    v = float(value)
+    if math.isnan(v):
+        raise InputError(f"parameter {name} must be a number > 0 (or inf for no noise), got NaN")
+    if not v > 0:
+        raise InputError(f"parameter {name} must be > 0 (or inf for no noise), got {v}")
+    return v
+
+
+def _member(vocabulary: type[Vocabulary], name: str, value) -> str:
+    """``value`` checked against ``vocabulary``; returned as the plain string (an enum member too)."""
+    if value not in vocabulary.values():
+        raise InputError(f"parameter {name} must be one of {vocabulary.values()}, got {value!r}")
+    return vocabulary(value).value
