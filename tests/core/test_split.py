@@ -84,6 +84,7 @@ def nodes(draw):
 @settings(max_examples=100, deadline=None)
 @given(node=nodes(), lam=st.sampled_from([0.0, 0.5, 1.0, 4.0]), mcw=st.sampled_from([0.0, 0.25, 1.0, 3.0]),
        source_idx=st.integers(0, 3))
+@pytest.mark.slow
 def test_find_best_split_equals_the_naive_twin(node, lam, mcw, source_idx):
     sum_g, sum_h, offsets, G, H = node
     assume(H + lam > 0)     # G^2 / (H + lambda) is undefined: no training node has H = 0 and lambda = 0

@@ -14,6 +14,7 @@ from vfl.errors import InputError
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_cli_compare_tiny_writes_csv_json_png(tmp_path):
     out = tmp_path / "cmp"
     r = CliRunner().invoke(main, ["compare", "--dataset", "breast_cancer", "--modes", "plain,dp",
@@ -132,7 +133,7 @@ def test_compare_arms_and_defaults_come_from_one_vocabulary():
 def test_compare_modes_benchmark_takes_the_commands_options(capsys):
     """benchmarks/compare_modes.py parses its argv with `vfl compare` itself."""
     from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     try:
         import compare_modes
     finally:

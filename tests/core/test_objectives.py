@@ -3,7 +3,7 @@ unbounded and multi-target gradients; he == plain for every objective."""
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import KEY_BITS
+from support import KEY_BITS
 
 from protocols import messages as m
 from protocols.serialization import loads
@@ -250,6 +250,7 @@ def test_he_and_plain_grow_identical_trees(objective):
     assert any(not n[1] and n[5] == "b" for t in out["he"][0] for n in t)   # passive splits happen
 
 
+@pytest.mark.slow
 def test_he_target_groups_match_plain():
     ids, X, rng = make_data(50, seed=4)
     y = rng.integers(0, 10, size=50)

@@ -11,7 +11,7 @@ with clear errors.
 """
 import numpy as np
 import pytest
-from conftest import KEY_BITS, small_frames
+from support import KEY_BITS, small_frames
 
 from datasets import train_test_split_parties
 from parties import passive
@@ -104,6 +104,7 @@ def test_one_round_equals_node_by_node_breast_cancer_with_missing(breast2):
     assert [type(x).__name__ for x in frames_received(fed, start, "host1")] == ["PredictStart", "LeafMaskRequest"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("align", ["hash", "psi"])
 def test_one_round_equals_node_by_node_three_parties(breast3, align):
     fed, test = trained(with_missing(breast3, seed=3), mode="he", key_bits=KEY_BITS, n_estimators=3,

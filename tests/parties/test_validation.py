@@ -2,7 +2,7 @@
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import KEY_BITS
+from support import KEY_BITS
 
 from protocols import messages as m
 from protocols.serialization import loads

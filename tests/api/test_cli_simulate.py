@@ -3,6 +3,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from cli import main
@@ -38,6 +39,7 @@ def test_simulate_plain_writes_json_predictions_and_models(tmp_path):
         np.allclose(again, p["proba"].to_numpy(), rtol=0, atol=1e-15)
 
 
+@pytest.mark.slow
 def test_simulate_he_with_guest_and_two_host_files(tmp_path):
     parts = breast_cancer_parties(3)
     paths = []

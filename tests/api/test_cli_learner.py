@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args):
@@ -119,6 +119,7 @@ def test_bad_flags_are_clear_errors(flags, message):
     assert res.exit_code != 0 and message in res.output and "Traceback" not in res.output
 
 
+@pytest.mark.slow
 def test_he_multiclass_subprocess(tmp_path):
     rng = np.random.default_rng(2)
     X = rng.normal(size=(60, 4))
@@ -153,6 +154,7 @@ def test_deprecated_guest_host_names_work_with_a_one_line_note(tmp_path):
     assert certs.exit_code == 0 and "is deprecated" not in certs.output
 
 
+@pytest.mark.slow
 def test_cli_defaults_are_train_params_defaults_and_follow_them():
     """The CLI options, the estimators and CompareConfig take their defaults from TrainParams'
     fields: changing one there (in a fresh interpreter) changes all of them."""

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from conftest import KEY_BITS
+from support import KEY_BITS
 
 from parties.active import ActiveParty
 from parties.passive import PassiveParty
@@ -115,6 +115,7 @@ def test_psi_and_hash_give_same_rows_in_same_order(kind):
         "shop": {"n_rows": 110, "n_kept": 60}}
 
 
+@pytest.mark.slow
 def test_psi_and_hash_train_identical_models(monkeypatch, breast3):
     salt = alignment.new_salt()
     monkeypatch.setattr(alignment, "new_salt", lambda: salt)

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 
-from conftest import small_frames  # noqa: E402
+from support import small_frames  # noqa: E402
 
 import parties.server as server_mod  # noqa: E402
 from parties.active import ActiveParty  # noqa: E402

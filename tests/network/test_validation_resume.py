@@ -21,7 +21,9 @@ from protocols.transport import InMemoryTransport
 from vfl.api import Federation, PassiveParty
 from vfl.params import TrainParams
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow   # real party processes / worker pools, multi-second
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def frames(n=240, seed=0, labels=("bus", "car", "van")):

@@ -488,6 +488,7 @@ def test_load_shared_shapes(name):
         assert parties[1].feature_names == [f"x{i}" for i in range(4, 10)]
 
 
+@pytest.mark.slow
 def test_load_a9a_train():
     need_shared()
     guest, host = load_a9a("train")

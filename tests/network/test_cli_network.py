@@ -11,7 +11,7 @@ from click.testing import CliRunner
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 
-from conftest import small_frames  # noqa: E402
+from support import small_frames  # noqa: E402
 
 from cli import main  # noqa: E402
 

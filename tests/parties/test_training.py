@@ -4,8 +4,8 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import KEY_BITS, small_frames
 from sklearn.metrics import roc_auc_score
+from support import KEY_BITS, small_frames
 
 from crypto.packing import PackingLayout, pack
 from datasets import join_parties, train_test_split_parties
@@ -32,6 +32,7 @@ def _structures(model):
     return [t.structure() for rnd in model.rounds for t in rnd]
 
 
+@pytest.mark.slow
 def test_he_and_plain_grow_identical_trees_on_breast_cancer(breast2):
     _, m_plain, p_plain, y = _fit(breast2, "plain", n_estimators=4, max_depth=4)
     _, m_he, p_he, _ = _fit(breast2, "he", n_estimators=4, max_depth=4)
@@ -43,6 +44,7 @@ def test_he_and_plain_grow_identical_trees_on_breast_cancer(breast2):
     assert roc_auc_score(y, p_he) > 0.97
 
 
+@pytest.mark.slow
 def test_he_and_plain_identical_on_three_parties(breast3):
     _, m_plain, p_plain, _ = _fit(breast3, "plain", n_estimators=3, max_depth=3)
     _, m_he, p_he, _ = _fit(breast3, "he", n_estimators=3, max_depth=3)

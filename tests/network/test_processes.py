@@ -34,7 +34,9 @@ from vfl.errors import PeerError  # noqa: E402
 from vfl.model import BoostedModel  # noqa: E402
 from vfl.params import TrainParams  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow   # real party processes / worker pools, multi-second
+
+ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60
 
 

@@ -169,7 +169,7 @@ def test_passive_refuses_out_of_order_requests_with_protocol_errors():
 
 
 def test_stale_round_requests_are_refused():
-    from conftest import small_frames
+    from support import small_frames
 
     from parties.passive_state import RoundGradients
     from vfl import ActiveParty, Federation, PassiveParty, TrainParams

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from conftest import small_frames
+from support import small_frames
 
 from cli import main
 from parties.active import ActiveParty

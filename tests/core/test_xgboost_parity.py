@@ -48,6 +48,7 @@ def both(parties, objective, n_estimators=20, max_depth=4, seed=0):
     return ours, ref, yte
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["wine", "vehicle"])
 def test_multiclass_accuracy_matches_xgboost(name, request):
     parties = sklearn_parties(name) if name == "wine" else \

@@ -2,9 +2,9 @@
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import KEY_BITS
 from sklearn.base import clone, is_classifier, is_regressor
 from sklearn.exceptions import NotFittedError
+from support import KEY_BITS
 
 from vfl import VerticalBoostingClassifier, VerticalBoostingRegressor
 from vfl.errors import InputError
@@ -170,7 +170,7 @@ def test_from_vfl_import_train_params_loads_no_party_stack():
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     code = ("import sys\nfrom vfl import Mode, TrainParams\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('parties', 'protocols', 'crypto')))\n"
             "import vfl\nvfl.Federation\n"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import KEY_BITS, small_frames
+from support import KEY_BITS, small_frames
 
 import parties.active as active_mod
 import parties.passive as passive_mod
@@ -18,7 +18,9 @@ from protocols.serialization import BigInts, loads
 from vfl import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.errors import InputError, ProtocolError
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow   # real party processes / worker pools, multi-second
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

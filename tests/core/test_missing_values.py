@@ -4,7 +4,7 @@ used the same way in training (bins) and prediction (raw values); real missing d
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import KEY_BITS
+from support import KEY_BITS
 
 from datasets import load_shared
 from protocols import alignment
