@@ -28,6 +28,7 @@ from typing import Sequence
 
 import gmpy2
 import numpy as np
+from phe import PaillierPublicKey
 
 from crypto import parallel
 from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
@@ -155,8 +156,6 @@ class Encryptor:
 
     @classmethod
     def from_state(cls, st: dict) -> "Encryptor":
-        from phe import PaillierPublicKey
-
         class _Priv:
             p = int(st["p"], 16) if st.get("p") else None
             q = int(st["q"], 16) if st.get("q") else None

@@ -40,10 +40,6 @@ def _check_model_id(model_id: str) -> str:
     return model_id
 
 
-def kind_of(message) -> str:
-    return type(message).__name__
-
-
 class PassiveServer:
     """Message handler of a passive party's server: training sessions, models, predictions.
 
@@ -53,9 +49,9 @@ class PassiveServer:
     """
 
     #: message types that start a new training session (``PsiRequest`` too when its purpose is "train")
-    SESSION_START = ("AlignRequest",)
+    SESSION_START = (m.AlignRequest,)
     #: message types that start a prediction session for a finished model (by ``model_id``)
-    PREDICTION_START = ("PredictStart",)
+    PREDICTION_START = (m.PredictStart,)
     #: prediction sessions kept at once (older ones are forgotten)
     MAX_PREDICTION_SESSIONS = 16
 
@@ -159,19 +155,19 @@ class PassiveServer:
                 raise
 
     def _dispatch(self, kind: str, request, who: str):
-        purpose = getattr(request, "purpose", None) if kind == "PsiRequest" else None
-        if kind in self.SESSION_START or purpose == "train":
+        purpose = request.purpose if isinstance(request, m.PsiRequest) else None
+        if isinstance(request, self.SESSION_START) or purpose == m.PsiPurpose.TRAIN:
             return self._start_session(request, who)
-        if kind == "TrainSetup":
+        if isinstance(request, m.TrainSetup):
             return self._on_setup(request, who)
-        if kind == "TrainResume":
+        if isinstance(request, m.TrainResume):
             return self._on_resume(request, who)
-        if kind in self.PREDICTION_START or purpose == "predict":
+        if isinstance(request, self.PREDICTION_START) or purpose == m.PsiPurpose.PREDICT:
             return self._on_predict_start(request, who)
         sid = getattr(request, "session_id", None)
         if isinstance(sid, str) and sid in self._sessions:     # any prediction-session message
             return self._sessions[sid].handle(request)
-        if kind in ("RouteRequest", "LeafMaskRequest"):
+        if isinstance(request, (m.RouteRequest, m.LeafMaskRequest)):
             if self.training is not None and sid is not None and sid == self.training.eval_session:
                 return self.training.handle(request)      # the validation rows of the training under way
             raise ProtocolError(f"unknown or expired prediction session {request.session_id!r}")
@@ -179,18 +175,18 @@ class PassiveServer:
             raise ProtocolError(f"party {self.name!r} does not accept {kind}")
         p = self._need_training(kind)
         reply = p.handle(request)
-        if kind == "Gradients":
+        if isinstance(request, m.Gradients):
             log.info("%s: round %d: %d %s gradient values from %s", self.name, request.round_idx,
                      len(request.values), "encrypted" if request.encrypted else "PLAINTEXT", who)
-        elif kind in ("SplitRequest", "DPSplitRegister"):
-            if kind == "SplitRequest":      # kept for --resume (dp mode cannot resume: TrainEnd writes it)
+        elif isinstance(request, (m.SplitRequest, m.DPSplitRegister)):
+            if isinstance(request, m.SplitRequest):    # kept for --resume (dp mode cannot resume: TrainEnd writes it)
                 self._persist()
-            log.debug("%s: %d split(s) for %s; %d records", self.name, len(request.node_ids if kind ==
-                      "SplitRequest" else request.feature_idx), who, len(p.records))
-        elif kind == "DPReleaseRequest":
+            log.debug("%s: %d split(s) for %s; %d records", self.name, len(request.node_ids if isinstance(
+                      request, m.SplitRequest) else request.feature_idx), who, len(p.records))
+        elif isinstance(request, m.DPReleaseRequest):
             log.info("%s: model %s: noisy (DP) bucket release to %s, epsilon %s per feature", self.name,
                      request.model_id, who, request.epsilon_per_feature)
-        elif kind == "TrainEnd":
+        elif isinstance(request, m.TrainEnd):
             self._persist()
             mid = p.model_id
             if p.completed:
@@ -207,9 +203,6 @@ class PassiveServer:
 
     # -- training -----------------------------------------------------------
     def _start_session(self, request, who):
-        if getattr(request, "purpose", "train") != "train":
-            raise ProtocolError(f"party {self.name!r} serves {type(request).__name__} only for training "
-                                f"(got purpose {request.purpose!r})")
         if self.training is not None:
             log.warning("%s: %s starts a new training session; the unfinished session of model %s (from %s) "
                         "is abandoned", self.name, who, self.training.model_id, self.training_peer)
@@ -219,8 +212,7 @@ class PassiveServer:
         self.training_peer, self._digest = who, None
         reply = self.training.handle(request)
         log.info("%s: training session %s opened by %s (%s alignment, %d rows)", self.name,
-                 getattr(request, "session_id", "?"), who, "PSI" if type(request).__name__ == "PsiRequest"
-                 else "hash", self.n_rows)
+                 request.session_id, who, "PSI" if isinstance(request, m.PsiRequest) else "hash", self.n_rows)
         return reply
 
     def _on_setup(self, req: m.TrainSetup, who):
@@ -289,5 +281,5 @@ class PassiveServer:
             old_party.drop_session(old)
         n = len(req.hashes) if hasattr(req, "hashes") else len(getattr(req, "blinded", ()))
         log.info("%s: prediction session %s for model %s from %s: %d rows (%s)", self.name, req.session_id, mid,
-                 who, n, "PSI" if kind_of(req) == "PsiRequest" else "hashed ids")
+                 who, n, "PSI" if isinstance(req, m.PsiRequest) else "hashed ids")
         return reply

@@ -43,6 +43,7 @@ from protocols import messages as msg
 from protocols.certs import NET_EXTRA_HINT, MissingDependency, check_party_name, load_party_tls
 from protocols.serialization import dumps
 from protocols.transport import Transport
+from protocols.units import format_bytes
 
 log = logging.getLogger("vfl.net")
 
@@ -157,10 +158,6 @@ def _chunks(frame: bytes):
         yield bytes(view[i:i + CHUNK_BYTES])
 
 
-def _fmt(n: int) -> str:
-    return f"{n / 2 ** 20:.1f} MiB" if n >= 2 ** 20 else f"{n} bytes"
-
-
 def _grpc_options(max_frame_bytes: int):
     return [("grpc.max_send_message_length", GRPC_MESSAGE_LIMIT),
             ("grpc.max_receive_message_length", GRPC_MESSAGE_LIMIT)]
@@ -218,7 +215,7 @@ class PartyServer:
         server.start()
         self._server, self.port = server, port
         log.info("%s: serving as %s party on %s:%d (%s, frame cap %s)", self.name, self.role,
-                 self.listen.rsplit(":", 1)[0], port, self.security.describe(), _fmt(self.max_frame_bytes))
+                 self.listen.rsplit(":", 1)[0], port, self.security.describe(), format_bytes(self.max_frame_bytes))
         return port
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -285,14 +282,14 @@ class PartyServer:
             declared = int(declared)
             if declared > cap:
                 self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, who,
-                             f"a frame of {_fmt(declared)} exceeds this party's cap of {_fmt(cap)}")
+                             f"a frame of {format_bytes(declared)} exceeds this party's cap of {format_bytes(cap)}")
         t0 = time.perf_counter()
         buf = bytearray()
         for chunk in request_iterator:
             buf += chunk
             if len(buf) > cap:
                 self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, who,
-                             f"a frame of more than {_fmt(cap)} exceeds this party's cap")
+                             f"a frame of more than {format_bytes(cap)} exceeds this party's cap")
         if declared is not None and len(buf) != declared:
             self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, who,
                          f"frame of {len(buf)} bytes, {declared} announced (truncated?)")
@@ -451,8 +448,8 @@ class GrpcTransport(Transport):
         if failed:
             raise PeerError(f"{failed} (failed earlier; not retried)")
         if len(frame) > self.max_frame_bytes:
-            raise InputError(f"a message to party {peer!r} has {_fmt(len(frame))}, more than the frame cap "
-                             f"of {_fmt(self.max_frame_bytes)} (raise --max-message-mb)")
+            raise InputError(f"a message to party {peer!r} has {format_bytes(len(frame))}, more than the frame cap "
+                             f"of {format_bytes(self.max_frame_bytes)} (raise --max-message-mb)")
         md = self._metadata([("x-vfl-frame-bytes", str(len(frame)))])
         try:
             call = self._exchange_stubs[peer](_chunks(frame), timeout=self.timeout, metadata=md)
@@ -461,7 +458,7 @@ class GrpcTransport(Transport):
                 out += chunk
                 if len(out) > self.max_frame_bytes:
                     call.cancel()
-                    raise PeerError(f"party {peer!r} sent a reply of more than {_fmt(self.max_frame_bytes)} "
+                    raise PeerError(f"party {peer!r} sent a reply of more than {format_bytes(self.max_frame_bytes)} "
                                     "(the frame cap): refused")
             return bytes(out)
         except grpc.RpcError as exc:

@@ -37,7 +37,6 @@ FUNCTION_IMPORT_ALLOWED = [
     ("datasets.loaders", "sklearn.datasets", "bundled example data: loading it costs seconds, only on use"),
     ("vfl.compare", "matplotlib", "optional extra [plot]: plotting only when a figure is asked for"),
     ("vfl.compare", "xgboost", "optional test/benchmark dependency: the centralised XGBoost baseline"),
-    ("crypto.paillier", "phe", "compatibility helper: a worker rebuilds the phe public key of a key state"),
     ("vfl", "vfl.", "lazy package attributes (PEP 562, importlib.import_module of vfl.api/vfl.estimators): "
                     "`from vfl import TrainParams` must not load the party stack"),
     ("vfl.compare", "sklearn.metrics", "the XGBoost baseline's AUC, only when the xgboost arm runs (with "
