@@ -15,3 +15,12 @@ def small_frames(n=120, seed=0):
     b = pd.DataFrame({"id": ids, "b0": X[:, 2], "b1": X[:, 3]})
     c = pd.DataFrame({"id": ids, "c0": X[:, 4], "c1": X[:, 5]})
     return a, b, c
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` is still running (not gone, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] not in ("Z", "X")
+    except FileNotFoundError:
+        return False

@@ -8,6 +8,7 @@ import signal
 import gmpy2
 import numpy as np
 import pytest
+from support import alive
 
 from crypto import parallel
 from crypto.compress import choose_shifts, compress, compressed_histogram, direct_block, shifted_plaintexts
@@ -167,15 +168,7 @@ def test_worker_errors_are_reported_and_a_dead_worker_does_not_hang():
     finally:
         p.close()
     for pid in pids:                                     # nothing left running
-        assert not _alive(pid)
-
-
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
+        assert not alive(pid)
 
 
 def test_executor_close_is_idempotent_and_stops_workers():
@@ -186,7 +179,7 @@ def test_executor_close_is_idempotent_and_stops_workers():
     assert sorted(pids) == sorted(p.pids) and len(set(pids)) == 2
     p.close()
     p.close()
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
 
 
 def test_resolve_workers(monkeypatch):

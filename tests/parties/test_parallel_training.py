@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import KEY_BITS, small_frames
+from support import KEY_BITS, alive, small_frames
 
 import parties.active as active_mod
 import parties.passive as passive_mod
@@ -39,14 +39,6 @@ def started_pids(monkeypatch):
     return pids
 
 
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-
-
 def _federation(n=160, record=False, n_jobs=2, seed=0):
     a, b, c = small_frames(n, seed=seed)
     return Federation(ActiveParty("bank", a, n_jobs=n_jobs),
@@ -73,7 +65,7 @@ def test_he_equals_plain_with_every_fast_path_on_two_passive_pools(always_parall
     assert {"telco", "shop"} & owners
     # the active party and both passive parties ran their own worker processes, all stopped now
     assert len(started_pids) == 6
-    assert not any(_alive(p) for p in started_pids)
+    assert not any(alive(p) for p in started_pids)
     assert fed.active.channel.executor is None
     assert all(p._state.executor is None for p in fed.passives.values())
 
@@ -125,7 +117,7 @@ def test_no_worker_survives_a_failed_training(always_parallel, started_pids):
 
     with pytest.raises(RuntimeError, match="stop here"):
         fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=3, max_depth=2), on_round=boom)
-    assert started_pids and not any(_alive(p) for p in started_pids)
+    assert started_pids and not any(alive(p) for p in started_pids)
 
 
 def test_per_tree_breakdown_from_the_python_api(always_parallel):
@@ -229,7 +221,7 @@ def test_a_refused_key_size_leaves_no_worker(started_pids):
     fed = _federation()
     with pytest.raises(InputError, match="key size"):
         fed.fit(TrainParams(mode="he", key_bits=512, n_estimators=1, max_depth=1))
-    assert len(started_pids) == 2 and not any(_alive(p) for p in started_pids)
+    assert len(started_pids) == 2 and not any(alive(p) for p in started_pids)
 
 
 @pytest.mark.parametrize("preshift", [False, True])
