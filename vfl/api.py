@@ -67,12 +67,15 @@ class Federation:
     def model(self) -> BoostedModel | None:
         return self.active.model
 
-    def fit(self, params: TrainParams | None = None, on_round=None, validation=None, **kwargs) -> BoostedModel:
+    def fit(self, params: TrainParams | None = None, on_round=None, validation=None, observers=None,
+            **kwargs) -> BoostedModel:
         """Train; ``kwargs`` are :class:`TrainParams` fields (used when ``params`` is None).
 
         ``validation``: ``{party: DataFrame}`` of validation rows for every party (the active
         party's with the label), aligned by id like the training set; gives per-round
-        metrics (``model.history``) and enables ``early_stopping_rounds``."""
+        metrics (``model.history``) and enables ``early_stopping_rounds``.
+        ``observers``: :class:`vfl.rounds.RoundObserver` objects that receive every round's
+        typed record (``on_round(round_idx, info)`` is the same as a plain function)."""
         if params is None:
             params = TrainParams(**kwargs)
         elif kwargs:
@@ -89,7 +92,8 @@ class Federation:
             for name, p in self.passives.items():
                 p.load_validation_data(validation[name])
             val_active = validation[self.active.name]
-        return self.active.fit(self.transport, list(self.passives), params, on_round, validation=val_active)
+        return self.active.fit(self.transport, list(self.passives), params, on_round, validation=val_active,
+                               observers=observers)
 
     def _load_frames(self, frames: dict[str, pd.DataFrame] | None):
         if frames is None:            # predict the training rows again
