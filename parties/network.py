@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from datasets.errors import InputError, PeerError, VFLError
+from datasets.errors import InputError, PeerError
 from datasets.loaders import read_party_csv
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
@@ -103,83 +103,38 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     if name in peers:
         raise InputError(f"the active party and a passive party are both named {name!r}")
     params = _with_align(params, align)
-    resumable = params.mode != "dp"
-    model_dir = Path(model_dir)
-    if model_dir.exists() and not model_dir.is_dir():
-        raise InputError(f"--model-dir {model_dir} is not a directory")
-    ck_path, final_path = model_dir / CHECKPOINT_FILE, model_dir / f"{name}.json"
-    existing = _find_active_model(model_dir) if model_dir.is_dir() else None
-    ck = None
-    if resume and not resumable:
-        raise InputError("--resume is not available in dp mode: each passive party's noisy release happens "
-                         "once per training, and a resumed run would release again (spending more privacy "
-                         "budget); start the training again")
-    if resume:
-        if not ck_path.exists():
-            if existing is not None:
-                raise InputError(f"the training in {model_dir} already completed ({existing.name}); "
-                                 "nothing to resume")
-            raise InputError(f"no checkpoint to resume in {model_dir} ({CHECKPOINT_FILE} is missing)")
-        ck = Checkpoint.load(ck_path)
-        log.info("%s: resuming model %s after %d round(s) from %s", name, ck.model_id, ck.n_rounds, ck_path)
-    else:
-        if ck_path.exists():
-            raise InputError(f"{model_dir} holds an unfinished training ({CHECKPOINT_FILE}): continue it with "
-                             f"--resume, or delete {ck_path} to start over")
-        if existing is not None and not force:
-            raise InputError(f"{model_dir} already holds a finished model ({existing.name}); use another "
-                             "--model-dir or --force to replace it")
-        model_dir.mkdir(parents=True, exist_ok=True)
+    files = _ModelFiles(Path(model_dir), name, resumable=params.mode != "dp")
+    ck = files.prepare(resume, force)
     pf = _read_csv(data, name, id_col, label_col, allow_text_label=True)
     active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data))
     vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True) \
         if validation_data is not None else None
     transport = GrpcTransport(name, peers, security, timeout=timeout, max_frame_bytes=max_frame_bytes)
     done_before = ck.n_rounds if ck is not None else 0
-    state = {"rounds": done_before}
-
-    def on_round_(r, info):
-        state["rounds"] = r + 1
-        return on_round(r, info) if on_round is not None else None
-
+    counter = _RoundCounter(done_before, on_round)
     try:
         transport.connect(timeout=connect_timeout if connect_timeout is not None else timeout)
         t0 = time.perf_counter()
         try:
-            model = active.fit(transport, list(peers), params, on_round_,
-                               checkpoint=(lambda c: c.save(ck_path)) if resumable else None, resume=ck,
-                               validation=vf.frame if vf is not None else None)
-        except VFLError as exc:
-            n = state["rounds"]
-            saved = ck_path.exists()
-            if not resumable:
-                hint = "dp mode cannot be resumed: start again"
-            elif saved and n > 0:
-                hint = (f"the checkpoint {ck_path} keeps the first {n} round(s) (completed: false): restart the "
-                        "failed party and run the same command with --resume")
-            else:
-                hint = "no round was finished, so there is nothing to resume: start again"
-            if isinstance(exc, PeerError):
-                raise PeerError(f"training stopped after {n} of {params.n_estimators} round(s): {exc}; "
-                                f"{hint}") from None
-            raise
+            model = active.fit(transport, list(peers), params, counter,
+                               checkpoint=(lambda c: c.save(files.checkpoint)) if files.resumable else None,
+                               resume=ck, validation=vf.frame if vf is not None else None)
+        except PeerError as exc:
+            raise PeerError(f"training stopped after {counter.rounds} of {params.n_estimators} round(s): {exc}; "
+                            f"{files.resume_hint(counter.rounds)}") from None
         train_seconds = time.perf_counter() - t0
     finally:
         transport.close()
     model.history.setdefault("network", {}).update(
         {"resumed_after_rounds": done_before} if ck is not None else {})
-    if force and existing is not None and existing != final_path:
-        existing.unlink()
-    write_json_atomic(final_path, model.to_dict())
-    if ck_path.exists():
-        ck_path.unlink()
-    log.info("%s: model %s finished: %d round(s); saved to %s", name, model.model_id, model.n_rounds, final_path)
+    files.finish(model, force)
+    log.info("%s: model %s finished: %d round(s); saved to %s", name, model.model_id, model.n_rounds, files.final)
     return {
         "mode": params.mode, "objective": params.objective, "active_party": name,
         "passive_parties": list(peers), "peers": dict(peers),
         "n_train": int(active.alignment_report.get(name, {}).get("n_kept", 0)),
         "train_seconds": train_seconds, "resumed_after_rounds": done_before if ck is not None else None,
-        "n_trees": sum(len(r) for r in model.rounds), "model_id": model.model_id, "model_path": str(final_path),
+        "n_trees": sum(len(r) for r in model.rounds), "model_id": model.model_id, "model_path": str(files.final),
         "alignment": active.alignment_report, "bytes_sent": transport.bytes_report(),
         "total_bytes": transport.total_bytes(),
         "messages_sent": {f"{a}->{b}": n for (a, b), n in sorted(transport.messages_sent.items())},
@@ -190,6 +145,72 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         "eval_metric": model.params.get("eval_metric"), "history": model.history,
         "n_validation": int(len(vf.frame)) if vf is not None else 0,
     }
+
+
+class _RoundCounter:
+    """``on_round`` of a network training: counts finished rounds (for the error message of an
+    interrupted training), then calls the caller's ``on_round``."""
+
+    def __init__(self, done_before: int, on_round=None):
+        self.rounds, self.on_round = done_before, on_round
+
+    def __call__(self, r, info):
+        self.rounds = r + 1
+        return self.on_round(r, info) if self.on_round is not None else None
+
+
+class _ModelFiles:
+    """The active party's files in ``--model-dir``: the checkpoint while training, the model after."""
+
+    def __init__(self, model_dir: Path, name: str, resumable: bool):
+        self.dir, self.name, self.resumable = model_dir, name, resumable
+        self.checkpoint, self.final = model_dir / CHECKPOINT_FILE, model_dir / f"{name}.json"
+        self.existing: Path | None = None
+
+    def prepare(self, resume: bool, force: bool) -> Checkpoint | None:
+        """Check the directory for a new or resumed training; the checkpoint to resume, if any."""
+        if self.dir.exists() and not self.dir.is_dir():
+            raise InputError(f"--model-dir {self.dir} is not a directory")
+        self.existing = _find_active_model(self.dir) if self.dir.is_dir() else None
+        if resume and not self.resumable:
+            raise InputError("--resume is not available in dp mode: each passive party's noisy release happens "
+                             "once per training, and a resumed run would release again (spending more privacy "
+                             "budget); start the training again")
+        if resume:
+            if not self.checkpoint.exists():
+                if self.existing is not None:
+                    raise InputError(f"the training in {self.dir} already completed ({self.existing.name}); "
+                                     "nothing to resume")
+                raise InputError(f"no checkpoint to resume in {self.dir} ({CHECKPOINT_FILE} is missing)")
+            ck = Checkpoint.load(self.checkpoint)
+            log.info("%s: resuming model %s after %d round(s) from %s", self.name, ck.model_id, ck.n_rounds,
+                     self.checkpoint)
+            return ck
+        if self.checkpoint.exists():
+            raise InputError(f"{self.dir} holds an unfinished training ({CHECKPOINT_FILE}): continue it with "
+                             f"--resume, or delete {self.checkpoint} to start over")
+        if self.existing is not None and not force:
+            raise InputError(f"{self.dir} already holds a finished model ({self.existing.name}); use another "
+                             "--model-dir or --force to replace it")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        return None
+
+    def resume_hint(self, n_rounds: int) -> str:
+        """What to do after a training stopped by a peer's failure."""
+        if not self.resumable:
+            return "dp mode cannot be resumed: start again"
+        if self.checkpoint.exists() and n_rounds > 0:
+            return (f"the checkpoint {self.checkpoint} keeps the first {n_rounds} round(s) (completed: false): "
+                    "restart the failed party and run the same command with --resume")
+        return "no round was finished, so there is nothing to resume: start again"
+
+    def finish(self, model: BoostedModel, force: bool) -> None:
+        """Write the final model (replacing another with --force) and drop the checkpoint."""
+        if force and self.existing is not None and self.existing != self.final:
+            self.existing.unlink()
+        write_json_atomic(self.final, model.to_dict())
+        if self.checkpoint.exists():
+            self.checkpoint.unlink()
 
 
 # --------------------------------------------------------------------------- active: prediction
