@@ -32,7 +32,7 @@ from vfl.boosting import Booster
 from vfl.leafmask import DEFAULT_PREDICTION, PREDICTIONS
 from vfl.model import BoostedModel
 from vfl.objectives import get_objective
-from vfl.params import ALIGNMENTS, TrainParams
+from vfl.params import ALIGNMENTS, Alignment, Mode, Prediction, TrainParams
 from vfl.rounds import CallbackObserver, RoundObserver, RoundRecord
 from vfl.sources import HistogramSource, LocalSource
 
@@ -172,7 +172,7 @@ class ActiveParty:
     def _align(self, transport: Transport, peers: list[str], params: TrainParams, salt: bytes) -> np.ndarray:
         """Own rows of the ids every party holds, in the canonical (salted hash) order."""
         session_id = secrets.token_hex(8)
-        if params.align == "psi":
+        if params.align == Alignment.PSI:
             return self.align_psi(transport, peers, salt, session_id)
         return self.align(transport, peers, salt, session_id)
 
@@ -183,7 +183,7 @@ class ActiveParty:
         caps = [c for c in caps if isinstance(c, int) and c > 0]
         self.channel.plan(sum(int(np.sum(infos[p].n_bins)) for p in peers), params.max_depth, self.preshift,
                           min(caps) if caps else None)
-        if params.mode == "he":
+        if params.mode == Mode.HE:
             transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
 
     def _sources(self, transport: Transport, peers: list[str], infos: dict, params: TrainParams,
@@ -194,7 +194,7 @@ class ActiveParty:
         if self.feature_names:
             sources.append(LocalSource(self.name, X, self.feature_names, params.max_bin))
         self.dp_report = {}
-        if params.mode == "dp":
+        if params.mode == Mode.DP:
             dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(X))
             return sources + dp
         for p in peers:
@@ -248,7 +248,7 @@ class ActiveParty:
             raise InputError(f"prediction must be one of {PREDICTIONS}, got {prediction!r}")
         if align not in ALIGNMENTS:
             raise InputError(f"align must be one of {ALIGNMENTS}, got {align!r}")
-        if align == "psi":
+        if align == Alignment.PSI:
             session_id = secrets.token_hex(8)
             align_predict(transport, list(model.passive_parties), self.name, ids, session_id, model.model_id)
         else:
@@ -259,7 +259,7 @@ class ActiveParty:
             transport.call_many({p: m.PredictStart(model.model_id, session_id, hashes)
                                  for p in model.passive_parties})
 
-        if prediction == "one-round":
+        if prediction == Prediction.ONE_ROUND:
             return ids, model.predict_raw_one_round(X, leaf_mask_fetcher(transport, session_id))
 
         def route(owner, record_ids, rows):

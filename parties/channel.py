@@ -25,6 +25,7 @@ from crypto.paillier import Decryptor, Encryptor
 from crypto.parallel import resolve_workers
 from protocols import messages as m
 from protocols.serialization import BigInts
+from vfl.params import Mode
 from vfl.rounds import RoundGradients, RoundObserver, RoundTiming
 
 
@@ -50,7 +51,7 @@ class GradientChannel(RoundObserver):
         self.public_key = self.private_key = None
         self.encryptor = self.decryptor = None
         self.executor: Executor | None = None
-        if mode == "he":
+        if mode == Mode.HE:
             if resolve_workers(n_jobs) > 1:
                 self.executor = LocalExecutor(n_jobs, name="active")
                 if n_samples is not None and n_samples >= 64:   # start up while the key is generated
@@ -94,7 +95,7 @@ class GradientChannel(RoundObserver):
 
         ``n_samples`` rows are encrypted and summed; the message carries ``frame_rows``
         values per copy and group (all rows: unsampled ones as full-width placeholders)."""
-        if self.mode != "he" or per <= 1 or self.preshift is False:
+        if self.mode != Mode.HE or per <= 1 or self.preshift is False:
             return 1
         frame_rows = n_samples if frame_rows is None else frame_rows
         if self.frame_cap is not None and \
@@ -138,23 +139,23 @@ class GradientChannel(RoundObserver):
             packed = pack(gj[rows], hj[rows], glayout)
             if shifts > 1:
                 packed = shifted_plaintexts(packed, glayout.value_bits, shifts)
-            enc = self.encryptor.encrypt(packed, executor=self.executor) if self.mode == "he" else packed
+            enc = self.encryptor.encrypt(packed, executor=self.executor) if self.mode == Mode.HE else packed
             if used is None:
                 values.extend(enc)
             else:   # rows no tree of the round uses: trivial placeholders (never summed)
                 for sh in range(shifts):
-                    block = [gmpy2.mpz(1) if self.mode == "he" else 0] * n
+                    block = [gmpy2.mpz(1) if self.mode == Mode.HE else 0] * n
                     for i, v in zip(rows.tolist(), enc[sh * len(rows):(sh + 1) * len(rows)]):
                         block[i] = v
                     values.extend(block)
         rg.timing.add("encrypt", time.perf_counter() - t0)
-        message = m.Gradients(rg.round_idx, self.mode == "he", glayout.to_dict(), per, BigInts(values), shifts)
+        message = m.Gradients(rg.round_idx, self.mode == Mode.HE, glayout.to_dict(), per, BigInts(values), shifts)
         return RoundCrypto(rg.round_idx, message, glayout, per, G, shifts, rg.timing)
 
     def decode(self, values, total: int):
         """Decrypt (``he``) and unpack ``total`` bin sums of the current round."""
         t0 = time.perf_counter()
-        if self.mode == "he":
+        if self.mode == Mode.HE:
             plain = self.decryptor.decrypt_signed(values, executor=self.executor)
         else:
             plain = [int(v) for v in values]

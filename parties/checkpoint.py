@@ -37,6 +37,7 @@ import numpy as np
 from datasets.errors import InputError
 from protocols import alignment
 from vfl.files import write_json_atomic
+from vfl.params import Mode
 from vfl.rounds import RoundObserver, RoundRecord
 from vfl.tree import Tree
 
@@ -136,7 +137,7 @@ class Checkpoint:
     # -- resuming -----------------------------------------------------------
     def check_resume(self, active_party: str, passive_parties, params: dict, digest: str, n_rows: int) -> None:
         """Refuse a resume that would not continue the same training."""
-        if params.get("mode") == "dp" or self.params.get("mode") == "dp":
+        if Mode.DP in (params.get("mode"), self.params.get("mode")):
             raise InputError("a dp-mode training cannot be resumed: each passive party's noisy release happens "
                              "once per training, and a resumed run would release again")
         if active_party != self.active_party:

@@ -28,6 +28,7 @@ from datasets.errors import InputError, PeerError, ProtocolError
 from parties.passive_state import PassiveState
 from protocols import messages as m
 from vfl.dp import BucketSource, check_epsilon, epsilon_budget, json_epsilon, release_buckets, stay_probability
+from vfl.params import Mode
 
 #: what a passive party training in mode dp refuses to answer
 DP_REFUSED = frozenset({m.Gradients, m.HistogramRequest, m.SplitRequest, m.PublicKey})
@@ -53,13 +54,13 @@ def release_info(s: PassiveState) -> dict | None:
 
 def guard(s: PassiveState, request) -> None:
     """Refuse what would reveal the true buckets of a party training in mode dp."""
-    if s.train.mode == "dp" and type(request) in DP_REFUSED:
+    if s.train.mode == Mode.DP and type(request) in DP_REFUSED:
         raise ProtocolError(f"party {s.name!r} trains in mode 'dp' and answers no {type(request).__name__}: "
                             f"only its one noisy release leaves it")
 
 
 def _need_dp(s: PassiveState, req):
-    if s.train.mode != "dp":
+    if s.train.mode != Mode.DP:
         raise ProtocolError(f"party {s.name!r} is not training in mode 'dp'")
     if req.model_id != s.model_id:
         raise ProtocolError(f"party {s.name!r}: request for unknown model {req.model_id!r}")

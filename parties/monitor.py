@@ -38,7 +38,7 @@ from protocols import alignment
 from protocols import messages as m
 from vfl.metrics import evaluate, is_better
 from vfl.model import BoostedModel
-from vfl.params import EVAL_METRICS
+from vfl.params import EVAL_METRICS, Alignment
 from vfl.rounds import RoundObserver, RoundRecord
 
 
@@ -63,7 +63,7 @@ class TrainingMonitor(RoundObserver):
         if self.metric == "auc" and len(np.unique(y)) < 2:
             raise InputError("the validation set holds a single class: AUC (eval_metric) is undefined")
         session_id = secrets.token_hex(8)
-        if self.params.align == "psi":
+        if self.params.align == Alignment.PSI:
             match = psi_match(transport, peers, active_name, val_ids, alignment.new_salt(), session_id,
                               "validate", model_id)
             for p, held in match.held.items():

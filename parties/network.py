@@ -27,7 +27,7 @@ from protocols.grpc_transport import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, G
 from vfl.files import write_json_atomic, write_text_atomic
 from vfl.leafmask import PREDICTIONS
 from vfl.model import BoostedModel
-from vfl.params import ALIGNMENTS, TrainParams
+from vfl.params import ALIGNMENTS, Mode, TrainParams
 
 log = logging.getLogger("vfl.active")
 
@@ -103,7 +103,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     if name in peers:
         raise InputError(f"the active party and a passive party are both named {name!r}")
     params = _with_align(params, align)
-    files = _ModelFiles(Path(model_dir), name, resumable=params.mode != "dp")
+    files = _ModelFiles(Path(model_dir), name, resumable=params.mode != Mode.DP)
     ck = files.prepare(resume, force)
     pf = _read_csv(data, name, id_col, label_col, allow_text_label=True)
     active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data))

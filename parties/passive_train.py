@@ -22,15 +22,14 @@ from parties.passive_state import PassiveState, RoundGradients
 from protocols import messages as m
 from protocols.serialization import BigInts
 from vfl.binning import Binner
+from vfl.params import Mode
 from vfl.sampling import node_members
 from vfl.split import goes_left
-
-MODES = ("he", "plain", "dp")
 
 
 def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     rows = s.aligned_rows()
-    if req.mode not in MODES:
+    if req.mode not in Mode.values():
         raise ProtocolError(f"unknown mode {req.mode!r}")
     t = s.train
     t.mode = req.mode
@@ -54,7 +53,7 @@ def gradients(s: PassiveState, req: m.Gradients) -> m.Ack:
     n = len(t.rows)
     if req.shifts < 1 or len(req.values) == 0 or len(req.values) % (req.shifts * n):
         raise ProtocolError(f"got {len(req.values)} gradient values for {n} samples (shifts={req.shifts})")
-    if req.encrypted != (t.mode == "he"):
+    if req.encrypted != (t.mode == Mode.HE):
         raise ProtocolError(f"mode {t.mode!r} does not match encrypted={req.encrypted}")
     if req.encrypted:
         n2 = s.need("the public key", t.nsquare)
@@ -90,7 +89,7 @@ def histogram_request(s: PassiveState, req: m.HistogramRequest) -> m.HistogramRe
         raise ProtocolError(f"assignment of shape {a.shape} does not cover {len(t.rows)} samples")
     t.assignment = a
     node_rows = [np.flatnonzero(a[ti] == nid) for ti, nid in zip(req.tree_idx, req.node_ids)]
-    modulus = t.nsquare if t.mode == "he" else None
+    modulus = t.nsquare if t.mode == Mode.HE else None
     offsets = t.binner.bin_offsets
     executor = s.get_executor() if modulus is not None else None
     t0 = time.perf_counter()

@@ -13,6 +13,7 @@ from datasets.errors import InputError
 from vfl.files import write_json_atomic
 from vfl.leafmask import check_masks, leaf_masks, resolve_leaves, skeleton_of
 from vfl.objectives import get_objective
+from vfl.params import Objective
 from vfl.split import goes_left
 from vfl.tree import Tree
 
@@ -184,9 +185,9 @@ class BoostedModel:
         """Raw scores to predictions: class labels (binary 0/1; multiclass the original labels)
         or regression values."""
         out = get_objective(self.objective).transform(raw)
-        if self.objective == "binary":
+        if self.objective == Objective.BINARY:
             return (out > 0.5).astype(np.int64)
-        if self.objective == "multiclass":
+        if self.objective == Objective.MULTICLASS:
             idx = np.argmax(out, axis=1)
             classes = self.classes if self.classes is not None else list(range(self.n_targets))
             return np.asarray(classes, dtype=object if any(isinstance(c, str) for c in classes) else None)[idx]
@@ -195,9 +196,9 @@ class BoostedModel:
     def prediction_table(self, ids, output, id_col: str = "id"):
         """Predictions as a DataFrame: ``proba`` (binary), ``prediction`` and ``proba_<class>``
         (multiclass, original labels), or ``prediction`` (regression)."""
-        if self.objective == "binary":
+        if self.objective == Objective.BINARY:
             return pd.DataFrame({id_col: ids, "proba": output})
-        if self.objective == "multiclass":
+        if self.objective == Objective.MULTICLASS:
             classes = self.classes if self.classes is not None else list(range(self.n_targets))
             out = pd.DataFrame({id_col: ids, "prediction": [classes[i] for i in np.argmax(output, axis=1)]})
             for i, c in enumerate(classes):
