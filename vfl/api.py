@@ -55,14 +55,6 @@ class Federation:
         self.transport = InMemoryTransport(active.name, {p.name: frame_handler(p.handle) for p in passives},
                                            record=record)
 
-    @classmethod
-    def from_dataframes(cls, frames, id_col: str, label_col: str, record: bool = False) -> "Federation":
-        """A federation over ``[(party name, DataFrame), ...]``: the first party is the active
-        one and holds ``label_col``; every frame has ``id_col``."""
-        (active_name, active_frame), rest = frames[0], frames[1:]
-        return cls(ActiveParty(active_name, active_frame, id_col, label_col),
-                   [PassiveParty(name, frame, id_col) for name, frame in rest], record=record)
-
     @property
     def model(self) -> BoostedModel | None:
         return self.active.model

@@ -1,7 +1,7 @@
 """scikit-learn estimators over a simulated federation (part of the public API layer).
 
 It wires no party itself: each ``fit`` asks :mod:`vfl.api` for an in-process
-:class:`vfl.api.Federation` (:meth:`~vfl.api.Federation.from_dataframes`; every
+:class:`vfl.api.Federation` (:func:`~vfl.api.federation_from_frames`; every
 message still serialized to bytes) built from **one DataFrame per party**::
 
     from vfl import VerticalBoostingClassifier
@@ -38,7 +38,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import NotFittedError
 
 from datasets.errors import InputError
-from vfl.api import Federation
+from datasets.frames import PartyFrame
+from vfl.api import federation_from_frames
 from vfl.objectives import get_objective
 from vfl.params import Objective, TrainParams
 
@@ -126,7 +127,8 @@ class _VerticalBoosting(BaseEstimator):
         if not isinstance(self.importance_type, str) or self.importance_type not in ("gain", "split"):
             raise InputError(f"parameter importance_type must be 'gain' or 'split', got {self.importance_type!r}")
         items = self._frames_with_label(X, self._encode_y(y), "X")
-        fed = Federation.from_dataframes(items, self.id_col, _LABEL)
+        fed = federation_from_frames([PartyFrame(name, frame, self.id_col, _LABEL if i == 0 else None)
+                                      for i, (name, frame) in enumerate(items)])
         validation = None
         if eval_set is not None:
             if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):

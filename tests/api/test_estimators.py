@@ -181,7 +181,7 @@ def test_from_vfl_import_train_params_loads_no_party_stack():
 
 
 def test_estimators_wire_no_party_themselves():
-    """The estimators go through vfl.api (Federation.from_dataframes), not the party classes."""
+    """The estimators go through vfl.api (federation_from_frames), not the party classes."""
     import vfl.estimators as est
     from vfl.api import Federation
     from vfl.params import TrainParams
