@@ -12,10 +12,11 @@ from datasets.errors import ProtocolError
 from parties.passive_state import MAX_PSI_PENDING, PassiveState
 from protocols import alignment, psi
 from protocols import messages as m
+from vfl.params import Alignment
 
 
 def align_request(s: PassiveState, req: m.AlignRequest) -> m.IdHashes:
-    s.check_allowed("hash", s.allowed_align, "alignment")
+    s.check_allowed(Alignment.HASH, s.allowed_align, "alignment")
     if len(req.salt) < 16:
         raise ProtocolError("salt must have at least 16 bytes")
     s.need("any training data", s.X)
@@ -33,14 +34,14 @@ def align_result(s: PassiveState, req: m.AlignResult) -> m.AlignAck:
 
 def psi_request(s: PassiveState, req: m.PsiRequest) -> m.PsiResponse:
     """ECDH-PSI step 2: blind the active party's values again; send own ids blinded."""
-    s.check_allowed("psi", s.allowed_align, "alignment")
-    if req.purpose == "train":
+    s.check_allowed(Alignment.PSI, s.allowed_align, "alignment")
+    if req.purpose == m.PsiPurpose.TRAIN:
         s.need("any training data", s.X)
         ids, X = s.ids, None
-    elif req.purpose == "predict":
+    elif req.purpose == m.PsiPurpose.PREDICT:
         s.check_model(req.model_id)
         ids, X = s.prediction_data()
-    elif req.purpose == "validate":       # the validation set of the training under way (issue 4)
+    elif req.purpose == m.PsiPurpose.VALIDATE:       # the validation set of the training under way (issue 4)
         s.check_model(req.model_id, "is not training model")
         ids, X = s.validation_data()
     else:
@@ -51,7 +52,7 @@ def psi_request(s: PassiveState, req: m.PsiRequest) -> m.PsiResponse:
     double = key.blind(req.blinded, "the active party's blinded ids")
     perm = psi.secret_permutation(len(points))          # sent[j] is own row perm[j]
     own = key.blind(points[perm], "own ids")
-    if req.purpose == "train":
+    if req.purpose == m.PsiPurpose.TRAIN:
         s.reset_training()
         s.salt = req.salt
     pending = s.psi_pending
@@ -69,12 +70,12 @@ def psi_result(s: PassiveState, req: m.PsiResult) -> m.AlignAck:
     perm = state["perm"]
     pos = psi.check_positions(req.positions, len(perm), "PSI result positions")
     rows = perm[pos]
-    if state["purpose"] == "train":
+    if state["purpose"] == m.PsiPurpose.TRAIN:
         if rows.size == 0:
             raise ProtocolError("the PSI result is empty")
         s.train.rows = rows
     else:
         s.sessions[req.session_id] = state["X"][rows]
-        if state["purpose"] == "validate":
+        if state["purpose"] == m.PsiPurpose.VALIDATE:
             s.eval_session = req.session_id
     return m.AlignAck(int(len(perm)), int(len(rows)))

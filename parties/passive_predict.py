@@ -21,6 +21,7 @@ from parties.passive_state import PassiveState
 from protocols import alignment
 from protocols import messages as m
 from vfl.leafmask import Skeleton, leaf_masks
+from vfl.params import Alignment, Prediction
 
 
 # -- local data -------------------------------------------------------------
@@ -49,7 +50,7 @@ def load_validation_data(s: PassiveState, frame: pd.DataFrame, source: str | Non
 
 # -- sessions ---------------------------------------------------------------
 def predict_start(s: PassiveState, req: m.PredictStart) -> m.Ack:
-    s.check_allowed("hash", s.allowed_align, "alignment")
+    s.check_allowed(Alignment.HASH, s.allowed_align, "alignment")
     s.check_model(req.model_id)
     ids, X = s.prediction_data()
     own = alignment.hash_ids(ids, s.salt)
@@ -59,7 +60,7 @@ def predict_start(s: PassiveState, req: m.PredictStart) -> m.Ack:
 
 
 def eval_start(s: PassiveState, req: m.EvalStart) -> m.Ack:
-    s.check_allowed("hash", s.allowed_align, "alignment")
+    s.check_allowed(Alignment.HASH, s.allowed_align, "alignment")
     s.check_model(req.model_id, "is not training model")
     ids, X = s.validation_data()
     own = alignment.hash_ids(ids, s.salt)
@@ -75,7 +76,7 @@ def eval_start(s: PassiveState, req: m.EvalStart) -> m.Ack:
 
 # -- answers ----------------------------------------------------------------
 def route(s: PassiveState, req: m.RouteRequest) -> m.RouteResponse:
-    s.check_allowed("node", s.allowed_prediction, "prediction")
+    s.check_allowed(Prediction.NODE, s.allowed_prediction, "prediction")
     X = s.session_rows(req.session_id)
     rec = req.record_ids
     s.table.check_ids(rec, s.name)
@@ -87,7 +88,7 @@ def route(s: PassiveState, req: m.RouteRequest) -> m.RouteResponse:
 
 def leaf_mask(s: PassiveState, req: m.LeafMaskRequest) -> m.LeafMaskResponse:
     """One-round prediction: per (row, tree) the leaves reachable given our own splits."""
-    s.check_allowed("one-round", s.allowed_prediction, "prediction")
+    s.check_allowed(Prediction.ONE_ROUND, s.allowed_prediction, "prediction")
     X = s.session_rows(req.session_id)
     sk = Skeleton(req.tree_sizes, req.left, req.right, req.record_ids).validate(len(s.table))
     own = np.flatnonzero(sk.record_ids >= 0)

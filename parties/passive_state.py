@@ -5,7 +5,7 @@ One :class:`PassiveState` per :class:`parties.passive.PassiveParty`. It holds
 * the party's own data (ids and feature columns; new rows to predict on; validation rows) and
   its local settings (which alignment and prediction methods it allows, its DP policy);
 * the **training session** (:class:`TrainingSession`): the aligned rows, the bins, the public
-  key, the gradients of the current round (:class:`RoundGradients`), the last node assignment;
+  key, the gradients of the current round (:class:`ReceivedGradients`), the last node assignment;
 * the model: its id, the id salt, the **lookup table** of split records (:class:`LookupTable`),
   the DP release ledger;
 * the prediction and validation **sessions** (rows by session id) and pending PSI exchanges.
@@ -24,6 +24,7 @@ from crypto.packing import PackingLayout
 from crypto.parallel import resolve_workers
 from datasets.errors import InputError, ProtocolError
 from vfl.binning import Binner
+from vfl.params import ALIGNMENTS, PREDICTIONS
 from vfl.split import goes_left
 
 #: pending PSI exchanges kept at once (older, abandoned ones are forgotten)
@@ -31,8 +32,8 @@ MAX_PSI_PENDING = 8
 
 
 @dataclass(eq=False)
-class RoundGradients:
-    """The gradients of one boosting round (see :class:`protocols.messages.Gradients`)."""
+class ReceivedGradients:
+    """The gradients of the current round as received (see :class:`protocols.messages.Gradients`)."""
     values: list                 # every value (ciphertexts in mode he), ``groups`` blocks
     group_values: list           # block j: the values of target group j
     shifts: int                  # 1, or pre-shifted copies per row (= values_per_ciphertext)
@@ -54,7 +55,7 @@ class TrainingSession:
     bin_idx: np.ndarray | None = None          # (aligned rows, features) bin indices
     nsquare: object = None                     # n^2 of the active party's public key (gmpy2)
     round_idx: int | None = None               # the round of the last gradients (kept after TrainEnd)
-    grads: RoundGradients | None = None        # dropped at TrainEnd
+    grads: ReceivedGradients | None = None        # dropped at TrainEnd
     assignment: np.ndarray | None = None       # node of every row, per tree, of the last histogram request
 
 
@@ -116,8 +117,8 @@ class PassiveState:
     source: str | None = None
     n_jobs: int | None = None                  # worker processes for the ciphertext kernels (None: all cores)
     # local policy, never set by the active party
-    allowed_align: tuple = ("hash", "psi")
-    allowed_prediction: tuple = ("one-round", "node")
+    allowed_align: tuple = ALIGNMENTS
+    allowed_prediction: tuple = PREDICTIONS
     dp_seed: object = None                     # seed of the randomized response (None: OS entropy)
     dp_max_epsilon_per_feature: float | None = None
     # own data
@@ -148,6 +149,7 @@ class PassiveState:
         return value
 
     def check_allowed(self, method: str, allowed, what: str) -> None:
+        method = str(method)        # a vocabulary enum member prints as its value
         if method not in allowed:
             raise ProtocolError(f"party {self.name!r} does not allow {what} by {method!r} "
                                 f"(it allows {list(allowed)})")

@@ -18,7 +18,7 @@ from crypto.histogram import histogram
 from crypto.keys import public_key_from_n
 from crypto.packing import PackingLayout
 from datasets.errors import ProtocolError
-from parties.passive_state import PassiveState, RoundGradients
+from parties.passive_state import PassiveState, ReceivedGradients
 from protocols import messages as m
 from protocols.serialization import BigInts
 from vfl.binning import Binner
@@ -67,9 +67,9 @@ def gradients(s: PassiveState, req: m.Gradients) -> m.Ack:
         raise ProtocolError(f"shifts must be 1 or values_per_ciphertext={per}, got {req.shifts}")
     block = int(req.shifts) * n
     values = req.values.values
-    t.grads = RoundGradients(values,
+    t.grads = ReceivedGradients(values,
                              [values[j * block:(j + 1) * block] for j in range(len(values) // block)],
-                             int(req.shifts), per, layout)      # one block per target group (see m.Gradients)
+                                int(req.shifts), per, layout)      # one block per target group (see m.Gradients)
     t.round_idx = req.round_idx
     return m.Ack()
 

@@ -24,7 +24,7 @@ from parties.channel import GradientChannel
 from protocols import messages as m
 from protocols.transport import Transport
 from vfl.fixedpoint import decode_fixed
-from vfl.rounds import RoundGradients, RoundTiming
+from vfl.rounds import RoundGradients
 from vfl.sources import HistogramSource, SplitRef
 
 
@@ -36,10 +36,8 @@ class RemoteSource(HistogramSource):
         self.party = peer
         self.bin_offsets = np.asarray(bin_offsets, dtype=np.int64)
         self.channel = channel
-        self._timing: RoundTiming | None = None
 
     def start_round(self, gradients: RoundGradients) -> None:
-        self._timing = gradients.timing
         self.transport.call(self.party, self.channel.message(gradients.round_idx))
 
     def build(self, round_idx, tree_idx, node_ids, assignment):
@@ -53,7 +51,7 @@ class RemoteSource(HistogramSource):
         for stage in ("histogram", "compress"):     # the passive party's own compute time
             v = reply.compute_us.get(stage, 0)
             if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-                self._timing.add(stage, v / 1e6)
+                self.channel.current.timing.add(stage, v / 1e6)
         g, h = self.channel.decode(reply.values.values, total)
         precision = self.channel.current.layout.precision_bits
         tgt = np.repeat(np.asarray(tree_idx, dtype=np.int64) % self.channel.current.group_size, n_flat)
