@@ -49,11 +49,11 @@ def cli(*args):
     return [sys.executable, "-m", "cli", *map(str, args)]
 
 
-def start_passive(name, data, model_dir, security, log_path):
+def start_passive(name, data, model_dir, security, log_path, **popen):
     err = open(log_path, "w")
     p = subprocess.Popen(cli("party", "passive", "--name", name, "--listen", "127.0.0.1:0", "--data", data,
                              "--model-dir", model_dir, *security),
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, **popen)
     err.close()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
