@@ -28,11 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import select
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -41,73 +39,21 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402
+from linkemu import ShapedLink  # noqa: E402
 from sklearn.metrics import roc_auc_score  # noqa: E402
 
 from datasets import load_shared, train_test_split_parties  # noqa: E402
-
-
-class CountingRelay:
-    """Forwards TCP connections from a local port to ``target`` and counts bytes each way."""
-
-    def __init__(self, target_host: str, target_port: int):
-        self.target = (target_host, target_port)
-        self.up = self.down = 0
-        self._lock = threading.Lock()
-        self._sock = socket.socket()
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(16)
-        self.port = self._sock.getsockname()[1]
-        self._stop = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while not self._stop:
-            try:
-                client, _ = self._sock.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            for s in (client, server):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=self._pipe, args=(client, server, "up"), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(server, client, "down"), daemon=True).start()
-
-    def _pipe(self, src, dst, direction):
-        try:
-            while True:
-                data = src.recv(1 << 20)
-                if not data:
-                    break
-                dst.sendall(data)
-                with self._lock:
-                    if direction == "up":
-                        self.up += len(data)
-                    else:
-                        self.down += len(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self):
-        self._stop = True
-        self._sock.close()
 
 
 def cli(*args):
     return [sys.executable, "-m", "cli", *map(str, args)]
 
 
-def start_passive(name, data, model_dir, security, log_path):
+def start_passive(name, data, model_dir, security, log_path, **popen):
     err = open(log_path, "w")
     p = subprocess.Popen(cli("party", "passive", "--name", name, "--listen", "127.0.0.1:0", "--data", data,
                              "--model-dir", model_dir, *security),
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, **popen)
     err.close()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -191,7 +137,7 @@ def main():
             for h in hosts:
                 p, port = start_passive(h.name, full[h.name], tmp / f"m_{h.name}", sec, tmp / f"{h.name}.err")
                 procs.append(p)
-                relay = CountingRelay("127.0.0.1", port)
+                relay = ShapedLink(("127.0.0.1", port))  # unshaped: counts bytes
                 relays.append(relay)
                 peers += ["--peer", f"{h.name}=127.0.0.1:{relay.port}"]
             net_json = tmp / "net.json"

@@ -188,6 +188,27 @@ class Encryptor:
             return tables[0].pow_digits(exp)
         return self._pow(self._random_unit(), self.n)
 
+    def obfuscators(self, count: int) -> list:
+        """``count`` fresh obfuscators ``r^n mod n^2`` (``hs^a`` for ``fast``), each from its own
+        randomness: what :class:`crypto.obfuscators.ObfuscatorStore` keeps ahead of use."""
+        if self.method == "fast" and self._crt is not None:
+            return self._encrypt_fast_crt([0] * count)      # (1 + 0 n) hs^a = hs^a
+        return [self.obfuscator() for _ in range(count)]
+
+    def encrypt_with(self, plaintexts: Sequence[int], obfuscators: Sequence) -> list:
+        """Encrypt with obfuscators made earlier: one multiplication per value. Each
+        obfuscator must be used once only (the store hands each out once)."""
+        if len(obfuscators) != len(plaintexts):
+            raise ValueError(f"{len(plaintexts)} plaintexts but {len(obfuscators)} obfuscators")
+        n, n2 = self.n, self.nsquare
+        half = n // 2
+        out = []
+        for m, r in zip(plaintexts, obfuscators):
+            if -m >= half or m >= half:
+                raise OverflowError("plaintext does not fit the key's message space")
+            out.append((1 + (mpz(m) % n) * n) * r % n2)
+        return out
+
     def encrypt(self, plaintexts: Sequence[int], executor=None) -> list:
         """Encrypt signed integers with ``|m| < n/2`` (negative ``m`` is taken mod ``n``).
 

@@ -12,6 +12,7 @@ closes. The operations (:func:`run`, the vocabulary of every executor's requests
 * ``direct``: one unit of the pre-shifted histogram of
   :func:`crypto.compress.compressed_histogram`.
 * ``compress``, ``encrypt``, ``decrypt``: a chunk of that batch operation.
+* ``obfuscate``: fresh obfuscators for :class:`crypto.obfuscators.ObfuscatorStore`.
 """
 from __future__ import annotations
 
@@ -105,6 +106,11 @@ def _encrypt(req, blobs):
     return {}, [ints_to_bytes(enc.encrypt(plain), int_width(enc.nsquare))]
 
 
+def _obfuscate(req, blobs):
+    enc = _state[req["slot"]]
+    return {}, [ints_to_bytes(enc.obfuscators(int(req["count"])), int_width(enc.nsquare))]
+
+
 def _decrypt(req, blobs):
     dec = _state[req["slot"]]
     out = dec.decrypt_signed(bytes_to_ints(blobs[0], int_width(dec.nsquare)))
@@ -112,7 +118,8 @@ def _decrypt(req, blobs):
 
 
 _OPS = {"put": _put, "hist": _hist, "direct": _direct, "compress": _compress,
-        "encrypt": _encrypt, "decrypt": _decrypt, "ping": lambda req, blobs: ({"pid": os.getpid()}, [])}
+        "encrypt": _encrypt, "obfuscate": _obfuscate, "decrypt": _decrypt,
+        "ping": lambda req, blobs: ({"pid": os.getpid()}, [])}
 
 
 def run(req: dict, blobs: list[bytes]) -> tuple[dict, list[bytes]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -114,7 +115,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     counter = _RoundCounter(done_before, on_round)
     try:
         transport.connect(timeout=connect_timeout if connect_timeout is not None else timeout)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _cpu_seconds()
         try:
             model = active.fit(transport, list(peers), params, counter,
                                checkpoint=(lambda c: c.save(files.checkpoint)) if files.resumable else None,
@@ -123,6 +124,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
             raise PeerError(f"training stopped after {counter.rounds} of {params.n_estimators} round(s): {exc}; "
                             f"{files.resume_hint(counter.rounds)}") from None
         train_seconds = time.perf_counter() - t0
+        train_cpu_seconds = _cpu_seconds() - cpu0
     finally:
         transport.close()
     model.history.setdefault("network", {}).update(
@@ -133,7 +135,8 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         "mode": params.mode, "objective": params.objective, "active_party": name,
         "passive_parties": list(peers), "peers": dict(peers),
         "n_train": int(active.alignment_report.get(name, {}).get("n_kept", 0)),
-        "train_seconds": train_seconds, "resumed_after_rounds": done_before if ck is not None else None,
+        "train_seconds": train_seconds, "train_cpu_seconds": train_cpu_seconds,
+        "resumed_after_rounds": done_before if ck is not None else None,
         "n_trees": sum(len(r) for r in model.rounds), "model_id": model.model_id, "model_path": str(files.final),
         "alignment": active.alignment_report, "bytes_sent": transport.bytes_report(),
         "total_bytes": transport.total_bytes(),
@@ -145,6 +148,12 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         "eval_metric": model.params.get("eval_metric"), "history": model.history,
         "n_validation": int(len(vf.frame)) if vf is not None else 0,
     }
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and its reaped children (worker processes) so far."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 class _RoundCounter:
