@@ -224,8 +224,12 @@ def _training_options(f):
 @_learner_options
 @click.option("--jobs", type=click.IntRange(0, 256), default=None,
               help="Worker processes per party for the ciphertext work (default and 0: all cores).")
+@click.option("--link-mbps", type=click.FloatRange(0, min_open=True), default=None,
+              help="Throughput of the links to the passive parties in Mbit/s, for the cost model that weighs "
+                   "pre-shifted gradient copies' bytes against computation (default: simulation models 100 Mbit/s).")
 def simulate(dataset, active, passives, id_col, label_col, parties, test_size, output_json, predictions,
-             save_model, verbose, quiet, prediction, validation_size, jobs, **train_options):
+             save_model, verbose, quiet, prediction, validation_size, jobs, link_mbps,
+             **train_options):
     """Run a whole federation in one process and report time, test metric and bytes."""
     if jobs is not None:
         os.environ["VFL_N_JOBS"] = str(jobs)
@@ -253,7 +257,8 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
 
     fed, result, test_ids, proba = simulate_federation(party_frames, params, test_size=test_size, seed=params.seed,
                                                        on_round=on_round, prediction=prediction,
-                                                       validation_size=validation_size or None)
+                                                       validation_size=validation_size or None,
+                                                       link_mbps=link_mbps)
     bar.close()
     for party, rep in result["alignment"].items():
         click.echo(f"aligned {party}: {rep['n_kept']} of {rep['n_rows']} rows kept")
@@ -466,10 +471,14 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
               help="CSV of validation rows: id, label, features (each passive party serves its own "
                    "with `vfl party passive --validation-data`).")
 @_learner_options
+@click.option("--link-mbps", type=click.FloatRange(0, min_open=True), default=None,
+              help="Throughput of the links to the passive parties in Mbit/s, for the cost model that weighs "
+                   "pre-shifted gradient copies' bytes against computation (default: measured on each round's "
+                   "gradient message; 100 Mbit/s until measured).")
 @_net_options
 def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,
-                 output_json, quiet, validation_data, tls_dir, insecure, token_file, max_message_mb, log_level,
-                 **train_options):
+                 output_json, quiet, validation_data, link_mbps, tls_dir, insecure, token_file, max_message_mb,
+                 log_level, **train_options):
     """Train with passive parties over the network (checkpoint after every tree)."""
     _setup_logging(log_level)
     peers = parse_peers(peer_specs)
@@ -486,7 +495,7 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
         result = train_active(data, id_col, label_col, name, peers, params, model_dir, sec, timeout=timeout,
                               resume=resume, force=force, align=params.align,
                               max_frame_bytes=_max_bytes(max_message_mb), connect_timeout=connect_timeout,
-                              on_round=on_round, validation_data=validation_data)
+                              on_round=on_round, validation_data=validation_data, link_mbps=link_mbps)
     for p, rep in result["alignment"].items():
         click.echo(f"aligned {p}: {rep['n_kept']} of {rep['n_rows']} rows kept")
     if result["resumed_after_rounds"] is not None:

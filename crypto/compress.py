@@ -19,6 +19,7 @@ per round. Both give identical ciphertext plaintexts.
 """
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import gmpy2
@@ -77,7 +78,9 @@ def shifted_plaintexts(packed: Sequence[int], shift_bits: int, shifts: int) -> l
 
 
 def choose_shifts(n_samples: int, n_bins: int, per: int, shift_bits: int, max_depth: int,
-                  encrypt_cost: float = 24.0, n_trees: int = 1, n_groups: int = 1) -> int:
+                  encrypt_cost: float = 24.0, n_trees: int = 1, n_groups: int = 1, *,
+                  wire_seconds_per_byte: float = 0.0, cipher_bytes: int = 0,
+                  squaring_seconds: float | None = None) -> int:
     """``per`` if pre-shifted copies are cheaper than Horner squarings for one round, else 1.
 
     ``n_bins``: slots of all passive parties' histograms of one node; ``n_trees``
@@ -87,14 +90,40 @@ def choose_shifts(n_samples: int, n_bins: int, per: int, shift_bits: int, max_de
     about ``encrypt_cost`` squarings each (fixed-base table with the CRT, measured
     at 1024 and 2048 bits). Nodes built per tree and level: 1 at the root, then at
     most ``2**(d-1)`` smaller children, and never more than ``n_samples / 4``.
+
+    The copies also pay for their bytes: ``(per - 1) * n_samples * n_groups`` more
+    ciphertexts of ``cipher_bytes``, sent to every peer over the active party's one uplink:
+    ``wire_seconds_per_byte`` is the sum over the peers of one over each peer's throughput
+    (measured or given by the user; 0: bytes are free), converted into squarings with
+    ``squaring_seconds`` (one multiplication mod ``n**2``, :func:`squaring_seconds`).
     """
     if per <= 1:
         return 1
     built = sum(1 if d == 0 else min(2 ** (d - 1), max(1, n_samples // 4)) for d in range(max_depth))
     outputs = n_trees * built * n_bins / per
     horner = outputs * (per - 1) * shift_bits
-    copies = (per - 1) * n_samples * n_groups * encrypt_cost
+    extra = (per - 1) * n_samples * n_groups
+    copies = extra * encrypt_cost
+    if wire_seconds_per_byte:
+        if not wire_seconds_per_byte > 0 or squaring_seconds is None or not squaring_seconds > 0:
+            raise ValueError("bytes on the wire need a positive time per byte and a positive squaring time")
+        copies += extra * cipher_bytes * wire_seconds_per_byte / squaring_seconds
     return per if copies < horner else 1
+
+
+def squaring_seconds(modulus, repeat: int = 1000, runs: int = 5) -> float:
+    """Seconds of one multiplication mod ``modulus`` on this machine (the best of ``runs``
+    runs, so a busy machine's interruptions do not count; ~10 ms at 2048-bit keys)."""
+    m = gmpy2.mpz(modulus)
+    x = (m - 3) // 2 + 1
+    best = float("inf")
+    for _ in range(runs):
+        y = x
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            y = y * y % m
+        best = min(best, (time.perf_counter() - t0) / repeat)
+    return best
 
 
 def direct_block(values: Sequence, n_samples: int, rows, bins, slot0: int, n_bins: Sequence[int],

@@ -59,6 +59,9 @@ class ActiveParty:
     #: send pre-shifted gradient copies so passive parties skip compression squarings:
     #: "auto" (cost model per round), True or False
     preshift: str | bool = "auto"
+    #: Mbit/s of every link to a passive party, for the pre-shift cost model (None: measured on
+    #: the gradient messages; the in-memory Federation sets the link it models)
+    link_mbps: float | None = None
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", label_col: str = "y",
                  source: str | None = None, n_jobs: int | None = None):
@@ -182,7 +185,7 @@ class ActiveParty:
             [info.get("max_frame_bytes") for info in getattr(transport, "peer_info", {}).values()]
         caps = [c for c in caps if isinstance(c, int) and c > 0]
         self.channel.plan(sum(int(np.sum(infos[p].n_bins)) for p in peers), params.max_depth, self.preshift,
-                          min(caps) if caps else None)
+                          min(caps) if caps else None, peers=peers, link_mbps=self.link_mbps)
         if params.mode == Mode.HE:
             transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
 

@@ -8,6 +8,10 @@ it turns the learner's fixed-point integers, bounds and precision
 (:mod:`crypto.compress`) and encrypts them on the party's executor, before any
 passive party is sent the round (:class:`parties.remote.RemoteSource`). Its
 seconds go into the round's timing record (stages ``encrypt`` and ``decrypt``).
+
+Whether to send pre-shifted copies (:func:`crypto.compress.choose_shifts`) weighs their
+extra bytes by each passive party's link: the user's ``--link-mbps``, else the throughput
+measured on the previous gradient message, else :data:`ASSUMED_LINK_MBPS`.
 """
 from __future__ import annotations
 
@@ -17,16 +21,20 @@ from dataclasses import dataclass, replace
 import gmpy2
 import numpy as np
 
-from crypto.compress import choose_shifts, shifted_plaintexts
+from crypto.compress import choose_shifts, shifted_plaintexts, squaring_seconds
 from crypto.executor import Executor, LocalExecutor
 from crypto.keys import generate_keypair
 from crypto.packing import PackingLayout, decode_sums, pack
 from crypto.paillier import Decryptor, Encryptor
 from crypto.parallel import resolve_workers
+from datasets.errors import InputError
 from protocols import messages as m
 from protocols.serialization import BigInts
 from vfl.params import Mode
 from vfl.rounds import RoundGradients, RoundObserver, RoundTiming
+
+#: the link the cost model assumes before it has measured one (and what `vfl simulate` models)
+ASSUMED_LINK_MBPS = 100.0
 
 
 @dataclass
@@ -68,6 +76,10 @@ class GradientChannel(RoundObserver):
         self.max_depth = 1
         self.preshift: str | bool = "auto"
         self.frame_cap: int | None = None
+        self.peers: list[str] = []
+        self.link_mbps: float | None = None           # given by the user: every peer's throughput
+        self.measured: dict[str, float] = {}          # peer -> bytes per second of its last gradient message
+        self._squaring: float | None = None
 
     def group_size(self, layout: PackingLayout) -> int:
         """Targets packed per plaintext: all of them when they fit the key, else the most that fit."""
@@ -75,13 +87,40 @@ class GradientChannel(RoundObserver):
         return min(layout.n_targets, fit)
 
     def plan(self, n_bins: int, max_depth: int, preshift: str | bool = "auto",
-             frame_cap: int | None = None) -> None:
+             frame_cap: int | None = None, peers: list[str] | None = None,
+             link_mbps: float | None = None) -> None:
         """What the shifts decision needs: passive slots per node, tree depth, the policy
-        (``"auto"``: cost model, ``True``/``False``: always/never send pre-shifted copies) and
+        (``"auto"``: cost model, ``True``/``False``: always/never send pre-shifted copies),
         the largest frame the transport and the peers accept (pre-shifted copies never
-        make the gradient message exceed it)."""
+        make the gradient message exceed it), the passive parties and, if the user gave
+        it, the throughput of their links (``link_mbps``; else measured, see
+        :meth:`observe_send`)."""
         self.n_bins, self.max_depth, self.preshift = int(n_bins), int(max_depth), preshift
         self.frame_cap = frame_cap
+        self.peers = list(peers or [])
+        if link_mbps is not None and not (isinstance(link_mbps, (int, float)) and 0 < link_mbps < float("inf")):
+            raise InputError(f"the link throughput must be a positive number of Mbit/s, got {link_mbps!r}")
+        self.link_mbps = link_mbps
+
+    def observe_send(self, peer: str, n_bytes: int, seconds: float) -> None:
+        """A gradient message of ``n_bytes`` reached ``peer`` in ``seconds`` (acknowledged):
+        its throughput for the next rounds' decision. Messages under 64 KiB measure
+        latency more than throughput and are ignored."""
+        if n_bytes >= 65536 and seconds > 0:
+            self.measured[peer] = n_bytes / seconds
+
+    def wire_seconds_per_byte(self) -> float:
+        """Seconds per byte sent to every peer in turn: the user's ``link_mbps`` if given, else
+        each peer's measured throughput, else :data:`ASSUMED_LINK_MBPS`."""
+        if self.link_mbps is not None:
+            return len(self.peers) * 8 / (self.link_mbps * 1e6)
+        return sum(1 / self.measured.get(p, ASSUMED_LINK_MBPS * 1e6 / 8) for p in self.peers)
+
+    def squaring_seconds(self) -> float:
+        """One multiplication mod ``n**2`` on this machine (measured once per channel)."""
+        if self._squaring is None:
+            self._squaring = squaring_seconds(self.encryptor.nsquare)
+        return self._squaring
 
     def close(self) -> None:
         """Stop the worker processes (end of training)."""
@@ -104,7 +143,8 @@ class GradientChannel(RoundObserver):
         if self.preshift is True:
             return per
         return choose_shifts(n_samples, self.n_bins, per, layout.value_bits, self.max_depth,
-                             n_trees=n_trees, n_groups=n_groups)
+                             n_trees=n_trees, n_groups=n_groups, wire_seconds_per_byte=self.wire_seconds_per_byte(),
+                             cipher_bytes=(2 * self.key_bits + 7) // 8, squaring_seconds=self.squaring_seconds())
 
     # -- the round ------------------------------------------------------------
     def round_started(self, gradients: RoundGradients) -> None:

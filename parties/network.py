@@ -95,10 +95,12 @@ def _find_active_model(model_dir: Path) -> Path | None:
 def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, str], params: TrainParams,
                  model_dir, security, timeout: float = DEFAULT_TIMEOUT, resume: bool = False,
                  force: bool = False, align: str = "hash", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 connect_timeout: float | None = None, on_round=None, validation_data=None) -> dict:
+                 connect_timeout: float | None = None, on_round=None, validation_data=None,
+                 link_mbps: float | None = None) -> dict:
     """Train against passive servers; return a JSON-ready summary (see the README).
     ``validation_data``: CSV of validation rows (id, label, features; the passive parties serve
-    theirs with ``--validation-data``): metric history and early stopping."""
+    theirs with ``--validation-data``): metric history and early stopping. ``link_mbps``: the
+    links' throughput for the pre-shift cost model (None: measured on the gradient messages)."""
     if not peers:
         raise InputError("give at least one --peer NAME=HOST:PORT")
     if name in peers:
@@ -108,6 +110,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     ck = files.prepare(resume, force)
     pf = _read_csv(data, name, id_col, label_col, allow_text_label=True)
     active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data))
+    active.link_mbps = link_mbps
     vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True) \
         if validation_data is not None else None
     transport = GrpcTransport(name, peers, security, timeout=timeout, max_frame_bytes=max_frame_bytes)

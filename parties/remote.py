@@ -15,6 +15,7 @@ work. Splits stay sequential (they go to one owner each and are cheap).
 """
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -38,7 +39,10 @@ class RemoteSource(HistogramSource):
         self.channel = channel
 
     def start_round(self, gradients: RoundGradients) -> None:
+        key = (self.transport.local_name, self.party)
+        sent0, t0 = self.transport.bytes_sent[key], time.perf_counter()
         self.transport.call(self.party, self.channel.message(gradients.round_idx))
+        self.channel.observe_send(self.party, self.transport.bytes_sent[key] - sent0, time.perf_counter() - t0)
 
     def build(self, round_idx, tree_idx, node_ids, assignment):
         reply = self.transport.call(self.party, m.HistogramRequest(

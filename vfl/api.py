@@ -29,6 +29,7 @@ import pandas as pd
 from datasets.errors import InputError
 from datasets.split import train_test_split_parties
 from parties.active import ActiveParty
+from parties.channel import ASSUMED_LINK_MBPS
 from parties.passive import PassiveParty
 from protocols.transport import InMemoryTransport, frame_handler
 from vfl import metrics
@@ -44,9 +45,13 @@ class Federation:
 
     Every message between them is serialized to bytes (``transport.bytes_sent``
     counts them per sender->receiver pair); no party touches another's objects.
+    ``link_mbps``: the link the active party's cost model assumes between the parties when it
+    weighs bytes against computation (default :data:`parties.channel.ASSUMED_LINK_MBPS`);
+    memory is not slowed down to it.
     """
 
-    def __init__(self, active: ActiveParty, passives: list[PassiveParty], record: bool = False):
+    def __init__(self, active: ActiveParty, passives: list[PassiveParty], record: bool = False,
+                 link_mbps: float | None = None):
         names = [active.name] + [p.name for p in passives]
         if len(set(names)) != len(names):
             raise InputError(f"party names must be unique, got {names}")
@@ -54,6 +59,9 @@ class Federation:
         self.passives = {p.name: p for p in passives}
         self.transport = InMemoryTransport(active.name, {p.name: frame_handler(p.handle) for p in passives},
                                            record=record)
+        # memory is no link to measure: the cost model weighs bytes as over this one (nothing is slowed)
+        if link_mbps is not None or active.link_mbps is None:
+            active.link_mbps = ASSUMED_LINK_MBPS if link_mbps is None else link_mbps
 
     @property
     def model(self) -> BoostedModel | None:
@@ -190,7 +198,7 @@ class SimulationResult(dict):
     """JSON-ready summary of one simulated training (a dict with attribute-free access)."""
 
 
-def federation_from_frames(party_frames, record: bool = False) -> Federation:
+def federation_from_frames(party_frames, record: bool = False, link_mbps: float | None = None) -> Federation:
     """Build a federation from ``datasets.PartyFrame`` objects (the first one holds the label)."""
     if not party_frames:
         raise InputError("no party data given")
@@ -199,7 +207,7 @@ def federation_from_frames(party_frames, record: bool = False) -> Federation:
         raise InputError(f"the first party ({first.name!r}) must hold the label column")
     active = ActiveParty(first.name, first.frame, first.id_col, first.label_col, first.source)
     passives = [PassiveParty(pf.name, pf.frame, pf.id_col, pf.source) for pf in rest]
-    return Federation(active, passives, record=record)
+    return Federation(active, passives, record=record, link_mbps=link_mbps)
 
 
 def _test_metrics(model: BoostedModel, y_test, raw) -> dict:
@@ -227,11 +235,12 @@ def _test_metrics(model: BoostedModel, y_test, raw) -> dict:
 
 def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: int = 0,
              on_round=None, record: bool = False, prediction: str | None = None,
-             validation_size: float | None = None):
+             validation_size: float | None = None, link_mbps: float | None = None):
     """Split rows into train/test by the active party's ids, train, predict the test rows.
 
     ``validation_size``: a fraction of the training rows held out as validation set
-    (metric history, early stopping). Returns ``(federation, result, test_ids, test_output)``
+    (metric history, early stopping); ``link_mbps``: see :class:`Federation`. Returns
+    ``(federation, result, test_ids, test_output)``
     where ``test_output`` is the probability of class 1 (binary), the class probabilities
     ``(n, K)`` (multiclass) or the predictions (regression).
     """
@@ -240,7 +249,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     if validation_size:
         train, val = train_test_split_parties(train, test_size=validation_size, seed=seed)
         validation = {pf.name: pf.frame for pf in val}
-    fed = federation_from_frames(train, record=record)
+    fed = federation_from_frames(train, record=record, link_mbps=link_mbps)
     for i, p in enumerate(fed.passives.values()):
         p.dp_seed = [params.seed, i]    # mode dp: reproducible noise in simulation (deployments: OS entropy)
     t0 = time.perf_counter()

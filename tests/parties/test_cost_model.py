@@ -1,0 +1,115 @@
+"""The pre-shift cost model weighs the copies' bytes by the link: its choice flips with bandwidth,
+the model never changes."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crypto.compress import choose_shifts, squaring_seconds
+from datasets.errors import InputError
+from parties.active import ActiveParty
+from parties.channel import ASSUMED_LINK_MBPS
+from parties.passive import PassiveParty
+from tests.support import KEY_BITS, small_frames
+from vfl.api import Federation
+from vfl.params import TrainParams
+
+# the default `vfl simulate` (breast, 2048-bit keys): 455 rows, 495 passive slots per node,
+# 25 values per ciphertext of 81 bits, depth 4; 512-byte ciphertexts
+BREAST = dict(n_samples=455, n_bins=495, per=25, shift_bits=81, max_depth=4)
+
+
+def _per_byte(mbps):
+    return 8 / (mbps * 1e6)
+
+
+@pytest.mark.parametrize("mbps, expected", [(None, 25), (100_000.0, 25), (100.0, 1), (10.0, 1)])
+def test_the_choice_flips_with_bandwidth(mbps, expected):
+    wire = 0.0 if mbps is None else _per_byte(mbps)
+    assert choose_shifts(**BREAST, wire_seconds_per_byte=wire, cipher_bytes=512, squaring_seconds=2.5e-6) == expected
+
+
+def test_slower_squarings_make_bytes_relatively_cheaper():
+    wire = _per_byte(1000.0)        # 1 Gbit/s
+    assert choose_shifts(**BREAST, wire_seconds_per_byte=wire, cipher_bytes=512, squaring_seconds=1e-7) == 1
+    assert choose_shifts(**BREAST, wire_seconds_per_byte=wire, cipher_bytes=512, squaring_seconds=1e-5) == 25
+
+
+def test_several_peers_pay_once_each():
+    one = _per_byte(2000.0)
+    # at 2 Gbit/s one peer's copies are still worth it, eight peers' over the same uplink are not
+    assert choose_shifts(**BREAST, wire_seconds_per_byte=one, cipher_bytes=512, squaring_seconds=2.5e-6) == 25
+    assert choose_shifts(**BREAST, wire_seconds_per_byte=8 * one, cipher_bytes=512, squaring_seconds=2.5e-6) == 1
+
+
+def test_bad_link_figures_are_refused():
+    with pytest.raises(ValueError, match="positive squaring time"):
+        choose_shifts(**BREAST, wire_seconds_per_byte=1e-8, cipher_bytes=512)
+    with pytest.raises(ValueError, match="positive time per byte"):
+        choose_shifts(**BREAST, wire_seconds_per_byte=-1.0, cipher_bytes=512, squaring_seconds=1e-6)
+
+
+def test_squaring_seconds_is_a_plausible_measurement():
+    s = squaring_seconds((1 << 2048) - 159)
+    assert 1e-8 < s < 1e-3
+
+
+def _wide(n=150, seed=3):
+    """Few rows, many passive bins: the case where pre-shifted copies win when bytes are free."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 12))
+    y = (X[:, 0] + X[:, 3] - X[:, 5] > 0).astype(int)
+    a = pd.DataFrame({"id": np.arange(n), "y": y, "a0": X[:, 0], "a1": X[:, 1]})
+    b = pd.DataFrame({"id": np.arange(n), **{f"b{j}": X[:, j] for j in range(2, 12)}})
+    return a, b
+
+
+def _fit(link_mbps):
+    a, b = _wide()
+    fed = Federation(ActiveParty("bank", a), [PassiveParty("telco", b)], link_mbps=link_mbps)
+    fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=2, max_depth=4, seed=1))
+    return fed
+
+
+def test_simulation_weighs_bytes_by_the_link_it_models():
+    fast, slow = _fit(1e6), _fit(1.0)
+    assert fast.active.link_mbps == 1e6 and slow.active.link_mbps == 1.0
+    assert fast.active.channel.current.shifts > 1          # bytes nearly free: copies
+    assert slow.active.channel.current.shifts == 1         # 1 Mbit/s: Horner
+    assert slow.transport.total_bytes() < fast.transport.total_bytes() / 2
+    # the same model either way
+    assert fast.model.to_dict()["rounds"] == slow.model.to_dict()["rounds"]
+    a, b = _wide()
+    np.testing.assert_array_equal(fast.predict_raw({"bank": a.drop(columns="y"), "telco": b}),
+                                  slow.predict_raw({"bank": a.drop(columns="y"), "telco": b}))
+
+
+def test_default_link_and_user_overrides():
+    a, b, _ = small_frames(40)
+    fed = Federation(ActiveParty("bank", a), [PassiveParty("telco", b)])
+    assert fed.active.link_mbps == ASSUMED_LINK_MBPS
+    mine = ActiveParty("bank", a)
+    mine.link_mbps = 5.0
+    assert Federation(mine, [PassiveParty("telco", b)]).active.link_mbps == 5.0
+    bad = ActiveParty("bank", a)
+    bad.link_mbps = -3
+    fed = Federation(bad, [PassiveParty("telco", b)])
+    with pytest.raises(InputError, match="positive number of Mbit/s"):
+        fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=1))
+
+
+def test_measured_throughput_replaces_the_assumption():
+    a, b, _ = small_frames(40)
+    fed = Federation(ActiveParty("bank", a), [PassiveParty("telco", b)])
+    ch = fed.active
+    fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=1))
+    channel = ch.channel
+    channel.link_mbps = None
+    channel.measured.clear()
+    assumed = channel.wire_seconds_per_byte()
+    assert assumed == pytest.approx(8 / (ASSUMED_LINK_MBPS * 1e6))
+    channel.observe_send("telco", 1000, 1.0)             # too small to measure a throughput
+    assert channel.wire_seconds_per_byte() == assumed
+    channel.observe_send("telco", 10_000_000, 0.1)       # 100 MB/s
+    assert channel.wire_seconds_per_byte() == pytest.approx(1e-8)
