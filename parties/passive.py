@@ -45,6 +45,7 @@ HANDLERS = {
     m.PredictStart: passive_predict.predict_start,
     m.EvalStart: passive_predict.eval_start,
     m.RouteRequest: passive_predict.route,
+    m.PredictEnd: passive_predict.predict_end,
     m.LeafMaskRequest: passive_predict.leaf_mask,
     m.SplitGains: passive_predict.split_gains,
     m.DPReleaseRequest: dp.release,

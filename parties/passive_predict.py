@@ -99,6 +99,15 @@ def leaf_mask(s: PassiveState, req: m.LeafMaskRequest) -> m.LeafMaskResponse:
     return m.LeafMaskResponse(leaf_masks(sk, own, go_left))
 
 
+def predict_end(s: PassiveState, req: m.PredictEnd) -> m.Ack:
+    """The prediction session is over: forget its rows (idempotent: a one-round session is
+    already gone after its leaf-mask request)."""
+    known = req.session_id in s.sessions or req.session_id in s.psi_pending
+    if req.session_id != s.eval_session:
+        s.drop_session(req.session_id)
+    return m.Ack({"known": bool(known)})
+
+
 def split_gains(s: PassiveState, req: m.SplitGains) -> m.Ack:
     s.check_model(req.model_id)
     rec = np.asarray(req.record_ids, dtype=np.int64)
