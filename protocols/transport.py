@@ -9,15 +9,39 @@ the request's declared reply types (:data:`protocols.messages.REPLIES`).
 """
 from __future__ import annotations
 
+import contextvars
 import random
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
+from contextlib import contextmanager
 from typing import Callable
 
 from datasets.errors import InputError, PeerError, ProtocolError, VFLError
 from protocols import messages as msg
 from protocols.serialization import dumps, loads
+
+# --- the caller's deadline, seen by long-running handlers ---------------------
+_CALLER_ALIVE: contextvars.ContextVar = contextvars.ContextVar("vfl_caller_alive", default=None)
+
+
+@contextmanager
+def caller_deadline(alive: Callable[[], bool]):
+    """While handling one request: ``alive()`` says whether the caller still waits (its deadline
+    has not passed, it did not cancel). A server sets it; :func:`check_deadline` reads it."""
+    token = _CALLER_ALIVE.set(alive)
+    try:
+        yield
+    finally:
+        _CALLER_ALIVE.reset(token)
+
+
+def check_deadline(what: str) -> None:
+    """Stop work nobody waits for: raise :class:`ProtocolError` if the caller's deadline passed.
+    Handlers call it between chunks of long work (no-op outside a server call)."""
+    alive = _CALLER_ALIVE.get()
+    if alive is not None and not alive():
+        raise ProtocolError(f"the caller's deadline passed (or it cancelled): {what} stopped")
 
 
 class BusyError(ProtocolError):
