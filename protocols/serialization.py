@@ -308,7 +308,7 @@ def dumps(message) -> bytes:
     for f in dataclasses.fields(cls):
         v = getattr(message, f.name)
         if isinstance(v, np.ndarray):
-            arr = np.ascontiguousarray(v)
+            arr = np.ascontiguousarray(v).reshape(v.shape)     # (ascontiguousarray makes 0-d arrays 1-d)
             if arr.dtype.str not in _ALLOWED_DTYPES:
                 arr = arr.astype(arr.dtype.newbyteorder("<"))
             if arr.dtype.str not in _ALLOWED_DTYPES:

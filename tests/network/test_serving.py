@@ -23,11 +23,24 @@ from parties.active import ActiveParty  # noqa: E402
 from parties.server import PassiveServer  # noqa: E402
 from protocols import messages as m  # noqa: E402
 from protocols.certs import make_certs  # noqa: E402
-from protocols.grpc_transport import (EXCHANGE, Caller, GrpcTransport, PartyServer, Security,  # noqa: E402
-                                      probe_plaintext, require_grpc)
+from protocols.grpc_transport import (  # noqa: E402
+    EXCHANGE,
+    Caller,
+    GrpcTransport,
+    PartyServer,
+    Security,
+    probe_plaintext,
+    require_grpc,
+)
 from protocols.serialization import dumps, loads  # noqa: E402
-from protocols.transport import (BusyError, InMemoryTransport, PeerBusyError, caller_deadline,  # noqa: E402
-                                 check_deadline, frame_handler)
+from protocols.transport import (  # noqa: E402
+    BusyError,
+    InMemoryTransport,
+    PeerBusyError,
+    caller_deadline,
+    check_deadline,
+    frame_handler,
+)
 from vfl.errors import InputError, PeerError, ProtocolError  # noqa: E402
 from vfl.params import TrainParams  # noqa: E402
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from crypto.packing import PackingLayout
-
 from parties.passive import PassiveParty
 from protocols import alignment
 from protocols import messages as m
