@@ -23,6 +23,9 @@ from protocols import messages as m
 from vfl.leafmask import Skeleton, leaf_masks
 from vfl.params import Alignment, Prediction
 
+#: the largest leaf-mask reply a passive party builds (rows x packed leaves of every tree)
+MAX_MASK_BYTES = 1 << 28
+
 
 # -- local data -------------------------------------------------------------
 def load_prediction_data(s: PassiveState, frame: pd.DataFrame, source: str | None = None) -> None:
@@ -91,6 +94,10 @@ def leaf_mask(s: PassiveState, req: m.LeafMaskRequest) -> m.LeafMaskResponse:
     s.check_allowed(Prediction.ONE_ROUND, s.allowed_prediction, "prediction")
     X = s.session_rows(req.session_id)
     sk = Skeleton(req.tree_sizes, req.left, req.right, req.record_ids).validate(len(s.table))
+    size = int(sk.mask_bytes().astype(object).sum()) * len(X)
+    if size > MAX_MASK_BYTES:
+        raise ProtocolError(f"LeafMaskRequest: the masks of {len(X)} rows would take {size} bytes, more than "
+                            f"party {s.name!r} builds ({MAX_MASK_BYTES})")
     own = np.flatnonzero(sk.record_ids >= 0)
     rec = sk.record_ids[own]
     go_left = s.table.go_left(rec[None, :], X[:, s.table.features(rec)])

@@ -428,3 +428,23 @@ def test_malformed_frames_never_reach_the_internal_error_path(trained, serve, ca
                 assert field in reply.message, (field, reply.message)
                 assert "internal error" not in reply.message
     assert "Traceback" not in caplog.text and "failed on a request" not in caplog.text
+
+
+def test_a_leaf_mask_request_is_bounded(trained, monkeypatch):
+    """Before: a skeleton of millions of leaves made the party allocate rows x leaves bytes."""
+    import parties.passive_predict as pp
+    sb, model, a, _ = trained
+    h = with_client(sb, "bank")
+    hashes = __import__("protocols.alignment", fromlist=["hash_ids"]).hash_ids(a["id"].to_numpy()[:10],
+                                                                              bytes.fromhex(model.salt))
+    assert isinstance(loads(h(dumps(m.PredictStart(model.model_id, "big", hashes)))), m.Ack)
+    monkeypatch.setattr(pp, "MAX_MASK_BYTES", 100)
+    n = 2001           # one tree: a root and 1000 internal nodes in a chain, 1001 leaves
+    left = np.full(n, -1, np.int32)
+    right = np.full(n, -1, np.int32)
+    for i in range(1000):
+        left[2 * i], right[2 * i] = 2 * i + 1, 2 * i + 2
+    reply = loads(h(dumps(m.LeafMaskRequest("big", np.array([n], np.int32), left, right,
+                                            np.full(n, -1, np.int64)))))
+    assert reply.kind == m.ErrorKind.PROTOCOL and "the masks of 10 rows would take 1260 bytes" in reply.message
+    assert isinstance(loads(h(dumps(m.PredictEnd("big")))), m.Ack)
