@@ -196,6 +196,11 @@ def test_stalled_uploads_are_cut_off_and_the_server_stays_responsive(serve, capl
         release.wait(30)
 
     calls = [stub(stalled(), timeout=60, metadata=[("x-vfl-party", "mallory")]) for _ in range(6)]
+    raw = []                             # and raw sockets that stop in the middle of the HTTP/2 preface
+    for _ in range(20):
+        sock = socket.create_connection(("127.0.0.1", int(addr.rsplit(":", 1)[1])))
+        sock.sendall(b"PRI * HTTP/2.0\r\n")
+        raw.append(sock)
     time.sleep(0.3)
     t0 = time.monotonic()
     with GrpcTransport("bank", {"telco": addr}, INSECURE, timeout=10) as t:
@@ -208,6 +213,8 @@ def test_stalled_uploads_are_cut_off_and_the_server_stays_responsive(serve, capl
             list(c)
     release.set()
     channel.close()
+    for sock in raw:
+        sock.close()
 
 
 def test_work_stops_when_the_callers_deadline_passes(serve):
