@@ -24,7 +24,7 @@ from parties.checkpoint import CheckpointTracker
 from parties.dp import dp_sources
 from parties.monitor import TrainingMonitor
 from parties.psi_align import align_predict, align_train
-from parties.remote import RemoteSource, leaf_mask_fetcher, source_map
+from parties.remote import RemoteSource, end_prediction, leaf_mask_fetcher, source_map
 from protocols import alignment
 from protocols import messages as m
 from protocols.transport import Transport
@@ -262,13 +262,24 @@ class ActiveParty:
             transport.call_many({p: m.PredictStart(model.model_id, session_id, hashes)
                                  for p in model.passive_parties})
 
-        if prediction == Prediction.ONE_ROUND:
-            return ids, model.predict_raw_one_round(X, leaf_mask_fetcher(transport, session_id))
+        open_at = set(model.passive_parties)    # parties still holding the session's rows
+        try:
+            if prediction == Prediction.ONE_ROUND:
+                fetch = leaf_mask_fetcher(transport, session_id)
 
-        def route(owner, record_ids, rows):
-            return transport.call(owner, m.RouteRequest(session_id, record_ids, rows)).go_left
+                def fetch_masks(owner, skeleton):      # a one-round session ends with its leaf masks
+                    masks = fetch(owner, skeleton)
+                    open_at.discard(owner)
+                    return masks
 
-        return ids, model.predict_raw(X, route)
+                return ids, model.predict_raw_one_round(X, fetch_masks)
+
+            def route(owner, record_ids, rows):
+                return transport.call(owner, m.RouteRequest(session_id, record_ids, rows)).go_left
+
+            return ids, model.predict_raw(X, route)
+        finally:        # the passive parties free the session's rows (and its slot) at once
+            end_prediction(transport, [p for p in model.passive_parties if p in open_at], session_id)
 
     def predict_proba(self, transport, frame=None, source=None, prediction=None,
                       align=None) -> tuple[np.ndarray, np.ndarray]:

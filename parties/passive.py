@@ -25,6 +25,7 @@ from datasets.frames import feature_matrix
 from parties import dp, passive_align, passive_predict, passive_train
 from parties.passive_state import LookupTable, PassiveState
 from protocols import messages as m
+from protocols.serialization import check_message
 from vfl.files import write_json_atomic
 from vfl.model import read_model_json
 
@@ -45,6 +46,7 @@ HANDLERS = {
     m.PredictStart: passive_predict.predict_start,
     m.EvalStart: passive_predict.eval_start,
     m.RouteRequest: passive_predict.route,
+    m.PredictEnd: passive_predict.predict_end,
     m.LeafMaskRequest: passive_predict.leaf_mask,
     m.SplitGains: passive_predict.split_gains,
     m.DPReleaseRequest: dp.release,
@@ -82,6 +84,7 @@ class PassiveParty:
     # deployment must use) and this party's cap on a release's epsilon per feature (None: none)
     dp_seed = _state_attr("dp_seed", "seed of the DP randomized response (None: OS entropy)")
     dp_max_epsilon_per_feature = _state_attr("dp_max_epsilon_per_feature", "cap on a DP release's epsilon")
+    psi_pending_cap = _state_attr("psi_pending_cap", "pending PSI exchanges kept (older ones are forgotten)")
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
                  source: str | None = None, n_jobs: int | None = None):
@@ -103,6 +106,7 @@ class PassiveParty:
         handler = HANDLERS.get(type(request))
         if handler is None:
             raise ProtocolError(f"party {self.name!r} does not accept {type(request).__name__}")
+        check_message(request)      # what the decoder checks, also for a message handed over in memory
         dp.guard(self._state, request)
         return handler(self._state, request)
 
@@ -130,6 +134,10 @@ class PassiveParty:
     def eval_session(self) -> str | None:
         """The id of the validation session of the training under way (None: none)."""
         return self._state.eval_session
+
+    def has_session(self, session_id: str) -> bool:
+        """Whether a prediction (or PSI) session of this id is open."""
+        return self._state.has_session(session_id)
 
     def drop_session(self, session_id: str) -> None:
         """Forget a prediction session (its rows and any pending PSI state)."""

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from datasets.errors import ProtocolError
-from parties.passive_state import MAX_PSI_PENDING, PassiveState
+from parties.passive_state import PassiveState
 from protocols import alignment, psi
 from protocols import messages as m
 from vfl.params import Alignment
@@ -57,7 +57,7 @@ def psi_request(s: PassiveState, req: m.PsiRequest) -> m.PsiResponse:
         s.salt = req.salt
     pending = s.psi_pending
     pending[req.session_id] = {"purpose": req.purpose, "perm": perm, "X": X}
-    while len(pending) > MAX_PSI_PENDING:                # forget abandoned sessions
+    while len(pending) > s.psi_pending_cap:                # forget abandoned sessions
         pending.pop(next(iter(pending)))
     return m.PsiResponse(double, own)
 

@@ -23,6 +23,9 @@ from protocols import messages as m
 from vfl.leafmask import Skeleton, leaf_masks
 from vfl.params import Alignment, Prediction
 
+#: the largest leaf-mask reply a passive party builds (rows x packed leaves of every tree)
+MAX_MASK_BYTES = 1 << 28
+
 
 # -- local data -------------------------------------------------------------
 def load_prediction_data(s: PassiveState, frame: pd.DataFrame, source: str | None = None) -> None:
@@ -91,12 +94,25 @@ def leaf_mask(s: PassiveState, req: m.LeafMaskRequest) -> m.LeafMaskResponse:
     s.check_allowed(Prediction.ONE_ROUND, s.allowed_prediction, "prediction")
     X = s.session_rows(req.session_id)
     sk = Skeleton(req.tree_sizes, req.left, req.right, req.record_ids).validate(len(s.table))
+    size = int(sk.mask_bytes().astype(object).sum()) * len(X)
+    if size > MAX_MASK_BYTES:
+        raise ProtocolError(f"LeafMaskRequest: the masks of {len(X)} rows would take {size} bytes, more than "
+                            f"party {s.name!r} builds ({MAX_MASK_BYTES})")
     own = np.flatnonzero(sk.record_ids >= 0)
     rec = sk.record_ids[own]
     go_left = s.table.go_left(rec[None, :], X[:, s.table.features(rec)])
     if req.session_id != s.eval_session:             # (validation: one request per round)
         del s.sessions[req.session_id]              # a one-round session is complete
     return m.LeafMaskResponse(leaf_masks(sk, own, go_left))
+
+
+def predict_end(s: PassiveState, req: m.PredictEnd) -> m.Ack:
+    """The prediction session is over: forget its rows (idempotent: a one-round session is
+    already gone after its leaf-mask request)."""
+    known = req.session_id in s.sessions or req.session_id in s.psi_pending
+    if req.session_id != s.eval_session:
+        s.drop_session(req.session_id)
+    return m.Ack({"known": bool(known)})
 
 
 def split_gains(s: PassiveState, req: m.SplitGains) -> m.Ack:

@@ -140,6 +140,8 @@ class PassiveState:
     sessions: dict = field(default_factory=dict)      # session id -> rows (prediction, validation)
     psi_pending: dict = field(default_factory=dict)   # session id -> {purpose, perm, X}
     eval_session: str | None = None                   # the validation session of the training under way
+    psi_pending_cap: int = MAX_PSI_PENDING             # pending PSI exchanges kept (a server raises it: it
+    #                                                    bounds its sessions itself and never evicts one in use)
     executor: Executor | None = None
 
     # -- checks -------------------------------------------------------------
@@ -199,6 +201,9 @@ class PassiveState:
         if X is None:
             raise ProtocolError(f"unknown prediction session {session_id!r}")
         return X
+
+    def has_session(self, session_id: str) -> bool:
+        return session_id in self.sessions or session_id in self.psi_pending
 
     def drop_session(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)

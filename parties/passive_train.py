@@ -21,10 +21,48 @@ from datasets.errors import ProtocolError
 from parties.passive_state import PassiveState, ReceivedGradients
 from protocols import messages as m
 from protocols.serialization import BigInts
+from protocols.transport import check_deadline
 from vfl.binning import Binner
 from vfl.params import Mode
-from vfl.sampling import node_members
+from vfl.sampling import leaf_positions
 from vfl.split import goes_left
+
+#: in mode plain there is no key: the largest plaintext a layout may fill, in bits
+MAX_PLAIN_BITS = 16384
+#: target groups (blocks of gradient values) one Gradients message may carry
+MAX_GROUPS = 1024
+#: nodes per chunk of histogram work (the caller's deadline is checked between chunks)
+NODES_PER_CHUNK = 8
+
+
+def _group(assignment_row: np.ndarray, node_ids) -> list[np.ndarray]:
+    """Rows (increasing) whose entry equals each node id (one sort, not one scan per node)."""
+    order = np.argsort(assignment_row, kind="stable")
+    keys = assignment_row[order]
+    nids = np.asarray(node_ids, dtype=np.int64)
+    lo = np.searchsorted(keys, nids, side="left").tolist()
+    hi = np.searchsorted(keys, nids, side="right").tolist()
+    return [order[a:b] for a, b in zip(lo, hi)]
+
+
+def _rows_by_node(assignment_row: np.ndarray, node_ids, what: str, tree: int) -> list[np.ndarray]:
+    """Rows of each node of one tree, sampled and riding; every node must hold a row (a node
+    without rows has nothing to build or split: asking for it is refused, which also bounds the
+    work and memory of a request by the number of rows)."""
+    groups = _group(leaf_positions(assignment_row), node_ids)
+    for nid, rows in zip(np.asarray(node_ids).tolist(), groups):
+        if not len(rows):
+            raise ProtocolError(f"{what}.node_ids: node {nid} of tree {tree} holds no row of the round")
+    return groups
+
+
+def _check_nodes(tree_idx: np.ndarray, node_ids: np.ndarray, n_trees: int, what: str) -> None:
+    if tree_idx.size and int(tree_idx.max()) >= n_trees:
+        raise ProtocolError(f"{what}.tree_idx: tree {int(tree_idx.max())} is out of range (the round has "
+                            f"{n_trees} tree(s))")
+    pairs = np.stack([tree_idx.astype(np.int64), node_ids.astype(np.int64)], axis=1)
+    if len(np.unique(pairs, axis=0)) != len(pairs):
+        raise ProtocolError(f"{what}.node_ids: a node is named twice")
 
 
 def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
@@ -55,16 +93,23 @@ def gradients(s: PassiveState, req: m.Gradients) -> m.Ack:
         raise ProtocolError(f"got {len(req.values)} gradient values for {n} samples (shifts={req.shifts})")
     if req.encrypted != (t.mode == Mode.HE):
         raise ProtocolError(f"mode {t.mode!r} does not match encrypted={req.encrypted}")
+    layout: PackingLayout = req.packing_layout()       # well-formed (checked by the decoder)
+    per = int(req.values_per_ciphertext)
+    # sizes against what this session allows: sums of at most n rows, slots that fit the key
     if req.encrypted:
         n2 = s.need("the public key", t.nsquare)
-        if any(not (0 < v < n2) for v in req.values):
-            raise ProtocolError("a ciphertext is out of range")
-    layout = PackingLayout.from_dict(req.layout)
-    if req.values_per_ciphertext < 1:
-        raise ProtocolError("values_per_ciphertext must be positive")
-    per = int(req.values_per_ciphertext)
-    if req.shifts not in (1, per):
-        raise ProtocolError(f"shifts must be 1 or values_per_ciphertext={per}, got {req.shifts}")
+        key_bits = (int(n2).bit_length() + 1) // 2
+    else:
+        key_bits = MAX_PLAIN_BITS
+    if layout.max_rows > n:
+        raise ProtocolError(f"Gradients.layout: max_rows={layout.max_rows} but the training has {n} rows")
+    if per * layout.value_bits > key_bits - 2:
+        raise ProtocolError(f"Gradients.layout: {per} values of {layout.value_bits} bits per ciphertext do not "
+                            f"fit a {key_bits}-bit key")
+    if len(req.values) // (req.shifts * n) > MAX_GROUPS:
+        raise ProtocolError(f"Gradients.values: more than {MAX_GROUPS} target groups")
+    if req.encrypted and any(not (0 < v < n2) for v in req.values):
+        raise ProtocolError("a ciphertext is out of range")
     block = int(req.shifts) * n
     values = req.values.values
     t.grads = ReceivedGradients(values,
@@ -87,8 +132,18 @@ def histogram_request(s: PassiveState, req: m.HistogramRequest) -> m.HistogramRe
     a = req.assignment
     if a.ndim != 2 or a.shape[1] != len(t.rows):
         raise ProtocolError(f"assignment of shape {a.shape} does not cover {len(t.rows)} samples")
+    if not 1 <= a.shape[0] <= g.groups * g.layout.n_targets:
+        raise ProtocolError(f"HistogramRequest.assignment: {a.shape[0]} trees, the round's gradients hold "
+                            f"{g.groups * g.layout.n_targets}")
+    _check_nodes(req.tree_idx, req.node_ids, a.shape[0], "HistogramRequest")
+    node_rows: list = [None] * len(req.node_ids)
+    for tree in np.unique(req.tree_idx).tolist():
+        at = np.flatnonzero(req.tree_idx == tree)
+        _rows_by_node(a[tree], req.node_ids[at], "HistogramRequest", tree)      # every node holds rows
+        for i, rows in zip(at.tolist(), _group(a[tree], req.node_ids[at])):     # its sampled rows
+            node_rows[i] = rows
     t.assignment = a
-    node_rows = [np.flatnonzero(a[ti] == nid) for ti, nid in zip(req.tree_idx, req.node_ids)]
+    check_deadline("histograms")
     modulus = t.nsquare if t.mode == Mode.HE else None
     offsets = t.binner.bin_offsets
     executor = s.get_executor() if modulus is not None else None
@@ -101,19 +156,25 @@ def histogram_request(s: PassiveState, req: m.HistogramRequest) -> m.HistogramRe
             raise ProtocolError("tree index out of the range of the gradient groups")
         groups = {j: np.flatnonzero(group == j) for j in np.unique(group).tolist()}
     n_values = len(node_rows) * int(offsets[-1])
+    # the work in chunks of nodes, checking between chunks that the caller still waits
+    chunks = [(j, idx[k:k + NODES_PER_CHUNK]) for j, idx in groups.items()
+              for k in range(0, len(idx), NODES_PER_CHUNK)]
     if g.shifts == 1:
         hists = [None] * len(node_rows)
-        for j, idx in groups.items():
+        for j, idx in chunks:
+            check_deadline("histograms")
             part = histogram(g.group_values[j], t.bin_idx, [node_rows[i] for i in idx.tolist()],
                              offsets, modulus, executor=executor, slot=f"values{j}")
             for i, hist in zip(idx.tolist(), part):
                 hists[i] = hist
         flat = [v for h in hists for v in h]
         t1 = time.perf_counter()
+        check_deadline("histograms")
         packed = compress(flat, g.layout.value_bits, g.per, modulus, executor=executor)
     else:       # the key holder sent pre-shifted copies: rows go straight into their slots
         packed = None
-        for j, idx in groups.items():
+        for j, idx in chunks:
+            check_deadline("histograms")
             part = compressed_histogram(g.group_values[j], t.bin_idx,
                                         [node_rows[i] for i in idx.tolist()], offsets, g.layout.value_bits,
                                         g.per, modulus, shifts=g.shifts, executor=executor,
@@ -137,11 +198,23 @@ def split_request(s: PassiveState, req: m.SplitRequest) -> m.SplitResponse:
     a = s.need("a histogram request", t.assignment)
     _check_round(s, req.round_idx)
     binner = t.binner
+    _check_nodes(req.tree_idx, req.node_ids, a.shape[0], "SplitRequest")
+    members: list = [None] * len(req.node_ids)
+    for tree in np.unique(req.tree_idx).tolist():
+        at = np.flatnonzero(req.tree_idx == tree)
+        for i, rows in zip(at.tolist(), _rows_by_node(a[tree], req.node_ids[at], "SplitRequest", tree)):
+            members[i] = rows                          # sampled and riding rows
+    nf = len(s.feature_names)
+    bad = [(int(f), int(b)) for f, b in zip(req.feature_idx, req.bin_idx)
+           if not (int(f) < nf and int(b) < binner.missing_bin(int(f)))]
+    if bad:
+        raise ProtocolError(f"no feature {bad[0][0]} / bin {bad[0][1]} at party {s.name!r}")
     record_ids, go_left, n_rows = [], [], []
-    for ti, nid, f, b, dl in zip(req.tree_idx, req.node_ids, req.feature_idx, req.bin_idx, req.default_left):
+    for i, (ti, nid, f, b, dl) in enumerate(zip(req.tree_idx, req.node_ids, req.feature_idx, req.bin_idx,
+                                                req.default_left)):
         f, b = int(f), int(b)
         rid = s.table.add(s.name, s.feature_names, binner, f, b, dl, int(t.round_idx), int(ti), int(nid))
-        rows = node_members(a[int(ti)], int(nid))     # sampled and riding rows
+        rows = members[i]
         bins = t.bin_idx[rows, f].astype(np.int64)
         go_left.append(goes_left(bins, b, dl, missing=bins == binner.missing_bin(f)))
         n_rows.append(len(rows))

@@ -15,18 +15,21 @@ work. Splits stay sequential (they go to one owner each and are cheap).
 """
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from datasets.errors import PeerError
+from datasets.errors import PeerError, VFLError
 from parties.channel import GradientChannel
 from protocols import messages as m
 from protocols.transport import Transport
 from vfl.fixedpoint import decode_fixed
 from vfl.rounds import RoundGradients
 from vfl.sources import HistogramSource, SplitRef
+
+log = logging.getLogger("vfl.active")
 
 
 class RemoteSource(HistogramSource):
@@ -97,3 +100,13 @@ def leaf_mask_fetcher(transport: Transport, session_id: str):
     def fetch_masks(owner, skeleton):
         return transport.call(owner, m.LeafMaskRequest(session_id, **skeleton.to_fields())).masks
     return fetch_masks
+
+
+def end_prediction(transport: Transport, peers: list[str], session_id: str) -> None:
+    """Tell every passive party that prediction session ``session_id`` is over (best effort: a
+    party that cannot be told forgets the session when it is evicted as idle)."""
+    for peer in peers:
+        try:
+            transport.call(peer, m.PredictEnd(session_id))
+        except VFLError as exc:
+            log.info("could not end prediction session %s at party %r: %s", session_id, peer, exc)

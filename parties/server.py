@@ -10,6 +10,18 @@ for prediction only once the active party declared it complete.
 Messages are dispatched to :class:`parties.passive.PassiveParty` objects: a
 fresh one per training session (created by the session's first message) and
 one per finished model.
+
+Concurrency and limits: every request names its client (the caller's
+certificate names under TLS, else its token or claimed party name and host;
+see :class:`protocols.grpc_transport.PartyServer`). A training session belongs
+to the client that opened it (others are refused until it ends or stays idle
+for :attr:`PassiveServer.TRAINING_IDLE_SECONDS`) and has its own lock; each
+prediction session has its own lock, so predictions run concurrently with each
+other and with a training. Prediction sessions are limited per client and in
+all; a session in use (a request in flight, or used within
+:attr:`PassiveServer.SESSION_IDLE_SECONDS`) is never evicted: at a limit a new
+session is refused with "busy, retry" (:class:`protocols.transport.BusyError`,
+which the caller's transport retries with backoff).
 """
 from __future__ import annotations
 
@@ -17,7 +29,8 @@ import json
 import logging
 import re
 import threading
-from collections import OrderedDict
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -26,7 +39,7 @@ from datasets.errors import InputError, ProtocolError, VFLError
 from parties.checkpoint import data_digest
 from parties.passive import PASSIVE_FORMAT, PassiveParty
 from protocols import messages as m
-from protocols.transport import frame_handler
+from protocols.transport import BusyError, frame_handler
 from vfl.files import write_json_atomic
 
 log = logging.getLogger("vfl.passive")
@@ -38,6 +51,21 @@ def _check_model_id(model_id: str) -> str:
     if not isinstance(model_id, str) or not _MODEL_ID_RE.match(model_id):
         raise ProtocolError(f"model id {model_id!r} is not acceptable (letters, digits, '_' and '-' only)")
     return model_id
+
+
+@dataclass(eq=False)
+class _PredictionSession:
+    """A prediction session: its model's party, its owner, its own lock, how busy it is."""
+    session_id: str
+    model_id: str
+    party: PassiveParty
+    client: str
+    last_used: float
+    in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def idle_for(self, now: float) -> float:
+        return 0.0 if self.in_flight else now - self.last_used
 
 
 class PassiveServer:
@@ -52,8 +80,15 @@ class PassiveServer:
     SESSION_START = (m.AlignRequest,)
     #: message types that start a prediction session for a finished model (by ``model_id``)
     PREDICTION_START = (m.PredictStart,)
-    #: prediction sessions kept at once (older ones are forgotten)
-    MAX_PREDICTION_SESSIONS = 16
+    #: prediction sessions open at once, in all and per client
+    MAX_PREDICTION_SESSIONS = 256
+    MAX_SESSIONS_PER_CLIENT = 32
+    #: a prediction session unused this long (and no request in flight) may be evicted
+    SESSION_IDLE_SECONDS = 120.0
+    #: a training session unused this long may be taken over by another client
+    TRAINING_IDLE_SECONDS = 600.0
+    #: the retry hint of a "busy, retry" refusal, seconds
+    BUSY_RETRY_AFTER = 0.1
 
     #: policy attributes copied onto every :class:`PassiveParty` the server creates or loads
     POLICY = ("allowed_align", "allowed_prediction", "dp_max_epsilon_per_feature")
@@ -79,16 +114,21 @@ class PassiveServer:
         self.unfinished: set[str] = set()
         self.training: PassiveParty | None = None
         self.training_peer: str | None = None
+        self.training_client: str | None = None
+        self._training_used = 0.0
         self._digest: str | None = None
-        self._sessions: OrderedDict[str, PassiveParty] = OrderedDict()
+        self._sessions: dict[str, _PredictionSession] = {}
         self._prediction_ready: set[str] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()             # the registry (sessions, models, training pointer): held briefly
+        self._train_lock = threading.RLock()      # the training session's work
+        self._model_locks: dict[str, threading.Lock] = {}
         self._load_models()
 
     def _configure(self, party: PassiveParty) -> PassiveParty:
         for k, v in self.policy.items():
             setattr(party, k, v)
         party.id_col = self.id_col
+        party.psi_pending_cap = self.MAX_PREDICTION_SESSIONS + 1    # the server bounds its sessions itself
         return party
 
     # -- model files --------------------------------------------------------
@@ -141,39 +181,59 @@ class PassiveServer:
         return data_digest((), p.aligned_features(), (), p.feature_names)
 
     # -- entry points -------------------------------------------------------
-    def handle_frame(self, frame: bytes, who: str = "?") -> bytes:
-        """Bytes in, bytes out (errors become an ErrorReply)."""
-        return frame_handler(lambda req: self.handle(req, who))(frame)
+    def handle_frame(self, frame: bytes, who: str = "?", client: str | None = None) -> bytes:
+        """Bytes in, bytes out (errors become an ErrorReply). ``who`` describes the caller for
+        logs; ``client`` is its identity for session ownership and limits (default: ``who``)."""
+        return frame_handler(lambda req: self.handle(req, who, client))(frame)
 
-    def handle(self, request, who: str = "?"):
+    def handle(self, request, who: str = "?", client: str | None = None):
         kind = type(request).__name__
-        with self._lock:
-            try:
-                return self._dispatch(kind, request, who)
-            except VFLError as exc:
-                log.warning("%s: refused %s from %s: %s", self.name, kind, who, exc)
-                raise
+        client = who if client is None else str(client)
+        try:
+            return self._dispatch(kind, request, who, client)
+        except BusyError as exc:
+            log.info("%s: busy for %s from %s: %s", self.name, kind, who, exc)
+            raise
+        except VFLError as exc:
+            log.warning("%s: refused %s from %s: %s", self.name, kind, who, exc)
+            raise
 
-    def _dispatch(self, kind: str, request, who: str):
+    def _dispatch(self, kind: str, request, who: str, client: str):
         purpose = request.purpose if isinstance(request, m.PsiRequest) else None
         if isinstance(request, self.SESSION_START) or purpose == m.PsiPurpose.TRAIN:
-            return self._start_session(request, who)
-        if isinstance(request, m.TrainSetup):
-            return self._on_setup(request, who)
-        if isinstance(request, m.TrainResume):
-            return self._on_resume(request, who)
+            return self._start_session(request, who, client)
         if isinstance(request, self.PREDICTION_START) or purpose == m.PsiPurpose.PREDICT:
-            return self._on_predict_start(request, who)
+            return self._on_predict_start(request, who, client)
         sid = getattr(request, "session_id", None)
-        if isinstance(sid, str) and sid in self._sessions:     # any prediction-session message
-            return self._sessions[sid].handle(request)
+        with self._lock:
+            session = self._sessions.get(sid) if isinstance(sid, str) else None
+            if session is not None:
+                if session.client != client:
+                    raise ProtocolError(f"party {self.name!r}: prediction session {sid!r} belongs to another "
+                                        "client")
+                session.in_flight += 1
+        if session is not None:                         # any prediction-session message
+            return self._in_session(session, request)
+        if isinstance(request, m.PredictEnd):           # already over (e.g. a one-round session)
+            return m.Ack({"known": False})
         if isinstance(request, (m.RouteRequest, m.LeafMaskRequest)):
-            if self.training is not None and sid is not None and sid == self.training.eval_session:
-                return self.training.handle(request)      # the validation rows of the training under way
+            with self._train_lock:
+                t = self.training
+                if t is not None and sid is not None and sid == t.eval_session:
+                    self._check_owner(kind, client)
+                    return t.handle(request)      # the validation rows of the training under way
             raise ProtocolError(f"unknown or expired prediction session {request.session_id!r}")
-        if not PassiveParty.accepts(type(request)):
+        if not PassiveParty.accepts(type(request)) and not isinstance(request, m.TrainResume):
             raise ProtocolError(f"party {self.name!r} does not accept {kind}")
-        p = self._need_training(kind)
+        with self._train_lock:
+            p = self._need_training(kind, client)
+            if isinstance(request, m.TrainSetup):
+                return self._on_setup(request, who)
+            if isinstance(request, m.TrainResume):
+                return self._on_resume(request, who)
+            return self._on_training_message(p, request, who)
+
+    def _on_training_message(self, p: PassiveParty, request, who: str):
         reply = p.handle(request)
         if isinstance(request, m.Gradients):
             log.info("%s: round %d: %d %s gradient values from %s", self.name, request.round_idx,
@@ -190,33 +250,56 @@ class PassiveServer:
             self._persist()
             mid = p.model_id
             if p.completed:
-                self.models[mid] = self._configure(PassiveParty.from_model_dict(p.model_dict()))
-                self.unfinished.discard(mid)
+                finished = self._configure(PassiveParty.from_model_dict(p.model_dict()))
+                with self._lock:
+                    self.models[mid] = finished
+                    self.unfinished.discard(mid)
                 log.info("%s: model %s completed by %s (%d records) and saved to %s", self.name, mid, who,
                          len(p.records), self.model_path(mid))
             else:
-                self.unfinished.add(mid)
+                with self._lock:
+                    self.unfinished.add(mid)
                 log.warning("%s: training of model %s stopped by %s before the end; %d records kept in %s "
                             "for a resume", self.name, mid, who, len(p.records), self.model_path(mid))
-            self.training, self.training_peer, self._digest = None, None, None
+            with self._lock:
+                self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
         return reply
 
     # -- training -----------------------------------------------------------
-    def _start_session(self, request, who):
-        if self.training is not None:
-            log.warning("%s: %s starts a new training session; the unfinished session of model %s (from %s) "
-                        "is abandoned", self.name, who, self.training.model_id, self.training_peer)
-        self.training = self._configure(PassiveParty(self.name, self.frame, self.id_col, self.source))
-        if self.validation_frame is not None:
-            self.training.load_validation_data(self.validation_frame, self.validation_source)
-        self.training_peer, self._digest = who, None
-        reply = self.training.handle(request)
-        log.info("%s: training session %s opened by %s (%s alignment, %d rows)", self.name,
-                 request.session_id, who, "PSI" if isinstance(request, m.PsiRequest) else "hash", self.n_rows)
-        return reply
+    def _start_session(self, request, who, client):
+        with self._train_lock:
+            with self._lock:
+                t = self.training
+                if t is not None and self.training_client != client:
+                    idle = time.monotonic() - self._training_used
+                    if idle < self.TRAINING_IDLE_SECONDS:
+                        raise ProtocolError(
+                            f"party {self.name!r} is training model {t.model_id!r} for another client "
+                            f"({self.training_peer}): the session belongs to another client (it can be taken "
+                            f"over after {self.TRAINING_IDLE_SECONDS:g} s without a request)")
+            if t is not None:
+                log.warning("%s: %s starts a new training session; the unfinished session of model %s (from %s) "
+                            "is abandoned", self.name, who, t.model_id, self.training_peer)
+                t.close_executor()
+            party = self._configure(PassiveParty(self.name, self.frame, self.id_col, self.source))
+            if self.validation_frame is not None:
+                party.load_validation_data(self.validation_frame, self.validation_source)
+            with self._lock:
+                self.training, self.training_peer, self.training_client = party, who, client
+                self._digest, self._training_used = None, time.monotonic()
+            reply = party.handle(request)
+            log.info("%s: training session %s opened by %s (%s alignment, %d rows)", self.name,
+                     request.session_id, who, "PSI" if isinstance(request, m.PsiRequest) else "hash", self.n_rows)
+            return reply
+
+    def _check_owner(self, kind: str, client: str) -> None:
+        if self.training_client != client:
+            raise ProtocolError(f"party {self.name!r}: {kind} for a training session that belongs to another "
+                                "client")
+        self._training_used = time.monotonic()
 
     def _on_setup(self, req: m.TrainSetup, who):
-        p = self._need_training("TrainSetup")
+        p = self.training
         _check_model_id(req.model_id)
         if req.model_id in self.models:
             raise ProtocolError(f"party {self.name!r} already holds a finished model {req.model_id!r}")
@@ -227,7 +310,7 @@ class PassiveServer:
         return reply
 
     def _on_resume(self, req: m.TrainResume, who):
-        p = self._need_training("TrainResume")
+        p = self.training
         if p.model_id != req.model_id:
             raise ProtocolError(f"TrainResume for model {req.model_id!r} but the session set up {p.model_id!r}")
         path = self.model_path(req.model_id)
@@ -256,30 +339,88 @@ class PassiveServer:
                  req.model_id, who, req.n_rounds, len(kept), len(d["records"]) - len(kept))
         return m.Ack({"n_records": len(kept)})
 
-    def _need_training(self, kind):
+    def _need_training(self, kind, client):
         if self.training is None:
             raise ProtocolError(f"party {self.name!r} has no training session in progress for {kind} "
                                 "(a session starts with alignment)")
+        self._check_owner(kind, client)
         return self.training
 
     # -- prediction ---------------------------------------------------------
-    def _on_predict_start(self, req: m.PredictStart, who):
+    def _model_lock(self, mid: str) -> threading.Lock:
+        with self._lock:
+            return self._model_locks.setdefault(mid, threading.Lock())
+
+    def _on_predict_start(self, req, who, client):
         mid = req.model_id
-        party = self.models.get(mid)
+        with self._lock:
+            party = self.models.get(mid)
         if party is None:
             if mid in self.unfinished:
                 raise InputError(f"party {self.name!r}: model {mid!r} is unfinished (its training was "
                                  "interrupted): resume the training before predicting")
             raise InputError(f"party {self.name!r} holds no model {mid!r} in {self.model_dir}")
-        if mid not in self._prediction_ready:
-            party.load_prediction_data(self.frame, self.source)
-            self._prediction_ready.add(mid)
-        reply = party.handle(req)
-        self._sessions[req.session_id] = party
-        while len(self._sessions) > self.MAX_PREDICTION_SESSIONS:
-            old, old_party = self._sessions.popitem(last=False)
-            old_party.drop_session(old)
+        with self._model_lock(mid):
+            if mid not in self._prediction_ready:
+                party.load_prediction_data(self.frame, self.source)
+                self._prediction_ready.add(mid)
+        session = self._open_session(req.session_id, mid, party, client)
+        try:
+            reply = self._in_session(session, req)
+        except BaseException:
+            self._close_session(session)
+            raise
         n = len(req.hashes) if hasattr(req, "hashes") else len(getattr(req, "blinded", ()))
         log.info("%s: prediction session %s for model %s from %s: %d rows (%s)", self.name, req.session_id, mid,
                  who, n, "PSI" if isinstance(req, m.PsiRequest) else "hashed ids")
         return reply
+
+    def _open_session(self, sid: str, mid: str, party: PassiveParty, client: str) -> _PredictionSession:
+        """Reserve a session slot (in use at once) or refuse with "busy, retry"; idle sessions
+        beyond a limit are evicted, never one in use."""
+        now = time.monotonic()
+        with self._lock:
+            if sid in self._sessions:
+                raise ProtocolError(f"party {self.name!r}: prediction session {sid!r} is already open")
+            mine = [x for x in self._sessions.values() if x.client == client]
+            for limit, pool, what in ((self.MAX_SESSIONS_PER_CLIENT, mine, "of this client"),
+                                      (self.MAX_PREDICTION_SESSIONS, list(self._sessions.values()), "in all")):
+                if len(pool) < limit:
+                    continue
+                idle = [x for x in pool if x.idle_for(now) >= self.SESSION_IDLE_SECONDS]
+                if not idle:
+                    raise BusyError(f"party {self.name!r} is busy: {len(pool)} prediction sessions {what} are "
+                                    "in use; retry", retry_after=self.BUSY_RETRY_AFTER)
+                old = min(idle, key=lambda x: x.last_used)
+                log.info("%s: prediction session %s (idle %.0f s) evicted", self.name, old.session_id,
+                         old.idle_for(now))
+                self._sessions.pop(old.session_id, None)
+                old.party.drop_session(old.session_id)
+            session = _PredictionSession(sid, mid, party, client, now, in_flight=1)
+            self._sessions[sid] = session
+            return session
+
+    def _in_session(self, session: _PredictionSession, request):
+        """One request of a session, under the session's lock (``in_flight`` was counted)."""
+        try:
+            with session.lock:
+                reply = session.party.handle(request)
+        finally:
+            with self._lock:
+                session.in_flight -= 1
+                session.last_used = time.monotonic()
+                gone = isinstance(request, m.PredictEnd) or not session.party.has_session(session.session_id)
+                if gone and self._sessions.get(session.session_id) is session and not session.in_flight:
+                    del self._sessions[session.session_id]
+        return reply
+
+    def _close_session(self, session: _PredictionSession) -> None:
+        with self._lock:
+            if self._sessions.get(session.session_id) is session:
+                del self._sessions[session.session_id]
+        session.party.drop_session(session.session_id)
+
+    def open_sessions(self, client: str | None = None) -> int:
+        """Prediction sessions open (of ``client``, or in all)."""
+        with self._lock:
+            return sum(1 for x in self._sessions.values() if client is None or x.client == client)

@@ -31,6 +31,7 @@ import hmac
 import json
 import logging
 import re
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +43,7 @@ from datasets.errors import InputError, PeerError
 from protocols import messages as msg
 from protocols.certs import NET_EXTRA_HINT, MissingDependency, check_party_name, load_party_tls
 from protocols.serialization import dumps
-from protocols.transport import Transport
+from protocols.transport import Transport, caller_deadline
 from protocols.units import format_bytes
 
 log = logging.getLogger("vfl.net")
@@ -54,6 +55,8 @@ CHUNK_BYTES = 1 << 20                     # 1 MiB per gRPC message
 GRPC_MESSAGE_LIMIT = 4 << 20              # no single gRPC message may exceed this
 DEFAULT_MAX_FRAME_BYTES = 1 << 30         # 1 GiB per protocol frame
 DEFAULT_TIMEOUT = 60.0
+#: a request stream that sends no chunk for this long is cut off (slowloris)
+DEFAULT_READ_TIMEOUT = 20.0
 MIN_TOKEN_CHARS = 16
 
 _ADDR_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-_]+):(\d{1,5})$")
@@ -167,6 +170,82 @@ def _grpc_options(max_frame_bytes: int):
 FrameHandler = Callable[[bytes, str], bytes]
 
 
+class Caller(str):
+    """The ``who`` a server passes its handler: a description of the caller for logs (the
+    string), and ``client``, its identity for session ownership and per-client limits: the
+    certificate names under TLS, else the claimed party name and the caller's host."""
+
+    client: str
+
+    def __new__(cls, description: str, client: str):
+        obj = super().__new__(cls, description)
+        obj.client = client
+        return obj
+
+
+def _host_of(peer: str) -> str:
+    """``ipv4:10.0.0.3:51234`` -> ``ipv4:10.0.0.3`` (the port changes with every connection)."""
+    return peer.rsplit(":", 1)[0] if peer.count(":") >= 2 else peer
+
+
+class _ReadWatch:
+    """Request streams being read, and when each last sent a chunk: a stream silent for longer
+    than the read timeout is cancelled, so stalled uploads cannot hold the server's workers."""
+
+    def __init__(self, read_timeout: float):
+        self.read_timeout = float(read_timeout)
+        self._streams: dict[int, list] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.cut = 0
+
+    def start(self, name: str) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"vfl-readwatch-{name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def begin(self, context) -> int:
+        key = id(context)
+        with self._lock:
+            self._streams[key] = [context, time.monotonic()]
+        return key
+
+    def touch(self, key: int) -> None:
+        with self._lock:
+            entry = self._streams.get(key)
+            if entry is not None:
+                entry[1] = time.monotonic()
+
+    def end(self, key: int) -> None:
+        with self._lock:
+            self._streams.pop(key, None)
+
+    def _run(self) -> None:
+        period = max(0.05, min(1.0, self.read_timeout / 4))
+        while not self._stop.wait(period):
+            now = time.monotonic()
+            with self._lock:
+                stale = [k for k, (_, t) in self._streams.items() if now - t > self.read_timeout]
+                contexts = [self._streams.pop(k)[0] for k in stale]
+            for context in contexts:
+                self.cut += 1
+                _cancel(context, f"no data for {self.read_timeout:g} s while reading the request")
+
+
+def _cancel(context, details: str) -> None:
+    """Cancel a server-side call from another thread (wakes a handler blocked reading it)."""
+    call = getattr(getattr(context, "_rpc_event", None), "call", None)
+    if call is not None:
+        try:
+            from grpc._cython import cygrpc
+            call.cancel(cygrpc.StatusCode.deadline_exceeded, details)
+        except Exception as exc:  # noqa: BLE001  (best effort: the client's deadline still applies)
+            log.debug("could not cancel a stalled stream: %s", exc)
+
+
 class PartyServer:
     """Serves ``handler(frame, who) -> reply`` over gRPC on ``listen`` (``host:port``; port 0 = any free).
 
@@ -176,8 +255,12 @@ class PartyServer:
     """
 
     def __init__(self, name: str, handler: FrameHandler, listen: str, security: Security,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, max_workers: int = 8, role: str = "passive"):
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, max_workers: int = 16, role: str = "passive",
+                 read_timeout: float = DEFAULT_READ_TIMEOUT):
         self.name, self.handler, self.role = name, handler, role
+        if not read_timeout or read_timeout <= 0:
+            raise InputError(f"the read timeout must be positive, got {read_timeout}")
+        self._watch = _ReadWatch(read_timeout)
         self.listen = check_address(listen, "--listen address")
         self.security = security
         if max_frame_bytes < 1024:
@@ -194,7 +277,9 @@ class PartyServer:
         grpc = require_grpc()
         server = grpc.server(ThreadPoolExecutor(max_workers=self.max_workers,
                                                 thread_name_prefix=f"vfl-{self.name}"),
-                             options=_grpc_options(self.max_frame_bytes))
+                             # never share the port with another process: a second server on a busy
+                             # port must fail, not silently receive half of the calls
+                             options=_grpc_options(self.max_frame_bytes) + [("grpc.so_reuseport", 0)])
         handlers = grpc.method_handlers_generic_handler(SERVICE, {
             "Exchange": grpc.stream_stream_rpc_method_handler(self._exchange),
             "Hello": grpc.unary_unary_rpc_method_handler(self._hello),
@@ -209,10 +294,15 @@ class PartyServer:
             else:
                 port = server.add_insecure_port(self.listen)
         except RuntimeError as exc:
-            raise InputError(f"cannot listen on {self.listen}: {exc} (is the port in use?)") from None
+            server.stop(None)
+            raise InputError(f"cannot listen on {self.listen}: port {self.listen.rsplit(':', 1)[1]} is in use "
+                             f"or not available ({exc})") from None
         if not port:
-            raise InputError(f"cannot listen on {self.listen} (is the port in use?)")
+            server.stop(None)
+            raise InputError(f"cannot listen on {self.listen}: port {self.listen.rsplit(':', 1)[1]} is in use "
+                             "by another process (or not available)")
         server.start()
+        self._watch.start(self.name)
         self._server, self.port = server, port
         log.info("%s: serving as %s party on %s:%d (%s, frame cap %s)", self.name, self.role,
                  self.listen.rsplit(":", 1)[0], port, self.security.describe(), format_bytes(self.max_frame_bytes))
@@ -222,18 +312,20 @@ class PartyServer:
         return self._server.wait_for_termination(timeout)
 
     def stop(self, grace: float | None = 1.0) -> None:
+        self._watch.stop()
         if self._server is not None:
             self._server.stop(grace).wait()
 
     # -- checks -------------------------------------------------------------
-    def _who(self, context) -> str:
+    def _who(self, context) -> Caller:
         md = dict(context.invocation_metadata())
-        claimed = md.get("x-vfl-party", "?")
+        claimed = str(md.get("x-vfl-party", "?"))[:64]
         names = self._cert_names(context)
         where = context.peer()
         if names:
-            return f"{claimed} (certificate {'/'.join(sorted(names))}, {where})"
-        return f"{claimed} ({where})"
+            cert = "/".join(sorted(names))
+            return Caller(f"{claimed} (certificate {cert}, {where})", f"certificate {cert}")
+        return Caller(f"{claimed} ({where})", f"{claimed}@{_host_of(where)}")
 
     @staticmethod
     def _cert_names(context) -> set[str]:
@@ -285,18 +377,36 @@ class PartyServer:
                              f"a frame of {format_bytes(declared)} exceeds this party's cap of {format_bytes(cap)}")
         t0 = time.perf_counter()
         buf = bytearray()
-        for chunk in request_iterator:
-            buf += chunk
-            if len(buf) > cap:
-                self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, who,
-                             f"a frame of more than {format_bytes(cap)} exceeds this party's cap")
+        watch = self._watch.begin(context)
+        try:
+            for chunk in request_iterator:
+                self._watch.touch(watch)
+                buf += chunk
+                if len(buf) > cap:
+                    self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, who,
+                                 f"a frame of more than {format_bytes(cap)} exceeds this party's cap")
+        except grpc.RpcError:       # cancelled: by the caller, or by the read watch (a stalled upload)
+            log.warning("%s: dropped a request from %s: the stream stalled or was cancelled after %d bytes",
+                        self.name, who, len(buf))
+            return
+        finally:
+            self._watch.end(watch)
+        if not context.is_active():
+            log.warning("%s: dropped a request from %s: the stream stalled or was cancelled after %d bytes",
+                        self.name, who, len(buf))
+            return
         if declared is not None and len(buf) != declared:
             self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, who,
                          f"frame of {len(buf)} bytes, {declared} announced (truncated?)")
         frame = bytes(buf)
         del buf
+        def alive() -> bool:
+            left = context.time_remaining()
+            return context.is_active() and (left is None or left > 0)
+
         try:
-            reply = self.handler(frame, who)
+            with caller_deadline(alive):
+                reply = self.handler(frame, who)
         except Exception as exc:   # a bug must not take the server down
             log.exception("%s: failed on a request from %s", self.name, who)
             reply = dumps(msg.ErrorReply(msg.ErrorKind.PROTOCOL, f"internal error at party {self.name!r}: "
@@ -311,6 +421,35 @@ class PartyServer:
 
 
 # --------------------------------------------------------------------------- client
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def probe_plaintext(address: str, timeout: float = 2.0) -> str | None:
+    """What listens at ``address``: ``"plaintext"`` (an HTTP/2 server without TLS answered our
+    preface with its settings), ``"other"`` (something answered otherwise or hung up: a TLS
+    server does), or None (nothing accepts connections there)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+    except (OSError, ValueError):
+        return None
+    try:
+        sock.settimeout(timeout)
+        sock.sendall(_H2_PREFACE)
+        head = b""
+        while len(head) < 9:
+            part = sock.recv(9 - len(head))
+            if not part:
+                break
+            head += part
+    except OSError:
+        return "other"
+    finally:
+        sock.close()
+    return "plaintext" if len(head) == 9 and head[3] == 0x04 else "other"
+
+
 class GrpcTransport(Transport):
     """Client side: talks to named peers at ``peers = {name: "host:port"}``.
 
@@ -368,6 +507,14 @@ class GrpcTransport(Transport):
         where = f"party {peer!r} at {self.peers[peer]}"
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             text = f"{where} did not answer within {self.timeout:g} s (--timeout); is it running and reachable?"
+        elif code == grpc.StatusCode.UNAVAILABLE and self._tls_mismatch(peer):
+            if self.security.tls:
+                text = (f"TLS mismatch: {where} is a plaintext (--insecure) server but we use TLS; "
+                        "start both parties with TLS (or both with --insecure)")
+            else:
+                text = (f"TLS mismatch: {where} expects TLS but we connect in plaintext (--insecure); "
+                        "give this party --tls-dir (or start both parties with --insecure)")
+            return PeerError(text)
         elif code == grpc.StatusCode.UNAVAILABLE:
             low = details.lower()
             if any(w in low for w in ("handshake", "ssl", "certificate", "tls", "verification")):
@@ -387,6 +534,13 @@ class GrpcTransport(Transport):
             with self._lock:
                 self.failed[peer] = text
         return PeerError(text)
+
+    def _tls_mismatch(self, peer: str) -> bool:
+        """After an "unavailable": does the peer listen, speaking the other kind (TLS or not)?"""
+        kind = probe_plaintext(self.peers[peer], timeout=min(2.0, self.timeout))
+        if kind is None:
+            return False
+        return (kind == "plaintext") if self.security.tls else (kind == "other")
 
     # -- connection ---------------------------------------------------------
     def hello(self, peer: str, timeout: float | None = None) -> dict:

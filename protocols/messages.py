@@ -14,10 +14,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import ClassVar
 
 import numpy as np
 
-from protocols.serialization import BigInts, register
+from crypto.packing import PackingLayout
+from datasets.errors import ProtocolError
+from protocols.serialization import BigInts, array, count, number, register, text
+
+#: a session or model id on the wire
+ID_CHARS = 128
+#: the largest histogram a passive party builds (max_bin 256 plus the missing slot)
+MAX_BINS = 257
 
 
 class Vocabulary(str, Enum):
@@ -37,6 +45,7 @@ class ErrorKind(Vocabulary):
     """Whose fault an :class:`ErrorReply` reports."""
     INPUT = "input"            # the user's data or options (raised as InputError at the caller)
     PROTOCOL = "protocol"      # the conversation itself (raised as PeerError at the caller)
+    BUSY = "busy"              # the receiver is at a limit right now: retry after ``retry_after`` s
 
 
 class PsiPurpose(Vocabulary):
@@ -58,6 +67,7 @@ class ErrorReply:
     """A passive party's refusal: ``kind`` says whose fault it is."""
     kind: ErrorKind
     message: str
+    retry_after: float = number(min=0.0, max=3600.0, default=0.0)   # BUSY: seconds to wait before a retry
 
 
 # --- alignment -------------------------------------------------------------
@@ -65,51 +75,59 @@ class ErrorReply:
 @dataclass
 class AlignRequest:
     """Start of a training session: the federation's salt for hashing ids (mmh3-128 of salt + id)."""
-    session_id: str
-    salt: bytes
+    session_id: str = text(ID_CHARS, nonempty=True)
+    salt: bytes = field()
 
 
 @register
 @dataclass
 class IdHashes:
     """Hashed ids, shape (n, 16) uint8 (one 128-bit hash per row)."""
-    hashes: np.ndarray
+    hashes: np.ndarray = array("uint8", 2, width=16)
 
 
 @register
 @dataclass
 class AlignResult:
-    """The intersection in canonical order; every party reorders its rows to it."""
-    hashes: np.ndarray
+    """The intersection in canonical order; every party reorders its rows to it (never empty)."""
+    hashes: np.ndarray = array("uint8", 2, width=16, nonempty=True)
 
 
 @register
 @dataclass
 class AlignAck:
-    n_rows: int       # rows the party had
-    n_kept: int       # rows in the intersection
+    n_rows: int = count()      # rows the party had
+    n_kept: int = count()      # rows in the intersection
 
 
 # --- training setup --------------------------------------------------------
 @register
 @dataclass
 class TrainSetup:
-    mode: str                 # "he" or "plain"
-    max_bin: int
-    model_id: str
+    mode: str = text(16)                # "he" or "plain"
+    max_bin: int = count(2, MAX_BINS - 1)
+    model_id: str = text(ID_CHARS, nonempty=True)
 
 
 @register
 @dataclass
 class BinningInfo:
     """Shape of a party's histograms: ``n_bins[feature_idx]`` slots, the last one for missing."""
-    n_bins: np.ndarray
+    n_bins: np.ndarray = array("int", 1, min=1)
 
 
 @register
 @dataclass
 class PublicKey:
-    n: str                    # the Paillier modulus, hex
+    n: str = text(4096, nonempty=True)    # the Paillier modulus, hex (at most 16,384 bits)
+
+    def validate(self) -> None:
+        try:
+            n = int(self.n, 16)
+        except ValueError:
+            raise ProtocolError("PublicKey.n: not a hexadecimal number") from None
+        if n < 3 or n % 2 == 0:
+            raise ProtocolError("PublicKey.n: not a Paillier modulus (must be an odd number above 2)")
 
 
 # --- one boosting round (one tree, or one tree per class) -----------------
@@ -121,13 +139,32 @@ class Gradients:
     When the ``n_targets`` pairs of a sample do not fit one plaintext, the targets are
     split into groups of ``layout["n_targets"]`` each and ``values`` holds one block of
     ``n_samples`` values per group (group-major); tree ``t`` uses group ``t // group size``."""
-    round_idx: int
-    encrypted: bool
-    layout: dict              # crypto.packing.PackingLayout.to_dict()
-    values_per_ciphertext: int  # bin sums per returned ciphertext (compression)
-    values: BigInts
-    shifts: int = 1           # 1, or values_per_ciphertext: values[s * n_samples + i] is sample i's
-    #                           value shifted by s slots (the key holder did the compression shifts)
+    round_idx: int = count()
+    encrypted: bool = field()
+    layout: dict = field()              # crypto.packing.PackingLayout.to_dict()
+    values_per_ciphertext: int = count(1)   # bin sums per returned ciphertext (compression)
+    values: BigInts = field()
+    shifts: int = count(1, default=1)   # 1, or values_per_ciphertext: values[s * n_samples + i] is sample
+    #                                     i's value shifted by s slots (the key holder did the shifts)
+
+    def packing_layout(self) -> PackingLayout:
+        """The layout as an object (checked by :meth:`validate`)."""
+        return PackingLayout.from_dict(self.layout)
+
+    def validate(self) -> None:
+        names = set(PackingLayout.__dataclass_fields__)
+        if set(self.layout) != names or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                                for v in self.layout.values()):
+            raise ProtocolError(f"Gradients.layout: must hold the non-negative integers {sorted(names)}")
+        try:
+            layout = self.packing_layout()
+        except (ValueError, TypeError, ArithmeticError) as exc:
+            raise ProtocolError(f"Gradients.layout: {exc}") from None
+        if layout.n_targets < 1 or layout.max_rows < 1 or layout.g_bits < 1 or layout.h_bits < 1:
+            raise ProtocolError("Gradients.layout: n_targets, max_rows, g_bits and h_bits must be positive")
+        if self.shifts not in (1, self.values_per_ciphertext):
+            raise ProtocolError(f"Gradients.shifts: must be 1 or values_per_ciphertext="
+                                f"{self.values_per_ciphertext}, got {self.shifts}")
 
 
 @register
@@ -135,18 +172,19 @@ class Gradients:
 class HistogramRequest:
     """Build histograms for ``node_ids``; ``assignment[t, i]`` is sample i's node in tree t (-1: none;
     ``-2 - node_id``: at ``node_id`` but outside the round's row sample, see ``vfl.sampling``)."""
-    round_idx: int
-    tree_idx: np.ndarray      # int32, tree (within the round) of each node to build
-    node_ids: np.ndarray      # int32, the nodes to build
-    assignment: np.ndarray    # int32 (n_trees_in_round, n_samples)
+    round_idx: int = count()
+    tree_idx: np.ndarray = array("int", 1, min=0)     # int32, tree (within the round) of each node to build
+    node_ids: np.ndarray = array("int", 1, min=0)     # int32, the nodes to build
+    assignment: np.ndarray = array("int", 2)          # int32 (n_trees_in_round, n_samples)
+    SAME_LENGTH: ClassVar = (("tree_idx", "node_ids"),)
 
 
 @register
 @dataclass
 class HistogramResponse:
     """Compressed bin sums, node-major then flat (feature, bin) order."""
-    n_values: int
-    values: BigInts
+    n_values: int = count()
+    values: BigInts = field()
     compute_us: dict = field(default_factory=dict)   # the sender's compute time by stage, integer µs
 
 
@@ -154,52 +192,63 @@ class HistogramResponse:
 @dataclass
 class SplitRequest:
     """Split these nodes on the receiver's ``(feature_idx, bin_idx)``."""
-    round_idx: int
-    node_ids: np.ndarray      # int32
-    tree_idx: np.ndarray      # int32 tree (within the round) of each node
-    feature_idx: np.ndarray   # int32
-    bin_idx: np.ndarray       # int32
-    default_left: np.ndarray  # bool: where missing values go
+    round_idx: int = count()
+    node_ids: np.ndarray = array("int", 1, min=0)      # int32
+    tree_idx: np.ndarray = array("int", 1, min=0)      # int32 tree (within the round) of each node
+    feature_idx: np.ndarray = array("int", 1, min=0)   # int32
+    bin_idx: np.ndarray = array("int", 1, min=0)       # int32
+    default_left: np.ndarray = array("bool", 1)        # bool: where missing values go
+    SAME_LENGTH: ClassVar = (("node_ids", "tree_idx", "feature_idx", "bin_idx", "default_left"),)
 
 
 @register
 @dataclass
 class SplitResponse:
     """One record id per split, and which of the node's samples (by index order) go left."""
-    record_ids: np.ndarray    # int64
-    go_left: np.ndarray       # bool, the concatenation over splits
-    n_rows: np.ndarray        # int64, samples per split node
+    record_ids: np.ndarray = array("int", 1, min=0)    # int64
+    go_left: np.ndarray = array("bool", 1)             # bool, the concatenation over splits
+    n_rows: np.ndarray = array("int", 1, min=0)        # int64, samples per split node
+    SAME_LENGTH: ClassVar = (("record_ids", "n_rows"),)
 
 
 @register
 @dataclass
 class TrainEnd:
-    model_id: str
-    completed: bool
+    model_id: str = text(ID_CHARS, nonempty=True)
+    completed: bool = field()
 
 
 # --- prediction ------------------------------------------------------------
 @register
 @dataclass
 class PredictStart:
-    model_id: str
-    session_id: str
-    hashes: np.ndarray        # (n, 16) uint8 hashed ids of the rows to predict
+    model_id: str = text(ID_CHARS, nonempty=True)
+    session_id: str = text(ID_CHARS, nonempty=True)
+    hashes: np.ndarray = array("uint8", 2, width=16)    # (n, 16) hashed ids of the rows to predict
 
 
 @register
 @dataclass
 class RouteRequest:
     """For each query: does sample ``rows[i]`` go left at the receiver's record ``record_ids[i]``?"""
-    session_id: str
-    record_ids: np.ndarray    # int64
-    rows: np.ndarray          # int64
+    session_id: str = text(ID_CHARS, nonempty=True)
+    record_ids: np.ndarray = array("int", 1, min=0)    # int64
+    rows: np.ndarray = array("int", 1, min=0)          # int64
+    SAME_LENGTH: ClassVar = (("record_ids", "rows"),)
 
 
 @register
 @dataclass
 class RouteResponse:
-    go_left: np.ndarray       # bool
+    go_left: np.ndarray = array("bool", 1)
+
+
+@register
+@dataclass
+class PredictEnd:
+    """The prediction session ``session_id`` is over: the receiver forgets its rows (node-by-node
+    prediction; a one-round session ends with its leaf-mask request)."""
+    session_id: str = text(ID_CHARS, nonempty=True)
 
 
 # --- private set intersection (--align psi; see protocols/psi.py) ----------
@@ -209,11 +258,11 @@ class PsiRequest:
     """ECDH-PSI step 1: the active party's ids as X25519 points blinded with its secret
     scalar, in a secret random order. ``model_id`` names the model when ``purpose`` is
     predict or validate ("" when training)."""
-    session_id: str
-    salt: bytes               # hashing ids to points (and the canonical order)
-    purpose: PsiPurpose
-    model_id: str
-    blinded: np.ndarray       # (n, 32) uint8
+    session_id: str = text(ID_CHARS, nonempty=True)
+    salt: bytes = field()                # hashing ids to points (and the canonical order)
+    purpose: PsiPurpose = field()
+    model_id: str = text(ID_CHARS)
+    blinded: np.ndarray = array("uint8", 2, width=32)    # (n, 32)
 
 
 @register
@@ -221,16 +270,16 @@ class PsiRequest:
 class PsiResponse:
     """Step 2: the request's values blinded again (same order), and the passive party's own
     ids blinded with its scalar, in a secret random order."""
-    double_blinded: np.ndarray    # (n, 32) uint8
-    blinded: np.ndarray           # (m, 32) uint8
+    double_blinded: np.ndarray = array("uint8", 2, width=32)    # (n, 32)
+    blinded: np.ndarray = array("uint8", 2, width=32)           # (m, 32)
 
 
 @register
 @dataclass
 class PsiResult:
     """Step 3: positions (in the receiver's ``PsiResponse.blinded``) of the rows to use, in order."""
-    session_id: str
-    positions: np.ndarray     # int64
+    session_id: str = text(ID_CHARS, nonempty=True)
+    positions: np.ndarray = array("int", 1, min=0, nonempty=True)   # int64 (an empty intersection: refused)
 
 
 # --- one-round batch prediction (--prediction one-round) -------------------
@@ -240,11 +289,18 @@ class LeafMaskRequest:
     """Tree skeletons for one-round prediction: per node its children (-1, -1 at leaves) and,
     at the receiver's own nodes, its record id (-1 elsewhere). No threshold, no leaf value,
     no owner of other nodes. Trees are concatenated; ``tree_sizes`` gives their node counts."""
-    session_id: str
-    tree_sizes: np.ndarray    # int32 (n_trees,)
-    left: np.ndarray          # int32 (total nodes,)
-    right: np.ndarray         # int32
-    record_ids: np.ndarray    # int64
+    session_id: str = text(ID_CHARS, nonempty=True)
+    tree_sizes: np.ndarray = array("int", 1, min=1)    # int32 (n_trees,)
+    left: np.ndarray = array("int", 1, min=-1)         # int32 (total nodes,)
+    right: np.ndarray = array("int", 1, min=-1)        # int32
+    record_ids: np.ndarray = array("int", 1, min=-1)   # int64
+    SAME_LENGTH: ClassVar = (("left", "right", "record_ids"),)
+
+    def validate(self) -> None:
+        total = int(self.tree_sizes.astype(object).sum()) if self.tree_sizes.size else 0
+        if total != len(self.left):
+            raise ProtocolError(f"LeafMaskRequest.tree_sizes: they add up to {total} nodes, "
+                                f"the trees hold {len(self.left)}")
 
 
 @register
@@ -252,7 +308,7 @@ class LeafMaskRequest:
 class LeafMaskResponse:
     """Per (row, tree) the leaves the row can reach given only the sender's decisions, as
     ``np.packbits`` of the tree's leaves in node-id order; trees concatenated along axis 1."""
-    masks: np.ndarray         # uint8 (n_rows, sum over trees of ceil(n_leaves / 8))
+    masks: np.ndarray = array("uint8", 2)   # (n_rows, sum over trees of ceil(n_leaves / 8))
 
 
 # --- DP-only mode (vfl.dp): one noisy release, then split registration ------
@@ -260,34 +316,40 @@ class LeafMaskResponse:
 @dataclass
 class DPReleaseRequest:
     """Release this training's buckets once, each (row, feature) ``epsilon_per_feature``-LDP."""
-    model_id: str
-    epsilon_per_feature: float    # inf: no noise
+    model_id: str = text(ID_CHARS, nonempty=True)
+    epsilon_per_feature: float = number(min=0.0, finite=False)    # inf: no noise
+
+    def validate(self) -> None:
+        if not self.epsilon_per_feature > 0:
+            raise ProtocolError("DPReleaseRequest.epsilon_per_feature: must be positive")
 
 
 @register
 @dataclass
 class DPRelease:
     """Noisy bucket index per aligned row (alignment order) per feature; boundaries stay home."""
-    buckets: np.ndarray           # uint8/uint16 (n_samples, n_features)
-    n_bins: np.ndarray            # int32 per feature: value buckets + the missing slot (last)
-    rr_domain: np.ndarray         # int32 per feature: buckets randomized over (missing included if present)
-    epsilon_per_feature: float
+    buckets: np.ndarray = array("uint", 2)        # uint8/uint16 (n_samples, n_features)
+    n_bins: np.ndarray = array("int", 1, min=1)   # per feature: value buckets + the missing slot (last)
+    rr_domain: np.ndarray = array("int", 1, min=1)   # per feature: buckets randomized over
+    epsilon_per_feature: float = number(min=0.0, finite=False)
+    SAME_LENGTH: ClassVar = (("n_bins", "rr_domain"),)
 
 
 @register
 @dataclass
 class DPSplitRegister:
     """The active party chose these splits on the receiver's buckets: keep their thresholds."""
-    model_id: str
-    feature_idx: np.ndarray       # int32
-    bin_idx: np.ndarray           # int32: "bucket <= bin_idx" goes left
-    default_left: np.ndarray      # bool: where missing values go
+    model_id: str = text(ID_CHARS, nonempty=True)
+    feature_idx: np.ndarray = array("int", 1, min=0)    # int32
+    bin_idx: np.ndarray = array("int", 1, min=0)        # int32: "bucket <= bin_idx" goes left
+    default_left: np.ndarray = array("bool", 1)         # where missing values go
+    SAME_LENGTH: ClassVar = (("feature_idx", "bin_idx", "default_left"),)
 
 
 @register
 @dataclass
 class DPSplitRecords:
-    record_ids: np.ndarray        # int64, one per registered split
+    record_ids: np.ndarray = array("int", 1, min=0)     # one per registered split
 
 
 # --- network deployments: resuming an interrupted training ----------------
@@ -297,9 +359,9 @@ class TrainResume:
     """Continue model ``model_id`` after its first ``n_rounds`` rounds (sent right after
     :class:`TrainSetup`); the active party's checkpoint references ``n_records`` of the
     receiver's lookup-table records, which the receiver must still hold."""
-    model_id: str
-    n_rounds: int
-    n_records: int
+    model_id: str = text(ID_CHARS, nonempty=True)
+    n_rounds: int = count()
+    n_records: int = count()
 
 
 # --- learner extras (issue 4): validation sets, split gains -----------------
@@ -309,9 +371,9 @@ class EvalStart:
     """Open a validation session during training: the receiver aligns its validation rows
     (loaded locally with ``load_validation_data``) to these hashed ids; the session then
     answers :class:`RouteRequest` like a prediction session, one round's trees at a time."""
-    model_id: str
-    session_id: str
-    hashes: np.ndarray        # (n, 16) uint8, the active party's validation ids hashed with the salt
+    model_id: str = text(ID_CHARS, nonempty=True)
+    session_id: str = text(ID_CHARS, nonempty=True)
+    hashes: np.ndarray = array("uint8", 2, width=16)   # the active party's validation ids hashed with the salt
 
 
 @register
@@ -320,9 +382,10 @@ class SplitGains:
     """Optional, after training: the gain of each of the receiver's own splits (its records),
     so that it can compute gain importance of its features locally. Sent only on request
     of the active party (label-derived information; see README)."""
-    model_id: str
-    record_ids: np.ndarray    # int64
-    gains: np.ndarray         # float64
+    model_id: str = text(ID_CHARS, nonempty=True)
+    record_ids: np.ndarray = array("int", 1, min=0)    # int64
+    gains: np.ndarray = array("float", 1)              # float64
+    SAME_LENGTH: ClassVar = (("record_ids", "gains"),)
 
 
 # --- declared request -> reply pairs (checked once, in the transport) ---------
@@ -339,6 +402,7 @@ REPLIES: dict[type, tuple[type, ...]] = {
     TrainEnd: (Ack,),
     PredictStart: (Ack,),
     RouteRequest: (RouteResponse,),
+    PredictEnd: (Ack,),
     PsiRequest: (PsiResponse,),
     PsiResult: (AlignAck,),
     LeafMaskRequest: (LeafMaskResponse,),

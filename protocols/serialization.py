@@ -16,11 +16,22 @@ Decoding checks the type, the exact field set and every field's declared
 type, so a malformed frame is a :class:`ProtocolError`, never a crash deep
 inside numpy. A field declared as a str-valued :class:`enum.Enum` travels as
 its value and must decode to one of its members.
+
+Fields may also declare what their values must look like (:func:`array`,
+:func:`count`, :func:`text` in the dataclass field's metadata; arrays of equal
+length in the class attribute ``SAME_LENGTH``; anything else in a
+``validate(self)`` method raising :class:`ProtocolError`). The decoder checks
+all of it for every message (:func:`check_message`), so a handler only ever
+sees a message whose integer arrays are integers of the right rank and sign,
+whose lengths agree and whose sizes are in range; what needs the receiver's
+state (a node of the level being built, a record of the model) is checked by
+the handler.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import struct
 import typing
 from enum import Enum
@@ -35,6 +46,141 @@ from datasets.errors import ProtocolError
 MAGIC = b"VFL1"
 _ALLOWED_DTYPES = {"|b1", "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "<f4", "<f8"}
 MAX_HEADER_BYTES = 16 * 1024 * 1024
+#: nesting depth of JSON values (dicts and lists) a header field may have
+MAX_JSON_DEPTH = 16
+#: dimensions of an array on the wire
+MAX_NDIM = 4
+#: the largest big integer on the wire, in bytes (a ciphertext of a 16,384-bit key)
+MAX_BIGINT_BYTES = 4096
+
+_ARRAY_KINDS = {"int": "iu", "uint8": "u", "bool": "b", "float": "f", "uint": "u"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ArraySpec:
+    """What an ``np.ndarray`` field must hold: ``kind`` (``int``: any integer dtype; ``uint``;
+    ``uint8``; ``bool``; ``float``), ``ndim``, the size of the last axis (``width``), the
+    smallest value allowed (``min``, integers) and whether it may be empty."""
+    kind: str
+    ndim: int = 1
+    width: int | None = None
+    min: int | None = None
+    nonempty: bool = False
+
+    def describe(self) -> str:
+        kind = {"int": "integer", "uint": "unsigned integer"}.get(self.kind, self.kind)
+        if self.width is not None:
+            dims = ", ".join(["n"] * (self.ndim - 1) + [str(self.width)])
+            return f"({dims}) {kind} array"
+        return f"{self.ndim}-d {kind} array"
+
+    def check(self, where: str, a) -> None:
+        if not isinstance(a, np.ndarray):
+            raise ProtocolError(f"{where}: expected a {self.describe()}")
+        if a.dtype.kind not in _ARRAY_KINDS[self.kind] or (self.kind == "uint8" and a.dtype.itemsize != 1) \
+                or a.ndim != self.ndim or (self.width is not None and a.shape[-1] != self.width):
+            raise ProtocolError(f"{where}: expected a {self.describe()}, got {a.dtype} of shape {list(a.shape)}")
+        if self.nonempty and a.size == 0:
+            raise ProtocolError(f"{where}: is empty")
+        if self.min is not None and a.size and int(a.min()) < self.min:
+            raise ProtocolError(f"{where}: value {int(a.min())} is out of range (smallest allowed: {self.min})")
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalarSpec:
+    """What a scalar field must hold: integers or floats in ``[min, max]`` (floats: never NaN,
+    infinite only if ``finite`` is False); strings of at most ``max_len`` characters."""
+    min: float | None = None
+    max: float | None = None
+    finite: bool = True
+    max_len: int | None = None
+    nonempty: bool = False
+
+    def check(self, where: str, v) -> None:
+        if isinstance(v, str):
+            if self.max_len is not None and len(v) > self.max_len:
+                raise ProtocolError(f"{where}: longer than {self.max_len} characters")
+            if self.nonempty and not v:
+                raise ProtocolError(f"{where}: is empty")
+            return
+        if isinstance(v, float) and (math.isnan(v) or (self.finite and math.isinf(v))):
+            raise ProtocolError(f"{where}: {v} is not a finite number")
+        if self.min is not None and v < self.min:
+            raise ProtocolError(f"{where}: {v} is out of range (smallest allowed: {self.min})")
+        if self.max is not None and v > self.max:
+            raise ProtocolError(f"{where}: {v} is out of range (largest allowed: {self.max})")
+
+
+def array(kind: str, ndim: int = 1, width: int | None = None, min: int | None = None,
+          nonempty: bool = False):
+    """A dataclass field holding an array of this shape and kind (see :class:`ArraySpec`)."""
+    return dataclasses.field(metadata={"vfl": ArraySpec(kind, ndim, width, min, nonempty)})
+
+
+def count(min: int = 0, max: int | None = None, default=dataclasses.MISSING):
+    """An integer field in ``[min, max]``."""
+    return dataclasses.field(default=default, metadata={"vfl": ScalarSpec(min, max)})
+
+
+def number(min: float | None = None, max: float | None = None, finite: bool = True,
+           default=dataclasses.MISSING):
+    """A float field in ``[min, max]`` (never NaN; infinite only if ``finite`` is False)."""
+    return dataclasses.field(default=default, metadata={"vfl": ScalarSpec(min, max, finite)})
+
+
+def text(max_len: int = 256, nonempty: bool = False, default=dataclasses.MISSING):
+    """A string field of at most ``max_len`` characters."""
+    return dataclasses.field(default=default, metadata={"vfl": ScalarSpec(max_len=max_len, nonempty=nonempty)})
+
+
+def field_spec(f: dataclasses.Field):
+    """The :class:`ArraySpec` or :class:`ScalarSpec` of a message field (None: only its type)."""
+    return f.metadata.get("vfl") if f.metadata else None
+
+
+def check_message(message) -> None:
+    """Everything a message's class declares about its fields (types, specs, equal lengths,
+    ``validate``); raise :class:`ProtocolError` naming the field. :func:`loads` calls it."""
+    cls = type(message)
+    name = cls.__name__
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        v = getattr(message, f.name)
+        where = f"{name}.{f.name}"
+        tp = hints[f.name]
+        if not _type_ok(v, tp):
+            if isinstance(tp, type) and issubclass(tp, Enum) and isinstance(v, str):
+                raise ProtocolError(f"{where}: {v!r} is not one of {sorted(_enum_values(tp))}")
+            raise ProtocolError(f"{where}: value of type {type(v).__name__} does not match {tp}")
+        if _depth(v) > MAX_JSON_DEPTH:
+            raise ProtocolError(f"{where}: nested more than {MAX_JSON_DEPTH} levels deep")
+        spec = field_spec(f)
+        if spec is not None and v is not None:
+            spec.check(where, v)
+    for group in getattr(cls, "SAME_LENGTH", ()):
+        lengths = {g: len(getattr(message, g)) for g in group}
+        if len(set(lengths.values())) > 1:
+            raise ProtocolError(f"{name}: fields {', '.join(group)} must have the same length, got "
+                                + ", ".join(f"{g}={n}" for g, n in lengths.items()))
+    validate = getattr(message, "validate", None)
+    if validate is not None:
+        validate()
+
+
+def _depth(v, limit: int = MAX_JSON_DEPTH + 1) -> int:
+    """Nesting depth of dicts/lists in ``v`` (iterative; stops counting past ``limit``)."""
+    if not isinstance(v, (dict, list)):
+        return 0
+    deepest, stack = 0, [(v, 1)]
+    while stack:
+        x, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > limit:
+            return deepest
+        for c in (x.values() if isinstance(x, dict) else x):
+            if isinstance(c, (dict, list)):
+                stack.append((c, d + 1))
+    return deepest
 
 _REGISTRY: dict[str, type] = {}
 
@@ -82,13 +228,20 @@ def _encode_bigints(values: list) -> tuple[dict, bytes]:
 
 
 def _decode_bigints(desc: dict, data: bytes, field: str) -> BigInts:
-    try:
-        count, width, signed = int(desc["count"]), int(desc["width"]), bool(desc["signed"])
-    except (KeyError, TypeError, ValueError):
-        raise ProtocolError(f"field {field!r}: bad big-integer descriptor") from None
+    n, width, signed = desc.get("count"), desc.get("width"), desc.get("signed")
+    if not (_is_int(n) and _is_int(width) and isinstance(signed, bool)):
+        raise ProtocolError(f"field {field!r}: bad big-integer descriptor (count, width, signed)")
+    count = n
+    if width > MAX_BIGINT_BYTES:
+        raise ProtocolError(f"field {field!r}: integers of {width} bytes are larger than allowed "
+                            f"({MAX_BIGINT_BYTES} bytes)")
     if count < 0 or width < 1 or count * width != len(data):
         raise ProtocolError(f"field {field!r}: {len(data)} bytes do not hold {count} integers of {width} bytes")
     return BigInts(bytes_to_ints(data, width, signed))
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _type_ok(value, tp) -> bool:
@@ -106,7 +259,8 @@ def _type_ok(value, tp) -> bool:
     if tp is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if isinstance(tp, type) and issubclass(tp, Enum):
-        return isinstance(value, str) and value in _enum_values(tp)
+        return isinstance(value, tp) or (isinstance(value, str) and type(value) is str
+                                         and value in _enum_values(tp))
     if tp is str:
         return isinstance(value, str)
     if tp is bytes:
@@ -154,7 +308,7 @@ def dumps(message) -> bytes:
     for f in dataclasses.fields(cls):
         v = getattr(message, f.name)
         if isinstance(v, np.ndarray):
-            arr = np.ascontiguousarray(v)
+            arr = np.ascontiguousarray(v).reshape(v.shape)     # (ascontiguousarray makes 0-d arrays 1-d)
             if arr.dtype.str not in _ALLOWED_DTYPES:
                 arr = arr.astype(arr.dtype.newbyteorder("<"))
             if arr.dtype.str not in _ALLOWED_DTYPES:
@@ -178,7 +332,8 @@ def dumps(message) -> bytes:
 
 
 def loads(frame: bytes, allowed: set[str] | None = None):
-    """Parse bytes into a message; raise :class:`ProtocolError` on anything malformed."""
+    """Parse bytes into a message; raise :class:`ProtocolError` on anything malformed (never
+    anything else: a decoding failure names the message type and the field)."""
     if not isinstance(frame, (bytes, bytearray, memoryview)):
         raise ProtocolError("frame must be bytes")
     frame = bytes(frame)
@@ -190,49 +345,65 @@ def loads(frame: bytes, allowed: set[str] | None = None):
     try:
         header = json.loads(frame[8:8 + hlen].decode())
         type_name, fields, blobs = header["type"], header["fields"], header["blobs"]
+    except RecursionError:
+        raise ProtocolError("frame header is nested too deeply") from None
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
         raise ProtocolError("frame header is not valid") from None
     if not isinstance(fields, dict) or not isinstance(blobs, dict):
         raise ProtocolError("frame header is not valid")
     cls = _REGISTRY.get(type_name) if isinstance(type_name, str) else None
     if cls is None or (allowed is not None and type_name not in allowed):
-        raise ProtocolError(f"unknown or unexpected message type {type_name!r}")
+        raise ProtocolError(f"unknown or unexpected message type {str(type_name)[:64]!r}")
     payload = memoryview(frame)[8 + hlen:]
-    names = {f.name for f in dataclasses.fields(cls)}
-    if set(fields) | set(blobs) != names or set(fields) & set(blobs):
-        raise ProtocolError(f"{type_name}: fields {sorted(set(fields) | set(blobs))} do not match {sorted(names)}")
-    hints = _hints(cls)
+    dfields = dataclasses.fields(cls)
+    names = {f.name for f in dfields}
+    # fields with a default may be absent (a sender from before they were added)
+    optional = {f.name for f in dfields if f.default is not dataclasses.MISSING
+                or f.default_factory is not dataclasses.MISSING}
+    given = set(fields) | set(blobs)
+    if not (names - optional) <= given or not given <= names or set(fields) & set(blobs):
+        raise ProtocolError(f"{type_name}: fields {sorted(str(k)[:64] for k in given)} do not match "
+                            f"{sorted(names)}")
     values = dict(fields)
     for name, desc in blobs.items():
-        try:
-            off, nb, kind = int(desc["offset"]), int(desc["nbytes"]), desc["kind"]
-        except (KeyError, TypeError, ValueError):
-            raise ProtocolError(f"{type_name}.{name}: bad blob descriptor") from None
+        where = f"{type_name}.{name}"
+        if not isinstance(desc, dict):
+            raise ProtocolError(f"{where}: bad blob descriptor")
+        off, nb, kind = desc.get("offset"), desc.get("nbytes"), desc.get("kind")
+        if not (_is_int(off) and _is_int(nb)):
+            raise ProtocolError(f"{where}: bad blob descriptor (offset and nbytes must be integers)")
         if off < 0 or nb < 0 or off + nb > len(payload):
-            raise ProtocolError(f"{type_name}.{name}: blob is out of the frame")
+            raise ProtocolError(f"{where}: blob is out of the frame")
         data = bytes(payload[off:off + nb])
         if kind == "ndarray":
-            dtype, shape = desc.get("dtype"), desc.get("shape")
-            if dtype not in _ALLOWED_DTYPES or not isinstance(shape, list) or \
-                    not all(isinstance(s, int) and s >= 0 for s in shape):
-                raise ProtocolError(f"{type_name}.{name}: array dtype/shape not allowed")
-            dt = np.dtype(dtype)
-            if int(np.prod(shape, dtype=np.int64)) * dt.itemsize != nb:
-                raise ProtocolError(f"{type_name}.{name}: {nb} bytes do not match shape {shape}")
-            values[name] = np.frombuffer(data, dtype=dt).reshape(shape).copy()
+            values[name] = _decode_array(desc, data, where)
         elif kind == "bigints":
-            values[name] = _decode_bigints(desc, data, f"{type_name}.{name}")
+            values[name] = _decode_bigints(desc, data, where)
         elif kind == "bytes":
             values[name] = data
         else:
-            raise ProtocolError(f"{type_name}.{name}: unknown blob kind {kind!r}")
-    for name, v in values.items():
+            raise ProtocolError(f"{where}: unknown blob kind {str(kind)[:32]!r}")
+    hints = _hints(cls)
+    for name in list(values):
         tp = hints[name]
-        if not _type_ok(v, tp):
-            if isinstance(tp, type) and issubclass(tp, Enum) and isinstance(v, str):
-                raise ProtocolError(f"{type_name}.{name}: {v!r} is not one of {sorted(_enum_values(tp))}")
-            raise ProtocolError(f"{type_name}.{name}: value of type {type(v).__name__} "
-                                f"does not match {tp}")
-        if isinstance(tp, type) and issubclass(tp, Enum):
-            values[name] = tp(v)
-    return cls(**values)
+        if isinstance(tp, type) and issubclass(tp, Enum) and _type_ok(values[name], tp):
+            values[name] = tp(values[name])
+    try:
+        message = cls(**values)
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"{type_name}: {exc}") from None
+    check_message(message)
+    return message
+
+
+def _decode_array(desc: dict, data: bytes, where: str) -> np.ndarray:
+    dtype, shape = desc.get("dtype"), desc.get("shape")
+    if dtype not in _ALLOWED_DTYPES:
+        raise ProtocolError(f"{where}: array dtype {str(dtype)[:16]!r} is not allowed")
+    if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(_is_int(s) and s >= 0 for s in shape):
+        raise ProtocolError(f"{where}: array shape must be a list of at most {MAX_NDIM} non-negative integers")
+    dt = np.dtype(dtype)
+    size = math.prod(shape)                     # exact (Python integers): never overflows
+    if size * dt.itemsize != len(data):
+        raise ProtocolError(f"{where}: {len(data)} bytes do not match shape {shape} of {dtype}")
+    return np.frombuffer(data, dtype=dt).reshape(shape).copy()

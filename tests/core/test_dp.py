@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from support import small_frames
 
 from cli import main
+from crypto.packing import PackingLayout
 from parties.active import ActiveParty
 from parties.passive import PassiveParty
 from protocols import alignment
@@ -307,7 +308,7 @@ def test_passive_refuses_what_would_leak_its_true_buckets():
     for req in (m.SplitRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros(1, np.int32),
                                np.zeros(1, np.int32), np.zeros(1, bool)),
                 m.HistogramRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros((1, n), np.int32)),
-                m.Gradients(0, False, {}, 1, BigInts([1] * n))):
+                m.Gradients(0, False, PackingLayout.for_bounds(1.0, 0.25, n).to_dict(), 1, BigInts([1] * n))):
         with pytest.raises(PeerError, match="trains in mode 'dp' and answers no"):
             t.call("b", req)
     with pytest.raises(PeerError, match="already released"):

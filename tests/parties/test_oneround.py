@@ -174,7 +174,8 @@ def test_passive_gets_one_message_with_shapes_and_its_record_ids_only(breast3):
     start = len(fed.transport.log)
     fed.predict_raw(test, prediction="node")
     got = frames_received(fed, start, "host1")
-    assert len(got) > 2 and all(isinstance(x, m.RouteRequest) for x in got[1:])
+    assert len(got) > 3 and all(isinstance(x, m.RouteRequest) for x in got[1:-1])
+    assert isinstance(got[-1], m.PredictEnd)          # the session ends (its rows are freed)
 
 
 def test_masks_reveal_passive_decisions_off_the_path(breast2):
@@ -294,9 +295,10 @@ def test_malformed_skeletons_are_refused(served):
         (variant(right=set_at(first_internal, int(good.left[first_internal]))), "children are not later"),
         (variant(record_ids=set_at(mine, len(host.records))), "not in the lookup table"),
         (variant(record_ids=set_at(first_leaf, 0)), "record id at a leaf"),
-        (variant(record_ids=set_at(mine, -3)), "negative record id"),
-        ({**good.to_fields(), "left": good.left[:-1]}, "do not match"),
-        ({**good.to_fields(), "tree_sizes": np.r_[good.tree_sizes, 0].astype(np.int32)}, "at least one node"),
+        (variant(record_ids=set_at(mine, -3)), "negative record id|record_ids: value -3 is out of range"),
+        ({**good.to_fields(), "left": good.left[:-1]}, "do not match|must have the same length"),
+        ({**good.to_fields(), "tree_sizes": np.r_[good.tree_sizes, 0].astype(np.int32)},
+         "at least one node|tree_sizes: value 0 is out of range"),
         ({**good.to_fields(), "left": good.left.astype(np.float64)}, "1-d integer array"),
     ]
     # a node with two parents: point a second internal node's child at the first's child
@@ -319,7 +321,7 @@ def test_malformed_skeletons_are_refused(served):
 
 @pytest.mark.parametrize("cheat, pattern", [
     (lambda k: k[:, :-1], r"party 'host1' sent leaf masks of shape"),
-    (lambda k: k.astype(np.int16), r"party 'host1' sent leaf masks of shape"),
+    (lambda k: k.astype(np.int16), r"party 'host1' sent (leaf masks of shape|a malformed reply)"),
     (lambda k: np.zeros_like(k), r"party 'host1' sent leaf masks that exclude every leaf"),
     (lambda k: np.full_like(k, 255), r"inconsistent"),
 ])

@@ -173,7 +173,7 @@ def test_what_each_party_receives():
 
     allowed_to_passive = {"AlignRequest", "AlignResult", "TrainSetup", "PublicKey", "Gradients",
                           "HistogramRequest", "SplitRequest", "TrainEnd", "PredictStart", "RouteRequest",
-                          "LeafMaskRequest"}
+                          "LeafMaskRequest", "PredictEnd"}
     label_patterns = [y.astype(dt).tobytes() for dt in (np.uint8, np.int32, np.int64, np.float64)]
     for p in passives:
         got = _received(log, p.name)

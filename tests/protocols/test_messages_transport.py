@@ -6,6 +6,7 @@ import gmpy2
 import numpy as np
 import pytest
 
+from crypto.packing import PackingLayout
 from parties.passive import PassiveParty
 from protocols import alignment
 from protocols import messages as m
@@ -29,7 +30,8 @@ def test_messages_round_trip_with_arrays_and_big_integers():
     assert back.round_idx == 3 and back.node_ids.tolist() == [5]
     assert back.assignment.dtype == np.int32 and np.array_equal(back.assignment, a)
     big = [gmpy2.mpz(2) ** 2047 + 12345, gmpy2.mpz(1), gmpy2.mpz(0)]
-    back = _roundtrip(m.Gradients(0, True, {"x": 1}, 12, BigInts(big)))
+    layout = PackingLayout.for_bounds(1.0, 0.25, 100).to_dict()
+    back = _roundtrip(m.Gradients(0, True, layout, 12, BigInts(big)))
     assert [int(v) for v in back.values] == [int(v) for v in big]
     signed = [-(2 ** 90), 2 ** 90, -1, 0]
     back = _roundtrip(m.HistogramResponse(4, BigInts(signed)))
@@ -125,7 +127,7 @@ def test_protocol_words_are_enums_with_unchanged_wire_bytes():
     assert back.kind is m.ErrorKind.PROTOCOL and back.kind == "protocol"
     req = loads(dumps(m.PsiRequest("s", bytes(16), "validate", "m", np.zeros((1, 32), np.uint8))))
     assert req.purpose is m.PsiPurpose.VALIDATE and f"{req.purpose}" == "validate"
-    with pytest.raises(ProtocolError, match=r"ErrorReply\.kind: 'oops' is not one of \['input', 'protocol'\]"):
+    with pytest.raises(ProtocolError, match=r"ErrorReply\.kind: 'oops' is not one of \['busy', 'input', 'protocol'\]"):
         loads(dumps(m.ErrorReply("oops", "x")))
     # an input error at the peer is the caller's InputError, a protocol error its PeerError
     for kind, exc in ((m.ErrorKind.INPUT, InputError), (m.ErrorKind.PROTOCOL, PeerError)):
