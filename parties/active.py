@@ -135,7 +135,7 @@ class ActiveParty:
             transport.call_many({p: m.TrainResume(model_id, resume.n_rounds, resume.records.get(p, 0))
                                  for p in peers})
         self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.n_jobs, len(rows))
-        booster, completed = None, False
+        booster, completed, ends = None, False, {}
         try:   # from here on, workers and passive parties are released whatever happens
             self._plan_channel(transport, peers, infos, params)
             sources = self._sources(transport, peers, infos, params, model_id, X)
@@ -156,7 +156,7 @@ class ActiveParty:
         finally:
             self.channel.close()
             try:
-                transport.call_many({p: m.TrainEnd(model_id, completed) for p in peers})
+                ends = transport.call_many({p: m.TrainEnd(model_id, completed) for p in peers})
             except Exception:
                 if completed:
                     raise
@@ -164,6 +164,10 @@ class ActiveParty:
         self.model = BoostedModel(objective.name, objective.n_targets, [float(b) for b in base],
                                   params.learning_rate, self.name, self.feature_names, peers, model_id, salt.hex(),
                                   rounds, params.to_dict())
+        # each passive party's model hash at training end: checked by the party at every prediction
+        self.model.party_hashes = {p: r.info["model_hash"] for p, r in (ends or {}).items()
+                                   if isinstance(getattr(r, "info", None), dict)
+                                   and isinstance(r.info.get("model_hash"), str)}
         monitor.finish(self.model)
         self.model.classes = getattr(objective, "classes", None)
         self.label_mapping = dict(objective.mapping) if getattr(objective, "classes", None) else None
@@ -250,13 +254,15 @@ class ActiveParty:
             raise InputError(f"align must be one of {ALIGNMENTS}, got {align!r}")
         if align == Alignment.PSI:
             session_id = secrets.token_hex(8)
-            align_predict(transport, list(model.passive_parties), self.name, ids, session_id, model.model_id)
+            align_predict(transport, list(model.passive_parties), self.name, ids, session_id, model.model_id,
+                          model.party_hashes)
         else:
             salt = bytes.fromhex(model.salt)
             hashes = alignment.hash_ids(ids, salt)
             alignment.check_unique(alignment.hashes_to_keys(hashes), self.name)
             session_id = secrets.token_hex(8)
-            transport.call_many({p: m.PredictStart(model.model_id, session_id, hashes)
+            transport.call_many({p: m.PredictStart(model.model_id, session_id, hashes,
+                                                   model.party_hashes.get(p, ""))
                                  for p in model.passive_parties})
 
         if prediction == Prediction.ONE_ROUND:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from datasets.errors import InputError, ProtocolError, VFLError
 from parties.checkpoint import data_digest
-from parties.passive import PASSIVE_FORMAT, PassiveParty
+from parties.passive import PASSIVE_FORMAT, PassiveParty, check_model_dict
 from protocols import messages as m
 from protocols.transport import frame_handler
 from vfl.files import write_json_atomic
@@ -120,7 +120,7 @@ class PassiveServer:
                          self.name, mid, path, len(d.get("records", [])))
                 continue
             try:
-                self.models[mid] = self._configure(PassiveParty.from_model_dict(d))
+                self.models[mid] = self._configure(PassiveParty.from_model_dict(d, str(path)))
             except (InputError, KeyError, TypeError, ValueError) as exc:
                 log.warning("%s: ignoring model file %s: %s", self.name, path, exc)
                 continue
@@ -129,7 +129,7 @@ class PassiveServer:
 
     def _persist(self) -> None:
         p = self.training
-        d = p.model_dict()
+        d = p.file_dict()
         d["data_digest"] = self._digest
         write_json_atomic(self.model_path(p.model_id), d)
 
@@ -245,12 +245,12 @@ class PassiveServer:
                              "was started (different rows or values): cannot resume")
         if req.n_rounds < 0 or req.n_records < 0:
             raise ProtocolError("TrainResume with negative counts")
-        kept = [r for r in d["records"] if int(r["round"]) < req.n_rounds]
+        kept = [r for r in check_model_dict(d, str(path)) if r["round"] < req.n_rounds]
         if len(kept) != req.n_records or [r["record_id"] for r in kept] != list(range(len(kept))):
             raise InputError(f"party {self.name!r} holds {len(kept)} records for the first {req.n_rounds} "
                              f"rounds of model {req.model_id!r} but the active party's checkpoint refers to "
                              f"{req.n_records}: the lookup table in {path} does not match the checkpoint")
-        p.records = [{**r, "threshold": float(r["threshold"])} for r in kept]
+        p.records = kept
         self._persist()
         log.info("%s: model %s resumed by %s after %d rounds (%d records kept, %d dropped)", self.name,
                  req.model_id, who, req.n_rounds, len(kept), len(d["records"]) - len(kept))

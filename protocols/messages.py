@@ -185,6 +185,9 @@ class PredictStart:
     model_id: str
     session_id: str
     hashes: np.ndarray        # (n, 16) uint8 hashed ids of the rows to predict
+    # sha256 of the receiver's model as recorded at training end (its TrainEnd Ack's "model_hash");
+    # the receiver refuses if its own model differs ("": not recorded, no check)
+    model_hash: str = ""
 
 
 @register
@@ -214,6 +217,7 @@ class PsiRequest:
     purpose: PsiPurpose
     model_id: str
     blinded: np.ndarray       # (n, 32) uint8
+    model_hash: str = ""      # purpose predict: as in PredictStart
 
 
 @register

@@ -5,8 +5,15 @@ through it too); this module re-exports it for the learner core, the parties and
 """
 from __future__ import annotations
 
-from datasets.files import (FILE_MODE, check_writable_dir, json_bytes, write_bytes_atomic, write_files_atomic,
-                            write_json_atomic, write_text_atomic)
+from datasets.files import (
+    FILE_MODE,
+    check_writable_dir,
+    json_bytes,
+    write_bytes_atomic,
+    write_files_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 __all__ = ["FILE_MODE", "check_writable_dir", "json_bytes", "write_bytes_atomic", "write_files_atomic",
            "write_json_atomic", "write_text_atomic"]

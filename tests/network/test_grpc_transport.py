@@ -526,8 +526,8 @@ class _PublicOnlyParty:
         return _public_only(PassiveParty(*args, **kw))
 
     @staticmethod
-    def from_model_dict(d):
-        return _public_only(PassiveParty.from_model_dict(d))
+    def from_model_dict(d, source="passive model"):
+        return _public_only(PassiveParty.from_model_dict(d, source))
 
 
 def test_server_code_touches_no_private_attribute_of_another_object():
