@@ -141,6 +141,11 @@ def check_writable_dir(directory, what: str = "directory") -> Path:
     return d
 
 
+def fsync_dir(directory) -> None:
+    """Flush a directory's entries (after a rename or an unlink) to disk."""
+    _fsync_dir(Path(directory))
+
+
 def _fsync_dir(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)

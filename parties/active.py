@@ -11,6 +11,7 @@ caller's own observers and ``on_round`` callback.
 """
 from __future__ import annotations
 
+import dataclasses
 import secrets
 
 import numpy as np
@@ -131,9 +132,14 @@ class ActiveParty:
             tracker = CheckpointTracker(self.name, peers, params, salt, model_id, self.ids[rows], X, y,
                                         self.feature_names, resume, checkpoint)
         infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id) for p in peers})
+        booster_params = params
         if resume is not None:
-            transport.call_many({p: m.TrainResume(model_id, resume.n_rounds, resume.records.get(p, 0))
-                                 for p in peers})
+            acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds, resume.records.get(p, 0))
+                                        for p in peers})
+            if any(isinstance(getattr(a, "info", None), dict) and a.info.get("completed") for a in acks.values()):
+                # the passive parties were told the training finished (our final write then failed):
+                # the checkpoint holds every round; only the last step (TrainEnd, the model file) is left
+                booster_params = dataclasses.replace(params, n_estimators=resume.n_rounds)
         self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.n_jobs, len(rows))
         booster, completed, ends = None, False, {}
         try:   # from here on, workers and passive parties are released whatever happens
@@ -144,7 +150,7 @@ class ActiveParty:
             round_observers += [tracker] if tracker is not None else []
             round_observers += list(observers or [])
             round_observers += [CallbackObserver(on_round)] if on_round is not None else []
-            booster = Booster(sources, objective, params, round_observers,
+            booster = Booster(sources, objective, booster_params, round_observers,
                               map_sources=source_map(transport, sources))
             if val is not None:
                 monitor.start_validation(transport, peers, model_id, salt, self.name, self.feature_names, *val)
