@@ -114,7 +114,8 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     params = _with_align(params, align)
     files = _ModelFiles(Path(model_dir), name, resumable=params.mode != Mode.DP)
     ck = files.prepare(resume, force)
-    check_writable_dir(files.dir, "--model-dir")          # a read-only directory: refused before training
+    if ck is not None:
+        check_writable_dir(files.dir, "--model-dir")      # resuming into a directory that became read-only
     pf = _read_csv(data, name, id_col, label_col, allow_text_label=True)
     active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data))
     vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True) \
@@ -209,7 +210,7 @@ class _ModelFiles:
             damaged = [why for f, why in _scan_model_dir(self.dir)[1] if f == self.final]
             if damaged:
                 raise InputError(f"{damaged[0]}; use another --model-dir or --force to replace it")
-        self.dir.mkdir(parents=True, exist_ok=True)
+        check_writable_dir(self.dir, "--model-dir")       # a read-only directory: refused before training
         return None
 
     def resume_hint(self, n_rounds: int) -> str:
