@@ -40,7 +40,7 @@ from vfl.files import write_json_atomic
 from vfl.model import check_content_hash, content_hash, read_model_json
 from vfl.params import Mode
 from vfl.rounds import RoundObserver, RoundRecord
-from vfl.tree import Tree, damaged, need_dict, need_int, need_key, need_list, need_str
+from vfl.tree import Tree, damaged, need_dict, need_float, need_int, need_key, need_list, need_str
 
 CHECKPOINT_FORMAT = "vfl-boost-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -182,6 +182,13 @@ class Checkpoint:
         if "n_rounds" in d and d["n_rounds"] != len(rounds):
             raise damaged(source, "n_rounds", f"{d['n_rounds']!r}, but the checkpoint holds {len(rounds)} rounds")
         history = need_dict(d.get("history") or {}, source, "history")
+        for part in ("train", "validation"):          # what a resumed run's monitor reads back
+            if history.get(part) is None:
+                continue
+            for k, vals in need_dict(history[part], source, f"history.{part}").items():
+                for i, v in enumerate(need_list(vals, source, f"history.{part}.{k}")):
+                    if v is not None:
+                        need_float(v, source, f"history.{part}.{k}[{i}]", finite=False, allow_nan=True)
         return cls(active, passives, model_id, salt, dict(params), n_rows, digest, rounds, raw, records,
                    history=dict(history))
 
