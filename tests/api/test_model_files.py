@@ -16,6 +16,7 @@ from support import small_frames
 from cli import main
 from datasets import files as wf
 from datasets.errors import InputError, WriteError
+from parties.passive import model_hash
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
 
 PARAMS = TrainParams(mode="plain", n_estimators=3, max_depth=2)
@@ -95,7 +96,6 @@ def test_edited_thresholds_and_record_ids_are_refused(tmp_path, two_models):
     with pytest.raises(InputError, match=r"b\.json was modified after it was written.*model_hash"):
         Federation.load(d)
     # the attacker recomputes the passive file's own hash: the active party's record of it still differs
-    from parties.passive import model_hash
     doc["model_hash"] = model_hash(doc)
     (d / "b.json").write_text(json.dumps(doc))
     with pytest.raises(InputError, match=r"party 'b': its model .* is not the one the active party trained"):
