@@ -178,6 +178,9 @@ def test_a_modified_lookup_table_is_refused_at_prediction_naming_the_party(world
         _predict(tmp, a_csv, ps)
     with pytest.raises(InputError, match=r"party 'b': its model .* is not the one"):
         _predict(tmp, a_csv, ps, prediction="node")
+    pytest.importorskip("cryptography")
+    with pytest.raises(InputError, match=r"party 'b': its model .* is not the one"):
+        _predict(tmp, a_csv, ps, align="psi")
 
 
 @pytest.mark.parametrize("content, message", [
