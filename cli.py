@@ -28,7 +28,7 @@ from protocols.grpc_transport import Security, parse_peers
 from protocols.units import format_bytes
 from vfl.api import simulate as simulate_federation
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
-from vfl.files import write_text_atomic
+from vfl.files import check_writable_dir, write_text_atomic
 from vfl.params import (
     ALIGNMENTS,
     DEFAULT_PREDICTION,
@@ -241,6 +241,8 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     party_frames = _load_parties(dataset, active, passives, id_col, label_col, parties,
                                  allow_text_label=train_options["objective"] == Objective.MULTICLASS)
     params = train_params_from_options(train_options)
+    if save_model:
+        check_writable_dir(save_model, "--save-model directory")     # refused before training, not after
     mode = params.mode
     names = ", ".join(f"{pf.name} ({len(pf.feature_names)} features)" for pf in party_frames)
     click.echo(f"parties: {names}; mode {mode}" + (f", {params.key_bits}-bit Paillier" if mode == Mode.HE else "")

@@ -26,3 +26,14 @@ class ProtocolError(VFLError):
 
 class PeerError(VFLError):
     """A peer failed or did not answer in time."""
+
+
+class WriteError(InputError):
+    """A file could not be written (full disk, read-only directory, ...): names the file.
+
+    Raised by the atomic writer (:mod:`datasets.files`); the previous content of the file, if
+    any, is intact and no temporary file is left behind."""
+
+    def __init__(self, message: str, path=None, errno: int | None = None):
+        super().__init__(message)
+        self.path, self.errno = path, errno

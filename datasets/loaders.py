@@ -17,6 +17,7 @@ import pandas as pd
 from pandas.api import types as ptypes
 
 from datasets.errors import InputError
+from datasets.ids import INT_ID, canonical_id
 
 from .frames import PartyFrame, _show, validate_party_frame
 from .split import _check_int, vertical_split
@@ -35,7 +36,7 @@ __all__ = [
 PathLike = str | os.PathLike
 
 # A canonical decimal integer id: no sign other than "-", no leading zeros, no spaces.
-_INT_ID = r"-?(?:0|[1-9][0-9]{0,17})"
+_INT_ID = INT_ID
 
 
 def _party_label(name: str | None) -> str:
@@ -64,18 +65,43 @@ def _read_header(path: Path, name: str | None) -> list[str]:
     return header
 
 
-def _ids_to_int_if_canonical(series: pd.Series) -> pd.Series:
-    """Ids read as text become int64 when every one is a canonical decimal integer.
+def _check_row_lengths(path: Path, name: str | None, n_columns: int) -> None:
+    """Every data row has exactly the header's number of fields: a row with too few (a truncated
+    last line) or too many is an error naming the file and the line (blank lines are skipped, as
+    the parser does)."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            reader = csv.reader(fh)
+            next(reader, None)
+            for row in reader:
+                if row and len(row) != n_columns:
+                    few = len(row) < n_columns
+                    raise InputError(
+                        f"cannot parse CSV file {str(path)!r}{_party_label(name)}: line {reader.line_num} has "
+                        f"{len(row)} field{'s' if len(row) != 1 else ''}: {'fewer' if few else 'more'} fields "
+                        f"than the header has columns ({n_columns})"
+                        + (" (a truncated row?)" if few else ""))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"cannot read {str(path)!r}{_party_label(name)}: not UTF-8 text ({exc.reason})") from None
+    except csv.Error as exc:
+        raise InputError(f"cannot parse CSV file {str(path)!r}{_party_label(name)}: {exc}") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {str(path)!r}{_party_label(name)}: {exc.strerror or exc}") from None
 
-    Ids like ``"007"`` or ``"1.0"`` stay strings, so two parties' ids are never
-    silently made equal by a numeric conversion.
+
+def _ids_to_int_if_canonical(series: pd.Series) -> pd.Series:
+    """Ids read as text are written canonically (THE id rule, :mod:`datasets.ids`: ``"133.0"``
+    is ``"133"``) and become int64 when every one is a canonical decimal integer.
+
+    Ids like ``"007"`` stay strings, so two parties' ids are never silently made equal by a
+    numeric conversion the rule does not make.
     """
     if series.isna().any() or not ptypes.is_string_dtype(series.dtype) or len(series) == 0:
         return series
-    text = series.astype(str)
+    text = pd.Series([canonical_id(v) for v in series.tolist()], index=series.index, dtype=object)
     if bool(text.str.fullmatch(_INT_ID).all()):
         return text.astype(np.int64)
-    return series
+    return text.astype(series.dtype)
 
 
 def read_party_csv(path: PathLike, name: str, id_col: str, label_col: str | None = None,
@@ -94,6 +120,7 @@ def read_party_csv(path: PathLike, name: str, id_col: str, label_col: str | None
     if p.is_dir():
         raise InputError(f"{str(p)!r}{_party_label(name)} is a directory, expected a CSV file")
     header = _read_header(p, name)
+    _check_row_lengths(p, name, len(header))
     dtype = {id_col: str} if id_col in header else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -10,6 +10,7 @@ import pandas as pd
 from pandas.api import types as ptypes
 
 from datasets.errors import InputError
+from datasets.ids import normalize_ids
 
 from .frames import PartyFrame, _plain, describe_party
 
@@ -187,14 +188,16 @@ def train_test_split_parties(
         mask[rng.permutation(n)[:n_test]] = True
 
     guest_ids = guest.frame[guest.id_col]
-    test_ids = guest_ids[mask]
-    train_ids = guest_ids[~mask]
+    canon = np.asarray(normalize_ids(guest_ids), dtype=object)     # THE id rule (datasets.ids)
+    test_ids = canon[mask]
+    train_ids = canon[~mask]
     train_parties = [_subset(guest, ~mask)]
     test_parties = [_subset(guest, mask)]
     for pf in parties[1:]:
         ids = pf.frame[pf.id_col]
-        in_train = ids.isin(train_ids).to_numpy()
-        in_test = ids.isin(test_ids).to_numpy()
+        own = pd.Series(normalize_ids(ids), dtype=object)
+        in_train = own.isin(train_ids).to_numpy()
+        in_test = own.isin(test_ids).to_numpy()
         if not (in_train.any() or in_test.any()):
             example_g = _plain(guest_ids.iloc[0]) if n else None
             example_h = _plain(ids.iloc[0]) if len(ids) else None

@@ -11,6 +11,7 @@ caller's own observers and ``on_round`` callback.
 """
 from __future__ import annotations
 
+import dataclasses
 import secrets
 
 import numpy as np
@@ -134,11 +135,16 @@ class ActiveParty:
             tracker = CheckpointTracker(self.name, peers, params, salt, model_id, self.ids[rows], X, y,
                                         self.feature_names, resume, checkpoint)
         infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id) for p in peers})
+        booster_params = params
         if resume is not None:
-            transport.call_many({p: m.TrainResume(model_id, resume.n_rounds, resume.records.get(p, 0))
-                                 for p in peers})
+            acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds, resume.records.get(p, 0))
+                                        for p in peers})
+            if any(isinstance(getattr(a, "info", None), dict) and a.info.get("completed") for a in acks.values()):
+                # the passive parties were told the training finished (our final write then failed):
+                # the checkpoint holds every round; only the last step (TrainEnd, the model file) is left
+                booster_params = dataclasses.replace(params, n_estimators=resume.n_rounds)
         self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.n_jobs, len(rows))
-        booster, completed = None, False
+        booster, completed, ends = None, False, {}
         try:   # from here on, workers and passive parties are released whatever happens
             self._plan_channel(transport, peers, infos, params)
             sources = self._sources(transport, peers, infos, params, model_id, X)
@@ -147,7 +153,7 @@ class ActiveParty:
             round_observers += [tracker] if tracker is not None else []
             round_observers += list(observers or [])
             round_observers += [CallbackObserver(on_round)] if on_round is not None else []
-            booster = Booster(sources, objective, params, round_observers,
+            booster = Booster(sources, objective, booster_params, round_observers,
                               map_sources=source_map(transport, sources))
             if val is not None:
                 monitor.start_validation(transport, peers, model_id, salt, self.name, self.feature_names, *val)
@@ -159,7 +165,7 @@ class ActiveParty:
         finally:
             self.channel.close()
             try:
-                transport.call_many({p: m.TrainEnd(model_id, completed) for p in peers})
+                ends = transport.call_many({p: m.TrainEnd(model_id, completed) for p in peers})
             except Exception:
                 if completed:
                     raise
@@ -167,6 +173,10 @@ class ActiveParty:
         self.model = BoostedModel(objective.name, objective.n_targets, [float(b) for b in base],
                                   params.learning_rate, self.name, self.feature_names, peers, model_id, salt.hex(),
                                   rounds, params.to_dict())
+        # each passive party's model hash at training end: checked by the party at every prediction
+        self.model.party_hashes = {p: r.info["model_hash"] for p, r in (ends or {}).items()
+                                   if isinstance(getattr(r, "info", None), dict)
+                                   and isinstance(r.info.get("model_hash"), str)}
         monitor.finish(self.model)
         self.model.classes = getattr(objective, "classes", None)
         self.label_mapping = dict(objective.mapping) if getattr(objective, "classes", None) else None
@@ -253,13 +263,15 @@ class ActiveParty:
             raise InputError(f"align must be one of {ALIGNMENTS}, got {align!r}")
         if align == Alignment.PSI:
             session_id = secrets.token_hex(8)
-            align_predict(transport, list(model.passive_parties), self.name, ids, session_id, model.model_id)
+            align_predict(transport, list(model.passive_parties), self.name, ids, session_id, model.model_id,
+                          model.party_hashes)
         else:
             salt = bytes.fromhex(model.salt)
             hashes = alignment.hash_ids(ids, salt)
             alignment.check_unique(alignment.hashes_to_keys(hashes), self.name)
             session_id = secrets.token_hex(8)
-            transport.call_many({p: m.PredictStart(model.model_id, session_id, hashes)
+            transport.call_many({p: m.PredictStart(model.model_id, session_id, hashes,
+                                                   model.party_hashes.get(p, ""))
                                  for p in model.passive_parties})
 
         open_at = set(model.passive_parties)    # parties still holding the session's rows

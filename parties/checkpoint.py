@@ -27,19 +27,20 @@ its own disk; it contains no passive threshold. ``completed`` is always
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from datasets.errors import InputError
 from protocols import alignment
 from vfl.files import write_json_atomic
+from vfl.model import check_content_hash, content_hash, read_model_json
 from vfl.params import Mode
 from vfl.rounds import RoundObserver, RoundRecord
-from vfl.tree import Tree
+from vfl.tree import Tree, damaged, need_dict, need_float, need_int, need_key, need_list, need_str
 
 CHECKPOINT_FORMAT = "vfl-boost-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -61,9 +62,27 @@ def _encode_array(a: np.ndarray) -> dict:
     return {"dtype": "<f8", "shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode()}
 
 
-def _decode_array(d: dict) -> np.ndarray:
-    raw = base64.b64decode(d["data"])
-    return np.frombuffer(raw, dtype="<f8").reshape(d["shape"]).copy()
+def _decode_array(d, source: str = "checkpoint", where: str = "raw") -> np.ndarray:
+    d = need_dict(d, source, where)
+    if d.get("dtype", "<f8") != "<f8":
+        raise damaged(source, f"{where}.dtype", f"expected '<f8', got {d.get('dtype')!r}")
+    shape = need_list(need_key(d, "shape", source, where), source, f"{where}.shape")
+    if len(shape) != 2:
+        raise damaged(source, f"{where}.shape", f"expected 2 dimensions, got {len(shape)}")
+    shape = [need_int(v, source, f"{where}.shape[{i}]", 0, 2 ** 40) for i, v in enumerate(shape)]
+    data = need_key(d, "data", source, where)
+    if not isinstance(data, str):
+        raise damaged(source, f"{where}.data", "expected base64 text")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise damaged(source, f"{where}.data", f"not base64 ({exc})") from None
+    if len(raw) != 8 * shape[0] * shape[1]:
+        raise damaged(source, f"{where}.data", f"{len(raw)} bytes for shape {shape}")
+    a = np.frombuffer(raw, dtype="<f8").reshape(shape).copy()
+    if not np.all(np.isfinite(a)):
+        raise damaged(source, where, "raw scores must be finite")
+    return a
 
 
 def records_per_party(rounds, passive_parties) -> dict[str, int]:
@@ -107,32 +126,90 @@ class Checkpoint:
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "checkpoint") -> "Checkpoint":
+        """A checkpoint from its dict, checked: schema, trees (:meth:`vfl.tree.Tree.check_dict`),
+        raw scores of the right shape, record counts that match the trees. Anything else: an
+        InputError naming ``source`` and the field."""
         if not isinstance(d, dict) or d.get("format") != CHECKPOINT_FORMAT:
             raise InputError(f"{source} is not a training checkpoint of this toolkit")
         if d.get("version") != CHECKPOINT_VERSION:
-            raise InputError(f"{source}: checkpoint version {d.get('version')} is not supported")
+            raise InputError(f"{source}: checkpoint version {d.get('version')!r} is not supported")
+        check_content_hash(d, source)
+        g = lambda k: need_key(d, k, source, "")          # noqa: E731
+        active = need_str(g("active_party"), source, "active_party")
+        passives = need_list(g("passive_parties"), source, "passive_parties")
+        passives = [need_str(p, source, f"passive_parties[{i}]") for i, p in enumerate(passives)]
+        if len(set(passives) | {active}) != len(passives) + 1:
+            raise damaged(source, "passive_parties", "party names must be unique (the active one included)")
+        model_id = need_str(g("model_id"), source, "model_id")
+        salt = need_str(g("salt"), source, "salt")
         try:
-            ck = cls(d["active_party"], list(d["passive_parties"]), d["model_id"], d["salt"], dict(d["params"]),
-                     int(d["n_rows"]), d["data_digest"], [[Tree.from_dict(t) for t in rnd] for rnd in d["rounds"]],
-                     _decode_array(d["raw"]) if d.get("raw") else None,
-                     {str(k): int(v) for k, v in d.get("records", {}).items()},
-                     history=dict(d.get("history") or {}))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InputError(f"{source} is damaged: {type(exc).__name__}: {exc}") from None
-        if ck.raw is not None and ck.raw.shape[0] != ck.n_rows:
-            raise InputError(f"{source} is damaged: raw scores for {ck.raw.shape[0]} rows, expected {ck.n_rows}")
-        return ck
+            bytes.fromhex(salt)
+        except ValueError:
+            raise damaged(source, "salt", "expected hex digits") from None
+        params = need_dict(g("params"), source, "params")
+        n_rows = need_int(g("n_rows"), source, "n_rows", 0)
+        digest = need_str(g("data_digest"), source, "data_digest")
+        # the active party's feature count is checked on resume (CheckpointTracker): any index >= 0 here
+        owners = {active: 2 ** 31, **{p: None for p in passives}}
+        rounds, n_targets = [], None
+        for r, rnd in enumerate(need_list(g("rounds"), source, "rounds")):
+            rnd = need_list(rnd, source, f"rounds[{r}]", min_len=1)
+            if n_targets is not None and len(rnd) != n_targets:
+                raise damaged(source, f"rounds[{r}]", f"{len(rnd)} trees, the first round has {n_targets}")
+            n_targets = len(rnd)
+            rounds.append([Tree.from_dict(t, source, f"rounds[{r}][{k}]", owners) for k, t in enumerate(rnd)])
+        raw = _decode_array(d["raw"], source) if d.get("raw") is not None else None
+        if raw is None and rounds:
+            raise damaged(source, "raw", "missing (the raw scores after the saved rounds)")
+        if raw is not None and (raw.shape[0] != n_rows or (n_targets is not None and raw.shape[1] != n_targets)):
+            raise damaged(source, "raw", f"raw scores of shape {tuple(raw.shape)}, expected ({n_rows}, "
+                                         f"{n_targets if n_targets is not None else 'targets'})")
+        records = need_dict(d.get("records", {}), source, "records")
+        records = {str(k): need_int(v, source, f"records.{k}", 0) for k, v in records.items()}
+        expected = records_per_party(rounds, passives)
+        for p in passives:
+            if records.get(p, 0) != expected[p]:
+                raise damaged(source, f"records.{p}", f"{records.get(p, 0)} records, but the trees use "
+                                                      f"{expected[p]} of party {p!r}")
+            used = sorted(nd.record_id for rnd in rounds for t in rnd for nd in t.nodes
+                          if not nd.is_leaf and nd.owner == p)
+            if used != list(range(len(used))):
+                raise damaged(source, "rounds", f"the record ids of party {p!r} are not 0..{len(used) - 1} "
+                                                "each used once")
+        unknown = sorted(set(records) - set(passives))
+        if unknown:
+            raise damaged(source, f"records.{unknown[0]}", "not a passive party of the checkpoint")
+        if "n_rounds" in d and d["n_rounds"] != len(rounds):
+            raise damaged(source, "n_rounds", f"{d['n_rounds']!r}, but the checkpoint holds {len(rounds)} rounds")
+        history = need_dict(d.get("history") or {}, source, "history")
+        for part in ("train", "validation"):          # what a resumed run's monitor reads back
+            if history.get(part) is None:
+                continue
+            for k, vals in need_dict(history[part], source, f"history.{part}").items():
+                for i, v in enumerate(need_list(vals, source, f"history.{part}.{k}")):
+                    if v is not None:
+                        need_float(v, source, f"history.{part}.{k}[{i}]", finite=False, allow_nan=True)
+        return cls(active, passives, model_id, salt, dict(params), n_rows, digest, rounds, raw, records,
+                   history=dict(history))
+
+    def check_features(self, n_features: int, source: str = "checkpoint") -> None:
+        """The active party's splits must name its own features (known only on resume)."""
+        for r, rnd in enumerate(self.rounds):
+            for k, tree in enumerate(rnd):
+                for nd in tree.nodes:
+                    if not nd.is_leaf and nd.owner == self.active_party and not 0 <= nd.feature_idx < n_features:
+                        raise damaged(source, f"rounds[{r}][{k}].nodes[{nd.node_id}].feature_idx",
+                                      f"{nd.feature_idx} is out of range (the active party has {n_features} "
+                                      "features)")
 
     def save(self, path) -> None:
-        write_json_atomic(path, self.to_dict(), indent=None)
+        d = self.to_dict()
+        d["content_hash"] = content_hash(d)
+        write_json_atomic(path, d, indent=None)
 
     @classmethod
     def load(cls, path) -> "Checkpoint":
-        try:
-            d = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"cannot read checkpoint {path}: {exc}") from None
-        return cls.from_dict(d, str(path))
+        return cls.from_dict(read_model_json(path, "checkpoint"), str(path))
 
     # -- resuming -----------------------------------------------------------
     def check_resume(self, active_party: str, passive_parties, params: dict, digest: str, n_rows: int) -> None:
@@ -168,6 +245,7 @@ class CheckpointTracker(RoundObserver):
         digest = data_digest(ids, X, y, feature_names)
         if resume is not None:
             resume.check_resume(active_party, passive_parties, params.to_dict(), digest, len(y))
+            resume.check_features(len(feature_names))
         self.template = Checkpoint(active_party, list(passive_parties), model_id, salt.hex(), params.to_dict(),
                                    int(len(y)), digest)
         self.resume = resume

@@ -11,7 +11,6 @@ over a :class:`protocols.transport.Transport`); only the transport differs.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import signal
@@ -19,15 +18,15 @@ import threading
 import time
 from pathlib import Path
 
-from datasets.errors import InputError, PeerError
+from datasets.errors import InputError, PeerError, WriteError
 from datasets.loaders import read_party_csv
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
 from parties.server import PassiveServer
 from protocols.grpc_transport import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, GrpcTransport, PartyServer, check_address
-from vfl.files import write_json_atomic, write_text_atomic
+from vfl.files import check_writable_dir, fsync_dir, write_json_atomic, write_text_atomic
 from vfl.leafmask import PREDICTIONS
-from vfl.model import BoostedModel
+from vfl.model import BoostedModel, read_model_json
 from vfl.params import ALIGNMENTS, Mode, TrainParams
 
 log = logging.getLogger("vfl.active")
@@ -77,15 +76,25 @@ def _with_align(params: TrainParams, align: str) -> TrainParams:
     return dataclasses.replace(params, align=align)
 
 
-def _find_active_model(model_dir: Path) -> Path | None:
-    found = []
+def _scan_model_dir(model_dir: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """The active-party model files of ``model_dir`` and its unreadable ``*.json`` files (with the
+    reason): an empty or damaged model file must be named, not reported as "no model"."""
+    found, unreadable = [], []
     for f in sorted(model_dir.glob("*.json")):
-        try:
-            d = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError):
+        if f.name == CHECKPOINT_FILE:
             continue
-        if isinstance(d, dict) and d.get("role") == "active":
+        try:
+            d = read_model_json(f)
+        except InputError as exc:
+            unreadable.append((f, str(exc)))
+            continue
+        if d.get("role") == "active":
             found.append(f)
+    return found, unreadable
+
+
+def _find_active_model(model_dir: Path) -> Path | None:
+    found, _ = _scan_model_dir(model_dir)
     if len(found) > 1:
         raise InputError(f"{model_dir} holds several active-party models ({', '.join(f.name for f in found)}); "
                          "keep one model per --model-dir")
@@ -108,6 +117,8 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     params = _with_align(params, align)
     files = _ModelFiles(Path(model_dir), name, resumable=params.mode != Mode.DP)
     ck = files.prepare(resume, force)
+    if ck is not None:
+        check_writable_dir(files.dir, "--model-dir")      # resuming into a directory that became read-only
     pf = _read_csv(data, name, id_col, label_col, allow_text_label=True)
     active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data))
     active.link_mbps = link_mbps
@@ -126,6 +137,9 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         except PeerError as exc:
             raise PeerError(f"training stopped after {counter.rounds} of {params.n_estimators} round(s): {exc}; "
                             f"{files.resume_hint(counter.rounds)}") from None
+        except WriteError as exc:
+            raise WriteError(f"training stopped after {counter.rounds} of {params.n_estimators} round(s): {exc}; "
+                             f"{files.resume_hint(counter.rounds)}", exc.path, exc.errno) from None
         train_seconds = time.perf_counter() - t0
         train_cpu_seconds = _cpu_seconds() - cpu0
     finally:
@@ -204,7 +218,11 @@ class _ModelFiles:
         if self.existing is not None and not force:
             raise InputError(f"{self.dir} already holds a finished model ({self.existing.name}); use another "
                              "--model-dir or --force to replace it")
-        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.dir.is_dir() and not force:
+            damaged = [why for f, why in _scan_model_dir(self.dir)[1] if f == self.final]
+            if damaged:
+                raise InputError(f"{damaged[0]}; use another --model-dir or --force to replace it")
+        check_writable_dir(self.dir, "--model-dir")       # a read-only directory: refused before training
         return None
 
     def resume_hint(self, n_rounds: int) -> str:
@@ -217,12 +235,23 @@ class _ModelFiles:
         return "no round was finished, so there is nothing to resume: start again"
 
     def finish(self, model: BoostedModel, force: bool) -> None:
-        """Write the final model (replacing another with --force) and drop the checkpoint."""
+        """Write the final model (replacing another with --force) and drop the checkpoint. If the
+        write fails (a full disk), the checkpoint is kept and ``--resume`` completes this step: the
+        passive parties, already told the training finished, reopen the model for the resumed
+        run, which trains no further round and writes the model."""
+        try:
+            write_json_atomic(self.final, model.file_dict())
+        except WriteError as exc:
+            kept = (f"the checkpoint {self.checkpoint} was kept (all {model.n_rounds} round(s)): free space and "
+                    "run the same command with --resume to write the model") if self.checkpoint.exists() else \
+                "train again"
+            raise WriteError(f"the training finished but the model could not be saved: {exc}; {kept}",
+                             exc.path, exc.errno) from None
         if force and self.existing is not None and self.existing != self.final:
             self.existing.unlink()
-        write_json_atomic(self.final, model.to_dict())
         if self.checkpoint.exists():
             self.checkpoint.unlink()
+            fsync_dir(self.dir)
 
 
 # --------------------------------------------------------------------------- active: prediction
@@ -243,6 +272,10 @@ def load_active_model(model_dir) -> BoostedModel:
         raise InputError(f"model directory {model_dir} does not exist")
     path = _find_active_model(model_dir)
     if path is None:
+        _, unreadable = _scan_model_dir(model_dir)
+        if unreadable:
+            raise InputError(f"no readable active-party model in {model_dir}: " + "; ".join(
+                why for _, why in unreadable))
         if (model_dir / CHECKPOINT_FILE).exists():
             raise InputError(f"{model_dir} holds only an unfinished training ({CHECKPOINT_FILE}): finish it with "
                              "`vfl party active ... --resume` before predicting")

@@ -27,9 +27,23 @@ from parties.passive_state import LookupTable, PassiveState
 from protocols import messages as m
 from protocols.serialization import check_message
 from vfl.files import write_json_atomic
-from vfl.model import read_model_json
+from vfl.model import content_hash, read_model_json
+from vfl.tree import damaged, need_bool, need_dict, need_float, need_int, need_key, need_list, need_str
 
 PASSIVE_FORMAT = "vfl-boost-passive-model"
+#: the fields of a lookup-table record that decide predictions (what the model hash covers)
+RECORD_CORE = ("record_id", "feature_idx", "feature", "threshold", "default_left")
+
+
+def model_hash(d: dict) -> str:
+    """sha256 of the canonical bytes of what a passive model decides predictions with: party,
+    model id, id salt, features and each record's feature, threshold and default side (not the
+    split gains shared later, the completion flag or the data fingerprint). Recorded in the
+    party's file and, at training end, by the active party, which sends it with every
+    prediction request: a modified lookup table is refused instead of changing predictions."""
+    core = {"party": d["party"], "model_id": d["model_id"], "salt": d["salt"], "features": d["features"],
+            "records": [{k: r[k] for k in RECORD_CORE} for r in d["records"]]}
+    return content_hash(core, exclude=())
 
 #: every request a passive party answers, and its handler ``(state, request) -> reply``
 HANDLERS = {
@@ -52,6 +66,50 @@ HANDLERS = {
     m.DPReleaseRequest: dp.release,
     m.DPSplitRegister: dp.register_splits,
 }
+
+
+def check_model_dict(d, source: str = "passive model") -> list[dict]:
+    """Schema and invariants of a passive model file (an InputError naming ``source`` and the
+    field): party, model id, salt, features, and records numbered 0, 1, ... whose feature
+    index and name match the features, with a threshold and a default side; the recorded
+    ``model_hash``. Returns the records with float thresholds."""
+    if not isinstance(d, dict) or d.get("format") != PASSIVE_FORMAT or d.get("role") != "passive":
+        raise InputError(f"{source} is not a passive-party model file of this toolkit")
+    if d.get("version", 1) != 1:
+        raise InputError(f"{source}: passive model format version {d.get('version')!r} is not supported")
+    g = lambda k: need_key(d, k, source, "")          # noqa: E731
+    need_str(g("party"), source, "party")
+    need_str(g("model_id"), source, "model_id")
+    salt = need_str(g("salt"), source, "salt")
+    try:
+        bytes.fromhex(salt)
+    except ValueError:
+        raise damaged(source, "salt", "expected hex digits") from None
+    need_str(d.get("id_col", "id"), source, "id_col")
+    need_bool(d.get("completed", True), source, "completed")
+    feats = need_list(g("features"), source, "features")
+    feats = [need_str(f, source, f"features[{i}]") for i, f in enumerate(feats)]
+    records = []
+    for i, r in enumerate(need_list(g("records"), source, "records")):
+        w = f"records[{i}]"
+        r = need_dict(r, source, w)
+        need_int(need_key(r, "record_id", source, w), source, f"{w}.record_id", i, i + 1)
+        fi = need_int(need_key(r, "feature_idx", source, w), source, f"{w}.feature_idx", 0, len(feats))
+        if need_str(need_key(r, "feature", source, w), source, f"{w}.feature") != feats[fi]:
+            raise damaged(source, f"{w}.feature", f"{r['feature']!r} is not feature {fi} ({feats[fi]!r})")
+        thr = need_float(need_key(r, "threshold", source, w), source, f"{w}.threshold", finite=False)
+        need_bool(need_key(r, "default_left", source, w), source, f"{w}.default_left")
+        for k in ("round", "tree", "node_id"):      # -1: a dp-mode record (registered, not asked)
+            need_int(need_key(r, k, source, w), source, f"{w}.{k}", -1)
+        if "gain" in r:
+            need_float(r["gain"], source, f"{w}.gain", finite=False, allow_nan=True)
+        records.append({**r, "threshold": thr})
+    if d.get("dp_release") is not None:
+        need_dict(d["dp_release"], source, "dp_release")
+    if "model_hash" in d and model_hash(d) != d["model_hash"]:
+        raise InputError(f"{source} was modified after it was written: its content does not match its "
+                         "recorded model_hash (an edited or damaged file; restore it or train again)")
+    return records
 
 
 def _jf(x: float):
@@ -108,7 +166,27 @@ class PassiveParty:
             raise ProtocolError(f"party {self.name!r} does not accept {type(request).__name__}")
         check_message(request)      # what the decoder checks, also for a message handed over in memory
         dp.guard(self._state, request)
-        return handler(self._state, request)
+        if isinstance(request, (m.PredictStart, m.PsiRequest)) and request.model_hash:
+            self.check_model_hash(request.model_hash)
+        reply = handler(self._state, request)
+        if isinstance(request, m.TrainEnd) and self.completed and isinstance(reply, m.Ack):
+            reply.info["model_hash"] = self.model_hash()
+        return reply
+
+    def model_hash(self) -> str:
+        """The hash of this party's model (:func:`model_hash`), recomputed when the table changes."""
+        s = self._state
+        key = (s.model_id, id(s.table.records), len(s.table.records))
+        if getattr(self, "_hash_key", None) != key:
+            self._hash, self._hash_key = model_hash(self.model_dict()), key
+        return self._hash
+
+    def check_model_hash(self, expected: str) -> None:
+        """Refuse to predict with a model that is not the one the active party trained with."""
+        if self.model_id is not None and self.model_hash() != expected:
+            raise InputError(f"party {self.name!r}: its model {self.model_id!r} is not the one the active party "
+                             "trained with (the content hash recorded at training end differs): its lookup table "
+                             "file was modified or replaced; restore it or train again")
 
     # -- public accessors ---------------------------------------------------
     @property
@@ -204,23 +282,28 @@ class PassiveParty:
                 "records": [{**r, "threshold": _jf(r["threshold"])} for r in self.records],
                 **({"dp_release": release} if release else {})}
 
+    def file_dict(self) -> dict:
+        """What the model file holds: :meth:`model_dict` and its ``model_hash``."""
+        d = self.model_dict()
+        d["model_hash"] = model_hash(d)
+        return d
+
     def save_model(self, path) -> None:
-        write_json_atomic(path, self.model_dict(), indent=1)
+        write_json_atomic(path, self.file_dict(), indent=1)
 
     @classmethod
-    def from_model_dict(cls, d: dict) -> "PassiveParty":
-        if d.get("format") != PASSIVE_FORMAT or d.get("role") != "passive":
-            raise InputError("not a passive-party model file of this toolkit")
+    def from_model_dict(cls, d: dict, source: str = "passive model") -> "PassiveParty":
+        records = check_model_dict(d, source)
         p = cls(d["party"], None, d.get("id_col", "id"))
         p.feature_names = list(d["features"])
         p.model_id = d["model_id"]
         p.salt = bytes.fromhex(d["salt"])
         p.completed = bool(d.get("completed", True))
-        p.records = [{**r, "threshold": float(r["threshold"])} for r in d["records"]]
+        p.records = records
         if d.get("dp_release"):
             p.dp_releases.append(dict(d["dp_release"]))
         return p
 
     @classmethod
     def load_model(cls, path) -> "PassiveParty":
-        return cls.from_model_dict(read_model_json(path))
+        return cls.from_model_dict(read_model_json(path, "passive model file"), str(path))

@@ -34,7 +34,7 @@ class PsiMatch:
 
 
 def psi_match(transport: Transport, peers: list[str], local_name: str, ids, salt: bytes,
-              session_id: str, purpose: str, model_id: str = "") -> PsiMatch:
+              session_id: str, purpose: str, model_id: str = "", model_hashes: dict | None = None) -> PsiMatch:
     """Steps 1-3 of the PSI with every peer (``PsiRequest`` / ``PsiResponse``)."""
     alignment.check_unique(alignment.normalize_ids(ids), local_name)
     if not peers:
@@ -44,7 +44,8 @@ def psi_match(transport: Transport, peers: list[str], local_name: str, ids, salt
     blinded = key.blind(psi.hash_to_points(ids, salt), "own ids")
     perm = psi.secret_permutation(len(blinded))        # sent[j] is own row perm[j]
     sent = blinded[perm]
-    replies = transport.call_many({p: m.PsiRequest(session_id, salt, m.PsiPurpose(purpose), model_id, sent)
+    replies = transport.call_many({p: m.PsiRequest(session_id, salt, m.PsiPurpose(purpose), model_id, sent,
+                                                              (model_hashes or {}).get(p, ""))
                                    for p in peers})
     held, sizes = {}, {}
     for p in peers:
@@ -87,11 +88,11 @@ def align_train(transport: Transport, peers: list[str], local_name: str, ids, sa
 
 
 def align_predict(transport: Transport, peers: list[str], local_name: str, ids, session_id: str,
-                  model_id: str) -> dict:
+                  model_id: str, model_hashes: dict | None = None) -> dict:
     """PSI for a prediction batch: every passive party must hold every row; its session rows
     are then in the active party's row order. Returns the acks' report."""
     match = psi_match(transport, peers, local_name, ids, alignment.new_salt(), session_id, "predict",
-                      model_id)
+                      model_id, model_hashes)
     for p, h in match.held.items():
         missing = int(np.sum(h < 0))
         if missing:

@@ -37,10 +37,10 @@ import pandas as pd
 
 from datasets.errors import InputError, ProtocolError, VFLError
 from parties.checkpoint import data_digest
-from parties.passive import PASSIVE_FORMAT, PassiveParty
+from parties.passive import PASSIVE_FORMAT, PassiveParty, check_model_dict
 from protocols import messages as m
 from protocols.transport import BusyError, frame_handler
-from vfl.files import write_json_atomic
+from vfl.files import check_writable_dir, write_json_atomic
 
 log = logging.getLogger("vfl.passive")
 
@@ -109,7 +109,7 @@ class PassiveServer:
         self.model_dir = Path(model_dir)
         if self.model_dir.exists() and not self.model_dir.is_dir():
             raise InputError(f"--model-dir {self.model_dir} is not a directory")
-        self.model_dir.mkdir(parents=True, exist_ok=True)
+        check_writable_dir(self.model_dir, "--model-dir")     # refused up front, not at the first split
         self.models: dict[str, PassiveParty] = {}
         self.unfinished: set[str] = set()
         self.training: PassiveParty | None = None
@@ -117,6 +117,7 @@ class PassiveServer:
         self.training_client: str | None = None
         self._training_used = 0.0
         self._digest: str | None = None
+        self._reopening: str | None = None     # a finished model set up again: only TrainResume may follow
         self._sessions: dict[str, _PredictionSession] = {}
         self._prediction_ready: set[str] = set()
         self._lock = threading.Lock()             # the registry (sessions, models, training pointer): held briefly
@@ -160,7 +161,7 @@ class PassiveServer:
                          self.name, mid, path, len(d.get("records", [])))
                 continue
             try:
-                self.models[mid] = self._configure(PassiveParty.from_model_dict(d))
+                self.models[mid] = self._configure(PassiveParty.from_model_dict(d, str(path)))
             except (InputError, KeyError, TypeError, ValueError) as exc:
                 log.warning("%s: ignoring model file %s: %s", self.name, path, exc)
                 continue
@@ -169,7 +170,7 @@ class PassiveServer:
 
     def _persist(self) -> None:
         p = self.training
-        d = p.model_dict()
+        d = p.file_dict()
         d["data_digest"] = self._digest
         write_json_atomic(self.model_path(p.model_id), d)
 
@@ -231,6 +232,11 @@ class PassiveServer:
                 return self._on_setup(request, who)
             if isinstance(request, m.TrainResume):
                 return self._on_resume(request, who)
+            if self._reopening is not None:     # a finished model was set up again, but not to be resumed
+                mid, self._reopening = self._reopening, None
+                with self._lock:
+                    self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
+                raise ProtocolError(f"party {self.name!r} already holds a finished model {mid!r}")
             return self._on_training_message(p, request, who)
 
     def _on_training_message(self, p: PassiveParty, request, who: str):
@@ -286,7 +292,7 @@ class PassiveServer:
                 party.load_validation_data(self.validation_frame, self.validation_source)
             with self._lock:
                 self.training, self.training_peer, self.training_client = party, who, client
-                self._digest, self._training_used = None, time.monotonic()
+                self._digest, self._training_used, self._reopening = None, time.monotonic(), None
             reply = party.handle(request)
             log.info("%s: training session %s opened by %s (%s alignment, %d rows)", self.name,
                      request.session_id, who, "PSI" if isinstance(request, m.PsiRequest) else "hash", self.n_rows)
@@ -301,8 +307,9 @@ class PassiveServer:
     def _on_setup(self, req: m.TrainSetup, who):
         p = self.training
         _check_model_id(req.model_id)
-        if req.model_id in self.models:
-            raise ProtocolError(f"party {self.name!r} already holds a finished model {req.model_id!r}")
+        # a finished model may only be set up again to be resumed (its active party could not write
+        # its own final file after TrainEnd): anything but TrainResume is then refused
+        self._reopening = req.model_id if req.model_id in self.models else None
         reply = p.handle(req)
         self._digest = self._data_digest(p)     # the file is written at the first split (or TrainResume)
         log.info("%s: model %s: %s mode, %d rows aligned, %d features, max_bin %d (from %s)", self.name,
@@ -318,7 +325,8 @@ class PassiveServer:
         if d is None:
             raise InputError(f"party {self.name!r} has no saved lookup table for model {req.model_id!r} in "
                              f"{self.model_dir}: cannot resume (was it started with another --model-dir?)")
-        if d.get("completed"):
+        reopen = bool(d.get("completed"))
+        if reopen and self._reopening != req.model_id:
             raise InputError(f"party {self.name!r}: model {req.model_id!r} is already complete")
         if d.get("salt") != p.salt.hex():
             raise InputError(f"party {self.name!r}: the resumed session's id salt differs from the one of "
@@ -328,16 +336,28 @@ class PassiveServer:
                              "was started (different rows or values): cannot resume")
         if req.n_rounds < 0 or req.n_records < 0:
             raise ProtocolError("TrainResume with negative counts")
-        kept = [r for r in d["records"] if int(r["round"]) < req.n_rounds]
+        kept = [r for r in check_model_dict(d, str(path)) if r["round"] < req.n_rounds]
         if len(kept) != req.n_records or [r["record_id"] for r in kept] != list(range(len(kept))):
             raise InputError(f"party {self.name!r} holds {len(kept)} records for the first {req.n_rounds} "
                              f"rounds of model {req.model_id!r} but the active party's checkpoint refers to "
                              f"{req.n_records}: the lookup table in {path} does not match the checkpoint")
-        p.records = [{**r, "threshold": float(r["threshold"])} for r in kept]
+        if reopen and len(kept) != len(d["records"]):
+            raise InputError(f"party {self.name!r}: model {req.model_id!r} is complete with {len(d['records'])} "
+                             f"records; the active party's checkpoint refers to {len(kept)}: cannot resume it")
+        p.records = kept
+        if reopen:      # the active party completes the last step (it trains no further round)
+            self._reopening = None
+            self.models.pop(req.model_id, None)
+            self._prediction_ready.discard(req.model_id)
+            for sid in [k for k, v in self._sessions.items() if v.model_id == req.model_id]:
+                self._sessions.pop(sid).drop_session(sid)
+            self.unfinished.add(req.model_id)
+            log.warning("%s: model %s reopened by %s to finish it again (its active party could not save its "
+                        "own model file after the end of training)", self.name, req.model_id, who)
         self._persist()
         log.info("%s: model %s resumed by %s after %d rounds (%d records kept, %d dropped)", self.name,
                  req.model_id, who, req.n_rounds, len(kept), len(d["records"]) - len(kept))
-        return m.Ack({"n_records": len(kept)})
+        return m.Ack({"n_records": len(kept), **({"completed": True} if reopen else {})})
 
     def _need_training(self, kind, client):
         if self.training is None:

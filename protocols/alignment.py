@@ -13,6 +13,7 @@ import secrets
 import mmh3
 import numpy as np
 
+from datasets import ids as _ids
 from datasets.errors import InputError
 
 
@@ -21,14 +22,9 @@ def new_salt() -> bytes:
 
 
 def normalize_ids(ids) -> list[str]:
-    """Ids as strings; integer-valued floats become ints (``3.0`` -> ``"3"``)."""
-    arr = np.asarray(ids)
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)):
-            raise InputError("ids must not be NaN or infinite")
-        if np.all(arr == np.round(arr)):
-            arr = arr.astype(np.int64)
-    return [str(v) for v in arr.tolist()]
+    """Ids as their canonical texts: THE id rule of :mod:`datasets.ids` (``133.0`` -> ``"133"``,
+    ``"133.0"`` -> ``"133"``, ``"007"`` stays ``"007"``)."""
+    return _ids.normalize_ids(ids)
 
 
 def hash_ids(ids, salt: bytes) -> np.ndarray:

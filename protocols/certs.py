@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import ipaddress
-import os
 import re
 from pathlib import Path
 
 from datasets.errors import InputError, VFLError
+from datasets.files import write_bytes_atomic
 
 NET_EXTRA_HINT = "install the network extra: pip install '.[net]' (grpcio, cryptography)"
 _NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
@@ -58,14 +58,10 @@ def check_party_name(name: str) -> str:
 
 
 def _write(path: Path, data: bytes, private: bool) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    fd = os.open(tmp, flags, 0o600 if private else 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    """Through the one atomic writer: a fresh temporary file (O_EXCL|O_NOFOLLOW, so neither a
+    pre-created ``NAME.key.tmp`` nor a symlink is written through) with mode 0600 from the start
+    for private keys (0644 for certificates), renamed over ``path``."""
+    write_bytes_atomic(path, data, mode=0o600 if private else 0o644)
 
 
 def _now():

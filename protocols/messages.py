@@ -225,6 +225,9 @@ class PredictStart:
     model_id: str = text(ID_CHARS, nonempty=True)
     session_id: str = text(ID_CHARS, nonempty=True)
     hashes: np.ndarray = array("uint8", 2, width=16)    # (n, 16) hashed ids of the rows to predict
+    # sha256 of the receiver's model as recorded at training end (its TrainEnd Ack's "model_hash");
+    # the receiver refuses if its own model differs ("": not recorded, no check)
+    model_hash: str = text(64, default="")
 
 
 @register
@@ -263,6 +266,7 @@ class PsiRequest:
     purpose: PsiPurpose = field()
     model_id: str = text(ID_CHARS)
     blinded: np.ndarray = array("uint8", 2, width=32)    # (n, 32)
+    model_hash: str = text(64, default="")               # purpose predict: as in PredictStart
 
 
 @register

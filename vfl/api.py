@@ -20,6 +20,7 @@ parties floor) for the networked commands, which wires gRPC transports.
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from parties.channel import ASSUMED_LINK_MBPS
 from parties.passive import PassiveParty
 from protocols.transport import InMemoryTransport, frame_handler
 from vfl import metrics
+from vfl.files import check_writable_dir, json_bytes, write_files_atomic
 from vfl.model import BoostedModel, read_model_json
 from vfl.objectives import get_objective
 from vfl.params import DEFAULT_PREDICTION, Mode, Objective, TrainParams
@@ -154,39 +156,94 @@ class Federation:
         return self.transport.bytes_report()
 
     def save(self, directory) -> list[Path]:
-        """One JSON model file per party; the active one holds no passive threshold."""
+        """One JSON model file per party (the active one holds no passive threshold) and a
+        manifest, ``manifest.json``, naming them with their sha256. All are written in two phases
+        (:func:`vfl.files.write_files_atomic`): a full disk changes nothing (the previous model
+        stays whole), and the manifest is renamed into place last, so :meth:`load` never mixes two
+        models. Returns the model files' paths (the manifest not included)."""
+        if self.active.model is None:
+            raise InputError(f"party {self.active.name!r} has no trained model to save")
         d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        paths = [d / f"{self.active.name}.json"]
-        self.active.save_model(paths[0])
+        check_writable_dir(d, "model directory")
+        files = [(d / f"{self.active.name}.json", json_bytes(self.active.model.file_dict()), "active",
+                  self.active.name)]
         for name, p in self.passives.items():
-            paths.append(d / f"{name}.json")
-            p.save_model(paths[-1])
-        return paths
+            files.append((d / f"{name}.json", json_bytes(p.file_dict()), "passive", name))
+        manifest = {"format": MANIFEST_FORMAT, "version": 1, "model_id": self.active.model.model_id,
+                    "files": {f.name: {"party": party, "role": role, "sha256": hashlib.sha256(data).hexdigest()}
+                              for f, data, role, party in files}}
+        write_files_atomic([(f, data) for f, data, _, _ in files] + [(d / MANIFEST_FILE, json_bytes(manifest))])
+        return [f for f, _, _, _ in files]
 
     @classmethod
     def load(cls, directory, id_col: str = "id") -> "Federation":
+        """The federation saved in ``directory`` by :meth:`save`: the files its manifest lists,
+        each checked against its sha256 (a directory without a manifest, written before it
+        existed, is read file by file). Every file is checked structurally; the passive models
+        must belong to the active model (same model id)."""
         d = Path(directory)
         if not d.is_dir():
             raise InputError(f"model directory {d} does not exist")
         active_model, passives = None, []
-        for f in sorted(d.glob("*.json")):
-            content = read_model_json(f)
-            role = content.get("role") if isinstance(content, dict) else None
+        for f, content in _model_files(d):
+            role = content.get("role")
             if role == "active":
-                active_model = BoostedModel.from_dict(content)
+                if active_model is not None:
+                    raise InputError(f"model directory {d} holds several active-party models; keep one per "
+                                     "directory")
+                active_model = BoostedModel.from_dict(content, str(f))
             elif role == "passive":
-                passives.append(PassiveParty.from_model_dict(content))
+                passives.append((f, PassiveParty.from_model_dict(content, str(f))))
         if active_model is None:
             raise InputError(f"no active-party model file in {d}")
-        have = {p.name for p in passives}
+        for f, p in passives:
+            if p.name in active_model.passive_parties and p.model_id != active_model.model_id:
+                raise InputError(f"{f} holds model {p.model_id!r} of party {p.name!r}, but the active party's model "
+                                 f"is {active_model.model_id!r}: the directory mixes two models")
+        have = {p.name for _, p in passives}
         missing = set(active_model.passive_parties) - have
         if missing:
             raise InputError(f"model directory {d} lacks the model file(s) of party {sorted(missing)}")
-        for p in passives:
+        for _, p in passives:
             p.id_col = id_col
+            h = active_model.party_hashes.get(p.name)
+            if h and p.name in active_model.passive_parties:
+                p.check_model_hash(h)
         return cls(ActiveParty.from_model(active_model, id_col),
-                   [p for p in passives if p.name in active_model.passive_parties])
+                   [p for _, p in passives if p.name in active_model.passive_parties])
+
+
+MANIFEST_FILE = "manifest.json"
+MANIFEST_FORMAT = "vfl-boost-manifest"
+
+
+def _model_files(d: Path):
+    """``(path, JSON object)`` of the model files of directory ``d``: those its manifest lists
+    (checked against their sha256), or every ``*.json`` file but the manifest without one."""
+    mpath = d / MANIFEST_FILE
+    if not mpath.exists():
+        for f in sorted(d.glob("*.json")):
+            content = read_model_json(f)
+            if content.get("role") in ("active", "passive"):
+                yield f, content
+        return
+    man = read_model_json(mpath, "model manifest")
+    files = man.get("files")
+    if man.get("format") != MANIFEST_FORMAT or not isinstance(files, dict) or not files:
+        raise InputError(f"{mpath} is not a model manifest of this toolkit (field files)")
+    for name, entry in files.items():
+        if not isinstance(name, str) or Path(name).name != name or not name.endswith(".json") \
+                or not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+            raise InputError(f"{mpath} is damaged: field files.{name}")
+        f = d / name
+        try:
+            data = f.read_bytes()
+        except OSError as exc:
+            raise InputError(f"cannot read model file {f} (listed in {mpath}): {exc.strerror or exc}") from None
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise InputError(f"{f} is not the file {mpath} lists (its sha256 differs): the model directory was "
+                             "modified after it was saved, or mixes two models; save the model again")
+        yield f, read_model_json(f)
 
 
 def load_federation(directory, id_col: str = "id") -> Federation:

@@ -18,15 +18,35 @@ def check_max_bin(max_bin) -> int:
     return int(max_bin)
 
 
+def midpoints(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Midpoints of ``lo < hi`` without overflow: ``lo/2 + hi/2`` (exact whenever ``(lo+hi)/2`` is
+    finite and normal; near the float maximum the plain sum would overflow to inf). The result is
+    pulled into ``[lo, hi)`` so "x <= midpoint" separates ``lo`` from ``hi`` even for adjacent
+    floats and subnormals, where halving rounds."""
+    lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        plain = (lo + hi) / 2.0
+    mid = np.where(np.isfinite(plain), plain, lo / 2.0 + hi / 2.0)
+    mid = np.where(mid >= hi, np.nextafter(hi, -np.inf), mid)
+    return np.maximum(mid, lo)
+
+
 def _thresholds(col: np.ndarray, max_bin: int) -> np.ndarray:
     values = col[~np.isnan(col)]
     if values.size == 0:
         return np.empty(0)
     distinct = np.unique(values)
     if distinct.size <= max_bin:
-        return (distinct[:-1] + distinct[1:]) / 2.0
+        return midpoints(distinct[:-1], distinct[1:])
     qs = np.linspace(0, 100, max_bin + 1)[1:-1]
-    cuts = np.unique(np.percentile(values, qs, method="midpoint"))
+    with np.errstate(over="ignore", invalid="ignore"):
+        cuts = np.percentile(values, qs, method="midpoint")
+    bad = ~np.isfinite(cuts)
+    if bad.any():           # the midpoint of two values near the float maximum overflowed
+        lo = np.percentile(values, qs[bad], method="lower")
+        hi = np.percentile(values, qs[bad], method="higher")
+        cuts[bad] = midpoints(lo, hi)
+    cuts = np.unique(cuts)
     return cuts[cuts < distinct[-1]]
 
 

@@ -47,7 +47,7 @@ from datasets.split import join_parties, train_test_split_parties
 from protocols.units import format_bytes
 from vfl.api import simulate
 from vfl.dp import check_epsilon, json_epsilon
-from vfl.files import write_text_atomic
+from vfl.files import write_bytes_atomic, write_text_atomic
 from vfl.params import Mode, TrainParams, Vocabulary
 
 INF = float("inf")
@@ -378,7 +378,7 @@ def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Pa
                 transform=ax.transAxes, fontsize=7, color="gray")
     fig.tight_layout()
     paths.append(out_dir / f"{dataset}_auc_vs_epsilon.png")
-    fig.savefig(paths[-1])
+    _save_figure(fig, paths[-1])
     plt.close(fig)
 
     # cost: training seconds and bytes per mode (DP: every epsilon pooled; the cost does not depend on it)
@@ -407,7 +407,7 @@ def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Pa
                  fontsize=10)
     fig.tight_layout()
     paths.append(out_dir / f"{dataset}_cost.png")
-    fig.savefig(paths[-1])
+    _save_figure(fig, paths[-1])
     plt.close(fig)
     return paths
 
@@ -474,3 +474,10 @@ def run_comparison(cfg: CompareConfig, out_dir, progress: Callable[[str], None] 
     doc = json.loads((out_dir / "compare_runs.json").read_text())
     doc["files"] = [str(f) for f in files]
     return doc
+
+
+def _save_figure(fig, path: Path) -> None:
+    """A figure through the one atomic writer (rendered in memory first; mode 0600 like every file)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lstrip(".") or "png")
+    write_bytes_atomic(path, buf.getvalue())

@@ -1,60 +1,20 @@
 """Writing files: the one atomic, private writer every file of the toolkit goes through.
 
-A file is written to a fresh temporary file in the same directory (created with
-``O_EXCL`` and mode 0600, never following a link), flushed to disk, renamed over
-the target and the directory entry flushed too: a crash or a full disk leaves
-either the old file or the new one, never half of one, and no other local user
-can read thresholds, salts or models.
+It lives on the bottom floor, :mod:`datasets.files` (so that ``protocols.certs`` writes keys
+through it too); this module re-exports it for the learner core, the parties and the CLI.
 """
 from __future__ import annotations
 
-import json
-import os
-import secrets
-from pathlib import Path
+from datasets.files import (
+    FILE_MODE,
+    check_writable_dir,
+    fsync_dir,
+    json_bytes,
+    write_bytes_atomic,
+    write_files_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 
-FILE_MODE = 0o600
-
-
-def write_bytes_atomic(path, data: bytes, mode: int = FILE_MODE) -> Path:
-    """Write ``data`` to ``path`` atomically with permissions ``mode``; returns the path."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(tmp, flags, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
-def write_text_atomic(path, text: str, mode: int = FILE_MODE) -> Path:
-    return write_bytes_atomic(path, text.encode("utf-8"), mode)
-
-
-def write_json_atomic(path, data, indent: int | None = 1, mode: int = FILE_MODE, **dump_kwargs) -> Path:
-    """Write JSON atomically (see :func:`write_bytes_atomic`)."""
-    return write_text_atomic(path, json.dumps(data, indent=indent, **dump_kwargs), mode)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:       # pragma: no cover - platforms without directory handles
-        return
-    try:
-        os.fsync(fd)
-    except OSError:       # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
+__all__ = ["FILE_MODE", "check_writable_dir", "fsync_dir", "json_bytes", "write_bytes_atomic", "write_files_atomic",
+           "write_json_atomic", "write_text_atomic"]

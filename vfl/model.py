@@ -1,7 +1,9 @@
 """The active party's boosted model and federated routing of rows through it."""
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -15,7 +17,7 @@ from vfl.leafmask import check_masks, leaf_masks, resolve_leaves, skeleton_of
 from vfl.objectives import get_objective
 from vfl.params import Objective
 from vfl.split import goes_left
-from vfl.tree import Tree
+from vfl.tree import Tree, damaged, need_dict, need_float, need_int, need_key, need_list, need_str
 
 MODEL_FORMAT = "vfl-boost-model"
 MODEL_VERSION = 1
@@ -24,12 +26,51 @@ MODEL_VERSION = 1
 RemoteRouter = Callable[[str, np.ndarray, np.ndarray], np.ndarray]
 
 
-def read_model_json(path) -> dict:
-    """A model file's JSON, or an InputError naming the file."""
+_HEX_RE = re.compile(r"^(?:[0-9a-f]{2})+$")
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def read_model_json(path, what: str = "model file") -> dict:
+    """A model file's JSON object, or an InputError naming the file (empty, truncated, not JSON,
+    not an object, unreadable)."""
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read model file {path}: {exc}") from None
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {what} {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not text.strip():
+        raise InputError(f"{what} {path} is empty (a failed or interrupted write?)")
+    try:
+        d = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(f"{what} {path} is damaged: not valid JSON ({exc})") from None
+    if not isinstance(d, dict):
+        raise InputError(f"{what} {path} is damaged: expected a JSON object, got {type(d).__name__}")
+    return d
+
+
+def canonical_bytes(d: dict, exclude=("content_hash",)) -> bytes:
+    """The canonical bytes of a model's JSON content (what its content hash is taken of): keys
+    sorted, no spaces, ``exclude``d top-level keys left out. Stable across a save and a load."""
+    d = json.loads(json.dumps({k: v for k, v in d.items() if k not in exclude}))    # JSON types only
+    return json.dumps(d, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def content_hash(d: dict, exclude=("content_hash",)) -> str:
+    """sha256 (hex) of :func:`canonical_bytes`."""
+    return hashlib.sha256(canonical_bytes(d, exclude)).hexdigest()
+
+
+def check_content_hash(d: dict, source: str, field_name: str = "content_hash", exclude=("content_hash",)) -> None:
+    """A file that records its content hash must still have that content (an edited threshold,
+    record id or leaf value is refused instead of silently changing predictions)."""
+    if field_name not in d:
+        return                                  # files written before the hash was recorded
+    want = d[field_name]
+    if not isinstance(want, str) or not _SHA_RE.match(want):
+        raise damaged(source, field_name, "expected a sha256 hex digest")
+    if content_hash(d, exclude) != want:
+        raise InputError(f"{source} was modified after it was written: its content does not match its "
+                         f"recorded {field_name} (an edited or damaged file; restore it or train again)")
 
 
 @dataclass
@@ -48,6 +89,7 @@ class BoostedModel:
     history: dict = field(default_factory=dict)
     best_iteration: int | None = None
     classes: list | None = None                 # multiclass: original label of each class index
+    party_hashes: dict = field(default_factory=dict)  # passive party -> sha256 of its model (at training end)
 
     @property
     def n_rounds(self) -> int:
@@ -61,27 +103,96 @@ class BoostedModel:
             "active_party": self.active_party, "active_features": list(self.active_features),
             "passive_parties": list(self.passive_parties), "model_id": self.model_id, "salt": self.salt,
             "params": self.params, "history": self.history, "best_iteration": self.best_iteration,
-            "classes": self.classes,
+            "classes": self.classes, **({"party_hashes": dict(self.party_hashes)} if self.party_hashes else {}),
             "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds],
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "BoostedModel":
-        if d.get("format") != MODEL_FORMAT or d.get("role") != "active":
-            raise InputError("not an active-party model file of this toolkit")
+    def from_dict(cls, d: dict, source: str = "model") -> "BoostedModel":
+        """A model from its dict, checked: the schema and every invariant prediction relies on
+        (trees, see :meth:`vfl.tree.Tree.check_dict`; parties, features, targets, rounds, record
+        ids) and the recorded content hash. Anything else: an InputError naming ``source`` and
+        the field, never an IndexError/KeyError/TypeError later."""
+        if not isinstance(d, dict) or d.get("format") != MODEL_FORMAT or d.get("role") != "active":
+            raise InputError(f"{source} is not an active-party model file of this toolkit")
         if d.get("version") != MODEL_VERSION:
-            raise InputError(f"model format version {d.get('version')} is not supported")
-        return cls(d["objective"], int(d["n_targets"]), list(d["base_score"]), float(d["learning_rate"]),
-                   d["active_party"], list(d["active_features"]), list(d["passive_parties"]),
-                   d["model_id"], d["salt"], [[Tree.from_dict(t) for t in rnd] for rnd in d["rounds"]],
-                   d.get("params", {}), d.get("history", {}), d.get("best_iteration"), d.get("classes"))
+            raise InputError(f"{source}: model format version {d.get('version')!r} is not supported")
+        check_content_hash(d, source)
+        g = lambda k: need_key(d, k, source, "")          # noqa: E731
+        objective = need_str(g("objective"), source, "objective")
+        if objective not in [o.value for o in Objective]:
+            raise damaged(source, "objective", f"unknown objective {objective!r}")
+        n_targets = need_int(g("n_targets"), source, "n_targets", 1, 100_000)
+        if objective != Objective.MULTICLASS and n_targets != 1:
+            raise damaged(source, "n_targets", f"objective {objective} has 1 target, not {n_targets}")
+        base = need_list(g("base_score"), source, "base_score")
+        if len(base) != n_targets:
+            raise damaged(source, "base_score", f"{len(base)} values for {n_targets} target(s)")
+        base = [need_float(b, source, f"base_score[{i}]") for i, b in enumerate(base)]
+        lr = need_float(g("learning_rate"), source, "learning_rate")
+        active = need_str(g("active_party"), source, "active_party")
+        feats = need_list(g("active_features"), source, "active_features")
+        feats = [need_str(f, source, f"active_features[{i}]") for i, f in enumerate(feats)]
+        passives = need_list(g("passive_parties"), source, "passive_parties")
+        passives = [need_str(p, source, f"passive_parties[{i}]") for i, p in enumerate(passives)]
+        if len(set(passives) | {active}) != len(passives) + 1:
+            raise damaged(source, "passive_parties", "party names must be unique (the active one included)")
+        model_id = need_str(g("model_id"), source, "model_id")
+        salt = need_str(g("salt"), source, "salt")
+        if not _HEX_RE.match(salt):
+            raise damaged(source, "salt", "expected hex digits")
+        owners = {active: len(feats), **{p: None for p in passives}}
+        rounds = []
+        for r, rnd in enumerate(need_list(g("rounds"), source, "rounds")):
+            rnd = need_list(rnd, source, f"rounds[{r}]")
+            if len(rnd) != n_targets:
+                raise damaged(source, f"rounds[{r}]", f"{len(rnd)} trees for {n_targets} target(s)")
+            rounds.append([Tree.from_dict(t, source, f"rounds[{r}][{k}]", owners) for k, t in enumerate(rnd)])
+        seen: dict = {}
+        for r, rnd in enumerate(rounds):
+            for k, tree in enumerate(rnd):
+                for nd in tree.nodes:
+                    if nd.is_leaf or nd.owner == active:
+                        continue
+                    key = (nd.owner, nd.record_id)
+                    if key in seen:
+                        raise damaged(source, f"rounds[{r}][{k}].nodes[{nd.node_id}].record_id",
+                                      f"record {nd.record_id} of party {nd.owner!r} is used twice "
+                                      f"(also at {seen[key]})")
+                    seen[key] = f"rounds[{r}][{k}].nodes[{nd.node_id}]"
+        params = need_dict(d.get("params", {}), source, "params")
+        history = need_dict(d.get("history", {}) or {}, source, "history")
+        best = d.get("best_iteration")
+        if best is not None:
+            best = need_int(best, source, "best_iteration", 0, max(len(rounds), 1))
+        classes = d.get("classes")
+        if classes is not None:
+            classes = need_list(classes, source, "classes")
+            if len(classes) != n_targets or objective != Objective.MULTICLASS:
+                raise damaged(source, "classes", f"{len(classes)} class labels for a {objective} model with "
+                                                 f"{n_targets} target(s)")
+            for i, c in enumerate(classes):
+                if isinstance(c, bool) or not isinstance(c, (int, float, str)):
+                    raise damaged(source, f"classes[{i}]", f"expected a label, got {c!r}")
+        hashes = need_dict(d.get("party_hashes", {}) or {}, source, "party_hashes")
+        for p, h in hashes.items():
+            if p not in passives or not isinstance(h, str) or not _SHA_RE.match(h):
+                raise damaged(source, f"party_hashes.{p}", "expected a passive party's sha256 hex digest")
+        return cls(objective, n_targets, base, lr, active, feats, passives, model_id, salt, rounds, params,
+                   history, best, classes, dict(hashes))
 
     def save(self, path) -> None:
-        write_json_atomic(path, self.to_dict())
+        write_json_atomic(path, self.file_dict())
+
+    def file_dict(self) -> dict:
+        """What the model file holds: :meth:`to_dict` and its content hash."""
+        d = self.to_dict()
+        d["content_hash"] = content_hash(d)
+        return d
 
     @classmethod
     def load(cls, path) -> "BoostedModel":
-        return cls.from_dict(read_model_json(path))
+        return cls.from_dict(read_model_json(path), str(path))
 
     def predict_raw(self, X_active: np.ndarray, route_remote: RemoteRouter,
                     n_rounds: int | None = None) -> np.ndarray:

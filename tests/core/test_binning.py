@@ -128,12 +128,35 @@ def test_check_max_bin_accepts(good):
     assert check_max_bin(good) == int(good) and type(check_max_bin(good)) is int
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10 #9: the midpoint of two values near the float maximum "
-                                       "overflows to inf (a RuntimeWarning) and their split is lost")
-@pytest.mark.parametrize("values", [[1.5e308, 1.7e308], [-1.7e308, -1.5e308], [-1.7e308, 1.0, 1.5e308, 1.7e308]])
+@pytest.mark.parametrize("values", [[1.5e308, 1.7e308], [-1.7e308, -1.5e308], [-1.7e308, 1.0, 1.5e308, 1.7e308],
+                                    [-1.7976931348623157e308, 1.7976931348623157e308],
+                                    [1.7976931348623155e308, 1.7976931348623157e308],
+                                    [5e-324, 1e-323], [-5e-324, 0.0, 5e-324], [-1e-310, 2.5e-320, 3e-310],
+                                    [-1.7e308, -5e-324, 0.0, 5e-324, 1.7e308]])
 def test_values_near_the_float_maximum_keep_their_split(values):
     x = np.array(values)
     binner = Binner(8).fit(x[:, None])
     t = binner.thresholds_[0]
     assert t.size == len(values) - 1 and np.all(np.isfinite(t))
     assert binner.transform(x[:, None])[:, 0].tolist() == list(range(len(values)))
+
+
+def test_quantile_cuts_near_the_float_maximum_stay_finite():
+    # more distinct values than bins: the quantile path (np.percentile midpoints) must not overflow either
+    x = np.concatenate([np.linspace(1.0e308, 1.79e308, 40), -np.linspace(1.0e308, 1.79e308, 40)])
+    binner = Binner(4).fit(x[:, None])
+    t = binner.thresholds_[0]
+    assert t.size >= 2 and np.all(np.isfinite(t))
+    bins = binner.transform(x[:, None])[:, 0]
+    assert len(np.unique(bins)) == t.size + 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=2, max_size=12, unique=True))
+def test_every_pair_of_distinct_finite_values_is_split(values):
+    x = np.array(sorted(values))
+    binner = Binner(256).fit(x[:, None])
+    t = binner.thresholds_[0]
+    assert np.all(np.isfinite(t))
+    # each distinct value its own bin, in order ("x <= t" separates neighbours)
+    assert binner.transform(x[:, None])[:, 0].tolist() == list(range(len(x)))

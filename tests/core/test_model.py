@@ -160,7 +160,7 @@ def test_from_dict_refuses_other_files(change, message):
 def test_load_names_an_unreadable_file(tmp_path):
     bad = tmp_path / "bank.json"
     bad.write_text("{not json")
-    with pytest.raises(InputError, match=r"cannot read model file .*bank\.json"):
+    with pytest.raises(InputError, match=r"model file .*bank\.json is damaged: not valid JSON"):
         BoostedModel.load(bad)
     with pytest.raises(InputError, match=r"cannot read model file .*absent\.json"):
         BoostedModel.load(tmp_path / "absent.json")

@@ -183,6 +183,37 @@ def test_read_party_csv_unparsable(tmp_path):
         read_party_csv(dup, "host", "id")
 
 
+@pytest.mark.parametrize("text, line, kind", [
+    ("id,y,a,b\n1,0,0.5,1\n2,1,1.5\n", 3, "fewer"),              # a truncated last line
+    ("id,y,a,b\n1,0,0.5,1\n2,1\n3,0,1,2\n", 3, "fewer"),
+    ("id,y,a,b\n1,0,0.5,1\n\n2\n", 4, "fewer"),                 # blank lines are skipped, still counted
+    ("id,y,a,b\n1,0,0.5,1\n2,1,1.5,2,9\n", 3, "more"),
+    ('id,y,a,b\n1,0,"0.5\n7",1\n2,1,3\n', 4, "fewer"),          # a quoted newline: physical line numbers
+])
+def test_read_party_csv_rows_with_wrong_field_counts_name_file_and_line(tmp_path, text, line, kind):
+    path = write(tmp_path / "rows.csv", text)
+    with pytest.raises(InputError, match=rf"rows\.csv.*party 'guest'.*line {line} has \d+ fields?: {kind} fields "
+                                         r"than the header has columns \(4\)"):
+        read_party_csv(path, "guest", "id", "y")
+
+
+def test_read_party_csv_full_rows_and_blank_lines_still_read(tmp_path):
+    pf = read_party_csv(write(tmp_path / "ok.csv", "id,y,a\n1,0,\n\n2,1,3\n"), "guest", "id", "y")
+    assert pf.frame["id"].tolist() == [1, 2] and np.isnan(pf.frame["a"].iloc[0])
+
+
+@pytest.mark.parametrize("written, expected", [("133.0", 133), ("133.00", 133), (" 133 ", 133), ("-0.0", 0),
+                                               ("133", 133)])
+def test_read_party_csv_ids_follow_the_one_id_rule(tmp_path, written, expected):
+    pf = read_party_csv(write(tmp_path / "ids.csv", f"id,a\n{written},1\n7,2\n"), "host", "id")
+    assert pf.frame["id"].tolist() == [expected, 7] and pf.frame["id"].dtype == np.int64
+
+
+def test_read_party_csv_ids_the_rule_does_not_merge(tmp_path):
+    pf = read_party_csv(write(tmp_path / "ids.csv", "id,a\n007,1\n133.5,2\n1e3,3\n12.0,4\n"), "host", "id")
+    assert pf.frame["id"].tolist() == ["007", "133.5", "1e3", "12"]
+
+
 def test_read_party_csv_errors_name_file_and_column(tmp_path):
     path = write(tmp_path / "g.csv", "id,y,a,b\n1,0,0.5,x\n2,1,1.5,2\n")
     with pytest.raises(InputError, match=r"party 'guest'.*g\.csv.*feature column 'b'.*'x'"):
@@ -395,7 +426,7 @@ def test_train_test_split_errors():
     parties = make_synthetic(20, [1, 1])
     with pytest.raises(InputError, match=r"first party \('host1'\) must be the guest"):
         train_test_split_parties(parties[::-1])
-    other = PartyFrame("host1", parties[1].frame.assign(id=parties[1].frame["id"].astype(str)), "id")
+    other = PartyFrame("host1", parties[1].frame.assign(id="x" + parties[1].frame["id"].astype(str)), "id")
     with pytest.raises(InputError, match=r"party 'host1' shares no ids with party 'guest'"):
         train_test_split_parties([parties[0], other])
 

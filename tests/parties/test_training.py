@@ -231,5 +231,13 @@ def test_loading_a_directory_with_an_unreadable_json_names_the_file(tmp_path):
     fed.fit(mode="plain", n_estimators=1, max_depth=1)
     fed.save(tmp_path)
     (tmp_path / "zz.json").write_bytes(b"\xff\xfe\x00garbage")
+    assert Federation.load(tmp_path).model.model_id == fed.model.model_id   # the manifest lists what to read
+    (tmp_path / "manifest.json").unlink()       # a directory saved before manifests: every *.json is read
     with pytest.raises(InputError, match="cannot read model file .*zz.json"):
         Federation.load(tmp_path)
+    (tmp_path / "zz.json").unlink()
+    (tmp_path / "telco.json").write_bytes(b"\xff\xfe\x00garbage")
+    fed.save(tmp_path / "again")
+    (tmp_path / "again" / "telco.json").write_bytes(b"")
+    with pytest.raises(InputError, match=r"telco\.json is not the file .*manifest\.json lists"):
+        Federation.load(tmp_path / "again")
