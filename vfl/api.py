@@ -156,25 +156,39 @@ class Federation:
             p.save_model(paths[-1])
         return paths
 
+    def model_dicts(self) -> dict[str, dict]:
+        """Every party's model as the JSON-ready dict its model file holds (``{party: dict}``, the
+        active party first): what :meth:`save` writes, kept in memory (e.g. to pickle an estimator)."""
+        out = {self.active.name: self.active._need_model().to_dict()}
+        for name, p in self.passives.items():
+            out[name] = p.model_dict()
+        return out
+
     @classmethod
     def load(cls, directory, id_col: str = "id") -> "Federation":
         d = Path(directory)
         if not d.is_dir():
             raise InputError(f"model directory {d} does not exist")
+        return cls.from_model_dicts([read_model_json(f) for f in sorted(d.glob("*.json"))], id_col,
+                                    where=f"model directory {d}")
+
+    @classmethod
+    def from_model_dicts(cls, contents, id_col: str = "id", where: str = "the model dicts") -> "Federation":
+        """The federation of the parties' model dicts (:meth:`model_dicts` values, or model files' JSON);
+        ``where`` names their origin in error messages."""
         active_model, passives = None, []
-        for f in sorted(d.glob("*.json")):
-            content = read_model_json(f)
+        for content in contents:
             role = content.get("role") if isinstance(content, dict) else None
             if role == "active":
                 active_model = BoostedModel.from_dict(content)
             elif role == "passive":
                 passives.append(PassiveParty.from_model_dict(content))
         if active_model is None:
-            raise InputError(f"no active-party model file in {d}")
+            raise InputError(f"no active-party model file in {where}")
         have = {p.name for p in passives}
         missing = set(active_model.passive_parties) - have
         if missing:
-            raise InputError(f"model directory {d} lacks the model file(s) of party {sorted(missing)}")
+            raise InputError(f"{where} lacks the model file(s) of party {sorted(missing)}")
         for p in passives:
             p.id_col = id_col
         return cls(ActiveParty.from_model(active_model, id_col),
@@ -190,8 +204,11 @@ class SimulationResult(dict):
     """JSON-ready summary of one simulated training (a dict with attribute-free access)."""
 
 
-def federation_from_frames(party_frames, record: bool = False) -> Federation:
-    """Build a federation from ``datasets.PartyFrame`` objects (the first one holds the label)."""
+def federation_from_frames(party_frames, record: bool = False, dp_seed: int | None = None) -> Federation:
+    """Build a federation from ``datasets.PartyFrame`` objects (the first one holds the label).
+
+    ``dp_seed``: mode dp in simulation, the seed of the passive parties' noise (party ``i`` draws
+    from ``[dp_seed, i]``: reproducible); None draws OS entropy, as deployments do."""
     if not party_frames:
         raise InputError("no party data given")
     first, rest = party_frames[0], party_frames[1:]
@@ -199,6 +216,9 @@ def federation_from_frames(party_frames, record: bool = False) -> Federation:
         raise InputError(f"the first party ({first.name!r}) must hold the label column")
     active = ActiveParty(first.name, first.frame, first.id_col, first.label_col, first.source)
     passives = [PassiveParty(pf.name, pf.frame, pf.id_col, pf.source) for pf in rest]
+    if dp_seed is not None:
+        for i, p in enumerate(passives):
+            p.dp_seed = [dp_seed, i]
     return Federation(active, passives, record=record)
 
 
@@ -240,9 +260,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     if validation_size:
         train, val = train_test_split_parties(train, test_size=validation_size, seed=seed)
         validation = {pf.name: pf.frame for pf in val}
-    fed = federation_from_frames(train, record=record)
-    for i, p in enumerate(fed.passives.values()):
-        p.dp_seed = [params.seed, i]    # mode dp: reproducible noise in simulation (deployments: OS entropy)
+    fed = federation_from_frames(train, record=record, dp_seed=params.seed)    # mode dp: reproducible noise
     t0 = time.perf_counter()
     fed.fit(params, on_round=on_round, validation=validation)
     train_seconds = time.perf_counter() - t0

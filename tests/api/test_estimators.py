@@ -107,11 +107,11 @@ def test_regressor_three_parties_and_early_stopping():
 
 
 @pytest.mark.parametrize("case, match", [
-    ("not_frames", r"X must be a dict \{party name: DataFrame\} or a list of DataFrames"),
+    ("not_frames", r"X has the id column 'id', but a single table's rows are matched by position"),
     ("not_df", r"X: party 'telco' must be a pandas DataFrame, got ndarray"),
     ("y_length", r"y has \(10,\) labels but the active party 'bank' has 178 rows"),
     ("no_id", r"X: party 'bank' has no id column 'id'"),
-    ("single_class", r"y holds a single class \['red'\]"),
+    ("single_class", r"y holds one class only \(\['red'\]\): a classifier needs at least 2"),
     ("bad_param", r"parameter n_estimators must be >= 1, got 0"),
     ("es_no_eval", r"early_stopping_rounds needs an eval_set"),
     ("eval_unknown", r"eval_set labels \['blue'\] are not among the training classes"),
