@@ -45,7 +45,9 @@ Conventions:
   (``evals_result_``) and enables ``early_stopping_rounds``; ``best_iteration_``
   is then used by ``predict``.
 * ``sample_weight`` in ``fit``: one non-negative weight per row of ``X`` (of the
-  active party's frame); see :data:`WEIGHTED_TRAINING`.
+  active party's frame). Rows of weight 0 are left out, exactly as if absent (they
+  shape no bin; a classifier's ``classes_`` are those of the other rows); see
+  :data:`WEIGHTED_TRAINING` for the others.
 * Hyperparameters are the :class:`vfl.params.TrainParams` fields with XGBoost's
   names (also ``mode="dp"`` with ``epsilon``, and ``align="psi"``), with TrainParams'
   defaults, checked in ``fit`` (so ``clone``/``get_params``/``set_params`` work as in
@@ -92,8 +94,8 @@ _COMMON = ("n_estimators", "max_depth", "learning_rate", "max_bin", "reg_lambda"
 _SHOWN = 8                      # column names an error message lists at most
 
 #: Whether :meth:`vfl.api.Federation.fit` trains with per-row weights (``sample_weight=``; issue 15
-#: item 2). Without it, ``fit`` accepts only all-one weights (the unweighted training, exactly) and
-#: refuses any other with an :class:`InputError`.
+#: item 2). Without it, ``fit`` accepts only weights 0 and 1 (rows of weight 0 are left out, the others
+#: train unweighted: exact) and refuses any other with an :class:`InputError`.
 WEIGHTED_TRAINING = "sample_weight" in inspect.signature(Federation.fit).parameters
 
 _WEIGHT_CHECKS = ("check_sample_weights_list", "check_sample_weights_not_overwritten",
@@ -105,11 +107,11 @@ def sklearn_expected_failed_checks(estimator) -> dict[str, str]:
     ``check_estimator(est, expected_failed_checks=...)`` / ``parametrize_with_checks``.
 
     Only the weight checks, and only while :data:`WEIGHTED_TRAINING` is False: they train with
-    non-uniform weights, which the learner of this build does not support (``fit`` says so)."""
+    weights other than 0 and 1, which the learner of this build does not support (``fit`` says so)."""
     if WEIGHTED_TRAINING:
         return {}
-    reason = ("non-uniform sample weights need weighted training in vfl.api (Federation.fit(sample_weight=...), "
-              "issue 15 item 2), absent from this build: fit refuses them with an InputError")
+    reason = ("sample weights other than 0 and 1 need weighted training in vfl.api (Federation.fit("
+              "sample_weight=...), issue 15 item 2), absent from this build: fit refuses them with an InputError")
     return {name: reason for name in _WEIGHT_CHECKS}
 
 
@@ -220,9 +222,6 @@ class _VerticalBoosting(BaseEstimator):
         the active party first; every column in exactly one party."""
         labels = list(X.columns) if isinstance(X, pd.DataFrame) else list(range(X.shape[1]))
         n = len(labels)
-        if isinstance(X, pd.DataFrame) and len(set(labels)) != n:
-            dups = pd.unique(pd.Index(labels)[pd.Index(labels).duplicated()])
-            raise InputError(f"X has duplicated column names: {_show(dups)}")
         for reserved in (_ROW_ID, _LABEL):
             if reserved in labels:
                 raise InputError(f"X has a column named {reserved!r} (reserved)")
@@ -343,13 +342,16 @@ class _VerticalBoosting(BaseEstimator):
             raise InputError(f"y must be one-dimensional, got shape {y.shape}")
         return y
 
-    def _labelled_items(self, X, y, what: str):
-        """``(items, y)``: the parties' frames with the encoded label in the active one."""
+    def _labelled_items(self, X, y, what: str, keep=None):
+        """``(items, y)``: the parties' frames with the encoded label in the active one; ``keep``: a mask
+        of the rows that train (the others, of weight 0, are left out)."""
         if self._table:
             X = self._check_table(X, reset=what == "X")
             if what == "X":
                 self._fit_layout(X)
             y = self._check_y_length(y, X.shape[0], what, "X")
+            if keep is not None:
+                X, y = (X.iloc[keep] if isinstance(X, pd.DataFrame) else X[keep]), y[keep]
             return self._table_frames(X, self._encode_y(y, fit=what == "X")), y
         items = self._ordered_party_frames(X, what)
         active_name, active = items[0]
@@ -358,6 +360,8 @@ class _VerticalBoosting(BaseEstimator):
         if _LABEL in active.columns:
             raise InputError(f"{what}: party {active_name!r} has a column named {_LABEL!r} (reserved)")
         y = self._check_y_length(y, len(active), what, f"the active party {active_name!r}")
+        if keep is not None:
+            active, y = active.iloc[keep], y[keep]
         frame = active.copy()
         frame.insert(1 if frame.columns[0] == self.id_col else 0, _LABEL, self._encode_y(y, fit=what == "X"))
         return [(active_name, frame)] + items[1:], y
@@ -380,13 +384,12 @@ class _VerticalBoosting(BaseEstimator):
         named = isinstance(X, pd.DataFrame) and all(isinstance(c, str) for c in labels)
         self._column_names = [str(c) for c in labels] if named else [f"f{j}" for j in range(len(labels))]
 
-    def _fit(self, X, y, sample_weight, eval_set, objective, **extra):
+    def _fit(self, X, y, weights, keep, eval_set, objective, **extra):
         params = self._train_params(objective, **extra)
         if not isinstance(self.importance_type, str) or self.importance_type not in ("gain", "split"):
             raise InputError(f"parameter importance_type must be 'gain' or 'split', got {self.importance_type!r}")
         self._table = not _is_party_form(X)
-        items, y = self._labelled_items(X, y, "X")
-        weights = self._weights(sample_weight, y)
+        items, y = self._labelled_items(X, y, "X", keep)
         id_col = _ROW_ID if self._table else self.id_col
         fed = federation_from_frames([PartyFrame(name, frame, id_col, _LABEL if i == 0 else None)
                                       for i, (name, frame) in enumerate(items)], dp_seed=params.seed)
@@ -409,24 +412,25 @@ class _VerticalBoosting(BaseEstimator):
         self._set_fitted(fed, items, id_col)
         return self
 
-    def _weights(self, sample_weight, y):
-        """The weights to train with (None: unweighted), checked like sklearn does."""
+    def _sample_weights(self, sample_weight, y):
+        """``(weights, keep)``: the weights of the rows that train (None: unweighted) and the mask of
+        those rows (None: all). Checked like scikit-learn does; rows of weight 0 are left out, exactly
+        as if absent (so they shape no bin either)."""
         if sample_weight is None:
-            return None
+            return None, None
         try:
             w = _check_sample_weight(sample_weight, np.empty((len(y), 0)), ensure_non_negative=True)
         except ValueError as exc:
             raise InputError(f"sample_weight: {exc}") from None
-        if not w.sum() > 0:
-            raise InputError("sample_weight: the weights sum to 0; at least one row needs a positive weight")
         self._check_weighted_labels(y, w)
+        keep = w > 0
+        w, keep = w[keep], (None if keep.all() else keep)
         if WEIGHTED_TRAINING:
-            return w
+            return w, keep
         if np.all(w == 1.0):
-            return None                 # the same training, exactly
-        raise InputError("sample_weight: non-uniform weights need weighted training (vfl.api "
-                         "Federation.fit(sample_weight=...)), which this build lacks; only all-one weights "
-                         "are accepted")
+            return None, keep           # weights 0 and 1 select rows: the unweighted training, exactly
+        raise InputError("sample_weight: weights other than 0 and 1 need weighted training (vfl.api "
+                         "Federation.fit(sample_weight=...)), which this build lacks")
 
     def _check_weighted_labels(self, y, w):
         """What the labels must satisfy once zero-weight rows are gone (the classifier's: 2 classes)."""
@@ -558,9 +562,12 @@ class VerticalBoostingClassifier(ClassifierMixin, _VerticalBoosting):
     def fit(self, X, y, sample_weight=None, eval_set=None):
         """Train on ``X`` (one table, or one DataFrame per party) and labels ``y``; returns self."""
         y = self._y_1d(self._require_y(y))
-        self._encode_y(y)           # sets classes_ (and checks y) before the objective is chosen
+        self._encode_y(y)           # checks y and sets classes_ before the objective is chosen
+        weights, keep = self._sample_weights(sample_weight, y)
+        if keep is not None:
+            self._encode_y(y[keep])     # the classes of the rows that train
         objective = Objective.BINARY.value if len(self.classes_) == 2 else Objective.MULTICLASS.value
-        return self._fit(X, y, sample_weight, eval_set, objective)
+        return self._fit(X, y, weights, keep, eval_set, objective)
 
     def decision_function(self, X) -> np.ndarray:
         """Raw scores (log-odds): ``(n_samples,)`` for two classes (positive: ``classes_[1]``),
@@ -621,7 +628,9 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
         """Train on ``X`` (one table, or one DataFrame per party) and targets ``y``; returns self."""
         if self.objective not in (Objective.REGRESSION, Objective.PSEUDOHUBER):
             raise InputError(f"parameter objective must be 'regression' or 'pseudohuber', got {self.objective!r}")
-        return self._fit(X, y, sample_weight, eval_set, self.objective, huber_slope=self.huber_slope)
+        y = self._y_1d(self._require_y(y))
+        weights, keep = self._sample_weights(sample_weight, y)
+        return self._fit(X, y, weights, keep, eval_set, self.objective, huber_slope=self.huber_slope)
 
     def predict(self, X) -> np.ndarray:
         return self._raw(X)[:, 0]

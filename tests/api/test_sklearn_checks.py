@@ -23,7 +23,7 @@ def test_sklearn_compatible_estimator(estimator, check):
 
 def test_expected_failures_are_only_the_weight_checks_and_fail_for_that_reason():
     """The list is empty once vfl.api trains with weights; until then it holds the three checks that
-    train with non-uniform weights, and fit refuses such weights with the reason given."""
+    train with weights other than 0 and 1, and fit refuses such weights with the reason given."""
     for est in ESTIMATORS + [VerticalBoostingRegressor(objective="pseudohuber")]:
         expected = sklearn_expected_failed_checks(est)
         if WEIGHTED_TRAINING:
@@ -34,7 +34,7 @@ def test_expected_failures_are_only_the_weight_checks_and_fail_for_that_reason()
         assert all("weighted training" in reason for reason in expected.values())
     if not WEIGHTED_TRAINING:
         X = np.random.default_rng(0).normal(size=(30, 3))
-        with pytest.raises(InputError, match="non-uniform weights need weighted training"):
+        with pytest.raises(InputError, match="weights other than 0 and 1 need weighted training"):
             VerticalBoostingRegressor(mode="plain", n_estimators=2).fit(X, X[:, 0], sample_weight=[3] * 30)
 
 
