@@ -20,7 +20,8 @@ the ``parties`` parameter says which columns each party holds::
   party holds at least one column, the active party (the label holder) may hold
   none. Default (``parties=None``): the columns in order, split evenly over
   ``n_parties`` parties (``party0`` holds the label and, if the split is uneven,
-  the fewer columns).
+  the fewer columns). ``parties``/``n_parties`` apply to this form only (``parties``
+  with one DataFrame per party is an error; ``n_parties`` is then unused).
 * ``label_party``: the party holding the label (default: the first one).
 * Rows are matched by position (the estimator numbers them); a DataFrame must
   not hold the id column ``id_col`` unless ``parties`` gives it to a party as a
@@ -192,6 +193,8 @@ class _VerticalBoosting(BaseEstimator):
         if self.random_state is None:
             return self.seed
         if isinstance(self.random_state, numbers.Integral) and not isinstance(self.random_state, bool):
+            if self.random_state < 0:
+                raise InputError(f"parameter random_state must be >= 0, got {self.random_state}")
             return int(self.random_state)
         try:
             return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))

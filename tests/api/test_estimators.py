@@ -404,6 +404,7 @@ def test_zero_weights_leave_rows_out_exactly():
     (dict(), "df_reserved", r"X has a column named '__vfl_row__' \(reserved\)"),
     (dict(), "df_dup", r"Expected unique column names, got:\n- 'f1' 2 times"),
     (dict(), "ragged", r"setting an array element with a sequence"),
+    (dict(random_state=-1), "df", r"parameter random_state must be >= 0, got -1"),
 ])
 def test_parties_mapping_and_table_errors(kw, X_kind, match):
     X, y = wine_table()
