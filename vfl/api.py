@@ -142,6 +142,12 @@ class Federation:
             out[name] = p.feature_importance(kind, n_rounds=n)
         return out
 
+    def seed_dp_noise(self, seed: int) -> None:
+        """Mode dp in simulation: passive party ``i`` draws its noise from ``[seed, i]`` (reproducible;
+        by default each draws OS entropy, as deployments do)."""
+        for i, p in enumerate(self.passives.values()):
+            p.dp_seed = [seed, i]
+
     def bytes_report(self) -> dict[str, int]:
         return self.transport.bytes_report()
 
@@ -204,11 +210,8 @@ class SimulationResult(dict):
     """JSON-ready summary of one simulated training (a dict with attribute-free access)."""
 
 
-def federation_from_frames(party_frames, record: bool = False, dp_seed: int | None = None) -> Federation:
-    """Build a federation from ``datasets.PartyFrame`` objects (the first one holds the label).
-
-    ``dp_seed``: mode dp in simulation, the seed of the passive parties' noise (party ``i`` draws
-    from ``[dp_seed, i]``: reproducible); None draws OS entropy, as deployments do."""
+def federation_from_frames(party_frames, record: bool = False) -> Federation:
+    """Build a federation from ``datasets.PartyFrame`` objects (the first one holds the label)."""
     if not party_frames:
         raise InputError("no party data given")
     first, rest = party_frames[0], party_frames[1:]
@@ -216,9 +219,6 @@ def federation_from_frames(party_frames, record: bool = False, dp_seed: int | No
         raise InputError(f"the first party ({first.name!r}) must hold the label column")
     active = ActiveParty(first.name, first.frame, first.id_col, first.label_col, first.source)
     passives = [PassiveParty(pf.name, pf.frame, pf.id_col, pf.source) for pf in rest]
-    if dp_seed is not None:
-        for i, p in enumerate(passives):
-            p.dp_seed = [dp_seed, i]
     return Federation(active, passives, record=record)
 
 
@@ -260,7 +260,9 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     if validation_size:
         train, val = train_test_split_parties(train, test_size=validation_size, seed=seed)
         validation = {pf.name: pf.frame for pf in val}
-    fed = federation_from_frames(train, record=record, dp_seed=params.seed)    # mode dp: reproducible noise
+    fed = federation_from_frames(train, record=record)
+    for i, p in enumerate(fed.passives.values()):
+        p.dp_seed = [params.seed, i]    # mode dp: reproducible noise in simulation (deployments: OS entropy)
     t0 = time.perf_counter()
     fed.fit(params, on_round=on_round, validation=validation)
     train_seconds = time.perf_counter() - t0

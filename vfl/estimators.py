@@ -395,7 +395,8 @@ class _VerticalBoosting(BaseEstimator):
         items, y = self._labelled_items(X, y, "X", keep)
         id_col = _ROW_ID if self._table else self.id_col
         fed = federation_from_frames([PartyFrame(name, frame, id_col, _LABEL if i == 0 else None)
-                                      for i, (name, frame) in enumerate(items)], dp_seed=params.seed)
+                                      for i, (name, frame) in enumerate(items)])
+        fed.seed_dp_noise(params.seed)
         validation = None
         if eval_set is not None:
             if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):
