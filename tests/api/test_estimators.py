@@ -345,8 +345,9 @@ def test_sample_weight_ones_equal_unweighted_and_bad_weights_are_refused():
                                              r"Federation.fit\(sample_weight=...\)\), which this build lacks"):
             clone(plain).fit(X, y, sample_weight=w)
         return
-    # weighted training (issue 15 item 2): integer weights equal duplicated rows (few distinct values: same bins)
-    Xr = X.round(0)
+    # weighted training (issue 15 item 2): integer weights equal duplicated rows (at most 10 distinct values
+    # per column, fewer than max_bin: the same bins either way)
+    Xr = X.apply(lambda col: pd.qcut(col, 10, labels=False, duplicates="drop")).astype(float)
     weighted = clone(plain).fit(Xr, y, sample_weight=w)
     dup = np.repeat(np.arange(len(y)), w.astype(int))
     repeated = clone(plain).fit(Xr.iloc[dup], y[dup])
