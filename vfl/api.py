@@ -152,6 +152,12 @@ class Federation:
             out[name] = p.feature_importance(kind, n_rounds=n)
         return out
 
+    def seed_dp_noise(self, seed: int) -> None:
+        """Mode dp in simulation: passive party ``i`` draws its noise from ``[seed, i]`` (reproducible;
+        by default each draws OS entropy, as deployments do)."""
+        for i, p in enumerate(self.passives.values()):
+            p.dp_seed = [seed, i]
+
     def bytes_report(self) -> dict[str, int]:
         return self.transport.bytes_report()
 
@@ -175,6 +181,14 @@ class Federation:
         write_files_atomic([(f, data) for f, data, _, _ in files] + [(d / MANIFEST_FILE, json_bytes(manifest))])
         return [f for f, _, _, _ in files]
 
+    def model_dicts(self) -> dict[str, dict]:
+        """Every party's model as the JSON-ready dict its model file holds (``{party: dict}``, the
+        active party first): what :meth:`save` writes, kept in memory (e.g. to pickle an estimator)."""
+        out = {self.active.name: self.active._need_model().file_dict()}
+        for name, p in self.passives.items():
+            out[name] = p.file_dict()
+        return out
+
     @classmethod
     def load(cls, directory, id_col: str = "id") -> "Federation":
         """The federation saved in ``directory`` by :meth:`save`: the files its manifest lists,
@@ -184,18 +198,28 @@ class Federation:
         d = Path(directory)
         if not d.is_dir():
             raise InputError(f"model directory {d} does not exist")
+        return cls._from_sources(list(_model_files(d)), id_col, f"model directory {d}")
+
+    @classmethod
+    def from_model_dicts(cls, contents, id_col: str = "id", where: str = "the model dicts") -> "Federation":
+        """The federation of the parties' model dicts (:meth:`model_dicts` values, or model files' JSON);
+        ``where`` names their origin in error messages."""
+        return cls._from_sources([(where, c) for c in contents], id_col, where)
+
+    @classmethod
+    def _from_sources(cls, sources, id_col: str, where: str) -> "Federation":
+        """``sources``: ``(file or origin, model dict)`` pairs."""
         active_model, passives = None, []
-        for f, content in _model_files(d):
-            role = content.get("role")
+        for f, content in sources:
+            role = content.get("role") if isinstance(content, dict) else None
             if role == "active":
                 if active_model is not None:
-                    raise InputError(f"model directory {d} holds several active-party models; keep one per "
-                                     "directory")
+                    raise InputError(f"{where} holds several active-party models; keep one per directory")
                 active_model = BoostedModel.from_dict(content, str(f))
             elif role == "passive":
                 passives.append((f, PassiveParty.from_model_dict(content, str(f))))
         if active_model is None:
-            raise InputError(f"no active-party model file in {d}")
+            raise InputError(f"no active-party model file in {where}")
         for f, p in passives:
             if p.name in active_model.passive_parties and p.model_id != active_model.model_id:
                 raise InputError(f"{f} holds model {p.model_id!r} of party {p.name!r}, but the active party's model "
@@ -203,7 +227,7 @@ class Federation:
         have = {p.name for _, p in passives}
         missing = set(active_model.passive_parties) - have
         if missing:
-            raise InputError(f"model directory {d} lacks the model file(s) of party {sorted(missing)}")
+            raise InputError(f"{where} lacks the model file(s) of party {sorted(missing)}")
         for _, p in passives:
             p.id_col = id_col
             h = active_model.party_hashes.get(p.name)
@@ -211,7 +235,6 @@ class Federation:
                 p.check_model_hash(h)
         return cls(ActiveParty.from_model(active_model, id_col),
                    [p for _, p in passives if p.name in active_model.passive_parties])
-
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = "vfl-boost-manifest"

@@ -2,64 +2,136 @@
 
 It wires no party itself: each ``fit`` asks :mod:`vfl.api` for an in-process
 :class:`vfl.api.Federation` (:func:`~vfl.api.federation_from_frames`; every
-message still serialized to bytes) built from **one DataFrame per party**::
+message still serialized to bytes). ``X`` comes in one of two forms.
+
+**One table** (a numpy array, anything array-like, or a DataFrame), as every
+scikit-learn tool passes it (``cross_val_score``, ``GridSearchCV``, ``Pipeline``);
+the ``parties`` parameter says which columns each party holds::
 
     from vfl import VerticalBoostingClassifier
-    clf = VerticalBoostingClassifier(n_estimators=20, mode="he", key_bits=2048)
-    clf.fit({"bank": bank_df, "telco": telco_df}, y)         # y: one label per bank_df row
+    clf = VerticalBoostingClassifier(mode="he", parties={"bank": ["age", "income"],
+                                                         "telco": ["calls", "data_gb"]})
+    clf.fit(X, y)                  # X: DataFrame with those four columns; y: one label per row
+    proba = clf.predict_proba(X_new)
+
+* ``parties``: ``{party name: [columns]}`` or a list of column lists (named
+  ``party0``, ``party1``, ...); columns are labels of a DataFrame, positions
+  (0, 1, ...) of an array. Every column goes to exactly one party; each passive
+  party holds at least one column, the active party (the label holder) may hold
+  none. Default (``parties=None``): the columns in order, split evenly over
+  ``n_parties`` parties (``party0`` holds the label and, if the split is uneven,
+  the fewer columns). ``parties``/``n_parties`` apply to this form only (``parties``
+  with one DataFrame per party is an error; ``n_parties`` is then unused).
+* ``label_party``: the party holding the label (default: the first one).
+* Rows are matched by position (the estimator numbers them); a DataFrame must
+  not hold the id column ``id_col`` unless ``parties`` gives it to a party as a
+  feature. Predictions follow the rows of ``X``; ``feature_importances_``,
+  ``feature_parties_`` (and ``feature_names_in_`` for a DataFrame with string
+  column names) follow its columns.
+
+**One DataFrame per party**: a dict ``{party name: DataFrame}`` (the first entry,
+or ``label_party``, is the active party) or a list of DataFrames (``party0``,
+``party1``, ...). Every frame has the id column ``id_col``; rows are matched across
+parties by id (hashed), in any order; ``y`` and the predictions follow the rows of
+the active party's frame::
+
+    clf.fit({"bank": bank_df, "telco": telco_df}, y)          # y: one label per bank_df row
     proba = clf.predict_proba({"bank": bank_new, "telco": telco_new})
+
+An estimator predicts from the form it was fitted on.
 
 Conventions:
 
-* ``X`` is a dict ``{party name: DataFrame}`` (the first entry is the active
-  party, the label holder) or a list of DataFrames (named ``party0``,
-  ``party1``, ...). Every frame has the id column ``id_col``; rows are matched
-  across parties by id (hashed), in any order. Predictions follow the rows of
-  the active party's frame.
-* ``y`` has one label per row of the active party's frame, in its order.
 * ``eval_set=(X_val, y_val)`` in ``fit`` gives per-round metrics
   (``evals_result_``) and enables ``early_stopping_rounds``; ``best_iteration_``
   is then used by ``predict``.
+* ``sample_weight`` in ``fit``: one non-negative weight per row of ``X`` (of the
+  active party's frame). Rows of weight 0 are left out, exactly as if absent (they
+  shape no bin; a classifier's ``classes_`` are those of the other rows); see
+  :data:`WEIGHTED_TRAINING` for the others.
 * Hyperparameters are the :class:`vfl.params.TrainParams` fields with XGBoost's
   names (also ``mode="dp"`` with ``epsilon``, and ``align="psi"``), with TrainParams'
   defaults, checked in ``fit`` (so ``clone``/``get_params``/``set_params`` work as in
-  scikit-learn). ``mode`` defaults to ``"he"`` (real Paillier).
-* ``feature_importances_``: one value per feature, parties in order and each
-  party's features in frame order (``feature_names_in_``, ``feature_parties_``),
-  normalised to sum 1; ``importance_type`` ``"gain"`` (total gain; the simulated
-  active party shares each passive party's split gains with it, see README) or
-  ``"split"``. Each party computes its own part.
+  scikit-learn). ``mode`` defaults to ``"he"`` (real Paillier). ``random_state``
+  (an int or a ``numpy.random.RandomState``), when set, gives the ``seed``; it also
+  seeds the simulated parties' DP noise, so a fit is reproducible in every mode.
+* ``feature_importances_``: one value per feature, normalised to sum 1;
+  ``importance_type`` ``"gain"`` (total gain; the simulated active party shares each
+  passive party's split gains with it, see README) or ``"split"``. Each party
+  computes its own part.
+* A fitted estimator pickles (``pickle``/``joblib``): the federation is kept as the
+  parties' model dicts (:meth:`vfl.api.Federation.model_dicts`, the model files'
+  content), rebuilt on unpickling.
 """
 from __future__ import annotations
 
+import inspect
+import numbers
+
 import numpy as np
 import pandas as pd
+from scipy import sparse
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import NotFittedError
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import _check_sample_weight, column_or_1d, validate_data
 
 from datasets.errors import InputError
 from datasets.frames import PartyFrame
-from vfl.api import federation_from_frames
+from vfl.api import Federation, federation_from_frames
 from vfl.objectives import get_objective
 from vfl.params import Objective, TrainParams
 
-__all__ = ["VerticalBoostingClassifier", "VerticalBoostingRegressor"]
+__all__ = ["VerticalBoostingClassifier", "VerticalBoostingRegressor", "WEIGHTED_TRAINING",
+           "sklearn_expected_failed_checks"]
 _D = TrainParams.default        # the hyperparameter defaults are TrainParams' (one place)
 
 _LABEL = "__vfl_label__"
+_ROW_ID = "__vfl_row__"         # the id column of the single-table form (row positions)
 _COMMON = ("n_estimators", "max_depth", "learning_rate", "max_bin", "reg_lambda", "min_child_weight", "gamma",
            "subsample", "goss", "top_rate", "other_rate", "early_stopping_rounds", "eval_metric", "mode",
            "key_bits", "encryption", "precision_bits", "seed", "align", "epsilon", "epsilon_per_feature")
+_SHOWN = 8                      # column names an error message lists at most
+
+#: Whether :meth:`vfl.api.Federation.fit` trains with per-row weights (``sample_weight=``; issue 15
+#: item 2). Without it, ``fit`` accepts only weights 0 and 1 (rows of weight 0 are left out, the others
+#: train unweighted: exact) and refuses any other with an :class:`InputError`.
+WEIGHTED_TRAINING = "sample_weight" in inspect.signature(Federation.fit).parameters
+
+_WEIGHT_CHECKS = ("check_sample_weights_list", "check_sample_weights_not_overwritten",
+                  "check_sample_weight_equivalence_on_dense_data")
+
+
+def sklearn_expected_failed_checks(estimator) -> dict[str, str]:
+    """The scikit-learn estimator checks these estimators cannot pass, with the reason, for
+    ``check_estimator(est, expected_failed_checks=...)`` / ``parametrize_with_checks``.
+
+    Only the weight checks, and only while :data:`WEIGHTED_TRAINING` is False: they train with
+    weights other than 0 and 1, which the learner of this build does not support (``fit`` says so)."""
+    if WEIGHTED_TRAINING:
+        return {}
+    reason = ("sample weights other than 0 and 1 need weighted training in vfl.api (Federation.fit("
+              "sample_weight=...), issue 15 item 2), absent from this build: fit refuses them with an InputError")
+    return {name: reason for name in _WEIGHT_CHECKS}
+
+
+def _show(values) -> str:
+    values = list(values)
+    text = ", ".join(repr(v.item() if isinstance(v, np.generic) else v) for v in values[:_SHOWN])
+    return text + (f", ... ({len(values)} in total)" if len(values) > _SHOWN else "")
+
+
+def _is_party_form(X) -> bool:
+    """One DataFrame per party (a dict, or a list/tuple holding DataFrames) rather than one table."""
+    if isinstance(X, dict):
+        return not sparse.issparse(X)         # scipy's dok matrix is a dict
+    return isinstance(X, (list, tuple)) and any(isinstance(v, pd.DataFrame) for v in X)
 
 
 def _party_frames(X, what: str = "X") -> list[tuple[str, pd.DataFrame]]:
-    if isinstance(X, dict):
-        items = [(str(k), v) for k, v in X.items()]
-    elif isinstance(X, (list, tuple)):
-        items = [(f"party{i}", v) for i, v in enumerate(X)]
-    else:
-        raise InputError(f"{what} must be a dict {{party name: DataFrame}} or a list of DataFrames (one per "
-                         f"party), got {type(X).__name__}")
+    items = [(str(k), v) for k, v in X.items()] if isinstance(X, dict) else \
+        [(f"party{i}", v) for i, v in enumerate(X)]
     if not items:
         raise InputError(f"{what} holds no party")
     for name, frame in items:
@@ -68,8 +140,11 @@ def _party_frames(X, what: str = "X") -> list[tuple[str, pd.DataFrame]]:
     return items
 
 
+def _as_input_error(exc: ValueError) -> InputError:
+    return exc if isinstance(exc, InputError) else InputError(str(exc))
+
+
 class _VerticalBoosting(BaseEstimator):
-    _objective_default = "binary"
 
     def __init__(self, n_estimators=_D("n_estimators"), max_depth=_D("max_depth"),
                  learning_rate=_D("learning_rate"), max_bin=_D("max_bin"), reg_lambda=_D("reg_lambda"),
@@ -78,7 +153,8 @@ class _VerticalBoosting(BaseEstimator):
                  early_stopping_rounds=_D("early_stopping_rounds"), eval_metric=_D("eval_metric"),
                  mode=_D("mode"), key_bits=_D("key_bits"), encryption=_D("encryption"),
                  precision_bits=_D("precision_bits"), seed=_D("seed"), id_col="id", importance_type="gain",
-                 align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature")):
+                 align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature"),
+                 parties=None, n_parties=2, label_party=None, random_state=None):
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
@@ -102,60 +178,296 @@ class _VerticalBoosting(BaseEstimator):
         self.align = align
         self.epsilon = epsilon
         self.epsilon_per_feature = epsilon_per_feature
+        self.parties = parties
+        self.n_parties = n_parties
+        self.label_party = label_party
+        self.random_state = random_state
 
-    # -- helpers ------------------------------------------------------------
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True        # missing values are a learned direction of every split
+        return tags
+
+    # -- hyperparameters ----------------------------------------------------
+    def _seed(self) -> int:
+        if self.random_state is None:
+            return self.seed
+        if isinstance(self.random_state, numbers.Integral) and not isinstance(self.random_state, bool):
+            if self.random_state < 0:
+                raise InputError(f"parameter random_state must be >= 0, got {self.random_state}")
+            return int(self.random_state)
+        try:
+            return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        except ValueError:
+            raise InputError(f"parameter random_state must be None, an integer or a numpy RandomState, got "
+                             f"{self.random_state!r}") from None
+
     def _train_params(self, objective: str, **extra) -> TrainParams:
-        return TrainParams(objective=objective, **{k: getattr(self, k) for k in _COMMON}, **extra)
+        values = {k: getattr(self, k) for k in _COMMON}
+        values["seed"] = self._seed()
+        return TrainParams(objective=objective, **values, **extra)
 
-    def _frames_with_label(self, X, y, what):
-        items = _party_frames(X, what)
+    # -- the single-table form ----------------------------------------------
+    def _check_table(self, X, reset: bool):
+        """Validate a single table (sklearn's rules: 2-D, no inf, n_features_in_, feature names)."""
+        try:
+            if isinstance(X, pd.DataFrame):       # columns go to the parties as they are (dtypes kept)
+                validate_data(self, X, skip_check_array=True, reset=reset)
+                if X.shape[0] == 0 or X.shape[1] == 0:
+                    raise InputError(f"X has no {'row' if X.shape[0] == 0 else 'column'} (shape {X.shape})")
+                return X
+            return validate_data(self, X, reset=reset, dtype="numeric", ensure_all_finite="allow-nan")
+        except ValueError as exc:
+            raise _as_input_error(exc) from None
+
+    def _resolve_layout(self, X) -> list[tuple[str, list[int]]]:
+        """``[(party, [column positions])]`` from ``parties`` / ``n_parties`` / ``label_party``,
+        the active party first; every column in exactly one party."""
+        labels = list(X.columns) if isinstance(X, pd.DataFrame) else list(range(X.shape[1]))
+        n = len(labels)
+        for reserved in (_ROW_ID, _LABEL):
+            if reserved in labels:
+                raise InputError(f"X has a column named {reserved!r} (reserved)")
+        spec = self.parties
+        if spec is None:
+            k = self.n_parties
+            if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+                raise InputError(f"parameter n_parties must be an integer >= 1, got {k!r}")
+            k = int(k)
+            if n < k - 1:
+                raise InputError(f"n_parties={k} needs at least {k - 1} feature columns, one per passive party, "
+                                 f"but X has {n} feature(s): lower n_parties or give parties=")
+            sizes = [len(c) for c in np.array_split(np.arange(n), k)][::-1]  # the active party: the fewer
+            bounds = np.cumsum([0] + sizes)
+            layout = [(f"party{i}", list(range(bounds[i], bounds[i + 1]))) for i in range(k)]
+        else:
+            if isinstance(spec, dict):
+                entries = list(spec.items())
+            elif isinstance(spec, (list, tuple)):
+                entries = [(f"party{i}", cols) for i, cols in enumerate(spec)]
+            else:
+                raise InputError("parameter parties must be a dict {party name: [columns]} or a list of column "
+                                 f"lists, got {type(spec).__name__}")
+            if not entries:
+                raise InputError("parameter parties holds no party")
+            position = {label: j for j, label in enumerate(labels)}
+            owner: dict[int, str] = {}
+            layout = []
+            for name, cols in entries:
+                if not isinstance(name, str) or not name:
+                    raise InputError(f"parties: party names must be non-empty strings, got {name!r}")
+                if isinstance(cols, (str, bytes)) or not isinstance(cols, (list, tuple, np.ndarray, pd.Index)):
+                    raise InputError(f"parties: party {name!r} must map to a list of columns, got {cols!r}")
+                positions = []
+                for col in cols:
+                    j = self._column_position(col, position, X)
+                    if j is None:
+                        have = "columns " + _show(labels) if isinstance(X, pd.DataFrame) else \
+                            f"columns 0..{n - 1} (an array: give positions)"
+                        raise InputError(f"parties: party {name!r} names column {col!r}, which X does not have "
+                                         f"(X has {have})")
+                    if j in owner:
+                        raise InputError(f"parties: column {labels[j]!r} is given to both party {owner[j]!r} and "
+                                         f"party {name!r}; each column belongs to one party")
+                    owner[j] = name
+                    positions.append(j)
+                layout.append((name, positions))
+            if isinstance(X, pd.DataFrame) and self.id_col in position and position[self.id_col] not in owner:
+                raise InputError(self._id_column_message())
+            unassigned = [labels[j] for j in range(n) if j not in owner]
+            if unassigned:
+                raise InputError(f"parties: column(s) {_show(unassigned)} of X belong to no party; give every "
+                                 f"column to exactly one party (drop the others before fit)")
+        if spec is None and isinstance(X, pd.DataFrame) and self.id_col in labels:
+            raise InputError(self._id_column_message())
+        names = [name for name, _ in layout]
+        if self.label_party is not None:
+            if self.label_party not in names:
+                raise InputError(f"label_party {self.label_party!r} is not one of the parties {names}")
+            layout.sort(key=lambda entry: entry[0] != self.label_party)     # stable: the label holder first
+        for name, positions in layout[1:]:
+            if not positions:
+                raise InputError(f"parties: passive party {name!r} has no column (a passive party holds at "
+                                 f"least one feature)")
+        return layout
+
+    def _id_column_message(self) -> str:
+        return (f"X has the id column {self.id_col!r}, but a single table's rows are matched by position: "
+                f"drop it, give it to a party in parties= to use it as a feature, or pass one DataFrame per party")
+
+    @staticmethod
+    def _column_position(col, position: dict, X) -> int | None:
+        if isinstance(X, pd.DataFrame):
+            try:
+                return position.get(col)
+            except TypeError:           # unhashable
+                return None
+        if isinstance(col, bool) or not isinstance(col, numbers.Integral):
+            return None
+        return int(col) if 0 <= col < len(position) else None
+
+    def _table_frames(self, X, labels=None) -> list[tuple[str, pd.DataFrame]]:
+        """The parties' frames of a validated table (the fitted layout), the label in the active one."""
+        ids = np.arange(X.shape[0])
+        items = []
+        for i, (name, positions) in enumerate(self._layout):
+            cols = [self._column_names[j] for j in positions]
+            if isinstance(X, pd.DataFrame):
+                frame = X.iloc[:, positions].reset_index(drop=True)
+                frame.columns = cols
+            else:
+                frame = pd.DataFrame(X[:, positions], columns=cols)
+            frame.insert(0, _ROW_ID, ids)
+            if i == 0 and labels is not None:
+                frame.insert(1, _LABEL, labels)
+            items.append((name, frame))
+        return items
+
+    # -- fitting ------------------------------------------------------------
+    def _require_y(self, y):
+        if y is None:
+            raise InputError(f"{type(self).__name__} requires y to be passed, but the target y is None")
+        return y
+
+    def _check_y_length(self, y, n: int, what: str, whose: str):
+        y = self._y_1d(self._require_y(y))
+        if len(y) != n:
+            raise InputError(f"y has {np.shape(y)} labels but {whose} has {n} rows in {what}: give one label "
+                             f"per row")
+        return y
+
+    @staticmethod
+    def _y_1d(y) -> np.ndarray:
+        y = np.asarray(y) if not isinstance(y, np.ndarray) else y
+        if y.ndim == 2 and y.shape[1] == 1:
+            return column_or_1d(y, warn=True)      # DataConversionWarning, as every sklearn estimator
+        if y.ndim != 1:
+            raise InputError(f"y must be one-dimensional, got shape {y.shape}")
+        return y
+
+    def _labelled_items(self, X, y, what: str, keep=None):
+        """``(items, y)``: the parties' frames with the encoded label in the active one; ``keep``: a mask
+        of the rows that train (the others, of weight 0, are left out)."""
+        if self._table:
+            X = self._check_table(X, reset=what == "X")
+            if what == "X":
+                self._fit_layout(X)
+            y = self._check_y_length(y, X.shape[0], what, "X")
+            if keep is not None:
+                X, y = (X.iloc[keep] if isinstance(X, pd.DataFrame) else X[keep]), y[keep]
+            return self._table_frames(X, self._encode_y(y, fit=what == "X")), y
+        items = self._ordered_party_frames(X, what)
         active_name, active = items[0]
         if self.id_col not in active.columns:
             raise InputError(f"{what}: party {active_name!r} has no id column {self.id_col!r}")
         if _LABEL in active.columns:
             raise InputError(f"{what}: party {active_name!r} has a column named {_LABEL!r} (reserved)")
-        y = np.asarray(y, dtype=object) if not isinstance(y, np.ndarray) else y
-        if y.ndim != 1 or len(y) != len(active):
-            raise InputError(f"y has {np.shape(y)} labels but the active party {active_name!r} has "
-                             f"{len(active)} rows in {what}: give one label per row of its frame")
+        y = self._check_y_length(y, len(active), what, f"the active party {active_name!r}")
+        if keep is not None:
+            active, y = active.iloc[keep], y[keep]
         frame = active.copy()
-        frame.insert(1 if frame.columns[0] == self.id_col else 0, _LABEL, y)
-        return [(active_name, frame)] + items[1:]
+        frame.insert(1 if frame.columns[0] == self.id_col else 0, _LABEL, self._encode_y(y, fit=what == "X"))
+        return [(active_name, frame)] + items[1:], y
 
-    def _fit(self, X, y, eval_set, objective, **extra):
+    def _ordered_party_frames(self, X, what: str):
+        if self.parties is not None:
+            raise InputError(f"{what} is already one DataFrame per party: parties= applies to a single table X; "
+                             "leave it None")
+        items = _party_frames(X, what)
+        if self.label_party is not None:
+            names = [n for n, _ in items]
+            if self.label_party not in names:
+                raise InputError(f"label_party {self.label_party!r} is not one of the parties {names} of {what}")
+            items.sort(key=lambda item: item[0] != self.label_party)
+        return items
+
+    def _fit_layout(self, X):
+        self._layout = self._resolve_layout(X)
+        labels = list(X.columns) if isinstance(X, pd.DataFrame) else list(range(X.shape[1]))
+        named = isinstance(X, pd.DataFrame) and all(isinstance(c, str) for c in labels)
+        self._column_names = [str(c) for c in labels] if named else [f"f{j}" for j in range(len(labels))]
+
+    def _fit(self, X, y, weights, keep, eval_set, objective, **extra):
         params = self._train_params(objective, **extra)
         if not isinstance(self.importance_type, str) or self.importance_type not in ("gain", "split"):
             raise InputError(f"parameter importance_type must be 'gain' or 'split', got {self.importance_type!r}")
-        items = self._frames_with_label(X, self._encode_y(y), "X")
-        fed = federation_from_frames([PartyFrame(name, frame, self.id_col, _LABEL if i == 0 else None)
+        self._table = not _is_party_form(X)
+        items, y = self._labelled_items(X, y, "X", keep)
+        id_col = _ROW_ID if self._table else self.id_col
+        fed = federation_from_frames([PartyFrame(name, frame, id_col, _LABEL if i == 0 else None)
                                       for i, (name, frame) in enumerate(items)])
+        fed.seed_dp_noise(params.seed)
         validation = None
         if eval_set is not None:
             if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):
                 raise InputError("eval_set must be a pair (X_val, y_val)")
-            val_items = self._frames_with_label(eval_set[0], self._encode_y(eval_set[1], fit=False), "eval_set")
+            if _is_party_form(eval_set[0]) == self._table:
+                raise InputError("eval_set: X_val must have the form of X (" +
+                                 ("one table" if self._table else "one DataFrame per party") + ")")
+            val_items, _ = self._labelled_items(eval_set[0], eval_set[1], "eval_set")
             names = [n for n, _ in items]
             if [n for n, _ in val_items] != names:
                 raise InputError(f"eval_set parties {[n for n, _ in val_items]} differ from the parties of X {names}")
             validation = dict(val_items)
         elif params.early_stopping_rounds is not None:
             raise InputError("early_stopping_rounds needs an eval_set=(X_val, y_val) in fit")
-        fed.fit(params, validation=validation)
+        fit_kw = {} if weights is None else {"sample_weight": weights}
+        fed.fit(params, validation=validation, **fit_kw)
+        self._set_fitted(fed, items, id_col)
+        return self
+
+    def _sample_weights(self, sample_weight, y):
+        """``(weights, keep)``: the weights of the rows that train (None: unweighted) and the mask of
+        those rows (None: all). Checked like scikit-learn does; rows of weight 0 are left out, exactly
+        as if absent (so they shape no bin either)."""
+        if sample_weight is None:
+            return None, None
+        try:
+            w = _check_sample_weight(sample_weight, np.empty((len(y), 0)), ensure_non_negative=True)
+        except ValueError as exc:
+            raise InputError(f"sample_weight: {exc}") from None
+        self._check_weighted_labels(y, w)
+        keep = w > 0
+        w, keep = w[keep], (None if keep.all() else keep)
+        if WEIGHTED_TRAINING:
+            return w, keep
+        if np.all(w == 1.0):
+            return None, keep           # weights 0 and 1 select rows: the unweighted training, exactly
+        raise InputError("sample_weight: weights other than 0 and 1 need weighted training (vfl.api "
+                         "Federation.fit(sample_weight=...)), which this build lacks")
+
+    def _check_weighted_labels(self, y, w):
+        """What the labels must satisfy once zero-weight rows are gone (the classifier's: 2 classes)."""
+
+    def _set_fitted(self, fed: Federation, items, id_col: str):
         self.federation_ = fed
         self.model_ = fed.model
+        self._fitted_id_col = id_col
         self.party_names_ = [n for n, _ in items]
-        names, parties = [], []
-        for name, frame in items:
-            feats = [c for c in frame.columns if c not in (self.id_col, _LABEL)]
-            names += feats
-            parties += [name] * len(feats)
-        self.feature_names_in_ = np.array(names, dtype=object)
-        self.feature_parties_ = np.array(parties, dtype=object)
-        self.n_features_in_ = len(names)
+        features = []                   # (party, feature name) in the order of X's columns
+        if self._table:
+            party_of = {j: name for name, positions in self._layout for j in positions}
+            features = [(party_of[j], self._column_names[j]) for j in range(len(self._column_names))]
+            self.parties_ = {name: [self._column_label(j) for j in positions] for name, positions in self._layout}
+        else:
+            for name, frame in items:
+                features += [(name, c) for c in frame.columns if c not in (self.id_col, _LABEL)]
+            self.feature_names_in_ = np.array([f for _, f in features], dtype=object)
+            self.n_features_in_ = len(features)
+            self.parties_ = {name: [f for p, f in features if p == name] for name in self.party_names_}
+        self._features = features
+        self.feature_parties_ = np.array([p for p, _ in features], dtype=object)
         self.evals_result_ = fed.model.history
         self.best_iteration_ = fed.model.best_iteration
         self._importance_cache = None
-        return self
+
+    def _column_label(self, j: int):
+        names = getattr(self, "feature_names_in_", None)
+        return str(names[j]) if names is not None else j
+
+    # -- prediction ---------------------------------------------------------
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "federation_")
 
     def _check_fitted(self):
         if not hasattr(self, "federation_"):
@@ -163,10 +475,18 @@ class _VerticalBoosting(BaseEstimator):
 
     def _predict_frames(self, X) -> dict:
         self._check_fitted()
+        if self._table:
+            if _is_party_form(X):
+                raise InputError("this estimator was fitted on a single table X (split by parties=): predict from "
+                                 "a table with the same columns, not from one DataFrame per party")
+            return dict(self._table_frames(self._check_table(X, reset=False)))
+        if not _is_party_form(X):
+            raise InputError(f"this estimator was fitted on one DataFrame per party {self.party_names_}: predict "
+                             f"from the same parties' frames (a dict or a list of DataFrames)")
         items = _party_frames(X)
-        names = [n for n, _ in items]
-        if names != self.party_names_:
-            raise InputError(f"X has parties {names}, the model was fitted with {self.party_names_}")
+        names = sorted(n for n, _ in items)
+        if names != sorted(self.party_names_):
+            raise InputError(f"X has parties {[n for n, _ in items]}, the model was fitted with {self.party_names_}")
         return dict(items)
 
     def _raw(self, X) -> np.ndarray:
@@ -178,33 +498,58 @@ class _VerticalBoosting(BaseEstimator):
         self._check_fitted()
         if self._importance_cache is None:
             imp = self.federation_.feature_importance(self.importance_type)
-            vals = np.array([imp[p].get(f, 0.0) for p, f in zip(self.feature_parties_, self.feature_names_in_)])
+            vals = np.array([imp[p].get(f, 0.0) for p, f in self._features])
             total = vals.sum()
             self._importance_cache = vals / total if total > 0 else vals
         return self._importance_cache
+
+    # -- pickling: the federation as the parties' model dicts ----------------
+    def __getstate__(self):
+        state = super().__getstate__()
+        if "federation_" in state:
+            state = dict(state)
+            state["federation_"] = {"model_dicts": self.federation_.model_dicts()}
+            state.pop("model_", None)
+        return state
+
+    def __setstate__(self, state):
+        fed = state.get("federation_")
+        if isinstance(fed, dict):
+            state = dict(state)
+            fed = Federation.from_model_dicts(list(fed["model_dicts"].values()), state["_fitted_id_col"],
+                                              where="the pickled estimator")
+            state["federation_"], state["model_"] = fed, fed.model
+        super().__setstate__(state)
 
 
 class VerticalBoostingClassifier(ClassifierMixin, _VerticalBoosting):
     """Federated gradient-boosted trees for classification (binary or multiclass softmax).
 
     Two classes train the binary objective, more the multiclass one; labels may be
-    any integers or strings (``classes_``, sorted).
+    any integers or strings (``classes_``, sorted). ``X``: one table split by
+    ``parties`` / ``n_parties``, or one DataFrame per party (see :mod:`vfl.estimators`).
     """
 
     def _encode_y(self, y, fit=True):
-        y = np.asarray(y)
-        if y.ndim != 1:
-            raise InputError(f"y must be one-dimensional, got shape {y.shape}")
+        y = self._y_1d(y)
         if fit:
             vals = pd.Series(y)
             if vals.isna().any():
                 raise InputError(f"y has {int(vals.isna().sum())} missing labels")
+            if y.dtype.kind == "f" and np.isinf(y).any():
+                rows = np.flatnonzero(np.isinf(y))
+                raise InputError(f"y has {len(rows)} infinite labels (rows {rows[:5].tolist()})")
             try:
-                self.classes_ = np.unique(y)
+                classes = np.unique(y)
             except TypeError:
                 raise InputError("y mixes strings and numbers; use one kind of class label") from None
-            if len(self.classes_) < 2:
-                raise InputError(f"y holds a single class {self.classes_.tolist()}: need at least 2")
+            try:
+                check_classification_targets(y)
+            except ValueError as exc:
+                raise _as_input_error(exc) from None
+            if len(classes) < 2:
+                raise InputError(f"y holds one class only ({classes.tolist()}): a classifier needs at least 2")
+            self.classes_ = classes
         index = {c: i for i, c in enumerate(self.classes_.tolist())}
         unknown = sorted({v for v in y.tolist() if v not in index}, key=str)
         if unknown:
@@ -212,10 +557,27 @@ class VerticalBoostingClassifier(ClassifierMixin, _VerticalBoosting):
                              f"{self.classes_.tolist()[:10]}")
         return np.array([index[v] for v in y.tolist()], dtype=np.int64)
 
-    def fit(self, X, y, eval_set=None):
-        self._encode_y(y)           # sets classes_ (and checks y) before the objective is chosen
+    def _check_weighted_labels(self, y, w):
+        kept = np.unique(np.asarray(y)[w > 0])
+        if len(kept) < 2:
+            raise InputError(f"sample_weight leaves one class only ({kept.tolist()}) with a positive weight: a "
+                             f"classifier needs at least 2")
+
+    def fit(self, X, y, sample_weight=None, eval_set=None):
+        """Train on ``X`` (one table, or one DataFrame per party) and labels ``y``; returns self."""
+        y = self._y_1d(self._require_y(y))
+        self._encode_y(y)           # checks y and sets classes_ before the objective is chosen
+        weights, keep = self._sample_weights(sample_weight, y)
+        if keep is not None:
+            self._encode_y(y[keep])     # the classes of the rows that train
         objective = Objective.BINARY.value if len(self.classes_) == 2 else Objective.MULTICLASS.value
-        return self._fit(X, y, eval_set, objective)
+        return self._fit(X, y, weights, keep, eval_set, objective)
+
+    def decision_function(self, X) -> np.ndarray:
+        """Raw scores (log-odds): ``(n_samples,)`` for two classes (positive: ``classes_[1]``),
+        ``(n_samples, n_classes)`` for more."""
+        raw = self._raw(X)
+        return raw[:, 0] if len(self.classes_) == 2 else raw
 
     def predict_proba(self, X) -> np.ndarray:
         """``(n_samples, n_classes)`` class probabilities, columns in ``classes_`` order."""
@@ -230,7 +592,8 @@ class VerticalBoostingClassifier(ClassifierMixin, _VerticalBoosting):
 
 class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
     """Federated gradient-boosted trees for regression: ``objective`` ``"regression"``
-    (squared error) or ``"pseudohuber"`` (with ``huber_slope``)."""
+    (squared error) or ``"pseudohuber"`` (with ``huber_slope``). ``X``: one table split
+    by ``parties`` / ``n_parties``, or one DataFrame per party (see :mod:`vfl.estimators`)."""
 
     def __init__(self, n_estimators=_D("n_estimators"), max_depth=_D("max_depth"),
                  learning_rate=_D("learning_rate"), max_bin=_D("max_bin"), reg_lambda=_D("reg_lambda"),
@@ -240,6 +603,7 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                  mode=_D("mode"), key_bits=_D("key_bits"), encryption=_D("encryption"),
                  precision_bits=_D("precision_bits"), seed=_D("seed"), id_col="id", importance_type="gain",
                  align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature"),
+                 parties=None, n_parties=2, label_party=None, random_state=None,
                  objective=Objective.REGRESSION.value, huber_slope=_D("huber_slope")):
         super().__init__(n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate,
                          max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight, gamma=gamma,
@@ -247,27 +611,30 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                          early_stopping_rounds=early_stopping_rounds, eval_metric=eval_metric, mode=mode,
                          key_bits=key_bits, encryption=encryption, precision_bits=precision_bits, seed=seed,
                          id_col=id_col, importance_type=importance_type, align=align, epsilon=epsilon,
-                         epsilon_per_feature=epsilon_per_feature)
+                         epsilon_per_feature=epsilon_per_feature, parties=parties, n_parties=n_parties,
+                         label_party=label_party, random_state=random_state)
         self.objective = objective
         self.huber_slope = huber_slope
 
     def _encode_y(self, y, fit=True):
+        y = self._y_1d(y)
         try:
             y = np.asarray(y, dtype=np.float64)
         except (TypeError, ValueError):
             raise InputError("y must hold numbers for a regressor") from None
-        if y.ndim != 1:
-            raise InputError(f"y must be one-dimensional, got shape {y.shape}")
         bad = ~np.isfinite(y)
         if bad.any():
             raise InputError(f"y has {int(bad.sum())} NaN/inf values (rows {np.flatnonzero(bad)[:5].tolist()}); "
                              "a regression target must be finite")
         return y
 
-    def fit(self, X, y, eval_set=None):
+    def fit(self, X, y, sample_weight=None, eval_set=None):
+        """Train on ``X`` (one table, or one DataFrame per party) and targets ``y``; returns self."""
         if self.objective not in (Objective.REGRESSION, Objective.PSEUDOHUBER):
             raise InputError(f"parameter objective must be 'regression' or 'pseudohuber', got {self.objective!r}")
-        return self._fit(X, y, eval_set, self.objective, huber_slope=self.huber_slope)
+        y = self._y_1d(self._require_y(y))
+        weights, keep = self._sample_weights(sample_weight, y)
+        return self._fit(X, y, weights, keep, eval_set, self.objective, huber_slope=self.huber_slope)
 
     def predict(self, X) -> np.ndarray:
         return self._raw(X)[:, 0]
