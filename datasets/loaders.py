@@ -27,6 +27,7 @@ __all__ = [
     "read_party_csv",
     "read_party_table",
     "iter_party_batches",
+    "read_party_piece",
     "DEFAULT_BATCH_ROWS",
     "load_guest_host",
     "breast_cancer_parties",
@@ -652,3 +653,33 @@ def iter_party_batches(path: PathLike, name: str, id_col: str, label_col: str | 
             raise InputError(f"{exc} (in the batch of data rows from row {start} of {source!r}; "
                              f"row numbers count from that row)") from None
         yield pf
+
+
+def read_party_piece(file: PathLike, name: str, id_col: str, label_col: str | None = None,
+                     row_group: int | None = None, int_ids: bool | None = None,
+                     allow_text_label: bool = False) -> PartyFrame:
+    """One Parquet file (or one row group of it) of a party's table as a validated
+    :class:`PartyFrame`: what a worker runs on its own piece (see
+    :func:`datasets.parquet.parquet_pieces`). The checks that need the whole table (duplicated ids
+    across pieces, the text-id rule) are the caller's: ``int_ids`` says whether text ids become
+    int64 (the decision :func:`iter_party_batches` takes on the whole id column; None: decide on
+    this piece alone)."""
+    frame = parquet.read_parquet_piece(file, name, row_group=row_group)
+    if id_col in frame.columns:
+        ids = frame[id_col]
+        if int_ids is None:
+            frame[id_col] = _normalise_ids(ids, _ParquetIds(None, name, file))
+        elif int_ids and not ids.isna().any():
+            try:
+                frame[id_col] = ids.astype(np.int64) if ptypes.is_integer_dtype(ids.dtype) else \
+                    ids.astype(str).astype(np.int64)
+            except (ValueError, TypeError, OverflowError):
+                raise InputError(f"file {str(file)!r}{_party_label(name)}: id column {id_col!r} does not hold "
+                                 f"integers (int_ids=True)") from None
+    pf = PartyFrame(name, frame, id_col, label_col, str(file))
+    where = f" (in row group {row_group}; row numbers count from its first row)" if row_group is not None else ""
+    try:
+        validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label)
+    except InputError as exc:
+        raise InputError(f"{exc}{where}") from None
+    return pf

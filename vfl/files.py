@@ -8,6 +8,7 @@ can read thresholds, salts or models.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -36,6 +37,31 @@ def write_bytes_atomic(path, data: bytes, mode: int = FILE_MODE) -> Path:
         raise
     _fsync_dir(path.parent)
     return path
+
+
+@contextlib.contextmanager
+def atomic_text_writer(path, mode: int = FILE_MODE):
+    """A text file written piece by piece (``with atomic_text_writer(p) as fh: fh.write(...)``),
+    with the guarantees of :func:`write_bytes_atomic`: the target appears, complete, only when the
+    block ends without an error; on an error the temporary file is removed and the target is
+    untouched. Text is UTF-8, written as given (no newline translation)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(tmp, flags, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
 
 
 def write_text_atomic(path, text: str, mode: int = FILE_MODE) -> Path:

@@ -13,7 +13,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from datasets.errors import InputError  # noqa: E402
-from datasets.loaders import iter_party_batches, read_party_csv, read_party_table  # noqa: E402
+from datasets.loaders import iter_party_batches, read_party_csv, read_party_piece, read_party_table  # noqa: E402
 from datasets.parquet import parquet_files, parquet_pieces, read_parquet_piece  # noqa: E402
 
 
@@ -164,6 +164,20 @@ def test_pieces_are_read_one_by_one(tmp_path):
     same(pd.concat(parts, ignore_index=True), df)
     with pytest.raises(InputError, match="has no row group 9"):
         read_parquet_piece(pieces[0][0], "g", row_group=9)
+    validated = [read_party_piece(p, "g", "id", "y", row_group=g, int_ids=True) for p, g, _ in pieces]
+    same(pd.concat([v.frame for v in validated], ignore_index=True), read_party_table(d, "g", "id", "y").frame)
+    assert validated[3].source == pieces[3][0]
+    text = write_dir(tmp_path, df.assign(id=df["id"].astype(str)), [12], "text")
+    [(f0, _, _), *_] = parquet_pieces(text)
+    assert read_party_piece(f0, "g", "id", "y", int_ids=False).frame["id"].map(type).eq(str).all()
+    assert read_party_piece(f0, "g", "id", "y").frame["id"].dtype == np.int64
+    bad = write_dir(tmp_path, df.assign(a=df["a"].where(df.index != 7, np.inf)), [], "bad", row_group_size=5)
+    with pytest.raises(InputError, match=r"part\.0\.parquet'\): feature column 'a' has 1 infinite values "
+                                         r"\(rows 2\).* \(in row group 1;"):
+        read_party_piece(parquet_pieces(bad)[1][0], "g", "id", "y", row_group=1)
+    with pytest.raises(InputError, match="does not hold integers"):
+        read_party_piece(parquet_pieces(write_dir(tmp_path, df.assign(id="x" + df["id"].astype(str)), [], "x"))[0][0],
+                         "g", "id", "y", int_ids=True)
 
 
 # --------------------------------------------------------------------------- batches
