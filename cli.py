@@ -22,6 +22,7 @@ from tqdm import tqdm
 from crypto.keys import WeakKeyWarning, check_key_bits
 from datasets import SHARED_TASKS, load_guest_host, load_named
 from datasets.errors import InputError, VFLError
+from datasets.loaders import DEFAULT_BATCH_ROWS
 from parties.network import check_prediction, load_active_model, predict_active, serve_passive, train_active
 from protocols.certs import make_certs
 from protocols.grpc_transport import Security, parse_peers
@@ -201,10 +202,12 @@ def _training_options(f):
 @main.command()
 @click.option("--dataset", default="breast_cancer", show_default=True,
               help="Bundled 'breast_cancer', or a name from ../shared/datasets (breast, default_credit, ...).")
-@click.option("--active", "--guest", "active", type=click.Path(dir_okay=False),
-              help="Active party (label holder) CSV: id, label, features. (--guest: deprecated alias.)")
-@click.option("--passive", "--host", "passives", multiple=True, type=click.Path(dir_okay=False),
-              help="Passive party CSV; repeat for several passive parties. (--host: deprecated alias.)")
+@click.option("--active", "--guest", "active", type=click.Path(),
+              help="Active party (label holder) table: id, label, features; CSV, or a Parquet file or "
+                   "directory of Parquet files. (--guest: deprecated alias.)")
+@click.option("--passive", "--host", "passives", multiple=True, type=click.Path(),
+              help="Passive party table (CSV or Parquet file/directory); repeat for several passive parties. "
+                   "(--host: deprecated alias.)")
 @click.option("--id-col", default="id", show_default=True)
 @click.option("--label-col", default="y", show_default=True)
 @click.option("--parties", default=2, show_default=True, help="Parties for the bundled dataset.")
@@ -417,8 +420,9 @@ def party():
 @party.command("passive")
 @click.option("--name", required=True, help="This party's name (as the active party's --peer NAME=...).")
 @click.option("--listen", default="127.0.0.1:50051", show_default=True, help="HOST:PORT to serve on (port 0: any).")
-@click.option("--data", required=True, type=click.Path(dir_okay=False),
-              help="CSV with the id column and this party's features (rows to train on and to score).")
+@click.option("--data", required=True, type=click.Path(),
+              help="The id column and this party's features (rows to train on and to score): CSV, or a "
+                   "Parquet file or directory of Parquet files.")
 @click.option("--id-col", default="id", show_default=True)
 @click.option("--model-dir", required=True, type=click.Path(file_okay=False),
               help="Where this party keeps its lookup tables, one file per model.")
@@ -430,8 +434,8 @@ def party():
               help="Prediction protocols this party accepts (repeatable) [default: both].")
 @click.option("--dp-max-epsilon-per-feature", type=float, default=None,
               help="Mode dp: refuse a noisy release with a larger budget per feature.")
-@click.option("--validation-data", type=click.Path(dir_okay=False),
-              help="CSV with the id column and this party's features of the validation rows.")
+@click.option("--validation-data", type=click.Path(),
+              help="The id column and this party's features of the validation rows (CSV or Parquet).")
 @_net_options
 def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_align, allow_prediction,
                   dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
@@ -454,7 +458,8 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
 
 @party.command("active")
 @click.option("--name", default="guest", show_default=True, help="This party's name.")
-@click.option("--data", required=True, type=click.Path(dir_okay=False), help="CSV: id, label, features.")
+@click.option("--data", required=True, type=click.Path(),
+              help="id, label, features: CSV, or a Parquet file or directory of Parquet files.")
 @click.option("--id-col", default="id", show_default=True)
 @click.option("--label-col", default="y", show_default=True)
 @click.option("--peer", "peer_specs", multiple=True, required=True,
@@ -469,8 +474,8 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
 @click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default=_default("objective"), show_default=True)
-@click.option("--validation-data", type=click.Path(dir_okay=False),
-              help="CSV of validation rows: id, label, features (each passive party serves its own "
+@click.option("--validation-data", type=click.Path(),
+              help="Validation rows (CSV or Parquet): id, label, features (each passive party serves its own "
                    "with `vfl party passive --validation-data`).")
 @_learner_options
 @click.option("--link-mbps", type=click.FloatRange(0, min_open=True), default=None,
@@ -518,7 +523,8 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
 
 @main.command()
 @click.option("--model-dir", required=True, type=click.Path(file_okay=False), help="The active party's model.")
-@click.option("--data", required=True, type=click.Path(dir_okay=False), help="CSV: id and the active features.")
+@click.option("--data", required=True, type=click.Path(),
+              help="id and the active features: CSV, or a Parquet file or directory of Parquet files.")
 @click.option("--id-col", default="id", show_default=True)
 @click.option("--peer", "peer_specs", multiple=True, help="Passive party NAME=HOST:PORT; repeat for each.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False),
@@ -530,9 +536,11 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds any single call may take.")
 @click.option("--connect-timeout", type=float, help="Seconds to wait for the peers [default: --timeout].")
 @click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
+@click.option("--batch-rows", type=click.IntRange(1), default=DEFAULT_BATCH_ROWS, show_default=True,
+              help="Rows read and scored at a time (bounded memory; the output is the same for any value).")
 @_net_options
 def predict(model_dir, data, id_col, peer_specs, out, prediction, align, timeout, connect_timeout, output_json,
-            tls_dir, insecure, token_file, max_message_mb, log_level):
+            batch_rows, tls_dir, insecure, token_file, max_message_mb, log_level):
     """Score new rows with a model trained by `vfl party active` (passive parties must be serving)."""
     _setup_logging(log_level)
     check_prediction(prediction)
@@ -541,10 +549,11 @@ def predict(model_dir, data, id_col, peer_specs, out, prediction, align, timeout
     sec = _security(model.active_party, tls_dir, insecure, token_file)
     ids, proba, summary = predict_active(model_dir, data, id_col, peers, sec, out, timeout=timeout,
                                          prediction=prediction, max_frame_bytes=_max_bytes(max_message_mb),
-                                         connect_timeout=connect_timeout, align=align)
+                                         connect_timeout=connect_timeout, align=align, batch_rows=batch_rows)
     if output_json:
         _write_json(output_json, summary)
-    click.echo(f"predicted {summary['n_rows']} rows in {summary['predict_seconds']:.2f} s; wrote {out}")
+    click.echo(f"predicted {summary['n_rows']} rows in {summary['predict_seconds']:.2f} s "
+               f"({summary['n_batches']} batch(es)); wrote {out}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ the learner core (``vfl.files`` re-exports it), the parties and the CLI.
 """
 from __future__ import annotations
 
+import contextlib
 import errno as _errno
 import json
 import os
@@ -110,6 +111,33 @@ def write_bytes_atomic(path, data: bytes, mode: int = FILE_MODE) -> Path:
 
 def write_text_atomic(path, text: str, mode: int = FILE_MODE) -> Path:
     return write_bytes_atomic(path, text.encode("utf-8"), mode)
+
+
+@contextlib.contextmanager
+def atomic_text_writer(path, mode: int = FILE_MODE):
+    """A text file written piece by piece (``with atomic_text_writer(p) as fh: fh.write(...)``),
+    with the guarantees of :func:`write_bytes_atomic`: the target appears, complete, only when the
+    block ends without an error; on an error the temporary file is removed and the target is
+    untouched. Text is UTF-8, written as given (no newline translation)."""
+    path = Path(path)
+    tmp = _temp_name(path)
+    try:
+        fd = os.open(tmp, _FLAGS, mode)
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: {_describe(exc)}", path, exc.errno) from None
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        _unlink_quietly(tmp)
+        if isinstance(exc, OSError):
+            raise WriteError(f"cannot write {path}: {_describe(exc)}", path, exc.errno) from None
+        raise
+    _fsync_dir(path.parent)
 
 
 def json_bytes(data, indent: int | None = 1, **dump_kwargs) -> bytes:

@@ -7,6 +7,7 @@ non-numeric feature, malformed LIBSVM line, ...) is raised as
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import warnings
@@ -19,11 +20,16 @@ from pandas.api import types as ptypes
 from datasets.errors import InputError
 from datasets.ids import INT_ID, canonical_id
 
+from . import parquet
 from .frames import PartyFrame, _show, validate_party_frame
 from .split import _check_int, vertical_split
 
 __all__ = [
     "read_party_csv",
+    "read_party_table",
+    "iter_party_batches",
+    "read_party_piece",
+    "DEFAULT_BATCH_ROWS",
     "load_guest_host",
     "breast_cancer_parties",
     "shared_datasets_dir",
@@ -164,7 +170,8 @@ def load_guest_host(
     label_col: str = "y",
     allow_text_label: bool = False,
 ) -> list[PartyFrame]:
-    """Read a guest file (ids, label, features) and host files (ids, features).
+    """Read a guest file (ids, label, features) and host files (ids, features): CSV or Parquet
+    (a file or a directory of files, see :func:`read_party_table`).
 
     Returns ``[guest, host]`` for one host, ``[guest, host1, host2, ...]`` for
     several. The label must be in the guest file and in no host file; every
@@ -177,10 +184,10 @@ def load_guest_host(
         raise InputError("load_guest_host needs at least one host file")
     if label_col is None:
         raise InputError("load_guest_host needs the name of the guest's label column")
-    guest = read_party_csv(guest_path, "guest", id_col, label_col, allow_text_label=allow_text_label)
+    guest = read_party_table(guest_path, "guest", id_col, label_col, allow_text_label=allow_text_label)
     parties = [guest]
     for name, path in zip(_host_names(len(host_paths)), host_paths):
-        host = read_party_csv(path, name, id_col, None)
+        host = read_party_table(path, name, id_col, None)
         if label_col in host.frame.columns:
             raise InputError(
                 f"party {name!r} (file {str(path)!r}) has the label column {label_col!r}; "
@@ -498,3 +505,208 @@ def load_named(name: str, n_parties: int = 2, id_col: str = "id", label_col: str
     if name in BUNDLED:
         return sklearn_parties(name, n_parties, id_col=id_col, label_col=label_col)
     return load_shared(name)
+
+
+# --------------------------------------------------------------------------- any table: CSV or Parquet
+
+DEFAULT_BATCH_ROWS = 100_000
+
+
+def read_party_table(path: PathLike, name: str, id_col: str, label_col: str | None = None,
+                     allow_text_label: bool = False) -> PartyFrame:
+    """Read one party's table: a CSV file, a Parquet file or a directory of Parquet files.
+
+    Parquet is recognised by content (a directory, or a file starting with ``PAR1``), anything else
+    is read as CSV (:func:`read_party_csv`). A Parquet table gets the same validation and the same
+    id rule as a CSV file (string ids that are all canonical integers become int64); every error
+    is an :class:`InputError` naming the file (for a directory, the file at fault when one is) and
+    the column.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"file {str(p)!r}{_party_label(name)} does not exist")
+    if not parquet.is_parquet(p):
+        return read_party_csv(p, name, id_col, label_col, allow_text_label=allow_text_label)
+    schema = _parquet_schema(p, name, id_col, label_col, allow_text_label)
+    frame = parquet.read_parquet_frame(schema, name)
+    frame[id_col] = _normalise_ids(frame[id_col], _ParquetIds(schema, name, p))
+    pf = PartyFrame(name=name, frame=frame, id_col=id_col, label_col=label_col, source=str(p))
+    try:
+        validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label)
+    except InputError:
+        if len(schema.files) > 1:         # name the file at fault when the problem is within one file
+            _validate_files_one_by_one(schema, pf, allow_text_label)
+        raise
+    return pf
+
+
+def _parquet_schema(p: Path, name, id_col, label_col, allow_text_label):
+    schema = parquet.party_schema(p, name)
+    parquet.check_party_columns(schema, name, id_col, label_col, allow_text_label, str(p))
+    if schema.n_rows == 0:
+        raise InputError(f"file {str(p)!r}{_party_label(name)} has a header but no data rows "
+                         f"(its Parquet file(s) hold no rows)")
+    return schema
+
+
+class _ParquetIds:
+    """Where ids came from, for the messages of :func:`_normalise_ids`."""
+
+    def __init__(self, schema, name, path):
+        self.schema, self.name, self.path = schema, name, path
+
+
+def _normalise_ids(ids: pd.Series, where: _ParquetIds | None = None) -> pd.Series:
+    """Integer ids as int64; text ids as :func:`_ids_to_int_if_canonical` (the CSV rule)."""
+    if ptypes.is_integer_dtype(ids.dtype) and not ptypes.is_bool_dtype(ids.dtype):
+        if ids.dtype == np.uint64 and len(ids) and int(ids.max()) > np.iinfo(np.int64).max:
+            raise InputError(f"file {str(where.path)!r}{_party_label(where.name)}: id column {ids.name!r} holds "
+                             f"integers above 2**63 - 1")
+        return ids.astype(np.int64)
+    return _ids_to_int_if_canonical(ids)
+
+
+def _validate_files_one_by_one(schema, whole: PartyFrame, allow_text_label: bool) -> None:
+    """Re-run the validation file by file (only after the whole table failed): raise the first
+    file's error, naming that file and its own row numbers."""
+    for f in schema.files:
+        frame = parquet.read_parquet_piece(f, whole.name)
+        frame[whole.id_col] = _normalise_ids(frame[whole.id_col], _ParquetIds(schema, whole.name, f))
+        validate_party_frame(PartyFrame(whole.name, frame, whole.id_col, whole.label_col, str(f)),
+                             require_features=False, allow_text_label=allow_text_label)
+
+
+def _csv_reader_errors(p: Path, name: str | None):
+    """Translate pandas' CSV errors into :class:`InputError` naming the file (a context manager)."""
+    @contextlib.contextmanager
+    def translate():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                yield
+            except pd.errors.EmptyDataError:
+                raise InputError(f"file {str(p)!r}{_party_label(name)} is empty") from None
+            except pd.errors.ParserError as exc:
+                msg = str(exc).strip().replace("Error tokenizing data. C error: ", "")
+                raise InputError(f"cannot parse CSV file {str(p)!r}{_party_label(name)}: {msg}") from None
+            except UnicodeDecodeError as exc:
+                raise InputError(f"cannot read {str(p)!r}{_party_label(name)}: not UTF-8 text ({exc.reason})") \
+                    from None
+            except OSError as exc:
+                raise InputError(f"cannot read {str(p)!r}{_party_label(name)}: {exc.strerror or exc}") from None
+            except (ValueError, TypeError) as exc:
+                raise InputError(f"cannot parse CSV file {str(p)!r}{_party_label(name)}: {exc}") from None
+        for w in caught:
+            if issubclass(w.category, pd.errors.ParserWarning):
+                raise InputError(
+                    f"cannot parse CSV file {str(p)!r}{_party_label(name)}: some rows have more fields "
+                    f"than the header has columns ({w.message})"
+                )
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+    return translate()
+
+
+def _csv_chunks(p: Path, name: str | None, id_col: str, batch_rows: int, usecols=None):
+    """``(file, first data row, DataFrame)`` of at most ``batch_rows`` rows, ids as text."""
+    with _csv_reader_errors(p, name):
+        reader = pd.read_csv(p, dtype={id_col: str}, index_col=False, encoding="utf-8-sig",
+                             chunksize=batch_rows, usecols=usecols)
+    start = 0
+    with reader:
+        while True:
+            with _csv_reader_errors(p, name):
+                try:
+                    frame = next(reader)
+                except StopIteration:
+                    return
+            yield str(p), start, frame
+            start += len(frame)
+
+
+def _csv_columns(p: Path, name, id_col, label_col) -> list[str]:
+    header = _read_header(p, name)
+    where = f"party {name!r} (file {str(p)!r})"
+    if id_col not in header:
+        raise InputError(f"{where}: id column {id_col!r} not found; columns are [{_show(header, 10)}]")
+    if label_col is not None:
+        if label_col == id_col:
+            raise InputError(f"{where}: the label column and the id column are both {id_col!r}")
+        if label_col not in header:
+            raise InputError(f"{where}: label column {label_col!r} not found; columns are [{_show(header, 10)}]")
+    return header
+
+
+def iter_party_batches(path: PathLike, name: str, id_col: str, label_col: str | None = None,
+                       batch_rows: int = DEFAULT_BATCH_ROWS, allow_text_label: bool = False):
+    """The party's table (CSV, Parquet file or directory) as validated :class:`PartyFrame` batches
+    of at most ``batch_rows`` rows, in file order, holding one batch in memory at a time.
+
+    The id column is checked on the whole table first (missing and duplicated ids, and the CSV rule
+    that decides whether text ids become integers), so the batches hold exactly the ids and values
+    :func:`read_party_table` would; only the ids of the whole table are ever in memory together.
+    A problem in a batch is reported with the file and the batch's first row.
+    """
+    batch_rows = _check_int(batch_rows, "batch_rows", 1)
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"file {str(p)!r}{_party_label(name)} does not exist")
+    if parquet.is_parquet(p):
+        schema = _parquet_schema(p, name, id_col, label_col, allow_text_label)
+        ids = parquet.read_parquet_frame(schema, name, columns=[id_col])[id_col]
+        ids = _normalise_ids(ids, _ParquetIds(schema, name, p))
+        chunks = ((str(f), start, frame) for f, start, frame in parquet.iter_parquet_frames(schema, name, batch_rows))
+    else:
+        if p.is_dir():
+            raise InputError(f"{str(p)!r}{_party_label(name)} is a directory, expected a CSV file")
+        _csv_columns(p, name, id_col, label_col)
+        parts = [frame[id_col] for _, _, frame in _csv_chunks(p, name, id_col, max(batch_rows, 65536),
+                                                              usecols=[id_col])]
+        if not parts or sum(len(x) for x in parts) == 0:
+            raise InputError(f"file {str(p)!r}{_party_label(name)} has a header but no data rows")
+        ids = _ids_to_int_if_canonical(pd.concat(parts, ignore_index=True))
+        chunks = _csv_chunks(p, name, id_col, batch_rows)
+    validate_party_frame(PartyFrame(name, ids.to_frame(), id_col, None, str(p)), require_features=False)
+    as_int = ids.dtype == np.int64
+    del ids
+    for source, start, frame in chunks:
+        if as_int:
+            frame[id_col] = frame[id_col].astype(np.int64) if ptypes.is_integer_dtype(frame[id_col].dtype) \
+                else frame[id_col].astype(str).astype(np.int64)
+        pf = PartyFrame(name, frame.reset_index(drop=True), id_col, label_col, source)
+        try:
+            validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label)
+        except InputError as exc:
+            raise InputError(f"{exc} (in the batch of data rows from row {start} of {source!r}; "
+                             f"row numbers count from that row)") from None
+        yield pf
+
+
+def read_party_piece(file: PathLike, name: str, id_col: str, label_col: str | None = None,
+                     row_group: int | None = None, int_ids: bool | None = None,
+                     allow_text_label: bool = False) -> PartyFrame:
+    """One Parquet file (or one row group of it) of a party's table as a validated
+    :class:`PartyFrame`: what a worker runs on its own piece (see
+    :func:`datasets.parquet.parquet_pieces`). The checks that need the whole table (duplicated ids
+    across pieces, the text-id rule) are the caller's: ``int_ids`` says whether text ids become
+    int64 (the decision :func:`iter_party_batches` takes on the whole id column; None: decide on
+    this piece alone)."""
+    frame = parquet.read_parquet_piece(file, name, row_group=row_group)
+    if id_col in frame.columns:
+        ids = frame[id_col]
+        if int_ids is None:
+            frame[id_col] = _normalise_ids(ids, _ParquetIds(None, name, file))
+        elif int_ids and not ids.isna().any():
+            try:
+                frame[id_col] = ids.astype(np.int64) if ptypes.is_integer_dtype(ids.dtype) else \
+                    ids.astype(str).astype(np.int64)
+            except (ValueError, TypeError, OverflowError):
+                raise InputError(f"file {str(file)!r}{_party_label(name)}: id column {id_col!r} does not hold "
+                                 f"integers (int_ids=True)") from None
+    pf = PartyFrame(name, frame, id_col, label_col, str(file))
+    where = f" (in row group {row_group}; row numbers count from its first row)" if row_group is not None else ""
+    try:
+        validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label)
+    except InputError as exc:
+        raise InputError(f"{exc}{where}") from None
+    return pf

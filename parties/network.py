@@ -10,6 +10,7 @@ over a :class:`protocols.transport.Transport`); only the transport differs.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -18,13 +19,15 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 from datasets.errors import InputError, PeerError, WriteError
-from datasets.loaders import read_party_csv
+from datasets.loaders import DEFAULT_BATCH_ROWS, iter_party_batches, read_party_table
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
 from parties.server import PassiveServer
 from protocols.grpc_transport import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, GrpcTransport, PartyServer, check_address
-from vfl.files import check_writable_dir, fsync_dir, write_json_atomic, write_text_atomic
+from vfl.files import atomic_text_writer, check_writable_dir, fsync_dir, write_json_atomic
 from vfl.leafmask import PREDICTIONS
 from vfl.model import BoostedModel, read_model_json
 from vfl.params import ALIGNMENTS, Mode, TrainParams
@@ -35,7 +38,8 @@ CHECKPOINT_FILE = "checkpoint.json"
 
 
 def _read_csv(path, name, id_col, label_col=None, allow_text_label=False):
-    return read_party_csv(path, name, id_col, label_col, allow_text_label=allow_text_label)
+    """A party's table: CSV, a Parquet file or a directory of Parquet files."""
+    return read_party_table(path, name, id_col, label_col, allow_text_label=allow_text_label)
 
 
 # --------------------------------------------------------------------------- passive
@@ -286,12 +290,20 @@ def load_active_model(model_dir) -> BoostedModel:
 def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security, out=None,
                    timeout: float = DEFAULT_TIMEOUT, prediction: str = "one-round",
                    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, connect_timeout: float | None = None,
-                   align: str | None = None):
-    """Score the rows of ``data`` (the active party's columns); returns ``(ids, proba, summary)``.
+                   align: str | None = None, batch_rows: int = DEFAULT_BATCH_ROWS, collect: bool | None = None):
+    """Score the rows of ``data`` (the active party's columns: CSV, Parquet file or directory);
+    returns ``(ids, proba, summary)``.
 
     ``prediction``: "one-round" (leaf masks) or "node" (node-by-node routing); ``align``: how the
-    passive parties find the rows ("hash" or "psi"; default: as in training)."""
+    passive parties find the rows ("hash" or "psi"; default: as in training).
+    The rows are read and scored ``batch_rows`` at a time (one prediction session per batch) and
+    each batch's lines are appended to ``out`` (written atomically at the end), so the driver holds
+    one batch of features and predictions at a time (plus the ids, checked for duplicates first);
+    the output is the same as scoring all rows at once. ``collect`` (default: when ``out`` is None)
+    keeps every batch's ids and predictions for the return value; without it ``ids`` and ``proba``
+    are None."""
     check_prediction(prediction)
+    collect = out is None if collect is None else collect
     model = load_active_model(model_dir)
     missing = [p for p in model.passive_parties if p not in peers]
     if missing:
@@ -302,24 +314,42 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
     if extra:
         raise InputError(f"the model was not trained with part{'y' if len(extra) == 1 else 'ies'} {extra}; "
                          f"its passive parties are {model.passive_parties}")
-    pf = _read_csv(data, model.active_party, id_col)
+    batches = iter_party_batches(data, model.active_party, id_col, batch_rows=batch_rows)
+    first = next(batches)            # the whole id column is checked here, before connecting
     active = ActiveParty.from_model(model, id_col)
     used = {p: peers[p] for p in model.passive_parties}
     transport = GrpcTransport(model.active_party, used, security, timeout=timeout, max_frame_bytes=max_frame_bytes)
+    kept_ids, kept_proba, n_rows, n_batches = [], [], 0, 0
     try:
         transport.connect(timeout=connect_timeout if connect_timeout is not None else timeout)
         t0 = time.perf_counter()
-        ids, proba = _predict_proba(active, transport, pf.frame, str(data), prediction, align)
+        with atomic_text_writer(out) if out is not None else contextlib.nullcontext() as fh:
+            for pf in _chain(first, batches):
+                ids, proba = _predict_proba(active, transport, pf.frame, pf.source, prediction, align)
+                if fh is not None:
+                    fh.write(model.prediction_table(ids, proba, id_col).to_csv(index=False, header=n_batches == 0))
+                if collect:
+                    kept_ids.append(ids)
+                    kept_proba.append(proba)
+                n_rows += len(ids)
+                n_batches += 1
         seconds = time.perf_counter() - t0
     finally:
         transport.close()
-    if out is not None:
-        write_text_atomic(out, model.prediction_table(ids, proba, id_col).to_csv(index=False))
-    summary = {"model_id": model.model_id, "n_rows": int(len(ids)), "predict_seconds": seconds,
+    ids = np.concatenate(kept_ids) if collect else None
+    proba = np.concatenate(kept_proba) if collect else None
+    summary = {"model_id": model.model_id, "n_rows": n_rows, "predict_seconds": seconds,
                "prediction": prediction, "align": align or model.params.get("align", "hash"),
+               "n_batches": n_batches, "batch_rows": batch_rows,
                "bytes_sent": transport.bytes_report(), "total_bytes": transport.total_bytes()}
-    log.info("%s: predicted %d rows with model %s in %.2f s", model.active_party, len(ids), model.model_id, seconds)
+    log.info("%s: predicted %d rows in %d batch(es) with model %s in %.2f s", model.active_party, n_rows,
+             n_batches, model.model_id, seconds)
     return ids, proba, summary
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest
 
 
 __all__ = ["serve_passive", "train_active", "predict_active", "load_active_model"]

@@ -41,6 +41,8 @@ FUNCTION_IMPORT_ALLOWED = [
                     "`from vfl import TrainParams` must not load the party stack"),
     ("vfl.compare", "sklearn.metrics", "the XGBoost baseline's AUC, only when the xgboost arm runs (with "
                                        "the optional xgboost import beside it)"),
+    ("datasets.parquet", "pyarrow", "optional extra [parquet]: CSV input must work without pyarrow; reading a "
+                                    "Parquet table says which extra to install"),
     ("datasets", "datasets.", "lazy package attributes (PEP 562, importlib.import_module): the floors that "
                               "need only datasets.errors do not pay for pandas"),
 ]

@@ -21,6 +21,7 @@ parties floor) for the networked commands, which wires gRPC transports.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from pathlib import Path
 
@@ -28,7 +29,9 @@ import numpy as np
 import pandas as pd
 
 from datasets.errors import InputError
-from datasets.split import train_test_split_parties
+from datasets.frames import PartyFrame, validate_party_frame
+from datasets.loaders import DEFAULT_BATCH_ROWS, iter_party_batches, read_party_table
+from datasets.split import _check_int, train_test_split_parties
 from parties.active import ActiveParty
 from parties.channel import ASSUMED_LINK_MBPS
 from parties.passive import PassiveParty
@@ -39,7 +42,12 @@ from vfl.model import BoostedModel, read_model_json
 from vfl.objectives import get_objective
 from vfl.params import DEFAULT_PREDICTION, Mode, Objective, TrainParams
 
-__all__ = ["ActiveParty", "PassiveParty", "Federation", "TrainParams", "load_federation"]
+__all__ = ["ActiveParty", "PassiveParty", "Federation", "TrainParams", "load_federation", "read_party_table",
+           "federation_from_files"]
+
+
+def _is_path(data) -> bool:
+    return isinstance(data, (str, os.PathLike))
 
 
 class Federation:
@@ -97,7 +105,17 @@ class Federation:
         return self.active.fit(self.transport, list(self.passives), params, on_round, validation=val_active,
                                observers=observers)
 
-    def _load_frames(self, frames: dict[str, pd.DataFrame] | None):
+    @classmethod
+    def from_files(cls, active: tuple[str, str | os.PathLike], passives: dict[str, str | os.PathLike],
+                   id_col: str = "id", label_col: str = "y", record: bool = False) -> "Federation":
+        """A federation from the parties' tables: ``active=(name, path)`` (id, label, features) and
+        ``passives={name: path}``; each path a CSV file, a Parquet file or a directory of Parquet
+        files (:func:`read_party_table`)."""
+        return federation_from_files(active, passives, id_col, label_col, record)
+
+    def _load_frames(self, frames: dict | None):
+        """Load the passive parties' prediction tables; return the active party's (a DataFrame or
+        a path). A table may be a DataFrame or a path (CSV, Parquet file or directory)."""
         if frames is None:            # predict the training rows again
             for p in self.passives.values():
                 p.clear_prediction_data()
@@ -110,29 +128,55 @@ class Federation:
         for name, p in self.passives.items():
             if name not in frames:
                 raise InputError(f"prediction data for passive party {name!r} is missing")
-            p.load_prediction_data(frames[name])
+            data = frames[name]
+            p.load_prediction_data(read_party_table(data, name, p.id_col).frame if _is_path(data) else data)
         return frames[self.active.name]
 
-    def predict_raw(self, frames: dict[str, pd.DataFrame] | None = None, prediction: str | None = None,
-                    align: str | None = None) -> np.ndarray:
-        return self.active.predict_raw(self.transport, self._load_frames(frames),
-                                       prediction=prediction, align=align)[1]
+    def _active_batches(self, data, batch_rows: int | None):
+        """``(frame, source)`` batches of the active party's prediction rows: one (the frame itself)
+        unless ``batch_rows`` is given or the rows come from a file (then DEFAULT_BATCH_ROWS)."""
+        name, id_col = self.active.name, self.active.id_col
+        if _is_path(data):
+            for pf in iter_party_batches(data, name, id_col, batch_rows=batch_rows or DEFAULT_BATCH_ROWS):
+                yield pf.frame, pf.source
+            return
+        if batch_rows is None or not isinstance(data, pd.DataFrame):
+            yield data, None
+            return
+        batch_rows = _check_int(batch_rows, "batch_rows", 1)
+        if id_col in data.columns:        # ids checked once for the whole frame (duplicates across batches)
+            validate_party_frame(PartyFrame(name, data[[id_col]], id_col), require_features=False)
+        for start in range(0, max(len(data), 1), batch_rows):
+            yield data.iloc[start:start + batch_rows], None
 
-    def predict_proba(self, frames: dict[str, pd.DataFrame] | None = None, prediction: str | None = None,
-                      align: str | None = None) -> np.ndarray:
+    def predict_raw(self, frames: dict | None = None, prediction: str | None = None,
+                    align: str | None = None, batch_rows: int | None = None) -> np.ndarray:
+        """Raw scores (see :meth:`predict_proba`)."""
+        data = self._load_frames(frames)
+        if data is None:
+            return self.active.predict_raw(self.transport, None, prediction=prediction, align=align)[1]
+        parts = [self.active.predict_raw(self.transport, frame, source, prediction=prediction, align=align)[1]
+                 for frame, source in self._active_batches(data, batch_rows)]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def predict_proba(self, frames: dict | None = None, prediction: str | None = None,
+                      align: str | None = None, batch_rows: int | None = None) -> np.ndarray:
         """Probability of class 1 per row of the active party's frame (federated routing);
         ``(n, K)`` class probabilities for multiclass, predictions for regression.
 
+        ``frames``: ``{party: DataFrame or path}`` (a path: CSV, Parquet file or directory);
         ``prediction``: "one-round" (leaf masks; default) or "node" (node-by-node);
-        ``align``: "hash" or "psi" (default: the training's alignment)."""
-        return self.active.predict_proba(self.transport, self._load_frames(frames),
-                                         prediction=prediction, align=align)[1]
+        ``align``: "hash" or "psi" (default: the training's alignment); ``batch_rows``: score the
+        active party's rows that many at a time (one prediction session each; same result;
+        default: all at once for a DataFrame, DEFAULT_BATCH_ROWS for a file)."""
+        raw = self.predict_raw(frames, prediction, align, batch_rows)
+        return get_objective(self.active._need_model().objective).transform(raw)
 
-    def predict(self, frames: dict[str, pd.DataFrame] | None = None, prediction: str | None = None,
-                align: str | None = None) -> np.ndarray:
+    def predict(self, frames: dict | None = None, prediction: str | None = None,
+                align: str | None = None, batch_rows: int | None = None) -> np.ndarray:
         """Class labels (binary 0/1, multiclass the original labels) or regression values."""
-        return self.active.predict(self.transport, self._load_frames(frames), prediction=prediction,
-                                   align=align)[1]
+        raw = self.predict_raw(frames, prediction, align, batch_rows)
+        return self.active._need_model().output_to_prediction(raw)
 
     def share_split_gains(self) -> dict[str, int]:
         """The active party tells each passive party the gains of its own splits (opt-in leakage:
@@ -288,6 +332,18 @@ def federation_from_frames(party_frames, record: bool = False, link_mbps: float 
     active = ActiveParty(first.name, first.frame, first.id_col, first.label_col, first.source)
     passives = [PassiveParty(pf.name, pf.frame, pf.id_col, pf.source) for pf in rest]
     return Federation(active, passives, record=record, link_mbps=link_mbps)
+
+
+def federation_from_files(active, passives, id_col: str = "id", label_col: str = "y",
+                          record: bool = False) -> Federation:
+    """See :meth:`Federation.from_files`."""
+    if not (isinstance(active, tuple) and len(active) == 2):
+        raise InputError("active must be a (name, path) pair")
+    if not isinstance(passives, dict) or not passives:
+        raise InputError("passives must be a non-empty dict {name: path}")
+    frames = [read_party_table(active[1], active[0], id_col, label_col, allow_text_label=True)]
+    frames += [read_party_table(path, name, id_col) for name, path in passives.items()]
+    return federation_from_frames(frames, record=record)
 
 
 def _test_metrics(model: BoostedModel, y_test, raw) -> dict:

@@ -89,3 +89,403 @@ class Binner:
         """Raw-value threshold of the split "bin <= bin_idx" (+inf: all non-missing values left)."""
         t = self.thresholds_[feature_idx]
         return float(t[bin_idx]) if bin_idx < len(t) else float("inf")
+
+
+# --------------------------------------------------------------------------- bin edges across shards
+#
+# A party whose rows are cut into shards (e.g. on Dask workers) fits the same thresholds without
+# gathering a column on one process: every shard summarises each of its columns
+# (:func:`summarize_shard`), the summaries are merged pairwise in any order (:func:`merge_summaries`,
+# a tree reduction), and :func:`thresholds_from_summary` picks the edges.
+#
+# A summary is EXACT while it holds every distinct value with its count (at most ``max_points``
+# distinct values); the edges of an exact summary are those of :class:`Binner` on the gathered
+# column, bit for bit: the few-distinct-values rule uses the same midpoints and the quantile rule
+# computes numpy's ``percentile(..., method="midpoint")`` on the multiset the summary describes
+# (equal values; 0.0 and -0.0 count as one value).
+# A column with more distinct values than ``max_points`` (in a shard or after a merge) gets an
+# APPROXIMATE summary: its sorted multiset cut into ``max_points`` blocks of consecutive ranks, each
+# block kept as one value (the value at the block's middle rank) with the block's count; the
+# smallest and largest values are always kept exactly. The quantile rule then runs on that multiset,
+# so every edge is a value of the column (or the midpoint of two) within about
+# ``n / max_points`` ranks of the exact edge; which values are kept depends on the shard layout and
+# the merge order (deterministic for a fixed layout); :class:`ExactEdges` (below) then makes them
+# exact in a few small rounds. Missing values (NaN) are counted, never binned: they go to the
+# missing bin exactly as in :class:`Binner`.
+
+DEFAULT_SUMMARY_POINTS = 4096
+
+
+class ColumnSummary:
+    """One column's values on one shard (or merged from several): sorted ``values`` with ``counts``.
+
+    ``exact``: the summary holds every distinct non-missing value with its true count;
+    ``n_missing``: how many NaN the column holds (counted, never binned)."""
+
+    __slots__ = ("values", "counts", "exact", "n_missing")
+
+    def __init__(self, values, counts, exact: bool, n_missing: int = 0):
+        self.values = np.asarray(values, dtype=np.float64)
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.exact = bool(exact)
+        self.n_missing = int(n_missing)
+        if self.values.shape != self.counts.shape or self.values.ndim != 1:
+            raise InputError("a column summary needs as many counts as values")
+        if np.isnan(self.values).any() or (self.counts <= 0).any() or (np.diff(self.values) <= 0).any():
+            raise InputError("a column summary holds strictly increasing non-missing values with positive counts")
+
+    @classmethod
+    def _trusted(cls, values: np.ndarray, counts: np.ndarray, exact: bool, n_missing: int = 0) -> "ColumnSummary":
+        """Built here from sorted distinct values and positive counts (no checks)."""
+        obj = cls.__new__(cls)
+        obj.values, obj.counts, obj.exact, obj.n_missing = values, counts, exact, n_missing
+        return obj
+
+    @property
+    def n(self) -> int:
+        """Non-missing values summarised."""
+        return int(self.counts.sum())
+
+    def to_dict(self) -> dict:
+        return {"values": self.values.tolist(), "counts": self.counts.tolist(), "exact": self.exact,
+                "n_missing": self.n_missing}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ColumnSummary":
+        try:
+            return cls(d["values"], d["counts"], d["exact"], d["n_missing"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"bad column summary: {exc}") from None
+
+    def __repr__(self) -> str:
+        return (f"ColumnSummary({len(self.values)} points, n={self.n}, n_missing={self.n_missing}, "
+                f"{'exact' if self.exact else 'approximate'})")
+
+
+def _check_points(max_points) -> int:
+    if isinstance(max_points, bool) or not isinstance(max_points, (int, np.integer)) or max_points < 256:
+        raise InputError(f"max_points must be an integer >= 256 (the largest max_bin), got {max_points!r}")
+    return int(max_points)
+
+
+def _compress(values: np.ndarray, counts: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
+    """The multiset ``values`` x ``counts`` (sorted, distinct) as at most ``max_points`` points:
+    consecutive ranks in blocks, each block one value (its middle rank's) with the block's count;
+    the first and the last rank are blocks of their own (min and max stay exact)."""
+    n = int(counts.sum())
+    inner = max_points - 2
+    bounds = np.unique(np.concatenate([[0, 1], 1 + (np.arange(inner + 1) * (n - 2)) // inner, [n - 1, n]]))
+    lo, hi = bounds[:-1], bounds[1:]
+    cum = np.cumsum(counts)
+    reps = values[np.searchsorted(cum, (lo + hi - 1) // 2, side="right")]
+    weights = hi - lo
+    start = _run_starts(reps)                                   # equal neighbours: one point
+    return reps[start], np.add.reduceat(weights, start)
+
+
+def _run_starts(v: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of a sorted array starts."""
+    flag = np.ones(len(v), dtype=bool)
+    flag[1:] = v[1:] != v[:-1]
+    return np.flatnonzero(flag)
+
+
+def _sorted_unique(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(v, return_counts=True)`` of an already sorted array, without sorting again."""
+    start = _run_starts(v)
+    return v[start], np.diff(np.append(start, len(v))).astype(np.int64)
+
+
+def summarize_column(col, max_points: int = DEFAULT_SUMMARY_POINTS) -> ColumnSummary:
+    """A shard's column (NaN = missing) as a :class:`ColumnSummary` of at most ``max_points`` points."""
+    max_points = _check_points(max_points)
+    col = np.asarray(col, dtype=np.float64)
+    missing = np.isnan(col)
+    values, counts = np.unique(col[~missing], return_counts=True)
+    if len(values) <= max_points:
+        return ColumnSummary(values, counts, True, int(missing.sum()))
+    return ColumnSummary(*_compress(values, counts, max_points), False, int(missing.sum()))
+
+
+def summarize_shard(X, max_points: int = DEFAULT_SUMMARY_POINTS) -> list[ColumnSummary]:
+    """Every column of a shard's feature matrix (rows x features) summarised."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise InputError(f"a shard's features must be a 2-d matrix, got shape {X.shape}")
+    return [summarize_column(X[:, j], max_points) for j in range(X.shape[1])]
+
+
+def merge_summaries(summaries, max_points: int = DEFAULT_SUMMARY_POINTS) -> ColumnSummary:
+    """One summary of the union of the shards' rows; exact when every input is exact and the union
+    has at most ``max_points`` distinct values. Associative in the exact case (any tree order)."""
+    max_points = _check_points(max_points)
+    summaries = list(summaries)
+    if not summaries:
+        raise InputError("no column summaries to merge")
+    values = np.concatenate([s.values for s in summaries])
+    counts = np.concatenate([s.counts for s in summaries])
+    order = np.argsort(values, kind="stable")
+    values, counts = values[order], counts[order]
+    distinct, start = np.unique(values, return_index=True)
+    counts = np.add.reduceat(counts, start) if len(values) else counts
+    n_missing = sum(s.n_missing for s in summaries)
+    exact = all(s.exact for s in summaries)
+    if len(distinct) <= max_points:
+        return ColumnSummary(distinct, counts, exact, n_missing)
+    return ColumnSummary(*_compress(distinct, counts, max_points), False, n_missing)
+
+
+def merge_shard_summaries(shards, max_points: int = DEFAULT_SUMMARY_POINTS) -> list[ColumnSummary]:
+    """Per feature, the merge of every shard's summary (``shards``: one :func:`summarize_shard`
+    result per shard, all with the same number of features)."""
+    shards = [list(s) for s in shards]
+    if not shards:
+        raise InputError("no shard summaries to merge")
+    widths = {len(s) for s in shards}
+    if len(widths) != 1:
+        raise InputError(f"shard summaries disagree on the number of features: {sorted(widths)}")
+    return [merge_summaries([s[j] for s in shards], max_points) for j in range(widths.pop())]
+
+
+def _midpoint_ranks(n: int, max_bin: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """numpy's ``percentile(method="midpoint")`` at Binner's quantiles of ``n`` sorted values:
+    per quantile the ranks of its two neighbours and the interpolation weight (0 or 0.5)."""
+    return _midpoint_ranks_at(n, np.linspace(0, 100, max_bin + 1)[1:-1])
+
+
+def _midpoint_ranks_at(n: int, qs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    quantiles = np.true_divide(np.asanyarray(qs, dtype=np.float64), 100)
+    virtual = 0.5 * (np.floor((n - 1) * quantiles) + np.ceil((n - 1) * quantiles))
+    gamma = np.where(virtual % 1 == 0, 0.0, 0.5)
+    prev = np.floor(virtual).astype(np.int64)
+    nxt = prev + 1
+    top = virtual >= n - 1
+    prev[top] = n - 1
+    nxt[top] = n - 1
+    return prev, nxt, gamma
+
+
+def _midpoint_lerp(a: np.ndarray, b: np.ndarray, gamma: np.ndarray) -> np.ndarray:
+    """numpy's ``_lerp`` (the same operations, so the same bits)."""
+    diff = b - a
+    out = a + diff * gamma
+    return np.where(gamma >= 0.5, b - diff * (1 - gamma), out)
+
+
+def _at_ranks(values: np.ndarray, counts: np.ndarray, ranks) -> np.ndarray:
+    """The values at 0-based ``ranks`` of the sorted multiset ``values`` x ``counts``."""
+    return values[np.searchsorted(np.cumsum(counts), ranks, side="right")]
+
+
+def _multiset_midpoint_percentiles(values: np.ndarray, counts: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    """``np.percentile(np.repeat(values, counts), qs, method="midpoint")`` without the repeat: the
+    same virtual indices, neighbours and interpolation as numpy (so the same bits)."""
+    prev, nxt, gamma = _midpoint_ranks_at(int(counts.sum()), qs)
+    return _midpoint_lerp(_at_ranks(values, counts, prev), _at_ranks(values, counts, nxt), gamma)
+
+
+def thresholds_from_summary(summary: ColumnSummary, max_bin: int) -> np.ndarray:
+    """A feature's thresholds from its merged summary; for an exact summary, those of
+    :class:`Binner` on the gathered column (same rule, same bits)."""
+    max_bin = check_max_bin(max_bin)
+    distinct, counts = summary.values, summary.counts
+    if distinct.size == 0:
+        return np.empty(0)
+    if distinct.size <= max_bin and summary.exact:
+        return _thresholds(distinct, max_bin)       # the few-distinct-values rule of Binner itself
+    qs = np.linspace(0, 100, max_bin + 1)[1:-1]
+    cuts = np.unique(_multiset_midpoint_percentiles(distinct, counts, qs))
+    return cuts[cuts < distinct[-1]]
+
+
+def binner_from_summaries(summaries, max_bin: int = 32) -> Binner:
+    """A fitted :class:`Binner` from the merged per-feature summaries (:func:`merge_shard_summaries`)."""
+    binner = Binner(max_bin)
+    binner.thresholds_ = [thresholds_from_summary(s, binner.max_bin) for s in summaries]
+    return binner
+
+
+# --------------------------------------------------------------------------- exact edges from approximate summaries
+#
+# When a merged summary is approximate, the edges can still be made exact in a few more rounds over
+# the shards (a distributed selection): the edges need only the values at ~2 * (max_bin - 1) known
+# ranks. For each such rank the driver brackets the value between two values of the summary; every
+# shard answers, per bracket, how many of its values lie below it and a summary (at most
+# ``bracket_points`` points) of those inside it; the merged answers either pin the rank's value
+# (an exact inside summary) or give a bracket about ``bracket_points / 4`` times narrower for the
+# next round. The result is Binner's edges, equal values, whatever the data and the shard layout.
+# Each round's query and answers are small: per column at most 2 * (max_bin - 1) brackets, and
+# per bracket one count and ``bracket_points`` points.
+
+DEFAULT_BRACKET_POINTS = 32
+
+
+class ExactEdges:
+    """Driver side of the exact refinement: ``query()`` -> every shard ``answer_edge_query`` ->
+    ``merge_edge_answers`` -> ``update()``, until ``done``; then ``binner()``.
+
+    ``summaries``: the merged per-feature summaries of every shard (:func:`merge_shard_summaries`);
+    columns whose summary is exact are final at once (no query)."""
+
+    def __init__(self, summaries, max_bin: int = 32, bracket_points: int = DEFAULT_BRACKET_POINTS):
+        self.max_bin = check_max_bin(max_bin)
+        self.bracket_points = _check_bracket_points(bracket_points)
+        self.summaries = list(summaries)
+        self.rounds = 0
+        self.thresholds: list[np.ndarray | None] = []
+        self.known: dict[int, dict[int, float]] = {}                   # column -> rank -> value
+        self.pending: dict[int, dict[int, tuple[float, float]]] = {}   # column -> rank -> bracket
+        for j, s in enumerate(self.summaries):
+            if s.exact or s.n == 0:
+                self.thresholds.append(thresholds_from_summary(s, self.max_bin))
+                continue
+            self.thresholds.append(None)
+            prev, nxt, _ = _midpoint_ranks(s.n, self.max_bin)
+            self.known[j] = {}
+            low, high = float(s.values[0]), float(s.values[-1])
+            self.pending[j] = {int(r): (*_bracket(s.values, s.counts, int(r)), low, high)
+                               for r in np.unique(np.concatenate([prev, nxt]))}
+
+    @property
+    def done(self) -> bool:
+        return not any(self.pending.values())
+
+    def query(self) -> dict[int, np.ndarray]:
+        """``{column: brackets (m x 2: low and high value, both inclusive)}`` for the shards."""
+        return {j: np.array(sorted({p[:2] for p in pend.values()}), dtype=np.float64).reshape(-1, 2)
+                for j, pend in self.pending.items() if pend}
+
+    def update(self, query: dict[int, np.ndarray], answers: dict) -> None:
+        """Take the merged answers (:func:`merge_edge_answers`) to ``query``.
+
+        Every answer resolves a rank or leaves it a bracket holding strictly fewer distinct values
+        of the column (so the rounds end): ``[lo, hi]`` known to hold it is cut to the summary
+        points around it; a miss (the value lies outside) cuts the known range ``[low, high]`` at
+        the bracket's end."""
+        self.rounds += 1
+        for j, brackets in query.items():
+            got = answers.get(j)
+            if got is None or len(got) != len(brackets):
+                raise InputError(f"the answers miss feature {j} or some of its brackets")
+            index = {(lo, hi): a for (lo, hi), a in zip(brackets.tolist(), got)}
+            s = self.summaries[j]
+            for r, (lo, hi, low, high) in list(self.pending[j].items()):
+                below, inside = index[(lo, hi)]
+                k = r - int(below)
+                if 0 <= k < inside.n:
+                    if inside.exact:
+                        self.known[j][r] = float(_at_ranks(inside.values, inside.counts, k))
+                        del self.pending[j][r]
+                    else:
+                        self.pending[j][r] = (*_bracket(inside.values, inside.counts, k), lo, hi)
+                elif k < 0:         # below the bracket (a sketch misjudged the rank): [low, lo)
+                    self.pending[j][r] = (low, lo, low, lo)
+                else:               # above it: (hi, high]
+                    self.pending[j][r] = (hi, high, hi, high)
+            if not self.pending[j]:
+                prev, nxt, gamma = _midpoint_ranks(s.n, self.max_bin)
+                at = self.known[j]
+                cuts = np.unique(_midpoint_lerp(np.array([at[int(r)] for r in prev]),
+                                                np.array([at[int(r)] for r in nxt]), gamma))
+                self.thresholds[j] = cuts[cuts < s.values[-1]]
+
+    def binner(self) -> Binner:
+        if not self.done:
+            raise InputError("the exact edges are not known yet: answer the pending queries first")
+        binner = Binner(self.max_bin)
+        binner.thresholds_ = [np.asarray(t, dtype=np.float64) for t in self.thresholds]
+        return binner
+
+
+def _check_bracket_points(bracket_points) -> int:
+    if isinstance(bracket_points, bool) or not isinstance(bracket_points, (int, np.integer)) or bracket_points < 8:
+        raise InputError(f"bracket_points must be an integer >= 8, got {bracket_points!r}")
+    return int(bracket_points)
+
+
+def _bracket(values, counts, k: int) -> tuple[float, float]:
+    """Two points of an approximate multiset (sorted distinct ``values`` with ``counts`` standing
+    for blocks of consecutive ranks) that should enclose its rank ``k``: the points either side of
+    the block holding ``k``; never all the points (so a bracket holds fewer distinct values each
+    round). Every point is a value of the column."""
+    cum = np.cumsum(counts)
+    m = len(values) - 1
+    i = min(int(np.searchsorted(cum, k, side="right")), m)
+    a, b = max(i - 1, 0), min(i + 1, m)
+    if a == 0 and b == m:           # three points or fewer: one gap, on the side of k in its block
+        upper = k >= cum[i] - counts[i] / 2
+        a, b = (i, i + 1) if (upper and i < m) or i == 0 else (i - 1, i)
+    return float(values[a]), float(values[b])
+
+
+def answer_edge_query(X, query: dict[int, np.ndarray], bracket_points: int = DEFAULT_BRACKET_POINTS) -> dict:
+    """A shard's answer: per column and bracket, ``(how many values lie below it, a summary of those
+    in it)`` (runs where the shard lives)."""
+    bracket_points = _check_bracket_points(bracket_points)
+    X = np.asarray(X, dtype=np.float64)
+    out = {}
+    for j, brackets in query.items():
+        col = X[:, int(j)]
+        distinct, counts = _sorted_unique(np.sort(col[~np.isnan(col)]))
+        below = np.concatenate([[0], np.cumsum(counts)])
+        brackets = np.asarray(brackets, dtype=np.float64).reshape(-1, 2)
+        starts = np.searchsorted(distinct, brackets[:, 0], side="left")
+        ends = np.searchsorted(distinct, brackets[:, 1], side="right")
+        answers = []
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            values, weights = distinct[a:b], counts[a:b]
+            exact = len(values) <= bracket_points
+            if not exact:
+                values, weights = _compress(values, weights, bracket_points)
+            answers.append((int(below[a]), ColumnSummary._trusted(values, weights, exact)))
+        out[int(j)] = answers
+    return out
+
+
+def merge_edge_answers(answers, bracket_points: int = DEFAULT_BRACKET_POINTS) -> dict:
+    """Several shards' answers to one query as one (counts added, summaries merged); associative."""
+    bracket_points = _check_bracket_points(bracket_points)
+    answers = list(answers)
+    if not answers:
+        raise InputError("no answers to merge")
+    out = {}
+    for j in answers[0]:
+        per = [a[j] for a in answers]
+        if any(len(p) != len(per[0]) for p in per):
+            raise InputError(f"the answers for feature {j} disagree on the number of brackets")
+        out[j] = [(sum(p[i][0] for p in per), _merge_points([p[i][1] for p in per], bracket_points))
+                  for i in range(len(per[0]))]
+    return out
+
+
+def _merge_points(summaries, max_points: int) -> ColumnSummary:
+    values = np.concatenate([s.values for s in summaries])
+    counts = np.concatenate([s.counts for s in summaries])
+    distinct, inverse = np.unique(values, return_inverse=True)
+    counts = np.bincount(inverse, weights=counts, minlength=len(distinct)).astype(np.int64)
+    exact = all(s.exact for s in summaries) and len(distinct) <= max_points
+    if len(distinct) > max_points:
+        distinct, counts = _compress(distinct, counts, max_points)
+    return ColumnSummary._trusted(distinct, counts, exact)
+
+
+def fit_sharded_binner(shards, max_bin: int = 32, map_shards=None, max_points: int = DEFAULT_SUMMARY_POINTS,
+                       bracket_points: int = DEFAULT_BRACKET_POINTS, exact: bool = True) -> Binner:
+    """Binner's thresholds for rows cut into ``shards`` (feature matrices), computed shard by shard.
+
+    ``map_shards(fn, *args)`` runs ``fn(shard, *args)`` on every shard and returns the results in
+    shard order (default: a loop here; an executor runs it where the shards live, ``shards`` then
+    being whatever handles it needs). With ``exact`` (the default) approximate summaries are refined
+    until the edges are Binner's; without it the approximate edges are kept (one round)."""
+    shards = list(shards)
+    if map_shards is None:
+        def map_shards(fn, *args):
+            return [fn(s, *args) for s in shards]
+    merged = merge_shard_summaries(map_shards(summarize_shard, max_points), max_points)
+    if not exact:
+        return binner_from_summaries(merged, max_bin)
+    plan = ExactEdges(merged, max_bin, bracket_points)
+    while not plan.done:
+        query = plan.query()
+        plan.update(query, merge_edge_answers(map_shards(answer_edge_query, query, bracket_points), bracket_points))
+    return plan.binner()
