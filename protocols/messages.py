@@ -262,6 +262,13 @@ class DPReleaseRequest:
     """Release this training's buckets once, each (row, feature) ``epsilon_per_feature``-LDP."""
     model_id: str
     epsilon_per_feature: float    # inf: no noise
+    # value buckets wanted per feature (the passive party merges its training bins into at
+    # most that many, equal-frequency; it keeps every boundary); None: the training bins
+    n_buckets: np.ndarray | None = None
+    # --dp-select: release only these rows (int64 positions in alignment order; None: all) and
+    # these features (int32 indices; None: all). A row is released at most once per training.
+    rows: np.ndarray | None = None
+    features: np.ndarray | None = None
 
 
 @register
