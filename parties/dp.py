@@ -203,7 +203,7 @@ def release_buckets_wanted(n_bins: np.ndarray, epsilon_per_feature: float, dp_bu
 
 
 #: share of the aligned rows a ``--dp-select`` pilot releases (all features; disjoint from the rest)
-PILOT_FRACTION = 0.1
+PILOT_FRACTION = 0.2
 
 
 def pilot_rows(n_samples: int, seed: int) -> np.ndarray:
@@ -278,12 +278,10 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
         register = _registrar(transport, p, model_id, feats[p])
         released, rows_used = r.buckets, None
         if select[p]:
-            pr = chosen[p]["pilot_release"]
-            if not np.array_equal(pr.n_bins[feats[p]], r.n_bins):
-                raise PeerError(f"party {p!r} bucketed its pilot and main releases differently")
-            released = np.empty((n_samples, len(feats[p])), dtype=np.result_type(r.buckets, pr.buckets))
+            # the pilot rows' features are not in the main release: those rows are routed by the
+            # prior (vfl.dp_debias.DebiasedBucketSource.rows_used), their index here is a placeholder
+            released = np.zeros((n_samples, len(feats[p])), dtype=r.buckets.dtype)
             released[main] = r.buckets
-            released[pilot] = pr.buckets[:, feats[p]]
             rows_used = np.zeros(n_samples, dtype=bool)
             rows_used[main] = True
         if debiased(params, eps):
@@ -300,8 +298,7 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
               "rr_stay_probability": stay, "dp_buckets": buckets, "dp_debias": bool(params.dp_debias)}
     if chosen:
         report["dp_select"] = {p: {key: ([int(f) for f in v] if key == "features" else v)
-                                   for key, v in c.items() if key != "pilot_release"}
-                               for p, c in chosen.items()}
+                                   for key, v in c.items()} for p, c in chosen.items()}
     return sources, report
 
 
@@ -311,36 +308,38 @@ def _wanted_array(wanted, slots) -> np.ndarray:
 
 
 def _select_features(transport, peers, infos, params, model_id, budget, pilot, root_gradients) -> dict:
-    """``--dp-select``: every selecting party releases the pilot rows' every feature at
-    ``eps_row / d`` (bucketed as the main release at ``eps_row / k`` will be); the active party
-    keeps the ``k`` features of largest debiased root gain. The pilot rows are released once
-    (here) and the others once (the main release): parallel composition, ``eps_row`` per row."""
+    """``--dp-select``: the pilot rows are split at random into one group per feature of a
+    selecting party; each group releases its one feature at the party's whole per-row budget
+    ``eps_row`` (buckets chosen for that epsilon). The active party keeps the ``k`` features of
+    largest debiased root gain per pilot row. Every pilot row is released once (one feature at
+    ``eps_row``), every other row once in the main release (``k`` features at ``eps_row / k``):
+    parallel composition, ``eps_row`` per row."""
     k = params.dp_select
     g, h = (np.asarray(a, dtype=np.float64) for a in root_gradients)
-    g, h = (a.reshape(len(a), -1)[pilot] for a in (g, h))
-    requests, wanted, eps_pilot = {}, {}, {}
+    g, h = (a.reshape(len(a), -1) for a in (g, h))
+    rng = np.random.default_rng([int(params.seed), 0x91107])
+    out = {}
     for p in peers:
         eps_row = budget["epsilon_per_party"][p]
         d = len(infos[p].n_bins)
-        eps_pilot[p] = eps_row / d
-        wanted[p] = _wanted_array(release_buckets_wanted(infos[p].n_bins, eps_row / k, params.dp_buckets),
-                                  infos[p].n_bins)
-        requests[p] = m.DPReleaseRequest(model_id, eps_pilot[p], wanted[p], pilot, None)
-    replies = transport.call_many(requests)
-    out = {}
-    for p in peers:
-        r = replies[p]
-        _check_release(p, r, pilot.size, len(infos[p].n_bins), infos[p].n_bins, wanted[p], eps_pilot[p])
-        gains = root_gains(r.buckets, r.n_bins, r.rr_domain, eps_pilot[p], g, h, params)
-        order = np.argsort(-gains, kind="stable")
-        features = np.sort(order[:k])
-        eps_row = budget["epsilon_per_party"][p]
+        groups = np.array_split(rng.permutation(pilot), d)
+        gains = np.zeros(d)
+        for j, rows in enumerate(groups):
+            if rows.size == 0:
+                continue
+            slots = infos[p].n_bins[[j]]
+            wanted = release_buckets_wanted(slots, eps_row, params.dp_buckets)
+            r = transport.call(p, m.DPReleaseRequest(model_id, eps_row, wanted, rows.astype(np.int64),
+                                                     np.array([j], dtype=np.int32)))
+            _check_release(p, r, rows.size, 1, slots, wanted, eps_row)
+            gains[j] = root_gains(r.buckets, r.n_bins, r.rr_domain, eps_row, g[rows], h[rows], params)[0] / rows.size
+        features = np.sort(np.argsort(-gains, kind="stable")[:k])
         out[p] = {"k": int(k), "features": features, "pilot_rows": int(pilot.size),
-                  "pilot_epsilon_per_feature": json_epsilon(eps_pilot[p]),
-                  "pilot_epsilon_per_row": json_epsilon(eps_pilot[p] * len(infos[p].n_bins)),
+                  "pilot_epsilon_per_feature": json_epsilon(eps_row),
+                  "pilot_epsilon_per_row": json_epsilon(eps_row),
                   "release_epsilon_per_feature": json_epsilon(eps_row / k),
                   "release_epsilon_per_row": json_epsilon(eps_row / k * k),
-                  "pilot_root_gains": [float(x) for x in gains], "pilot_release": r}
+                  "pilot_root_gain_per_row": [float(x) for x in gains]}
     return out
 
 

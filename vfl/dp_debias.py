@@ -70,6 +70,7 @@ from vfl.dp import INF, BucketSource, check_n_buckets
 from vfl.grower import TreeGrower
 from vfl.params import check_epsilon
 from vfl.rounds import RoundRecord, RoundTiming
+from vfl.sampling import node_members
 from vfl.sources import LocalSource
 from vfl.split import MIN_GAIN, SplitInfo, find_best_split, goes_left
 from vfl.tree import Tree
@@ -180,7 +181,11 @@ class DebiasedBucketSource(BucketSource):
         self.r = np.array([c[1] for c in chan])
         self.lam = np.array([c[2] for c in chan])
         self._g2 = None
-        self.posterior = [self._posterior(f) for f in range(len(self.n_bins))]
+        self.prior, self.posterior = [], []
+        for f in range(len(self.n_bins)):
+            prior, post = self._posterior(f)
+            self.prior.append(prior)
+            self.posterior.append(post)
 
     # -- the prior and posterior of every feature's true bucket -------------------
     def _in_domain(self, f: int) -> np.ndarray:
@@ -188,9 +193,9 @@ class DebiasedBucketSource(BucketSource):
         slots = np.arange(nb)
         return slots < k if k < nb else np.ones(nb, dtype=bool)
 
-    def _posterior(self, f: int) -> np.ndarray:
-        """``post[b, t] = P(true slot t | reported slot b)``, the prior being the feature's debiased
-        bucket frequencies over all released rows."""
+    def _posterior(self, f: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(prior, post)``: the prior of the true slot (the feature's debiased bucket frequencies
+        over the released rows) and ``post[b, t] = P(true slot t | reported slot b)``."""
         nb = int(self.n_bins[f])
         dom = self._in_domain(f)
         counts = np.bincount(self.bin_idx[self.rows_used, f].astype(np.int64), minlength=nb).astype(np.float64)
@@ -201,15 +206,34 @@ class DebiasedBucketSource(BucketSource):
         like = np.where(np.eye(nb, dtype=bool), p, self.r[f]) * dom[None, :] * dom[:, None]
         post = like * prior[None, :]
         s = post.sum(axis=1, keepdims=True)
-        return np.divide(post, s, out=np.zeros_like(post), where=s > 0)
+        return prior, np.divide(post, s, out=np.zeros_like(post), where=s > 0)
 
-    def prob_left(self, feature_idx: int, bin_idx: int, default_left: bool) -> np.ndarray:
-        """Every released row's posterior probability that its true value goes left."""
+    def _left_slots(self, feature_idx: int, bin_idx: int, default_left: bool) -> np.ndarray:
         nb = int(self.n_bins[feature_idx])
         left = np.arange(nb) <= bin_idx
         left[nb - 1] = bool(default_left)                 # the missing slot
-        per_reported = self.posterior[feature_idx] @ left.astype(np.float64)
-        return per_reported[self.bin_idx[:, feature_idx].astype(np.int64)]
+        return left.astype(np.float64)
+
+    def prob_left(self, feature_idx: int, bin_idx: int, default_left: bool) -> np.ndarray:
+        """Every row's posterior probability that its true value goes left (rows outside
+        ``rows_used``: the prior probability)."""
+        left = self._left_slots(feature_idx, bin_idx, default_left)
+        per_reported = self.posterior[feature_idx] @ left
+        out = per_reported[self.bin_idx[:, feature_idx].astype(np.int64)]
+        return np.where(self.rows_used, out, float(self.prior[feature_idx] @ left))
+
+    def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment):
+        """Route by the released buckets; a row outside ``rows_used`` goes to the side its
+        feature's prior makes likelier."""
+        out = super().split(round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment)
+        if self.rows_used.all():
+            return out
+        fixed = []
+        for (ref, go_left), t, nid, f, b, dl in zip(out, tree_idx, node_ids, feature_idx, bin_idx, default_left):
+            rows = node_members(assignment[t], nid)
+            likely = bool(self.prior[f] @ self._left_slots(f, b, dl) >= 0.5)
+            fixed.append((ref, np.where(self.rows_used[rows], go_left, likely)))
+        return fixed
 
     # -- histograms -------------------------------------------------------------------
     def start_round(self, gradients):
