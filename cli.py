@@ -183,9 +183,9 @@ def _training_options(f):
                           "docs/dp.md) or an integer (at most that many; 32 with --no-dp-debias is the old mechanism)."),
         click.option("--dp-debias/--no-dp-debias", default=_default("dp_debias"), show_default=True,
                      help="Mode dp: the active party debiases the noisy release (post-processing)."),
-        click.option("--dp-select", type=int, default=_default("dp_select"),
+        click.option("--dp-select", default=_default("dp_select"),
                      help="Mode dp: release only K features per passive party (each at its epsilon / K), "
-                          "chosen on a pilot of disjoint rows."),
+                          "chosen on a pilot of disjoint rows; 'auto': K = epsilon / 2 (at least 1)."),
         click.option("--trees", default=_default("n_estimators"), show_default=True,
                      help="Boosting rounds (n_estimators)."),
         click.option("--depth", default=_default("max_depth"), show_default=True, help="max_depth."),
@@ -325,7 +325,7 @@ _COMPARE = CompareConfig()      # the defaults of `vfl compare` (its hyperparame
 @click.option("--out-dir", default="compare_results", show_default=True, type=click.Path(file_okay=False))
 @click.option("--no-plots", is_flag=True, help="Only CSV/JSON (no matplotlib needed).")
 @click.option("--dp-select", "dp_select", default=_COMPARE.dp_select, show_default=True,
-              help="Arm dp_select: features released per passive party.")
+              help="Arm dp_select: features released per passive party ('auto' or an integer).")
 @click.option("--quiet", is_flag=True, help="No line per run.")
 def compare(out_dir, quiet, **options):
     """Compare plain, HE and DP (at several epsilons) on the same splits: CSV, JSON and PNG figures."""

@@ -22,6 +22,8 @@ privacy guarantee.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from datasets.errors import InputError, PeerError, ProtocolError
@@ -202,6 +204,22 @@ def release_buckets_wanted(n_bins: np.ndarray, epsilon_per_feature: float, dp_bu
     return None if np.all(want >= np.maximum(values, 2)) else want
 
 
+#: ``--dp-select auto``: release as many features as get at least this epsilon each
+SELECT_EPSILON_PER_FEATURE = 3.0
+
+
+def selected_count(dp_select, n_features: int, epsilon_per_party: float) -> int | None:
+    """How many features a party releases under ``dp_select``: ``None`` (no selection: every
+    feature; also at ``epsilon = inf``, where there is no noise to concentrate), an integer
+    ``k``, or ``"auto"``: ``floor(eps_row / SELECT_EPSILON_PER_FEATURE)``, at least 1 and at most
+    the party's features (so 1 feature at eps < 6, 2 at 6 to 9, ...)."""
+    if dp_select is None or epsilon_per_party == float("inf"):
+        return None
+    if dp_select == "auto":
+        return int(min(n_features, max(1, math.floor(epsilon_per_party / SELECT_EPSILON_PER_FEATURE))))
+    return int(dp_select)
+
+
 #: share of the aligned rows a ``--dp-select`` pilot releases (all features; disjoint from the rest)
 PILOT_FRACTION = 0.2
 
@@ -240,21 +258,21 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
     n_features = {p: int(len(infos[p].n_bins)) for p in peers}
     budget = epsilon_budget(n_features, params.epsilon, params.epsilon_per_feature)
     k = params.dp_select
-    if k is not None:
+    if k is not None and k != "auto":
         small = {p: d for p, d in n_features.items() if d < k}
         if small:
             raise InputError(f"dp_select={k} releases {k} features per passive party, but "
                              + ", ".join(f"party {p!r} has {d}" for p, d in small.items()))
-    select = {p: k is not None and k < n_features[p] and budget["epsilon_per_party"][p] != float("inf")
-              for p in peers}
+    ks = {p: selected_count(k, n_features[p], budget["epsilon_per_party"][p]) for p in peers}
+    select = {p: ks[p] is not None and ks[p] < n_features[p] for p in peers}
     if any(select.values()) and root_gradients is None:
         raise InputError("dp_select needs the first round's gradients to score its pilot")
     pilot = pilot_rows(n_samples, params.seed) if any(select.values()) else None
     chosen = {}
     if pilot is not None:
         chosen = _select_features(transport, [p for p in peers if select[p]], infos, params, model_id,
-                                  budget, pilot, root_gradients)
-    eps_f = {p: budget["epsilon_per_party"][p] / k if select[p] else budget["epsilon_per_feature"][p]
+                                  budget, pilot, root_gradients, ks)
+    eps_f = {p: budget["epsilon_per_party"][p] / ks[p] if select[p] else budget["epsilon_per_feature"][p]
              for p in peers}
     feats = {p: chosen[p]["features"] if select[p] else None for p in peers}
     slots = {p: infos[p].n_bins if feats[p] is None else infos[p].n_bins[feats[p]] for p in peers}
@@ -307,20 +325,19 @@ def _wanted_array(wanted, slots) -> np.ndarray:
     return np.asarray(wanted if wanted is not None else np.asarray(slots) - 1, dtype=np.int32)
 
 
-def _select_features(transport, peers, infos, params, model_id, budget, pilot, root_gradients) -> dict:
+def _select_features(transport, peers, infos, params, model_id, budget, pilot, root_gradients, ks) -> dict:
     """``--dp-select``: the pilot rows are split at random into one group per feature of a
     selecting party; each group releases its one feature at the party's whole per-row budget
     ``eps_row`` (buckets chosen for that epsilon). The active party keeps the ``k`` features of
     largest debiased root gain per pilot row. Every pilot row is released once (one feature at
     ``eps_row``), every other row once in the main release (``k`` features at ``eps_row / k``):
     parallel composition, ``eps_row`` per row."""
-    k = params.dp_select
     g, h = (np.asarray(a, dtype=np.float64) for a in root_gradients)
     g, h = (a.reshape(len(a), -1) for a in (g, h))
     rng = np.random.default_rng([int(params.seed), 0x91107])
     out = {}
     for p in peers:
-        eps_row = budget["epsilon_per_party"][p]
+        eps_row, k = budget["epsilon_per_party"][p], ks[p]
         d = len(infos[p].n_bins)
         groups = np.array_split(rng.permutation(pilot), d)
         gains = np.zeros(d)

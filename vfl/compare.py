@@ -126,7 +126,7 @@ class CompareConfig:
     key_bits: int = COMPARE_KEY_BITS
     test_size: float = 0.2
     plots: bool = True
-    dp_select: int = 2                    # arm dp_select: features released per passive party
+    dp_select: int | str = "auto"         # arm dp_select: features released per passive party
     extra: dict = field(default_factory=dict)   # further TrainParams fields
 
     def validate(self) -> "CompareConfig":

@@ -12,7 +12,7 @@ from support import small_frames
 
 from cli import main
 from parties.active import ActiveParty
-from parties.dp import pilot_rows
+from parties.dp import pilot_rows, selected_count
 from parties.passive import PassiveParty
 from protocols import messages as m
 from protocols.serialization import loads
@@ -283,8 +283,8 @@ def test_explicit_buckets_keep_the_old_mechanism(frames):
 
 
 @pytest.mark.parametrize("kw, msg", [
-    ({"dp_select": 0}, "dp_select must be an integer >= 1"),
-    ({"dp_select": 1.5}, "dp_select must be an integer >= 1"),
+    ({"dp_select": 0}, "dp_select must be .auto. or an integer >= 1"),
+    ({"dp_select": 1.5}, "dp_select must be .auto. or an integer >= 1"),
     ({"dp_buckets": 1}, "dp_buckets must be 'auto' or an integer in"),
     ({"dp_buckets": "many"}, "dp_buckets must be 'auto' or an integer in"),
     ({"dp_debias": "yes"}, "dp_debias must be True or False"),
@@ -324,3 +324,12 @@ def test_cli_dp_options(tmp_path):
     assert res.exit_code != 0 and "dp_select=5" in res.output and "'host' has 3" in res.output
     res = CliRunner().invoke(main, [*base, "--dp-buckets", "x"])
     assert res.exit_code != 0 and "dp_buckets must be 'auto'" in res.output
+
+
+def test_dp_select_auto_rule():
+    assert [selected_count("auto", 10, e) for e in (0.5, 1, 2, 4, 5.9, 6, 8, 9, 40)] == [1, 1, 1, 1, 1, 2, 2, 3, 10]
+    assert selected_count("auto", 3, 40.0) == 3                    # never more than the party's features
+    assert selected_count(2, 10, 1.0) == 2 and selected_count(None, 10, 1.0) is None
+    assert selected_count("auto", 10, INF) is None and selected_count(2, 10, INF) is None   # no noise
+    assert TrainParams(mode="dp", epsilon=1.0, dp_select="AUTO").dp_select == "auto"
+    assert TrainParams(mode="dp", epsilon=1.0, dp_select="3").dp_select == 3
