@@ -180,7 +180,8 @@ def _training_options(f):
                           "its features)."),
         click.option("--dp-buckets", default=str(_default("dp_buckets")), show_default=True,
                      help="Mode dp: buckets per released feature: 'auto' (chosen from its epsilon, see "
-                          "docs/dp.md) or an integer (at most that many; 32 with --no-dp-debias is the old mechanism)."),
+                          "docs/dp.md) or an integer (at most that many; 32 with --no-dp-debias is the old "
+                          "mechanism)."),
         click.option("--dp-debias/--no-dp-debias", default=_default("dp_debias"), show_default=True,
                      help="Mode dp: the active party debiases the noisy release (post-processing)."),
         click.option("--dp-select", default=_default("dp_select"),

@@ -28,7 +28,6 @@ from parties.remote import RemoteSource, leaf_mask_fetcher, source_map
 from protocols import alignment
 from protocols import messages as m
 from protocols.transport import Transport
-from vfl.boosting import Booster
 from vfl.leafmask import DEFAULT_PREDICTION, PREDICTIONS
 from vfl.model import BoostedModel
 from vfl.objectives import get_objective

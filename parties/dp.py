@@ -29,8 +29,8 @@ import numpy as np
 from datasets.errors import InputError, PeerError, ProtocolError
 from parties.passive_state import PassiveState
 from protocols import messages as m
-from vfl.dp import BucketSource, check_epsilon, epsilon_budget, json_epsilon, release_buckets, stay_probability
 from vfl.boosting import Booster
+from vfl.dp import BucketSource, check_epsilon, epsilon_budget, json_epsilon, release_buckets, stay_probability
 from vfl.dp_debias import DebiasedBucketSource, DPBooster, auto_buckets, coarse_buckets, root_gains
 from vfl.params import Mode
 
@@ -370,4 +370,5 @@ def booster_class(sources):
     return DPBooster if any(isinstance(s, DebiasedBucketSource) for s in sources) else Booster
 
 
-__all__ = ["booster_class", "dp_sources", "release_buckets_wanted", "DP_REFUSED", "check_epsilon", "guard", "release", "register_splits", "release_info"]
+__all__ = ["booster_class", "dp_sources", "release_buckets_wanted", "selected_count", "DP_REFUSED", "check_epsilon",
+           "guard", "release", "register_splits", "release_info"]

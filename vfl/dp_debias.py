@@ -53,9 +53,9 @@ Buckets from epsilon
 :func:`auto_buckets` picks ``q`` maximising ``lambda(q) * (1 - 1/q)``: the
 debiased signal of a split shrinks with the channel's ``lambda`` and grows with
 the bucketing's resolution (``1 - 1/q``: the share of a ranked feature's
-between-bucket spread). It gives q = 2 at eps <= 0.6, 3 at 1, 4 at 2, 8 at 4,
-15 at 6, and never more buckets than the feature has values: a feature with at
-most ``q`` values keeps one bucket per value (its natural categories).
+between-bucket spread). It gives q = 2 at eps <= 0.6, 3 at 0.7 to 1.5, 4 at 2,
+8 at 4, 21 at 6, and never more buckets than the feature has values: a feature
+with at most ``q`` values keeps one bucket per value (its natural categories).
 """
 from __future__ import annotations
 
