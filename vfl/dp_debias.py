@@ -256,11 +256,12 @@ class DebiasedBucketSource(BucketSource):
         return sg, sh
 
     def best_split(self, sum_gradients, stacked, G: float, H: float, params, source_idx: int,
-                   banned=frozenset(), z: float = Z_LCB) -> SplitInfo | None:
+                   banned=frozenset(), z: float | None = None) -> SplitInfo | None:
         """The best split by lower confidence bound of the debiased, variance-corrected gain.
 
         The histograms cover the node's rows released through this channel; when some rows are
         not (the ``--dp-select`` pilot's), their gain is scaled to the node by ``H / H_used``."""
+        z = Z_LCB if z is None else float(z)
         reg, mcw = float(params.reg_lambda), float(params.min_child_weight)
         offsets = self.bin_offsets
         nb = np.diff(offsets)
