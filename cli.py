@@ -179,6 +179,15 @@ def _training_options(f):
         click.option("--epsilon-per-feature", type=float, default=_default("epsilon_per_feature"),
                      help="Mode dp: the budget per released feature instead (a party's total is this times "
                           "its features)."),
+        click.option("--dp-buckets", default=str(_default("dp_buckets")), show_default=True,
+                     help="Mode dp: buckets per released feature: 'auto' (chosen from its epsilon, see "
+                          "docs/dp.md) or an integer (at most that many; 32 with --no-dp-debias is the old "
+                          "mechanism)."),
+        click.option("--dp-debias/--no-dp-debias", default=_default("dp_debias"), show_default=True,
+                     help="Mode dp: the active party debiases the noisy release (post-processing)."),
+        click.option("--dp-select", default=_default("dp_select"),
+                     help="Mode dp: release only K features per passive party (each at its epsilon / K), "
+                          "chosen on a pilot of disjoint rows; 'auto': K = epsilon / 2 (at least 1)."),
         click.option("--trees", default=_default("n_estimators"), show_default=True,
                      help="Boosting rounds (n_estimators)."),
         click.option("--depth", default=_default("max_depth"), show_default=True, help="max_depth."),
@@ -308,7 +317,8 @@ _COMPARE = CompareConfig()      # the defaults of `vfl compare` (its hyperparame
               help="Repeatable. Default: breast_cancer, plus default_credit and give_credit when "
                    "../shared/datasets exists.")
 @click.option("--modes", default=",".join(_COMPARE.modes), show_default=True,
-              help="Comma list of plain, he, dp, local (active party alone), xgboost (centralized).")
+              help="Comma list of plain, he, dp, dp_old (the old DP mechanism: max-bin buckets, no "
+                   "debiasing), dp_select (dp with --dp-select), local (active party alone), xgboost (centralized).")
 @click.option("--epsilons", default=format_epsilons(_COMPARE.epsilons), show_default=True,
               help="DP budgets to sweep.")
 @click.option("--epsilon-scope", type=click.Choice(EPSILON_SCOPES), default=_COMPARE.epsilon_scope,
@@ -325,6 +335,8 @@ _COMPARE = CompareConfig()      # the defaults of `vfl compare` (its hyperparame
 @click.option("--test-size", default=_COMPARE.test_size, show_default=True)
 @click.option("--out-dir", default="compare_results", show_default=True, type=click.Path(file_okay=False))
 @click.option("--no-plots", is_flag=True, help="Only CSV/JSON (no matplotlib needed).")
+@click.option("--dp-select", "dp_select", default=_COMPARE.dp_select, show_default=True,
+              help="Arm dp_select: features released per passive party ('auto' or an integer).")
 @click.option("--quiet", is_flag=True, help="No line per run.")
 def compare(out_dir, quiet, **options):
     """Compare plain, HE and DP (at several epsilons) on the same splits: CSV, JSON and PNG figures."""
@@ -337,12 +349,13 @@ def compare(out_dir, quiet, **options):
 
 
 def compare_config_from_options(datasets, modes, epsilons, epsilon_scope, seeds, he_seeds, trees, depth,
-                                learning_rate, max_bin, key_bits, test_size, no_plots) -> CompareConfig:
+                                learning_rate, max_bin, key_bits, test_size, no_plots,
+                                dp_select=_COMPARE.dp_select) -> CompareConfig:
     """The CompareConfig of `vfl compare`'s options (also used by benchmarks/compare_modes.py)."""
     return CompareConfig(datasets=tuple(datasets), modes=tuple(x.strip() for x in modes.split(",") if x.strip()),
                          epsilons=epsilons, epsilon_scope=epsilon_scope, seeds=seeds, he_seeds=he_seeds,
                          n_estimators=trees, max_depth=depth, learning_rate=learning_rate, max_bin=max_bin,
-                         key_bits=key_bits, test_size=test_size, plots=not no_plots)
+                         key_bits=key_bits, test_size=test_size, plots=not no_plots, dp_select=dp_select)
 
 
 # --- network deployments: vfl certs, vfl party passive|active, vfl predict -------------------------

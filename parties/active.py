@@ -22,14 +22,13 @@ from datasets.errors import InputError
 from datasets.frames import party_data
 from parties.channel import GradientChannel
 from parties.checkpoint import CheckpointTracker
-from parties.dp import dp_sources
+from parties.dp import booster_class, dp_sources
 from parties.monitor import TrainingMonitor
 from parties.psi_align import align_predict, align_train
 from parties.remote import RemoteSource, end_prediction, leaf_mask_fetcher, source_map
 from protocols import alignment
 from protocols import messages as m
 from protocols.transport import Transport
-from vfl.boosting import Booster
 from vfl.leafmask import DEFAULT_PREDICTION, PREDICTIONS
 from vfl.model import BoostedModel
 from vfl.objectives import get_objective
@@ -147,13 +146,15 @@ class ActiveParty:
         booster, completed, ends = None, False, {}
         try:   # from here on, workers and passive parties are released whatever happens
             self._plan_channel(transport, peers, infos, params)
-            sources = self._sources(transport, peers, infos, params, model_id, X)
+            sources = self._sources(transport, peers, infos, params, model_id, X,
+                                    objective.gradients(y, np.tile(objective.base_score(y), (len(y), 1)))
+                                    if params.mode == Mode.DP and params.dp_select else None)
             monitor = TrainingMonitor(objective, params, y)
             round_observers = [self.channel, RoundBytes(transport), monitor]
             round_observers += [tracker] if tracker is not None else []
             round_observers += list(observers or [])
             round_observers += [CallbackObserver(on_round)] if on_round is not None else []
-            booster = Booster(sources, objective, booster_params, round_observers,
+            booster = booster_class(sources)(sources, objective, booster_params, round_observers,
                               map_sources=source_map(transport, sources))
             if val is not None:
                 monitor.start_validation(transport, peers, model_id, salt, self.name, self.feature_names, *val)
@@ -200,7 +201,7 @@ class ActiveParty:
             transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
 
     def _sources(self, transport: Transport, peers: list[str], infos: dict, params: TrainParams,
-                 model_id: str, X: np.ndarray) -> list[HistogramSource]:
+                 model_id: str, X: np.ndarray, root_gradients=None) -> list[HistogramSource]:
         """This party's own features first, then every passive party's: remote (``he``/``plain``)
         or its one noisy release (``dp``, then trained locally)."""
         sources: list[HistogramSource] = []
@@ -208,7 +209,7 @@ class ActiveParty:
             sources.append(LocalSource(self.name, X, self.feature_names, params.max_bin))
         self.dp_report = {}
         if params.mode == Mode.DP:
-            dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(X))
+            dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(X), root_gradients)
             return sources + dp
         for p in peers:
             nb = infos[p].n_bins

@@ -22,12 +22,16 @@ privacy guarantee.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from datasets.errors import InputError, PeerError, ProtocolError
 from parties.passive_state import PassiveState
 from protocols import messages as m
+from vfl.boosting import Booster
 from vfl.dp import BucketSource, check_epsilon, epsilon_budget, json_epsilon, release_buckets, stay_probability
+from vfl.dp_debias import DebiasedBucketSource, DPBooster, auto_buckets, coarse_buckets, root_gains
 from vfl.params import Mode
 
 #: what a passive party training in mode dp refuses to answer
@@ -45,11 +49,19 @@ DP_REFUSED = frozenset({m.Gradients, m.HistogramRequest, m.SplitRequest, m.Publi
 #   refused. ``None``: no cap.
 
 def release_info(s: PassiveState) -> dict | None:
-    """The release of the current model, if it was trained in mode dp."""
-    for r in s.dp_ledger:
-        if r["model_id"] == s.model_id:
-            return dict(r)
-    return None
+    """The release of the current model, if it was trained in mode dp (with ``--dp-select``,
+    the pilot and the main release: their entries under ``releases``, and the per-row total)."""
+    mine = [dict(r) for r in s.dp_ledger if r["model_id"] == s.model_id]
+    if len(mine) <= 1:
+        return mine[0] if mine else None
+    per_row = [check_epsilon(r["epsilon_per_party"]) for r in mine]
+    return {"model_id": s.model_id, "releases": mine,
+            "n_samples": int(sum(r["n_samples"] for r in mine)),
+            "epsilon_per_party": json_epsilon(max(per_row))}     # disjoint rows: parallel composition
+
+
+def _entries(s: PassiveState) -> list[dict]:
+    return [r for r in s.dp_ledger if r["model_id"] == s.model_id]
 
 
 def guard(s: PassiveState, request) -> None:
@@ -67,6 +79,43 @@ def _need_dp(s: PassiveState, req):
     return s.need("setup", s.train.binner)
 
 
+def _coarsen(s: PassiveState, binner, n_buckets, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+    """The training rows' release buckets of ``features``: each feature's training bins merged
+    into at most ``n_buckets[i]`` value buckets (:func:`vfl.dp_debias.coarse_buckets`, counted
+    over all training rows), the missing slot last. Returns ``(bucket_idx, n_slots, last_bin)``:
+    ``last_bin[f][b]`` is the last training bin of feature ``f``'s bucket ``b``, the boundary
+    registered for a split after it (kept by this party)."""
+    all_bins, all_n = s.train.bin_idx, binner.n_bins
+    bin_idx, n_bins = all_bins[:, features], all_n[features]
+    if n_buckets is None:
+        return bin_idx, n_bins, {int(f): list(range(int(all_n[f]) - 1)) for f in features}
+    want = np.asarray(n_buckets)
+    if want.shape != features.shape or not np.issubdtype(want.dtype, np.integer) or np.any(want < 2):
+        raise ProtocolError(f"party {s.name!r}: DPReleaseRequest.n_buckets must give an integer >= 2 "
+                            f"per released feature ({len(features)}), got {want.tolist()}")
+    out = np.empty_like(bin_idx)
+    slots, last = np.empty_like(n_bins), {}
+    for i, (f, nb, q) in enumerate(zip(features.tolist(), n_bins.tolist(), want.tolist())):
+        col = bin_idx[:, i].astype(np.int64)
+        counts = np.bincount(col, minlength=nb)[:nb - 1]
+        group = coarse_buckets(counts, int(q))
+        n_groups = int(group.max()) + 1 if group.size else 0
+        out[:, i] = np.where(col == nb - 1, n_groups, group[np.minimum(col, nb - 2)])
+        slots[i] = n_groups + 1
+        last[int(f)] = [int(np.flatnonzero(group == g).max()) for g in range(n_groups)]
+    return out, slots, last
+
+
+def _indices(name: str, value, size: int, what: str, dtype=np.int64) -> np.ndarray:
+    if value is None:
+        return np.arange(size, dtype=dtype)
+    v = np.asarray(value)
+    if v.ndim != 1 or v.size == 0 or not np.issubdtype(v.dtype, np.integer) or v.min() < 0 \
+            or v.max() >= size or np.unique(v).size != v.size:
+        raise ProtocolError(f"party {name!r}: DPReleaseRequest.{what} must be distinct indices in [0, {size})")
+    return v.astype(dtype)
+
+
 def release(s: PassiveState, req: m.DPReleaseRequest) -> m.DPRelease:
     binner = _need_dp(s, req)
     eps = check_epsilon(req.epsilon_per_feature, "epsilon_per_feature")
@@ -74,22 +123,33 @@ def release(s: PassiveState, req: m.DPReleaseRequest) -> m.DPRelease:
     if cap is not None and eps > check_epsilon(cap, "dp_max_epsilon_per_feature"):
         raise InputError(f"party {s.name!r} releases at most epsilon_per_feature={cap}, "
                          f"asked for {eps}")
-    if release_info(s) is not None:
-        raise ProtocolError(f"party {s.name!r} already released its buckets for this training; "
+    n_rows, n_feat = s.train.bin_idx.shape
+    rows = _indices(s.name, req.rows, n_rows, "rows")
+    features = _indices(s.name, req.features, n_feat, "features")
+    released = s.train.dp_released if s.train.dp_released is not None else np.zeros(n_rows, dtype=bool)
+    if _entries(s) and (req.rows is None or released[rows].any()):
+        raise ProtocolError(f"party {s.name!r} already released its buckets of these rows for this training; "
                             f"a second release would spend the privacy budget again")
     rng = np.random.default_rng(s.dp_seed)
-    n_bins = binner.n_bins
+    bucket_idx, n_bins, last_bin = _coarsen(s, binner, req.n_buckets, features)
+    has_missing = np.any(bucket_idx == (n_bins - 1)[None, :], axis=0)     # over all training rows
     # draw the noise in the party's own row order, not the salted alignment order, so a
     # seeded party (simulations) gets the same noise per row whatever the salt
-    order = np.argsort(s.train.rows, kind="stable")
-    noisy_own, domain = release_buckets(s.train.bin_idx[order], n_bins, eps, rng)
-    noisy = np.empty_like(noisy_own)
-    noisy[order] = noisy_own
+    asked, rows = rows, rows[np.argsort(s.train.rows[rows], kind="stable")]
+    noisy_own, domain = release_buckets(bucket_idx[rows], n_bins, eps, rng, has_missing)
+    noisy = np.empty((n_rows, len(features)), dtype=noisy_own.dtype)
+    noisy[rows] = noisy_own
+    keep = np.zeros(n_rows, dtype=bool)
+    keep[rows] = True
+    released |= keep
+    s.train.dp_released = released
     s.dp_ledger.append({
-        "model_id": s.model_id, "n_samples": int(noisy.shape[0]), "n_features": int(noisy.shape[1]),
-        "epsilon_per_feature": json_epsilon(eps), "epsilon_per_party": json_epsilon(eps * noisy.shape[1]),
-        "rr_domain": [int(k) for k in domain]})
-    return m.DPRelease(noisy, n_bins.astype(np.int32), domain, eps)
+        "model_id": s.model_id, "n_samples": int(rows.size), "n_features": int(len(features)),
+        "epsilon_per_feature": json_epsilon(eps), "epsilon_per_party": json_epsilon(eps * len(features)),
+        "rr_domain": [int(k) for k in domain], "n_buckets": [int(nb) - 1 for nb in n_bins],
+        **({} if req.features is None else {"features": [int(f) for f in features]}),
+        "bucket_last_bin": {str(f): v for f, v in last_bin.items()}})
+    return m.DPRelease(noisy[asked], n_bins.astype(np.int32), domain, eps)
 
 
 def register_splits(s: PassiveState, req: m.DPSplitRegister) -> m.DPSplitRecords:
@@ -99,46 +159,216 @@ def register_splits(s: PassiveState, req: m.DPSplitRegister) -> m.DPSplitRecords
     f_all, b_all, dl_all = req.feature_idx, req.bin_idx, req.default_left
     if not (f_all.ndim == b_all.ndim == dl_all.ndim == 1 and len(f_all) == len(b_all) == len(dl_all)):
         raise ProtocolError("DPSplitRegister: feature_idx, bin_idx and default_left differ in shape")
-    record_ids = [s.table.add(s.name, s.feature_names, binner, f, b, dl, -1, -1, -1)
-                  for f, b, dl in zip(f_all.tolist(), b_all.tolist(), dl_all.tolist())]
+    last: dict = {}
+    for r in _entries(s):       # the latest release of a feature defines its buckets
+        last.update(r.get("bucket_last_bin", {}))
+    record_ids = []
+    for f, b, dl in zip(f_all.tolist(), b_all.tolist(), dl_all.tolist()):
+        buckets = last.get(str(f))
+        if buckets is None or not 0 <= b < len(buckets):
+            raise ProtocolError(f"DPSplitRegister: party {s.name!r} released no bucket {b} of feature {f}")
+        b = buckets[b]          # a released bucket -> the last training bin in it
+        record_ids.append(s.table.add(s.name, s.feature_names, binner, f, b, dl, -1, -1, -1))
     return m.DPSplitRecords(np.array(record_ids, dtype=np.int64))
 
 
 # -- the active party's side -----------------------------------------------------------------------
-def _registrar(transport, peer: str, model_id: str):
+def _registrar(transport, peer: str, model_id: str, features: np.ndarray | None = None):
+    """Register splits with ``peer``; ``features`` maps the source's columns to the peer's
+    feature indices (``--dp-select``: only some were released)."""
     def register(feature_idx, bin_idx, default_left):
-        reply = transport.call(peer, m.DPSplitRegister(model_id, np.asarray(feature_idx, np.int32),
+        f = np.asarray(feature_idx, np.int64)
+        f = f if features is None else np.asarray(features, np.int64)[f]
+        reply = transport.call(peer, m.DPSplitRegister(model_id, f.astype(np.int32),
                                                        np.asarray(bin_idx, np.int32),
                                                        np.asarray(default_left, bool)))
         return reply.record_ids
     return register
 
 
-def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, n_samples: int):
+def release_buckets_wanted(n_bins: np.ndarray, epsilon_per_feature: float, dp_buckets) -> np.ndarray | None:
+    """How many value buckets to ask a party for, per feature (None: its training bins).
+
+    ``dp_buckets="auto"``: :func:`vfl.dp_debias.auto_buckets` of the feature's epsilon, never
+    more than its training bins (one per distinct value when it has few values); at
+    ``epsilon = inf`` the training bins are kept (no noise, nothing to trade). An integer ``q``:
+    at most ``q`` buckets (``q >= max_bin`` keeps the training bins)."""
+    values = np.asarray(n_bins, dtype=np.int64) - 1
+    if dp_buckets == "auto":
+        if epsilon_per_feature == float("inf"):
+            return None
+        want = [max(2, auto_buckets(epsilon_per_feature, int(v))) for v in values.tolist()]
+    else:
+        want = [max(2, min(int(dp_buckets), int(v))) for v in values.tolist()]
+    want = np.array(want, dtype=np.int32)
+    return None if np.all(want >= np.maximum(values, 2)) else want
+
+
+#: ``--dp-select auto``: release as many features as get at least this epsilon each
+SELECT_EPSILON_PER_FEATURE = 3.0
+
+
+def selected_count(dp_select, n_features: int, epsilon_per_party: float) -> int | None:
+    """How many features a party releases under ``dp_select``: ``None`` (no selection: every
+    feature; also at ``epsilon = inf``, where there is no noise to concentrate), an integer
+    ``k``, or ``"auto"``: ``floor(eps_row / SELECT_EPSILON_PER_FEATURE)``, at least 1 and at most
+    the party's features (so 1 feature at eps < 6, 2 at 6 to 9, ...)."""
+    if dp_select is None or epsilon_per_party == float("inf"):
+        return None
+    if dp_select == "auto":
+        return int(min(n_features, max(1, math.floor(epsilon_per_party / SELECT_EPSILON_PER_FEATURE))))
+    return int(dp_select)
+
+
+#: share of the aligned rows a ``--dp-select`` pilot releases (all features; disjoint from the rest)
+PILOT_FRACTION = 0.2
+
+
+def pilot_rows(n_samples: int, seed: int) -> np.ndarray:
+    """The pilot's rows (alignment positions): a random ``PILOT_FRACTION`` of the rows, at least one
+    and leaving at least one. Data-independent (chosen by the active party from ``seed``)."""
+    n_pilot = min(max(1, int(round(n_samples * PILOT_FRACTION))), n_samples - 1)
+    rng = np.random.default_rng([int(seed), 0x5E1EC7])
+    return np.sort(rng.choice(n_samples, size=n_pilot, replace=False))
+
+
+def _check_release(p: str, r, n_rows: int, n_feat: int, slots: np.ndarray, wanted, eps: float) -> None:
+    limit = slots if wanted is None else np.minimum(slots, np.asarray(wanted) + 1)
+    if r.buckets.shape != (n_rows, n_feat) or r.n_bins.shape != (n_feat,) \
+            or np.any(r.n_bins > limit) or np.any(r.n_bins < 2) \
+            or (wanted is None and not np.array_equal(r.n_bins, slots)) \
+            or r.rr_domain.shape != (n_feat,) or r.epsilon_per_feature != eps:
+        raise PeerError(f"party {p!r} sent a release that does not match the request "
+                        f"({r.buckets.shape} buckets for {n_rows} samples x {n_feat} features)")
+
+
+def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, n_samples: int,
+               root_gradients=None):
     """Ask every passive party for its release; return ``(sources, report)``.
 
     ``report`` holds the accounting shown to the user: ``epsilon_per_feature``
-    and ``epsilon_per_party`` (dicts by passive party; ``"inf"`` for no noise)
-    and each feature's randomized-response stay probability.
+    and ``epsilon_per_party`` (dicts by passive party; ``"inf"`` for no noise),
+    each feature's released bucket count and randomized-response stay probability,
+    and with ``--dp-select`` the pilot's accounting (``dp_select``).
+    With ``params.dp_debias`` (the default) and a finite epsilon the sources are
+    :class:`vfl.dp_debias.DebiasedBucketSource` (train them with
+    :class:`vfl.dp_debias.DPBooster`); otherwise plain :class:`vfl.dp.BucketSource`.
+    ``root_gradients``: ``(g, h)`` of the first round (``--dp-select`` scores its pilot with them).
     """
     n_features = {p: int(len(infos[p].n_bins)) for p in peers}
     budget = epsilon_budget(n_features, params.epsilon, params.epsilon_per_feature)
-    replies = transport.call_many({p: m.DPReleaseRequest(model_id, budget["epsilon_per_feature"][p])
-                                   for p in peers})
-    sources, stay = [], {}
+    k = params.dp_select
+    if k is not None and k != "auto":
+        small = {p: d for p, d in n_features.items() if d < k}
+        if small:
+            raise InputError(f"dp_select={k} releases {k} features per passive party, but "
+                             + ", ".join(f"party {p!r} has {d}" for p, d in small.items()))
+    ks = {p: selected_count(k, n_features[p], budget["epsilon_per_party"][p]) for p in peers}
+    select = {p: ks[p] is not None and ks[p] < n_features[p] for p in peers}
+    if any(select.values()) and root_gradients is None:
+        raise InputError("dp_select needs the first round's gradients to score its pilot")
+    pilot = pilot_rows(n_samples, params.seed) if any(select.values()) else None
+    chosen = {}
+    if pilot is not None:
+        chosen = _select_features(transport, [p for p in peers if select[p]], infos, params, model_id,
+                                  budget, pilot, root_gradients, ks)
+    eps_f = {p: budget["epsilon_per_party"][p] / ks[p] if select[p] else budget["epsilon_per_feature"][p]
+             for p in peers}
+    feats = {p: chosen[p]["features"] if select[p] else None for p in peers}
+    slots = {p: infos[p].n_bins if feats[p] is None else infos[p].n_bins[feats[p]] for p in peers}
+    wanted = {p: release_buckets_wanted(slots[p], eps_f[p], params.dp_buckets) for p in peers}
+    main = None
+    if pilot is not None:
+        main = np.setdiff1d(np.arange(n_samples), pilot)
+    requests = {}
     for p in peers:
-        r = replies[p]
-        if r.buckets.shape != (n_samples, n_features[p]) or not np.array_equal(r.n_bins, infos[p].n_bins) \
-                or r.rr_domain.shape != (n_features[p],) \
-                or r.epsilon_per_feature != budget["epsilon_per_feature"][p]:
-            raise PeerError(f"party {p!r} sent a release that does not match the request "
-                            f"({r.buckets.shape} buckets for {n_samples} samples x {n_features[p]} features)")
-        sources.append(BucketSource(p, r.buckets, r.n_bins, _registrar(transport, p, model_id)))
-        eps = budget["epsilon_per_feature"][p]
-        stay[p] = [1.0 if k < 2 else stay_probability(eps, int(k)) for k in r.rr_domain.tolist()]
-    report = {key: {p: json_epsilon(v) for p, v in val.items()} for key, val in budget.items()}
-    report["rr_stay_probability"] = stay
+        if select[p]:
+            requests[p] = m.DPReleaseRequest(model_id, eps_f[p], _wanted_array(wanted[p], slots[p]),
+                                             main, feats[p].astype(np.int32))
+        else:
+            requests[p] = m.DPReleaseRequest(model_id, eps_f[p], wanted[p])
+    replies = transport.call_many(requests)
+    sources, stay, buckets = [], {}, {}
+    for p in peers:
+        r, eps = replies[p], eps_f[p]
+        n_rows = n_samples if not select[p] else main.size
+        _check_release(p, r, n_rows, len(slots[p]), slots[p], wanted[p], eps)
+        register = _registrar(transport, p, model_id, feats[p])
+        released, rows_used = r.buckets, None
+        if select[p]:
+            # the pilot rows' features are not in the main release: those rows are routed by the
+            # prior (vfl.dp_debias.DebiasedBucketSource.rows_used), their index here is a placeholder
+            released = np.zeros((n_samples, len(feats[p])), dtype=r.buckets.dtype)
+            released[main] = r.buckets
+            rows_used = np.zeros(n_samples, dtype=bool)
+            rows_used[main] = True
+        if debiased(params, eps):
+            src = DebiasedBucketSource(p, released, r.n_bins, r.rr_domain, eps, register, rows_used)
+        else:
+            src = BucketSource(p, released, r.n_bins, register)
+        if feats[p] is not None:
+            src.feature_names = [f"{p}:{int(f)}" for f in feats[p]]
+        sources.append(src)
+        stay[p] = [1.0 if d < 2 else stay_probability(eps, int(d)) for d in r.rr_domain.tolist()]
+        buckets[p] = [int(nb) - 1 for nb in r.n_bins.tolist()]
+    report = {"epsilon_per_feature": {p: json_epsilon(eps_f[p]) for p in peers},
+              "epsilon_per_party": {p: json_epsilon(budget["epsilon_per_party"][p]) for p in peers},
+              "rr_stay_probability": stay, "dp_buckets": buckets, "dp_debias": bool(params.dp_debias)}
+    if chosen:
+        report["dp_select"] = {p: {key: ([int(f) for f in v] if key == "features" else v)
+                                   for key, v in c.items()} for p, c in chosen.items()}
     return sources, report
 
 
-__all__ = ["dp_sources", "DP_REFUSED", "check_epsilon", "guard", "release", "register_splits", "release_info"]
+def _wanted_array(wanted, slots) -> np.ndarray:
+    """Explicit bucket counts (a release of selected features always names them)."""
+    return np.asarray(wanted if wanted is not None else np.asarray(slots) - 1, dtype=np.int32)
+
+
+def _select_features(transport, peers, infos, params, model_id, budget, pilot, root_gradients, ks) -> dict:
+    """``--dp-select``: the pilot rows are split at random into one group per feature of a
+    selecting party; each group releases its one feature at the party's whole per-row budget
+    ``eps_row`` (buckets chosen for that epsilon). The active party keeps the ``k`` features of
+    largest debiased root gain per pilot row. Every pilot row is released once (one feature at
+    ``eps_row``), every other row once in the main release (``k`` features at ``eps_row / k``):
+    parallel composition, ``eps_row`` per row."""
+    g, h = (np.asarray(a, dtype=np.float64) for a in root_gradients)
+    g, h = (a.reshape(len(a), -1) for a in (g, h))
+    rng = np.random.default_rng([int(params.seed), 0x91107])
+    out = {}
+    for p in peers:
+        eps_row, k = budget["epsilon_per_party"][p], ks[p]
+        d = len(infos[p].n_bins)
+        groups = np.array_split(rng.permutation(pilot), d)
+        gains = np.zeros(d)
+        for j, rows in enumerate(groups):
+            if rows.size == 0:
+                continue
+            slots = infos[p].n_bins[[j]]
+            wanted = release_buckets_wanted(slots, eps_row, params.dp_buckets)
+            r = transport.call(p, m.DPReleaseRequest(model_id, eps_row, wanted, rows.astype(np.int64),
+                                                     np.array([j], dtype=np.int32)))
+            _check_release(p, r, rows.size, 1, slots, wanted, eps_row)
+            gains[j] = root_gains(r.buckets, r.n_bins, r.rr_domain, eps_row, g[rows], h[rows], params)[0] / rows.size
+        features = np.sort(np.argsort(-gains, kind="stable")[:k])
+        out[p] = {"k": int(k), "features": features, "pilot_rows": int(pilot.size),
+                  "pilot_epsilon_per_feature": json_epsilon(eps_row),
+                  "pilot_epsilon_per_row": json_epsilon(eps_row),
+                  "release_epsilon_per_feature": json_epsilon(eps_row / k),
+                  "release_epsilon_per_row": json_epsilon(eps_row / k * k),
+                  "pilot_root_gain_per_row": [float(x) for x in gains]}
+    return out
+
+
+def debiased(params, epsilon_per_feature: float) -> bool:
+    """Whether the active party debiases a release (``dp_debias`` and some noise)."""
+    return bool(params.dp_debias) and epsilon_per_feature != float("inf")
+
+
+def booster_class(sources):
+    """:class:`vfl.dp_debias.DPBooster` when any source is debiased, else the plain Booster."""
+    return DPBooster if any(isinstance(s, DebiasedBucketSource) for s in sources) else Booster
+
+
+__all__ = ["booster_class", "dp_sources", "release_buckets_wanted", "selected_count", "DP_REFUSED", "check_epsilon",
+           "guard", "release", "register_splits", "release_info"]

@@ -57,6 +57,7 @@ class TrainingSession:
     round_idx: int | None = None               # the round of the last gradients (kept after TrainEnd)
     grads: ReceivedGradients | None = None        # dropped at TrainEnd
     assignment: np.ndarray | None = None       # node of every row, per tree, of the last histogram request
+    dp_released: np.ndarray | None = None      # mode dp: the aligned rows already released (bool)
 
 
 class LookupTable:

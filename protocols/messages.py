@@ -322,6 +322,13 @@ class DPReleaseRequest:
     """Release this training's buckets once, each (row, feature) ``epsilon_per_feature``-LDP."""
     model_id: str = text(ID_CHARS, nonempty=True)
     epsilon_per_feature: float = number(min=0.0, finite=False)    # inf: no noise
+    # value buckets wanted per feature (the passive party merges its training bins into at
+    # most that many, equal-frequency; it keeps every boundary); None: the training bins
+    n_buckets: np.ndarray | None = array("int", 1, min=1, default=None)
+    # --dp-select: release only these rows (int64 positions in alignment order; None: all) and
+    # these features (int32 indices; None: all). A row is released at most once per training.
+    rows: np.ndarray | None = array("int", 1, min=0, default=None)
+    features: np.ndarray | None = array("int", 1, min=0, default=None)
 
     def validate(self) -> None:
         if not self.epsilon_per_feature > 0:

@@ -112,9 +112,10 @@ class ScalarSpec:
 
 
 def array(kind: str, ndim: int = 1, width: int | None = None, min: int | None = None,
-          nonempty: bool = False):
-    """A dataclass field holding an array of this shape and kind (see :class:`ArraySpec`)."""
-    return dataclasses.field(metadata={"vfl": ArraySpec(kind, ndim, width, min, nonempty)})
+          nonempty: bool = False, default=dataclasses.MISSING):
+    """A dataclass field holding an array of this shape and kind (see :class:`ArraySpec`);
+    ``default=None`` for an optional array (None is not checked against the spec)."""
+    return dataclasses.field(default=default, metadata={"vfl": ArraySpec(kind, ndim, width, min, nonempty)})
 
 
 def count(min: int = 0, max: int | None = None, default=dataclasses.MISSING):

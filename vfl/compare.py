@@ -62,6 +62,8 @@ class Arm(Vocabulary):
     DP = "dp"
     LOCAL = "local"
     XGBOOST = "xgboost"
+    DP_OLD = "dp_old"          # the mechanism before issue 13: 32 (max_bin) buckets, no debiasing
+    DP_SELECT = "dp_select"    # dp with --dp-select (CompareConfig.dp_select features per passive party)
 
 
 class EpsilonScope(Vocabulary):
@@ -71,6 +73,8 @@ class EpsilonScope(Vocabulary):
 
 
 ARMS = Arm.values()
+#: the arms that train in mode dp (one run per epsilon)
+DP_ARMS = (Arm.DP.value, Arm.DP_OLD.value, Arm.DP_SELECT.value)
 DEFAULT_ARMS = ARMS
 EPSILON_SCOPES = EpsilonScope.values()
 COMPARE_KEY_BITS = 1024     # the HE arm's keys: a benchmark of cost, not a deployment (TrainParams: 2048)
@@ -122,6 +126,7 @@ class CompareConfig:
     key_bits: int = COMPARE_KEY_BITS
     test_size: float = 0.2
     plots: bool = True
+    dp_select: int | str = "auto"         # arm dp_select: features released per passive party
     extra: dict = field(default_factory=dict)   # further TrainParams fields
 
     def validate(self) -> "CompareConfig":
@@ -140,6 +145,8 @@ class CompareConfig:
         if not (isinstance(self.test_size, (int, float)) and 0 < self.test_size < 1):
             raise InputError(f"test_size must be strictly between 0 and 1, got {self.test_size!r}")
         self.train_params(Mode.PLAIN, None, 0)       # validates the shared hyperparameters
+        if Arm.DP_SELECT in self.modes:
+            self.train_params(Arm.DP_SELECT.value, 1.0, 0)      # ... and the dp_select arm's k
         if Arm.HE in self.modes and self.he_seeds:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -147,9 +154,16 @@ class CompareConfig:
         return self
 
     def train_params(self, mode: str, epsilon: float | None, seed: int) -> TrainParams:
+        """The TrainParams of one run; ``mode`` is a training mode or a DP arm (``dp_old``: the
+        old mechanism, ``max_bin`` buckets and no debiasing; ``dp_select``: ``--dp-select``)."""
         dp = {}
-        if mode == Mode.DP:
+        if mode in DP_ARMS:
             dp = {"epsilon": epsilon} if self.epsilon_scope == EpsilonScope.PARTY else {"epsilon_per_feature": epsilon}
+            if mode == Arm.DP_OLD:
+                dp.update(dp_buckets=self.max_bin, dp_debias=False)
+            elif mode == Arm.DP_SELECT:
+                dp.update(dp_select=self.dp_select)
+            mode = Mode.DP.value
         return TrainParams(n_estimators=self.n_estimators, max_depth=self.max_depth,
                            learning_rate=self.learning_rate, max_bin=self.max_bin, mode=mode,
                            key_bits=self.key_bits, seed=seed, **dp, **self.extra)
@@ -195,12 +209,13 @@ def _xgboost_available() -> bool:
 # --- single runs ---------------------------------------------------------------
 def _run_federated(frames, dataset, mode, epsilon, seed, cfg: CompareConfig) -> dict:
     params = cfg.train_params("plain" if mode == "local" else mode, epsilon, seed)
+    dp_arm = mode in DP_ARMS
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", WeakKeyWarning)     # 1024-bit keys: benchmark only
         _, res, _, _ = simulate(frames[:1] if mode == "local" else frames, params,
                                 test_size=cfg.test_size, seed=seed)
     return {"dataset": dataset, "mode": mode, "epsilon": epsilon,
-            "epsilon_scope": cfg.epsilon_scope if mode == "dp" else None, "seed": seed,
+            "epsilon_scope": cfg.epsilon_scope if dp_arm else None, "seed": seed,
             "test_auc": res["test_auc"], "train_seconds": res["train_seconds"],
             "predict_seconds": res["predict_seconds"], "train_bytes": res["train_bytes"],
             "total_bytes": res["total_bytes"],
@@ -242,7 +257,7 @@ def _run_xgboost(frames, dataset, seed, cfg: CompareConfig) -> dict:
 
 # --- summary -------------------------------------------------------------------
 def _key(run) -> tuple:
-    return (run["mode"], run["epsilon"] if run["mode"] == "dp" else None)
+    return (run["mode"], run["epsilon"] if run["mode"] in DP_ARMS else None)
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -338,18 +353,25 @@ def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Pa
 
     paths = []
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
-    dp_eps = sorted({e for m, e in by if m == "dp"})
+    dp_eps = sorted({e for m, e in by if m in DP_ARMS})
     finite = [e for e in dp_eps if e != INF]
     x_inf = (max(finite) if finite else 1.0) * 4
-    if dp_eps:
-        xs = [x_inf if e == INF else e for e in dp_eps]
-        aucs = [np.array([r["test_auc"] for r in by[("dp", e)]], dtype=float) for e in dp_eps]
+    curves = ((Arm.DP_OLD.value, "tab:purple", "s--", "DP, old mechanism (32 buckets, no debiasing)"),
+              (Arm.DP.value, "tab:blue", "o-", "DP (auto buckets, debiased)"),
+              (Arm.DP_SELECT.value, "tab:green", "^-", f"DP, --dp-select {cfg.dp_select}"))
+    for arm, color, fmt, label in curves:
+        arm_eps = [e for e in dp_eps if (arm, e) in by]
+        if not arm_eps:
+            continue
+        xs = [x_inf if e == INF else e for e in arm_eps]
+        aucs = [np.array([r["test_auc"] for r in by[(arm, e)]], dtype=float) for e in arm_eps]
         mean = np.array([a.mean() for a in aucs])
         std = np.array([a.std(ddof=1) if a.size > 1 else 0.0 for a in aucs])
-        lo, hi = np.array([a.min() for a in aucs]), np.array([a.max() for a in aucs])
-        ax.fill_between(xs, lo, hi, color="tab:blue", alpha=0.15, lw=0, label="DP min-max over seeds")
-        ax.errorbar(xs, mean, yerr=std, fmt="o-", color="tab:blue", capsize=3,
-                    label=f"DP (randomized response), mean ± std, {max(len(a) for a in aucs)} seeds")
+        if arm == Arm.DP.value:
+            lo, hi = np.array([a.min() for a in aucs]), np.array([a.max() for a in aucs])
+            ax.fill_between(xs, lo, hi, color=color, alpha=0.15, lw=0, label="DP min-max over seeds")
+        ax.errorbar(xs, mean, yerr=std, fmt=fmt, color=color, capsize=3,
+                    label=f"{label}, mean ± std, {max(len(a) for a in aucs)} seeds")
     # HE grows plain's trees bit for bit (checked per seed in the summary), so the HE line is the
     # plain runs' mean over every seed when there are plain runs
     he_src = "plain" if mean_auc("plain")[0] is not None else "he"
@@ -454,8 +476,9 @@ def run_comparison(cfg: CompareConfig, out_dir, progress: Callable[[str], None] 
                 todo.append(("plain", None))
             if "he" in modes and seed < cfg.he_seeds:
                 todo.append(("he", None))
-            if "dp" in modes:
-                todo += [("dp", e) for e in cfg.epsilons]
+            for arm in DP_ARMS:
+                if arm in modes:
+                    todo += [(arm, e) for e in cfg.epsilons]
             if "local" in modes:
                 todo.append(("local", None))
             for mode, eps in todo:

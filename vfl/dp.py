@@ -115,14 +115,15 @@ def randomized_response(buckets, n_buckets: int, epsilon: float, rng: np.random.
 
 
 def release_buckets(bucket_idx: np.ndarray, n_bins: np.ndarray, epsilon_per_feature: float,
-                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                    rng: np.random.Generator, has_missing=None) -> tuple[np.ndarray, np.ndarray]:
     """Randomize every column of a party's bucket matrix; return ``(noisy, rr_domain)``.
 
     ``n_bins[j]`` counts column ``j``'s value buckets plus the missing slot
     (last). ``rr_domain[j]`` is the number of buckets the column's indices
     are randomized over: ``n_bins[j]`` when the column has a missing value,
-    else ``n_bins[j] - 1``. A domain of one bucket (a constant column) is
-    released as is: every row has the same index, there is nothing to hide.
+    else ``n_bins[j] - 1`` (``has_missing[j]``, when given, decides instead: a release of
+    some rows uses the domain of all training rows). A domain of one bucket (a constant
+    column) is released as is: every row has the same index, there is nothing to hide.
     """
     eps = check_epsilon(epsilon_per_feature, "epsilon_per_feature")
     B = np.asarray(bucket_idx)
@@ -134,7 +135,8 @@ def release_buckets(bucket_idx: np.ndarray, n_bins: np.ndarray, epsilon_per_feat
     for j, nb in enumerate(n_bins.tolist()):
         col = B[:, j].astype(np.int64)
         missing_slot = nb - 1
-        k = nb if np.any(col == missing_slot) else nb - 1
+        missing = np.any(col == missing_slot) if has_missing is None else bool(has_missing[j])
+        k = nb if missing else nb - 1
         domain[j] = k
         out[:, j] = col if k < 2 else randomized_response(col, k, eps, rng)
     return out, domain

@@ -95,6 +95,9 @@ class TrainParams:
     align: str = "hash"           # "hash" or "psi" (see protocols/psi.py)
     epsilon: float | None = None              # mode dp: each passive party's total (see vfl.dp)
     epsilon_per_feature: float | None = None  # mode dp: alternatively, per released feature
+    dp_buckets: int | str = "auto"            # mode dp: buckets per released feature, "auto" from epsilon
+    dp_debias: bool = True                    # mode dp: the active party debiases the release (vfl.dp_debias)
+    dp_select: int | str | None = None        # mode dp: release only this many features per party ("auto")
     # --- learner options (issue 4); names follow XGBoost / LightGBM ---
     huber_slope: float = 1.0               # pseudohuber objective
     subsample: float = 1.0                 # row fraction per tree, in (0, 1]
@@ -176,6 +179,7 @@ class TrainParams:
 
     def _validate_dp(self):
         given = [n for n in ("epsilon", "epsilon_per_feature") if getattr(self, n) is not None]
+        self._validate_dp_options()
         if self.mode != "dp":
             if given:
                 raise InputError(f"parameter {given[0]} applies to mode 'dp' only (mode is {self.mode!r})")
@@ -184,6 +188,35 @@ class TrainParams:
             raise InputError("mode 'dp' needs exactly one of epsilon (each passive party's total, split "
                              "evenly over its features) and epsilon_per_feature; inf means no noise")
         setattr(self, given[0], check_epsilon(getattr(self, given[0]), given[0]))
+
+    def _validate_dp_options(self):
+        q = self.dp_buckets
+        if isinstance(q, str) and q.strip().lower() == "auto":
+            self.dp_buckets = "auto"
+        else:
+            try:
+                ok = not isinstance(q, bool) and float(q) == int(float(q)) and 2 <= int(float(q)) <= 256
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise InputError(f"parameter dp_buckets must be 'auto' or an integer in [2, 256], got {q!r}")
+            self.dp_buckets = int(float(q))
+        if not isinstance(self.dp_debias, (bool, np.bool_)):
+            raise InputError(f"parameter dp_debias must be True or False, got {self.dp_debias!r}")
+        self.dp_debias = bool(self.dp_debias)
+        if self.dp_select is not None:
+            k = self.dp_select
+            if isinstance(k, str) and k.strip().lower() == "auto":
+                self.dp_select = "auto"
+                return
+            try:
+                ok = not isinstance(k, bool) and float(k) == int(float(k)) and int(float(k)) >= 1
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise InputError(f"parameter dp_select must be 'auto' or an integer >= 1 (features released "
+                                 f"per passive party), got {k!r}")
+            self.dp_select = int(float(k))
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -142,3 +142,37 @@ def test_compare_modes_benchmark_takes_the_commands_options(capsys):
     assert "'nope' is not a valid integer" in capsys.readouterr().err
     assert compare_modes.main(["--help"]) == 0
     assert "--epsilon-scope [party|feature]" in capsys.readouterr().out
+
+
+def test_compare_dp_arms_old_mechanism_and_select():
+    """The dp_old arm is the mechanism before issue 13 (max_bin buckets, no debiasing), the
+    dp_select arm dp with --dp-select; both train in mode dp at each epsilon."""
+    from vfl.compare import DP_ARMS, Arm
+    cfg = CompareConfig(max_bin=16, dp_select=2, epsilon_scope="feature").validate()
+    assert set(DP_ARMS) == {"dp", "dp_old", "dp_select"} <= set(cfg.modes)
+    old = cfg.train_params(Arm.DP_OLD.value, 2.0, 3)
+    assert (old.mode, old.dp_buckets, old.dp_debias, old.dp_select, old.epsilon_per_feature, old.seed) == \
+        ("dp", 16, False, None, 2.0, 3)
+    new = cfg.train_params(Arm.DP.value, 2.0, 0)
+    assert (new.mode, new.dp_buckets, new.dp_debias, new.dp_select) == ("dp", "auto", True, None)
+    sel = cfg.train_params(Arm.DP_SELECT.value, 2.0, 0)
+    assert (sel.mode, sel.dp_select, sel.dp_debias) == ("dp", 2, True)
+    assert CompareConfig().dp_select == "auto"
+    with pytest.raises(InputError, match="dp_select must be"):
+        CompareConfig(modes=("dp_select",), dp_select=0).validate()
+
+
+@pytest.mark.slow
+def test_compare_runs_the_dp_arms_and_plots_them(tmp_path):
+    cfg = CompareConfig(datasets=("breast_cancer",), modes=("dp", "dp_old", "dp_select", "local"), seeds=1,
+                        epsilons=(2.0, float("inf")), n_estimators=2, max_depth=2)
+    doc = run_comparison(cfg, tmp_path)
+    keys = [(r["mode"], r["epsilon"]) for r in doc["runs"]]
+    assert keys == [("dp", 2.0), ("dp", "inf"), ("dp_old", 2.0), ("dp_old", "inf"), ("dp_select", 2.0),
+                    ("dp_select", "inf"), ("local", None)]
+    runs = {k: r for k, r in zip(keys, doc["runs"])}
+    # at inf the three arms are the same (no noise: no coarser buckets, no selection)
+    assert runs[("dp", "inf")]["test_auc"] == runs[("dp_old", "inf")]["test_auc"] == \
+        runs[("dp_select", "inf")]["test_auc"]
+    assert all(r["epsilon_scope"] == "party" for r in doc["runs"] if r["mode"] != "local")
+    assert (tmp_path / "breast_cancer_auc_vs_epsilon.png").read_bytes().startswith(PNG_MAGIC)

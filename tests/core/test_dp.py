@@ -256,7 +256,7 @@ def test_inf_epsilon_reproduces_plaintext_training_exactly():
 def test_active_never_receives_raw_values_or_boundaries():
     a, b, c = small_frames(400, seed=1)
     fed = _fed((a, b, c), record=True)
-    fed.fit(TrainParams(mode="dp", epsilon=2.0, n_estimators=3, max_depth=3, max_bin=8))
+    fed.fit(TrainParams(mode="dp", epsilon=2.0, n_estimators=3, max_depth=3, max_bin=8, dp_buckets=8))
     p1 = fed.predict_proba({"a": a, "b": b, "c": c}, prediction="one-round")
     p2 = fed.predict_proba({"a": a, "b": b, "c": c}, prediction="node")
     assert np.array_equal(p1, p2)
@@ -313,7 +313,7 @@ def test_passive_refuses_what_would_leak_its_true_buckets():
             t.call("b", req)
     with pytest.raises(PeerError, match="already released"):
         t.call("b", m.DPReleaseRequest(mid, 1.0))
-    with pytest.raises(PeerError, match="no feature 5"):
+    with pytest.raises(PeerError, match="released no bucket 0 of feature 5"):
         t.call("b", m.DPSplitRegister(mid, np.array([5], np.int32), np.zeros(1, np.int32), np.zeros(1, bool)))
     # no release outside mode dp, and a passive party's own cap on epsilon
     fed2 = _fed((a, b, c))
@@ -340,7 +340,9 @@ def test_dp_model_predicts_saves_and_loads(tmp_path):
     passive_file = json.loads((tmp_path / "c.json").read_text())
     assert passive_file["dp_release"]["epsilon_per_feature"] == 4.0
     assert passive_file["dp_release"]["epsilon_per_party"] == 8.0
-    assert passive_file["dp_release"]["rr_domain"][0] == 33     # c0 has missing values: 32 + 1
+    # automatic buckets at epsilon 4 per feature: 8 value buckets; c0 has missing values: 8 + 1
+    assert passive_file["dp_release"]["n_buckets"] == [8, 8]
+    assert passive_file["dp_release"]["rr_domain"][0] == 9
     nodes = [nd for rnd in json.loads((tmp_path / "a.json").read_text())["rounds"] for t in rnd
              for nd in t["nodes"] if not nd["is_leaf"] and nd["owner"] != "a"]
     assert nodes and all(nd["threshold"] is None and nd["record_id"] >= 0 for nd in nodes)
@@ -361,7 +363,9 @@ def test_dp_training_is_reproducible_in_simulation_and_noisy():
     assert not np.array_equal(pr1, pr3)
     assert r1["epsilon_per_party"] == {"host1": 4.0}
     assert r1["epsilon_per_feature"]["host1"] == pytest.approx(4.0 / 15)
-    assert all(0 < q < 0.1 for q in r1["rr_stay_probability"]["host1"])
+    # automatic buckets at 4/15 per feature: two per feature, kept with probability e^eps/(e^eps+1)
+    assert r1["dp_buckets"]["host1"] == [2] * 15
+    assert r1["rr_stay_probability"]["host1"] == pytest.approx([math.exp(4 / 15) / (math.exp(4 / 15) + 1)] * 15)
     # a DP run sends far fewer bytes than the plain protocol: one release, a few registrations
     _, rp, _, _ = simulate(frames, TrainParams(mode="plain", n_estimators=3, max_depth=3))
     assert r1["train_bytes"] < rp["train_bytes"] / 3

@@ -103,6 +103,10 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers(-10, 10) | st.text(
 
 def _value(cls, f: dataclasses.Field, tp, n: int):
     spec = field_spec(f)
+    args = typing.get_args(tp)
+    if type(None) in args and len(args) == 2:         # an optional field: None or a value
+        (inner,) = [a for a in args if a is not type(None)]
+        return st.none() | _value(cls, f, inner, n)
     if tp is np.ndarray:
         return _array(spec if isinstance(spec, ArraySpec) else ArraySpec("int", 1), n)
     if tp is BigInts:

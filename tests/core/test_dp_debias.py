@@ -1,0 +1,335 @@
+"""DP-only mode, the active party's estimator (vfl.dp_debias) and --dp-buckets / --dp-select:
+unbiasedness by simulation, the variance correction, the automatic bucket rule, coarse buckets,
+split scoring, the --dp-select accounting and what reaches the active party, bad input."""
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from support import small_frames
+
+from cli import main
+from parties.active import ActiveParty
+from parties.dp import pilot_rows, selected_count
+from parties.passive import PassiveParty
+from protocols import messages as m
+from protocols.serialization import loads
+from vfl.api import Federation
+from vfl.binning import Binner
+from vfl.dp import randomized_response
+from vfl.dp_debias import (
+    DebiasedBucketSource,
+    auto_buckets,
+    coarse_buckets,
+    debias,
+    prefix_variance,
+    root_gains,
+    rr_channel,
+)
+from vfl.errors import InputError
+from vfl.params import TrainParams
+
+INF = float("inf")
+
+
+def _simulate(q=6, eps=1.0, n=3000, reps=1500, seed=0):
+    """Many releases of one fixed column with known gradients: per release the debiased
+    per-bucket sums, the debiased prefix sums and their variance estimates."""
+    rng = np.random.default_rng(seed)
+    true = rng.integers(0, q, size=n)
+    g = rng.normal(size=n) + 0.8 * (true >= q // 2)           # gradients depend on the bucket
+    _, r, lam = rr_channel(eps, q)
+    G_true = np.bincount(true, g, minlength=q)
+    noisy_hists = np.empty((reps, q))
+    sq_hists = np.empty((reps, q))
+    for i in range(reps):
+        noisy = randomized_response(true, q, eps, rng)
+        noisy_hists[i] = np.bincount(noisy, g, minlength=q)
+        sq_hists[i] = np.bincount(noisy, g * g, minlength=q)
+    return true, g, r, lam, G_true, noisy_hists, sq_hists
+
+
+def test_debiasing_is_unbiased_and_a_wrong_channel_is_not():
+    q, eps = 6, 1.0
+    true, g, r, lam, G_true, noisy, _ = _simulate(q, eps)
+    total = g.sum()
+    est = debias(noisy, total, r, lam)
+    mean, se = est.mean(axis=0), est.std(axis=0, ddof=1) / math.sqrt(len(est))
+    assert np.all(np.abs(mean - G_true) < 4 * se + 1e-9)
+    # the raw noisy histogram is biased (shrunk towards the mean) ...
+    raw_mean = noisy.mean(axis=0)
+    assert np.max(np.abs(raw_mean - G_true) / se) > 20
+    # ... and so is a debiasing with the wrong channel: r and lambda of q+1 buckets (an
+    # off-by-one domain), or lambda = p (forgetting the r of the staying bucket)
+    p = r + lam
+    _, r2, lam2 = rr_channel(eps, q + 1)
+    for rr, ll in ((r2, lam2), (r, p)):
+        wrong = debias(noisy, total, rr, ll).mean(axis=0)
+        assert np.max(np.abs(wrong - G_true) / se) > 6
+
+
+def test_variance_correction_matches_the_empirical_variance():
+    q, eps = 6, 1.0
+    true, g, r, lam, G_true, noisy, sq = _simulate(q, eps, reps=2000, seed=3)
+    total, a2_total = g.sum(), (g * g).sum()
+    for size in (1, 2, 3, 5):
+        GL = debias(noisy[:, :size].sum(axis=1), total, r * size, lam)
+        assert abs(GL.mean() - G_true[:size].sum()) < 4 * GL.std() / math.sqrt(len(GL))
+        V = prefix_variance(sq[:, :size].sum(axis=1), a2_total, size, r, lam)
+        empirical = GL.var(ddof=1)
+        assert V.mean() == pytest.approx(empirical, rel=0.08)
+        # E[G^_L^2] - Var = G_L^2: the corrected square is unbiased
+        corrected = GL ** 2 - V
+        se = corrected.std(ddof=1) / math.sqrt(len(corrected))
+        assert abs(corrected.mean() - G_true[:size].sum() ** 2) < 4 * se
+        # without the correction the square is biased upwards by the variance
+        assert (GL ** 2).mean() - G_true[:size].sum() ** 2 > 4 * se
+
+
+def test_channel_formulas():
+    for eps, k in ((0.5, 2), (1.0, 8), (4.0, 33)):
+        p, r, lam = rr_channel(eps, k)
+        assert p == pytest.approx(math.exp(eps) / (math.exp(eps) + k - 1))
+        assert r == pytest.approx(1 / (math.exp(eps) + k - 1))
+        assert lam == pytest.approx(p - r) and p + (k - 1) * r == pytest.approx(1)
+    assert rr_channel(INF, 32) == (1.0, 0.0, 1.0)
+    assert rr_channel(1e5, 4) == (1.0, 0.0, 1.0)
+    assert rr_channel(2.0, 1) == (1.0, 0.0, 1.0)
+
+
+def test_auto_buckets_rule():
+    # argmax over q of lambda(q) * (1 - 1/q)
+    def rule(eps, top):
+        qs = range(2, top + 1)
+        return max(qs, key=lambda q: rr_channel(eps, q)[2] * (1 - 1 / q))
+    for eps in (0.1, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0):
+        assert auto_buckets(eps, 256) == rule(eps, 256)
+    assert auto_buckets(0.5, 100) == 2
+    assert auto_buckets(1.0, 100) in (2, 3)
+    assert auto_buckets(2.0, 100) in (4, 5)
+    assert 8 <= auto_buckets(4.0, 100) <= 16
+    qs = [auto_buckets(e, 1000) for e in (0.25, 0.5, 1, 2, 4, 8)]
+    assert qs == sorted(qs)                                  # more budget, more buckets
+    # never more buckets than values: a binary feature keeps its two values
+    assert auto_buckets(8.0, 2) == 2 and auto_buckets(4.0, 5) == 5 and auto_buckets(4.0, 1) == 1
+    with pytest.raises(InputError, match="finite epsilon"):
+        auto_buckets(INF, 10)
+    with pytest.raises(InputError, match="at least one value"):
+        auto_buckets(1.0, 0)
+
+
+def test_coarse_buckets_equal_frequency_never_empty_never_cut():
+    counts = np.array([10, 10, 10, 10, 10, 10, 10, 10])
+    assert coarse_buckets(counts, 4).tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert coarse_buckets(counts, 8).tolist() == list(range(8))
+    assert coarse_buckets(counts, 20).tolist() == list(range(8))
+    # a heavy tie stays one bucket; no bucket is empty; numbering has no gaps
+    g = coarse_buckets(np.array([5, 60, 5, 5, 5, 5, 5, 10]), 4)
+    assert g[1] != g[0] or g[1] != g[2]
+    assert set(g.tolist()) == set(range(g.max() + 1)) and np.all(np.diff(g) >= 0)
+    assert g.max() + 1 <= 4
+    # empty fine bins join a neighbour
+    g = coarse_buckets(np.array([0, 10, 0, 10, 10, 0]), 2)
+    assert g.tolist() == sorted(g.tolist()) and g.max() == 1
+
+
+def _source(true, q, eps, rng, g, h):
+    noisy = randomized_response(true, q, eps, rng)[:, None]
+    src = DebiasedBucketSource("b", noisy, np.array([q + 1]), np.array([q]), eps, lambda f, b, d: f)
+    src._g, src._h = g[:, None], h[:, None]
+    src._gu, src._hu, src._g2 = src._g, src._h, src._g ** 2
+    return src
+
+
+def test_split_scoring_finds_the_signal_and_refuses_pure_noise():
+    rng = np.random.default_rng(0)
+    n, q = 4000, 4
+    true = rng.integers(0, q, size=n)
+    y = rng.random(n) < np.where(true >= 2, 0.8, 0.2)
+    g, h = (0.5 - y).astype(float), np.full(n, 0.25)
+    params = TrainParams(mode="dp", epsilon=1.0)
+    assignment = np.zeros((1, n), dtype=np.int32)
+    src = _source(true, q, 1.0, rng, g, h)
+    sg, sh = src.build(0, np.array([0]), np.array([0]), assignment)
+    best = src.best_split(sg[0], sh[0], g.sum(), h.sum(), params, 0)
+    assert best is not None and best.bin_idx == 1 and best.gain > 0
+    # a column carrying no signal: the confidence bound refuses every split (the LCB <= 0)
+    noise_col = rng.integers(0, q, size=n)
+    src = _source(noise_col, q, 0.3, rng, g, h)
+    sg, sh = src.build(0, np.array([0]), np.array([0]), assignment)
+    assert src.best_split(sg[0], sh[0], g.sum(), h.sum(), params, 0) is None
+    # ... whereas the undebiased gain (z = 0 and no variance correction) of noise is positive
+    src.lam[:] = 1.0
+    src.r[:] = 0.0
+    sg, sh = src.build(0, np.array([0]), np.array([0]), assignment)
+    assert src.best_split(sg[0], sh[0], g.sum(), h.sum(), params, 0, z=0.0).gain > 0
+
+
+def test_root_gains_rank_the_informative_feature_first():
+    rng = np.random.default_rng(1)
+    n, q = 3000, 3
+    X = rng.integers(0, q, size=(n, 3))
+    y = rng.random(n) < np.where(X[:, 1] == 2, 0.85, 0.15)
+    g, h = (0.5 - y).astype(float), np.full(n, 0.25)
+    eps = 1.0
+    noisy = np.column_stack([randomized_response(X[:, j], q, eps, rng) for j in range(3)])
+    gains = root_gains(noisy, np.full(3, q + 1), np.full(3, q), eps, g, h, TrainParams(mode="dp", epsilon=1.0))
+    assert int(np.argmax(gains)) == 1 and gains[1] > 10 * max(gains[0], gains[2], 1e-9)
+
+
+# --- in a federation ---------------------------------------------------------------
+def _fed(frames, record=False, seeds=(11, 12)):
+    a, b, c = frames
+    fed = Federation(ActiveParty("a", a, label_col="y"), [PassiveParty("b", b), PassiveParty("c", c)],
+                     **({"record": True} if record else {}))
+    fed.passives["b"].dp_seed, fed.passives["c"].dp_seed = seeds
+    return fed
+
+
+@pytest.fixture
+def frames():
+    return small_frames(400, seed=3)
+
+
+def test_dp_select_accounting_adds_up(frames):
+    fed = _fed(frames, record=True)
+    eps = 2.0
+    fed.fit(TrainParams(mode="dp", epsilon=eps, dp_select=1, n_estimators=3, max_depth=3))
+    for name in ("b", "c"):
+        info = fed.passives[name].dp_release_info()
+        *pilots, main = info["releases"]
+        n = info["n_samples"]
+        # the pilot: one group of rows per feature, each releasing that one feature at the whole budget
+        assert [r["features"] for r in pilots] == [[0], [1]]
+        assert all(r["n_features"] == 1 and r["epsilon_per_feature"] == eps for r in pilots)
+        assert sum(r["n_samples"] for r in pilots) == len(pilot_rows(n, 0))
+        # the main release: k = 1 feature at eps / k, on the other rows
+        assert main["n_features"] == 1 and main["epsilon_per_feature"] == eps / 1
+        assert n == len(frames[0])                  # every aligned row released exactly once (below)
+        # every row's loss is eps: the releases' row sets are disjoint (parallel composition)
+        assert all(r["epsilon_per_party"] == eps for r in info["releases"]) and info["epsilon_per_party"] == eps
+    by_peer = {}
+    for s_, r, f in fed.transport.log:
+        x = loads(f)
+        if s_ == "a" and isinstance(x, m.DPReleaseRequest):
+            by_peer.setdefault(r, []).append(x)
+    assert set(by_peer) == {"b", "c"}
+    for name, reqs in by_peer.items():
+        assert len(reqs) == 3                                   # two pilot groups and the release
+        rows = np.concatenate([q.rows for q in reqs])
+        assert np.array_equal(np.sort(rows), np.arange(len(frames[0])))
+        assert all(q.features.size == 1 for q in reqs)
+    # a further release of any row is refused
+    with pytest.raises(Exception, match="already released"):
+        fed.transport.call("b", m.DPReleaseRequest(fed.model.model_id, 1.0, None, np.array([0]), None))
+
+
+def test_dp_select_report_and_no_raw_value_reaches_the_active_party(frames):
+    a, b, c = frames
+    fed = _fed(frames, record=True)
+    fed.fit(TrainParams(mode="dp", epsilon=4.0, dp_select=1, n_estimators=2, max_depth=3, max_bin=8))
+    rep = fed.active.dp_report
+    assert rep["epsilon_per_party"] == {"b": 4.0, "c": 4.0}
+    assert rep["epsilon_per_feature"] == {"b": 4.0, "c": 4.0}          # one feature released at 4
+    for name in ("b", "c"):
+        sel = rep["dp_select"][name]
+        assert sel["k"] == 1 and len(sel["features"]) == 1 and sel["pilot_epsilon_per_feature"] == 4.0
+        assert sel["pilot_epsilon_per_row"] == sel["release_epsilon_per_row"] == 4.0
+    json.dumps(rep)                                                     # JSON-safe
+    secrets_ = {"b": b[["b0", "b1"]].to_numpy(), "c": c[["c0", "c1"]].to_numpy()}
+    thresholds = {k: np.concatenate(Binner(8).fit(X).thresholds_) for k, X in secrets_.items()}
+    for s, r, f in fed.transport.log:
+        if r != "a":
+            continue
+        msg = loads(f)
+        assert type(msg).__name__ in {"IdHashes", "AlignAck", "BinningInfo", "DPRelease", "DPSplitRecords",
+                                      "Ack", "RouteResponse", "LeafMaskResponse"}
+        for name, v in vars(msg).items():
+            if isinstance(v, np.ndarray):
+                assert v.dtype.kind in "biu", (type(msg).__name__, name)
+            elif isinstance(v, (dict, str)):
+                blob = json.dumps(v) if isinstance(v, dict) else v
+                for x in np.concatenate([secrets_[s].ravel(), thresholds[s]]):
+                    assert repr(float(x)) not in blob
+    # the model predicts through the passive parties' true thresholds
+    p = fed.predict_proba({"a": a, "b": b, "c": c})
+    assert p.shape[0] == len(a) and np.all((p >= 0) & (p <= 1))
+
+
+def test_inf_with_auto_buckets_and_select_is_plain_training_exactly(frames):
+    a, b, c = frames
+    plain = _fed(frames)
+    plain.fit(TrainParams(mode="plain", n_estimators=3, max_depth=3, max_bin=8))
+    for extra in ({}, {"dp_select": 1}, {"dp_buckets": "auto", "dp_debias": True}):
+        fed = _fed(frames)
+        fed.fit(TrainParams(mode="dp", epsilon=INF, n_estimators=3, max_depth=3, max_bin=8, **extra))
+        new = {"a": a, "b": b, "c": c}
+        assert np.array_equal(fed.predict_proba(new), plain.predict_proba(new))
+        assert "dp_select" not in fed.active.dp_report        # at inf nothing is selected: no noise
+
+
+def test_explicit_buckets_keep_the_old_mechanism(frames):
+    fed = _fed(frames)
+    fed.fit(TrainParams(mode="dp", epsilon=2.0, n_estimators=1, max_depth=2, dp_buckets=32, dp_debias=False))
+    rep = fed.active.dp_report
+    assert rep["dp_debias"] is False
+    n_bins = {p: fed.passives[p].dp_release_info()["n_buckets"] for p in ("b", "c")}
+    assert rep["dp_buckets"] == n_bins and all(v == 32 for vs in n_bins.values() for v in vs)
+    fed = _fed(frames)
+    fed.fit(TrainParams(mode="dp", epsilon=2.0, n_estimators=1, max_depth=2, dp_buckets=3))
+    assert all(v == 3 for vs in fed.active.dp_report["dp_buckets"].values() for v in vs)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"dp_select": 0}, "dp_select must be .auto. or an integer >= 1"),
+    ({"dp_select": 1.5}, "dp_select must be .auto. or an integer >= 1"),
+    ({"dp_buckets": 1}, "dp_buckets must be 'auto' or an integer in"),
+    ({"dp_buckets": "many"}, "dp_buckets must be 'auto' or an integer in"),
+    ({"dp_debias": "yes"}, "dp_debias must be True or False"),
+])
+def test_bad_dp_options(kw, msg):
+    with pytest.raises(InputError, match=msg):
+        TrainParams(mode="dp", epsilon=1.0, **kw)
+
+
+def test_dp_select_more_than_a_party_has(frames):
+    fed = _fed(frames)
+    with pytest.raises(InputError, match=r"dp_select=3 releases 3 features per passive party, but party 'b' has 2"):
+        fed.fit(TrainParams(mode="dp", epsilon=1.0, dp_select=3, n_estimators=1))
+
+
+def test_cli_dp_options(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 300
+    X = rng.normal(size=(n, 5))
+    y = (X[:, 0] + X[:, 2] > 0).astype(int)
+    pd.DataFrame({"id": np.arange(n), "y": y, "a0": X[:, 0], "a1": X[:, 1]}).to_csv(tmp_path / "g.csv", index=False)
+    pd.DataFrame({"id": np.arange(n), "h0": X[:, 2], "h1": X[:, 3], "h2": X[:, 4]}).to_csv(tmp_path / "h.csv",
+                                                                                          index=False)
+    base = ["simulate", "--guest", str(tmp_path / "g.csv"), "--host", str(tmp_path / "h.csv"), "--mode", "dp",
+            "--epsilon", "3", "--trees", "2", "--depth", "2", "--quiet"]
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(main, [*base, "--dp-select", "1", "--dp-buckets", "auto", "--output-json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["dp_select"]["host"]["k"] == 1 and len(doc["dp_select"]["host"]["features"]) == 1
+    assert doc["epsilon_per_party"] == {"host": 3.0} and doc["epsilon_per_feature"] == {"host": 3.0}
+    assert doc["params"]["dp_select"] == 1 and doc["params"]["dp_buckets"] == "auto"
+    res = CliRunner().invoke(main, [*base, "--no-dp-debias", "--dp-buckets", "32", "--output-json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["dp_debias"] is False
+    res = CliRunner().invoke(main, [*base, "--dp-select", "5"])
+    assert res.exit_code != 0 and "dp_select=5" in res.output and "'host' has 3" in res.output
+    res = CliRunner().invoke(main, [*base, "--dp-buckets", "x"])
+    assert res.exit_code != 0 and "dp_buckets must be 'auto'" in res.output
+
+
+def test_dp_select_auto_rule():
+    assert [selected_count("auto", 10, e) for e in (0.5, 1, 2, 4, 5.9, 6, 8, 9, 40)] == [1, 1, 1, 1, 1, 2, 2, 3, 10]
+    assert selected_count("auto", 3, 40.0) == 3                    # never more than the party's features
+    assert selected_count(2, 10, 1.0) == 2 and selected_count(None, 10, 1.0) is None
+    assert selected_count("auto", 10, INF) is None and selected_count(2, 10, INF) is None   # no noise
+    assert TrainParams(mode="dp", epsilon=1.0, dp_select="AUTO").dp_select == "auto"
+    assert TrainParams(mode="dp", epsilon=1.0, dp_select="3").dp_select == 3
