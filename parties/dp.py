@@ -31,7 +31,8 @@ from vfl.dp import BucketSource, check_epsilon, epsilon_budget, json_epsilon, re
 from vfl.params import Mode
 
 #: what a passive party training in mode dp refuses to answer
-DP_REFUSED = frozenset({m.Gradients, m.HistogramRequest, m.SplitRequest, m.PublicKey})
+DP_REFUSED = frozenset({m.Gradients, m.GradientsStart, m.GradientShard, m.HistogramRequest, m.SplitRequest,
+                        m.PublicKey})
 
 
 # -- the passive party's side (a handler group over parties.passive_state.PassiveState) ----------

@@ -1,8 +1,8 @@
 """The active party's side of talking to passive parties during training and prediction.
 
 :class:`RemoteSource` is a passive party's features as a histogram source of
-the boosting loop (:mod:`vfl.sources`): it forwards the round's gradient
-message (encrypted once by :class:`parties.channel.GradientChannel`), asks
+the boosting loop (:mod:`vfl.sources`): it streams the round's gradient
+shards (encrypted once by :class:`parties.channel.GradientChannel`), asks
 for histograms and splits, and decodes the bin sums. The transport underneath
 (in memory or gRPC) is invisible here.
 
@@ -38,7 +38,10 @@ class RemoteSource(HistogramSource):
         self.channel = channel
 
     def start_round(self, gradients: RoundGradients) -> None:
-        self.transport.call(self.party, self.channel.message(gradients.round_idx))
+        """Stream the round's gradients: a header, then one shard message at a time (each fetched
+        from the active party's worker holding it, sent, and dropped)."""
+        for message in self.channel.messages(gradients.round_idx):
+            self.transport.call(self.party, message)
 
     def build(self, round_idx, tree_idx, node_ids, assignment):
         reply = self.transport.call(self.party, m.HistogramRequest(

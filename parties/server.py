@@ -178,6 +178,9 @@ class PassiveServer:
         if isinstance(request, m.Gradients):
             log.info("%s: round %d: %d %s gradient values from %s", self.name, request.round_idx,
                      len(request.values), "encrypted" if request.encrypted else "PLAINTEXT", who)
+        elif isinstance(request, m.GradientsStart):
+            log.info("%s: round %d: %s gradients of %d samples streamed from %s", self.name, request.round_idx,
+                     "encrypted" if request.encrypted else "PLAINTEXT", request.n_samples, who)
         elif isinstance(request, (m.SplitRequest, m.DPSplitRegister)):
             if isinstance(request, m.SplitRequest):    # kept for --resume (dp mode cannot resume: TrainEnd writes it)
                 self._persist()

@@ -2,6 +2,8 @@
 import numpy as np
 import pandas as pd
 
+from protocols import messages as m
+
 KEY_BITS = 1024   # tests use 1024-bit keys unless they are about key size
 
 
@@ -24,3 +26,27 @@ def alive(pid: int) -> bool:
             return f.read().split()[2] not in ("Z", "X")
     except FileNotFoundError:
         return False
+
+
+def streamed_gradients(messages) -> list:
+    """The gradient rounds among ``messages`` (decoded requests to ONE passive party, in order),
+    reassembled from their streams (``GradientsStart`` + ``GradientShard`` messages): a list of
+    ``(start message, values)`` with ``values`` the ints in the one-message order (target group,
+    shift, row), as a ``Gradients`` message would carry them."""
+    out, cur = [], None
+    for msg in messages:
+        if isinstance(msg, m.GradientsStart):
+            cur = (msg, [None] * (msg.groups * msg.shifts * msg.n_samples))
+            out.append(cur)
+        elif isinstance(msg, m.GradientShard):
+            start, values = cur
+            assert msg.round_idx == start.round_idx
+            k = msg.stop - msg.start
+            w = start.width
+            vals = [int.from_bytes(msg.values[i:i + w], "big", signed=start.signed)
+                    for i in range(0, len(msg.values), w)]
+            assert len(vals) == start.groups * start.shifts * k
+            for blk in range(start.groups * start.shifts):
+                values[blk * start.n_samples + msg.start:blk * start.n_samples + msg.stop] = vals[blk * k:(blk + 1) * k]
+    assert all(None not in values for _, values in out), "a gradient stream is incomplete"
+    return out
