@@ -166,7 +166,11 @@ class DaskExecutor(Executor):
         try:
             if self._local_workers is not None:
                 self._cluster = LocalCluster(n_workers=self._local_workers, threads_per_worker=1, processes=True,
-                                             host="127.0.0.1", dashboard_address=None, silence_logs=40)
+                                             host="127.0.0.1", dashboard_address=None, silence_logs=40,
+                                             # no dashboard; the scheduler's health endpoint on a free
+                                             # loopback port (not 8787, which another cluster may hold)
+                                             scheduler_kwargs={"dashboard": False,
+                                                               "dashboard_address": "127.0.0.1:0"})
                 self._client = Client(self._cluster, timeout=self.timeout)
             else:
                 self._client = Client(self.spec, security=self.security, timeout=self.timeout)

@@ -41,17 +41,19 @@ def _read_csv(path, name, id_col, label_col=None, allow_text_label=False):
 # --------------------------------------------------------------------------- passive
 def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security,
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, on_ready=None, stop_event=None,
-                  policy: dict | None = None, validation_data=None) -> None:
+                  policy: dict | None = None, validation_data=None, executor=None) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop_event``). ``on_ready(port)`` is called once listening;
     ``policy``: :class:`PassiveServer` policy attributes (``allowed_align``, ...);
     ``validation_data``: CSV of this party's features of the validation rows (if the active party
-    trains with a validation set)."""
+    trains with a validation set); ``executor``: the party's compute for the ciphertext kernels and
+    its row shards (e.g. a Dask cluster, :func:`crypto.executor.dask_executor`)."""
     check_address(listen, "--listen address")
     pf = _read_csv(data, name, id_col)
     vf = _read_csv(validation_data, name, id_col) if validation_data is not None else None
     service = PassiveServer(name, pf.frame, id_col, model_dir, source=str(data), policy=policy,
                             validation_frame=vf.frame if vf is not None else None,
-                            validation_source=str(validation_data) if vf is not None else None)
+                            validation_source=str(validation_data) if vf is not None else None,
+                            executor=executor)
     server = PartyServer(name, service.handle_frame, listen, security, max_frame_bytes=max_frame_bytes)
     port = server.start()
     stop = stop_event or threading.Event()
@@ -94,7 +96,8 @@ def _find_active_model(model_dir: Path) -> Path | None:
 def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, str], params: TrainParams,
                  model_dir, security, timeout: float = DEFAULT_TIMEOUT, resume: bool = False,
                  force: bool = False, align: str = "hash", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 connect_timeout: float | None = None, on_round=None, validation_data=None) -> dict:
+                 connect_timeout: float | None = None, on_round=None, validation_data=None,
+                 executor=None) -> dict:
     """Train against passive servers; return a JSON-ready summary (see the README).
     ``validation_data``: CSV of validation rows (id, label, features; the passive parties serve
     theirs with ``--validation-data``): metric history and early stopping."""
@@ -106,7 +109,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     files = _ModelFiles(Path(model_dir), name, resumable=params.mode != Mode.DP)
     ck = files.prepare(resume, force)
     pf = _read_csv(data, name, id_col, label_col, allow_text_label=True)
-    active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data))
+    active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data), executor=executor)
     vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True) \
         if validation_data is not None else None
     transport = GrpcTransport(name, peers, security, timeout=timeout, max_frame_bytes=max_frame_bytes)

@@ -60,8 +60,10 @@ class PassiveServer:
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
                  source: str | None = None, policy: dict | None = None,
-                 validation_frame: pd.DataFrame | None = None, validation_source: str | None = None):
+                 validation_frame: pd.DataFrame | None = None, validation_source: str | None = None,
+                 executor=None):
         self.name, self.frame, self.id_col, self.source = str(name), frame, id_col, source
+        self.executor = executor        # the party's own compute (e.g. its Dask cluster) for every training
         # this party's features of validation rows, for trainings that use a validation set
         self.validation_frame, self.validation_source = validation_frame, validation_source
         self.policy = dict(policy or {})
@@ -89,6 +91,8 @@ class PassiveServer:
         for k, v in self.policy.items():
             setattr(party, k, v)
         party.id_col = self.id_col
+        if self.executor is not None:
+            party.executor = self.executor
         return party
 
     # -- model files --------------------------------------------------------

@@ -25,7 +25,7 @@ PACKAGES = ("crypto", "protocols", "datasets", "vfl", "parties")
 BOTTOM = ("crypto", "protocols", "datasets")
 #: optional extras (pyproject's [project.optional-dependencies] and sklearn's bundled data): a module
 #: that cannot be imported because one of these is missing is skipped, nothing else is
-OPTIONAL_EXTRAS = ("grpc", "cryptography", "matplotlib", "xgboost")
+OPTIONAL_EXTRAS = ("grpc", "cryptography", "matplotlib", "xgboost", "dask", "distributed")
 
 #: the only imports allowed inside a function: (module holding the import, imported module (a dotted
 #: prefix), reason). Everything else goes at the top of its module.
@@ -41,6 +41,8 @@ FUNCTION_IMPORT_ALLOWED = [
                     "`from vfl import TrainParams` must not load the party stack"),
     ("vfl.compare", "sklearn.metrics", "the XGBoost baseline's AUC, only when the xgboost arm runs (with "
                                        "the optional xgboost import beside it)"),
+    ("crypto.executor", "crypto.dask_executor", "optional extra [dask]: distributed is imported only when a "
+                                                "party asks for a Dask executor"),
     ("datasets", "datasets.", "lazy package attributes (PEP 562, importlib.import_module): the floors that "
                               "need only datasets.errors do not pay for pandas"),
 ]
