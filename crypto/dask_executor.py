@@ -19,9 +19,10 @@ the party's driver and its workers, never between parties.
 Faults: a worker that leaves while tasks wait on it (killed, lost) is noticed
 within a second (the scheduler's worker list is polled while waiting) and raises
 :class:`crypto.executor.WorkerError` naming the executor (the party) and the
-worker's address; a failing task raises it with the remote error. Either closes
-the executor: the shards on the lost worker are gone, so training stops and is
-resumed with ``--resume``.
+worker's address; a failing task raises it with the remote error. Either way the
+executor forgets its connection and slots (the shards on the lost worker are
+gone, so the training stops) and reconnects at the next request, seeing the
+workers alive then: ``--resume`` continues the training on the same executor.
 
 Security: a party's cluster carries its plaintext data (features, gradients);
 it must be private to the party. Remote schedulers are reached over TLS
@@ -165,18 +166,21 @@ class DaskExecutor(Executor):
             return
         try:
             if self._local_workers is not None:
-                self._cluster = LocalCluster(n_workers=self._local_workers, threads_per_worker=1, processes=True,
-                                             host="127.0.0.1", dashboard_address=None, silence_logs=40,
-                                             # no dashboard; the scheduler's health endpoint on a free
-                                             # loopback port (not 8787, which another cluster may hold)
-                                             scheduler_kwargs={"dashboard": False,
-                                                               "dashboard_address": "127.0.0.1:0"})
+                if self._cluster is None:
+                    self._cluster = LocalCluster(n_workers=self._local_workers, threads_per_worker=1, processes=True,
+                                                 host="127.0.0.1", dashboard_address=None, silence_logs=40,
+                                                 # no dashboard; the scheduler's health endpoint on a free
+                                                 # loopback port (not 8787, which another cluster may hold)
+                                                 scheduler_kwargs={"dashboard": False,
+                                                                   "dashboard_address": "127.0.0.1:0"})
                 self._client = Client(self._cluster, timeout=self.timeout)
             else:
                 self._client = Client(self.spec, security=self.security, timeout=self.timeout)
             self._client.wait_for_workers(self._want or 1, timeout=self.timeout)
         except (OSError, TimeoutError, distributed.TimeoutError) as exc:
-            self.close()
+            client, self._client = self._client, None
+            if client is not None:
+                client.close()
             raise WorkerError(f"Dask cluster of {self.name!r} at {self.spec}: cannot connect or no workers "
                               f"({type(exc).__name__}: {exc})") from None
         self._addresses = sorted(self._client.nthreads())
@@ -292,11 +296,21 @@ class DaskExecutor(Executor):
         return out
 
     def _abort(self, futures) -> None:
+        """After a failure: cancel the tasks and forget the connection and every slot (the shards of
+        the training are lost); the next request reconnects and sees the workers then alive, so a
+        resumed training (new shards) can run on the same executor."""
+        client, self._client = self._client, None
+        self._slots.clear()
+        self._addresses = []
+        self._ns = f"{self.name}-{secrets.token_hex(6)}"
         try:
-            self._client.cancel(futures)
+            client.cancel(futures)
         except Exception:
             pass
-        self.close(kill=True)
+        try:
+            client.close()
+        except Exception:
+            pass
 
     def run_on(self, requests: Sequence[tuple[int, Request]]) -> list[Frame]:
         with self._lock:
