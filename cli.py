@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from crypto.executor import dask_executor
+from crypto.cluster import dask_executor
 from crypto.keys import WeakKeyWarning, check_key_bits
 from datasets import SHARED_TASKS, load_guest_host, load_named
 from datasets.errors import InputError, VFLError

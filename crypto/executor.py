@@ -57,7 +57,7 @@ from typing import Any, Callable, Sequence
 from crypto import worker
 from crypto.framing import Frame, encode_frame, read_frame
 from crypto.parallel import resolve_workers
-from datasets.errors import InputError, VFLError
+from datasets.errors import VFLError
 
 _ROOT = str(Path(__file__).resolve().parents[1])
 
@@ -523,12 +523,3 @@ class InlineExecutor(Executor):
     def worker_label(self, index: int) -> str:
         return f"the process of {self.name!r}"
 
-
-def dask_executor(scheduler: str, name: str, tls_dir=None, insecure: bool = False, n_workers: int | None = None):
-    """A :class:`crypto.dask_executor.DaskExecutor` for party ``name`` (``scheduler``: ``local:N`` or an
-    address, see there); imports ``distributed`` only now (the optional extra ``[dask]``)."""
-    try:
-        from crypto.dask_executor import DaskExecutor
-    except ImportError as exc:
-        raise InputError(f"a Dask executor needs the optional extra: pip install '.[dask]' ({exc})") from None
-    return DaskExecutor(scheduler, name=name, tls_dir=tls_dir, insecure=insecure, n_workers=n_workers)

@@ -41,7 +41,7 @@ FUNCTION_IMPORT_ALLOWED = [
                     "`from vfl import TrainParams` must not load the party stack"),
     ("vfl.compare", "sklearn.metrics", "the XGBoost baseline's AUC, only when the xgboost arm runs (with "
                                        "the optional xgboost import beside it)"),
-    ("crypto.executor", "crypto.dask_executor", "optional extra [dask]: distributed is imported only when a "
+    ("crypto.cluster", "crypto.dask_executor", "optional extra [dask]: distributed is imported only when a "
                                                 "party asks for a Dask executor"),
     ("datasets", "datasets.", "lazy package attributes (PEP 562, importlib.import_module): the floors that "
                               "need only datasets.errors do not pay for pandas"),

@@ -235,7 +235,8 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
 
     ``validation_size``: a fraction of the training rows held out as validation set
     (metric history, early stopping); ``executor_for(name)``: each party's executor (e.g.
-    ``vfl simulate --dask local:2``: a private Dask cluster per party). Returns ``(federation, result, test_ids, test_output)``
+    ``vfl simulate --dask local:2``: a private Dask cluster per party).
+    Returns ``(federation, result, test_ids, test_output)``
     where ``test_output`` is the probability of class 1 (binary), the class probabilities
     ``(n, K)`` (multiclass) or the predictions (regression).
     """

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from support import KEY_BITS, small_frames
 
-from crypto.executor import WorkerError, dask_executor
+from crypto.cluster import dask_executor
+from crypto.executor import WorkerError
 from crypto.shards import pack_codes, plan_shards, unpack_codes
 from datasets.errors import InputError, PeerError
 from parties.server import PassiveServer
@@ -249,9 +250,11 @@ def test_a_killed_worker_names_party_and_worker_and_resume_gives_the_same_model(
         saved = []
 
         def on_round(r, info):
-            if r == 0:          # after the first tree: one of b's workers dies
-                cluster.workers[0].kill()
-                cluster.workers[0].wait()
+            if r == 0:          # after the first tree: the worker holding b's (first) shard dies
+                addr = ex.addresses[0]
+                pid = ex.client.run(os.getpid, workers=[addr])[addr]
+                os.kill(pid, signal.SIGKILL)
+                next(p for p in cluster.workers if p.pid == pid).wait()
 
         with pytest.raises(PeerError, match=r"party 'b'.*Dask worker tcp://127\.0\.0\.1:\d+ of 'passive:b' is gone"):
             fit(srv, checkpoint=saved.append, on_round=on_round)

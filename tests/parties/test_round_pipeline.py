@@ -5,7 +5,6 @@ import numpy as np
 from support import KEY_BITS, small_frames, streamed_gradients
 
 from crypto.paillier import Encryptor
-from protocols import messages as m
 from protocols.serialization import loads
 from vfl import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.rounds import RoundObserver
