@@ -14,15 +14,19 @@ workers plus requests over it**:
   reads (a histogram unit ships only its row range, never the ciphertexts);
   the replies come back in request order. ``broadcast`` sends one request to
   every worker.
+* ``run_on(requests)`` runs each request on a given worker (the one whose slots hold a row
+  shard, :mod:`crypto.shards`), ``reduce_on`` sums such requests' partial results with a
+  ``combine`` operation (a tree reduction), ``drop(prefix)`` forgets slots.
 * ``n_workers``, a context-manager lifecycle (``start``, ``close``), and for
   benchmarks ``pids``, ``cpu_seconds`` (CPU time the workers reported) and
   ``worker_peaks()`` (peak resident memory per worker).
 
 Requests and replies are frames of :mod:`crypto.framing` (JSON header, raw byte
-blobs), and a worker's state is exactly what was shared into its slots; so a
-cluster executor (issue 11: row shards that stay put on workers, one task per
-shard and level) implements the same methods over its own transport, and the
-kernels do not change. Whether a batch goes to the workers at all is decided by
+blobs), and a worker's state is exactly what was shared into its slots; so the
+cluster executor (:class:`crypto.dask_executor.DaskExecutor`, issue 11: row
+shards that stay put on workers, one task per shard and level) implements the
+same methods over Dask, and the kernels do not change. :class:`InlineExecutor`
+runs the same operations in the calling process (one job, or tiny data). Whether a batch goes to the workers at all is decided by
 :func:`crypto.parallel.on_workers`, not by the executor.
 
 :class:`LocalExecutor` is the implementation on this machine: ``n_workers``

@@ -21,12 +21,13 @@ from crypto.shards import pack_codes, plan_shards, unpack_codes
 from datasets.errors import InputError, PeerError
 from parties.server import PassiveServer
 from protocols import messages as m
+from protocols.certs import make_certs
 from protocols.serialization import loads
 from protocols.transport import InMemoryTransport, frame_handler
 from vfl import ActiveParty, Federation, PassiveParty, TrainParams
 
 distributed = pytest.importorskip("distributed")
-from crypto.dask_executor import DaskExecutor, parse_spec  # noqa: E402
+from crypto.dask_executor import DaskExecutor, parse_spec, security_from_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = dict(n_estimators=2, max_depth=3, key_bits=KEY_BITS)
@@ -52,14 +53,19 @@ def _free_port() -> int:
 class Cluster:
     """``dask scheduler`` and ``dask worker`` commands as separate processes on 127.0.0.1."""
 
-    def __init__(self, n_workers=2):
+    def __init__(self, n_workers=2, tls=()):
         self.port = _free_port()
-        self.address = f"tcp://127.0.0.1:{self.port}"
+        self.tls = list(tls)
+        self.address = f"{'tls' if tls else 'tcp'}://127.0.0.1:{self.port}"
         self.procs = [self._spawn("distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(self.port),
-                                  "--dashboard-address", "127.0.0.1:0")]
+                                  "--dashboard-address", "127.0.0.1:0",
+                                  *(["--protocol", "tls", *self.tls] if tls else []))]
         self.workers = [self.add_worker() for _ in range(n_workers)]
-        with distributed.Client(self.address, timeout=60) as c:
+
+    def wait(self, n_workers, security=None):
+        with distributed.Client(self.address, timeout=60, security=security) as c:
             c.wait_for_workers(n_workers, timeout=120)
+        return self
 
     def _spawn(self, module, *args):
         p = subprocess.Popen([sys.executable, "-m", module, *args], env=_env(), cwd=ROOT,
@@ -69,7 +75,7 @@ class Cluster:
 
     def add_worker(self):
         return self._spawn("distributed.cli.dask_worker", self.address, "--nthreads", "1", "--no-nanny",
-                           "--host", "127.0.0.1", "--no-dashboard")
+                           "--host", "127.0.0.1", "--no-dashboard", *self.tls)
 
     def stop(self):
         for p in reversed(self.procs):
@@ -85,7 +91,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def real_cluster():
-    c = Cluster(2)
+    c = Cluster(2).wait(2)
     yield c
     c.stop()
 
@@ -243,7 +249,7 @@ def test_a_killed_worker_names_party_and_worker_and_resume_gives_the_same_model(
         return ActiveParty("a", a).fit(t, list(srv), params, **kw)
 
     full = fit(servers(tmp_path / "full"))
-    cluster = Cluster(2)
+    cluster = Cluster(2).wait(2)
     try:
         ex = DaskExecutor(cluster.address, name="passive:b", insecure=True)
         srv = servers(tmp_path / "run", ex)
@@ -269,6 +275,25 @@ def test_a_killed_worker_names_party_and_worker_and_resume_gives_the_same_model(
     finally:
         cluster.stop()
     assert _structures(resumed) == _structures(full)
+
+
+@pytest.mark.slow
+def test_a_party_on_a_tls_cluster_with_the_certificates_of_vfl_certs(tmp_path):
+    pytest.importorskip("cryptography")
+    make_certs(tmp_path / "certs", ["telco"], hosts=("127.0.0.1", "localhost"))
+    d = tmp_path / "certs"
+    tls = ["--tls-ca-file", str(d / "ca.pem"), "--tls-cert", str(d / "telco.pem"), "--tls-key", str(d / "telco.key")]
+    cluster = Cluster(1, tls=tls)
+    try:
+        cluster.wait(1, security=security_from_dir(d, "telco"))
+        ex = dask_executor(cluster.address, "passive:telco", tls_dir=d)
+        ref = _fed().fit(TrainParams(mode="plain", n_estimators=1, max_depth=2))
+        model = _fed((None, ex, None)).fit(TrainParams(mode="plain", n_estimators=1, max_depth=2))
+        assert ex.addresses[0].startswith("tls://127.0.0.1:")
+        ex.close()
+    finally:
+        cluster.stop()
+    assert _structures(model) == _structures(ref)
 
 
 # --- the command line --------------------------------------------------------------------
