@@ -3,6 +3,7 @@ import numpy as np
 import pandas as pd
 
 from protocols import messages as m
+from protocols.serialization import BigInts
 
 KEY_BITS = 1024   # tests use 1024-bit keys unless they are about key size
 
@@ -50,3 +51,10 @@ def streamed_gradients(messages) -> list:
                 values[blk * start.n_samples + msg.start:blk * start.n_samples + msg.stop] = vals[blk * k:(blk + 1) * k]
     assert all(None not in values for _, values in out), "a gradient stream is incomplete"
     return out
+
+
+def gradient_messages(messages) -> list:
+    """The gradient rounds among ``messages`` (to one passive party) as the one-message form a
+    ``Gradients`` message carries (reassembled from their streams, see :func:`streamed_gradients`)."""
+    return [m.Gradients(start.round_idx, start.encrypted, start.layout, start.values_per_ciphertext,
+                        BigInts(values), start.shifts) for start, values in streamed_gradients(messages)]
