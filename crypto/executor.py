@@ -26,7 +26,8 @@ blobs), and a worker's state is exactly what was shared into its slots; so the
 cluster executor (:class:`crypto.dask_executor.DaskExecutor`, issue 11: row
 shards that stay put on workers, one task per shard and level) implements the
 same methods over Dask, and the kernels do not change. :class:`InlineExecutor`
-runs the same operations in the calling process (one job, or tiny data). Whether a batch goes to the workers at all is decided by
+runs the same operations in the calling process (one job, or tiny data).
+Whether a batch goes to the workers at all is decided by
 :func:`crypto.parallel.on_workers`, not by the executor.
 
 :class:`LocalExecutor` is the implementation on this machine: ``n_workers``
