@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
+from crypto.cluster import dask_executor
 from crypto.keys import WeakKeyWarning, check_key_bits
 from datasets import SHARED_TASKS, load_guest_host, load_named
 from datasets.errors import InputError, VFLError
@@ -239,9 +240,14 @@ def _training_options(f):
 @click.option("--link-mbps", type=click.FloatRange(0, min_open=True), default=None,
               help="Throughput of the links to the passive parties in Mbit/s, for the cost model that weighs "
                    "pre-shifted gradient copies' bytes against computation (default: simulation models 100 Mbit/s).")
+@click.option("--dask", "dask_spec", default=None,
+              help="Each party on its own Dask cluster: local:N (a LocalCluster of N processes per party on "
+                   "loopback, dashboard off), or a scheduler address shared by all (tests; see README).")
+@click.option("--dask-tls-dir", type=click.Path(file_okay=False), help="Certificates for a --dask scheduler address.")
+@click.option("--dask-insecure", is_flag=True, help="Allow a non-TLS --dask scheduler address.")
 def simulate(dataset, active, passives, id_col, label_col, parties, test_size, output_json, predictions,
-             save_model, verbose, quiet, prediction, validation_size, jobs, link_mbps,
-             **train_options):
+             save_model, verbose, quiet, prediction, validation_size, jobs, link_mbps=None, dask_spec=None,
+             dask_tls_dir=None, dask_insecure=False, **train_options):
     """Run a whole federation in one process and report time, test metric and bytes."""
     if jobs is not None:
         os.environ["VFL_N_JOBS"] = str(jobs)
@@ -269,10 +275,24 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
             bar.write(f"tree {r + 1}: " + _fmt_breakdown(info["timing"])
                       + ("; validation " + ", ".join(f"{k} {v:.4f}" for k, v in val.items()) if val else ""))
 
-    fed, result, test_ids, proba = simulate_federation(party_frames, params, test_size=test_size, seed=params.seed,
-                                                       on_round=on_round, prediction=prediction,
-                                                       validation_size=validation_size or None,
-                                                       link_mbps=link_mbps)
+    executors = []
+
+    def executor_for(party_name):
+        executors.append(dask_executor(dask_spec, party_name, tls_dir=dask_tls_dir, insecure=dask_insecure))
+        return executors[-1]
+
+    try:
+        fed, result, test_ids, proba = simulate_federation(party_frames, params, test_size=test_size,
+                                                           seed=params.seed, on_round=on_round,
+                                                           prediction=prediction,
+                                                           validation_size=validation_size or None,
+                                                           executor_for=executor_for if dask_spec else None,
+                                                           link_mbps=link_mbps)
+        if dask_spec:
+            result["dask"] = {"spec": dask_spec, "workers": {ex.name: ex.worker_peaks() for ex in executors}}
+    finally:
+        for ex in executors:
+            ex.close()
     bar.close()
     for party, rep in result["alignment"].items():
         click.echo(f"aligned {party}: {rep['n_kept']} of {rep['n_rows']} rows kept")
@@ -403,6 +423,34 @@ def _net_options(f):
     return f
 
 
+def _dask_options(f):
+    """A party's own compute on a Dask cluster (optional extra [dask])."""
+    opts = [
+        click.option("--dask-scheduler", help="Run this party's ciphertext work and row shards on its own Dask "
+                                              "cluster: tls://HOST:PORT (tcp:// only with --dask-insecure)."),
+        click.option("--dask-tls-dir", type=click.Path(file_okay=False),
+                     help="Certificates for the Dask cluster: ca.pem and NAME.pem/NAME.key (or cert.pem/key.pem)."),
+        click.option("--dask-insecure", is_flag=True,
+                     help="Allow a non-TLS Dask scheduler (the cluster carries this party's plaintext data: "
+                          "a private network only)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _party_executor(name: str, scheduler, tls_dir, insecure, role: str):
+    """The party's Dask executor, or None (its own worker processes)."""
+    if not scheduler:
+        if tls_dir or insecure:
+            raise click.UsageError("--dask-tls-dir and --dask-insecure need --dask-scheduler")
+        return None
+    if scheduler.strip().startswith("local"):
+        raise click.UsageError("--dask-scheduler takes a scheduler address; for a local cluster use "
+                               "`vfl simulate --dask local:N`")
+    return dask_executor(scheduler, f"{role}:{name}", tls_dir=tls_dir, insecure=insecure)
+
+
 def _max_bytes(mb: float) -> int:
     if not mb or mb <= 0:
         raise InputError(f"--max-message-mb must be positive, got {mb}")
@@ -450,9 +498,10 @@ def party():
 @click.option("--validation-data", type=click.Path(),
               help="The id column and this party's features of the validation rows (CSV or Parquet).")
 @_net_options
+@_dask_options
 def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_align, allow_prediction,
                   dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
-                  validation_data=None):
+                  validation_data=None, dask_scheduler=None, dask_tls_dir=None, dask_insecure=False):
     """Serve training sessions and prediction requests of an active party."""
     _setup_logging(log_level)
     sec = _security(name, tls_dir, insecure, token_file, allow_clients)
@@ -465,8 +514,13 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
     policy = {k: v for k, v in (("allowed_align", tuple(allow_align)),
                                 ("allowed_prediction", tuple(allow_prediction)),
                                 ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature)) if v}
-    serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready,
-                  policy=policy, validation_data=validation_data)
+    executor = _party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive")
+    try:
+        serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready,
+                      policy=policy, validation_data=validation_data, executor=executor)
+    finally:
+        if executor is not None:
+            executor.close()
 
 
 @party.command("active")
@@ -496,9 +550,10 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                    "pre-shifted gradient copies' bytes against computation (default: measured on each round's "
                    "gradient message; 100 Mbit/s until measured).")
 @_net_options
+@_dask_options
 def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,
                  output_json, quiet, validation_data, link_mbps, tls_dir, insecure, token_file, max_message_mb,
-                 log_level, **train_options):
+                 log_level, dask_scheduler=None, dask_tls_dir=None, dask_insecure=False, **train_options):
     """Train with passive parties over the network (checkpoint after every tree)."""
     _setup_logging(log_level)
     peers = parse_peers(peer_specs)
@@ -512,10 +567,16 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
             bar.n = r + 1
             bar.refresh()
 
-        result = train_active(data, id_col, label_col, name, peers, params, model_dir, sec, timeout=timeout,
-                              resume=resume, force=force, align=params.align,
-                              max_frame_bytes=_max_bytes(max_message_mb), connect_timeout=connect_timeout,
-                              on_round=on_round, validation_data=validation_data, link_mbps=link_mbps)
+        executor = _party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "active")
+        try:
+            result = train_active(data, id_col, label_col, name, peers, params, model_dir, sec, timeout=timeout,
+                                  resume=resume, force=force, align=params.align,
+                                  max_frame_bytes=_max_bytes(max_message_mb), connect_timeout=connect_timeout,
+                                  on_round=on_round, validation_data=validation_data, executor=executor,
+                                  link_mbps=link_mbps)
+        finally:
+            if executor is not None:
+                executor.close()
     for p, rep in result["alignment"].items():
         click.echo(f"aligned {p}: {rep['n_kept']} of {rep['n_rows']} rows kept")
     if result["resumed_after_rounds"] is not None:

@@ -14,15 +14,20 @@ workers plus requests over it**:
   reads (a histogram unit ships only its row range, never the ciphertexts);
   the replies come back in request order. ``broadcast`` sends one request to
   every worker.
+* ``run_on(requests)`` runs each request on a given worker (the one whose slots hold a row
+  shard, :mod:`crypto.shards`), ``reduce_on`` sums such requests' partial results with a
+  ``combine`` operation (a tree reduction), ``drop(prefix)`` forgets slots.
 * ``n_workers``, a context-manager lifecycle (``start``, ``close``), and for
   benchmarks ``pids``, ``cpu_seconds`` (CPU time the workers reported) and
   ``worker_peaks()`` (peak resident memory per worker).
 
 Requests and replies are frames of :mod:`crypto.framing` (JSON header, raw byte
-blobs), and a worker's state is exactly what was shared into its slots; so a
-cluster executor (issue 11: row shards that stay put on workers, one task per
-shard and level) implements the same methods over its own transport, and the
-kernels do not change. Whether a batch goes to the workers at all is decided by
+blobs), and a worker's state is exactly what was shared into its slots; so the
+cluster executor (:class:`crypto.dask_executor.DaskExecutor`, issue 11: row
+shards that stay put on workers, one task per shard and level) implements the
+same methods over Dask, and the kernels do not change. :class:`InlineExecutor`
+runs the same operations in the calling process (one job, or tiny data).
+Whether a batch goes to the workers at all is decided by
 :func:`crypto.parallel.on_workers`, not by the executor.
 
 :class:`LocalExecutor` is the implementation on this machine: ``n_workers``
@@ -54,6 +59,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from crypto import worker
 from crypto.framing import Frame, encode_frame, read_frame
 from crypto.parallel import resolve_workers
 from datasets.errors import VFLError
@@ -127,6 +133,42 @@ class Executor(ABC):
     def map(self, requests: Sequence[Request]) -> list[Frame]:
         """Run independent requests on whichever worker is free, starting them in the given
         order (largest first is the caller's job); replies in request order."""
+
+    # -- pinned requests (row shards that stay put, see crypto.shards) -------
+    @abstractmethod
+    def run_on(self, requests: Sequence[tuple[int, Request]]) -> list[Frame]:
+        """Run each ``(worker index, request)`` on that very worker (its slots hold the shard the
+        request reads); requests of different workers run concurrently; replies in order."""
+
+    def reduce_on(self, requests: Sequence[tuple[int, Request]], combine: dict) -> Frame:
+        """Run pinned requests whose replies are partial results (one blob each) and sum them with
+        the ``combine`` operation of :mod:`crypto.worker` into one reply, whose header sums the
+        partials' numeric ``additions``. Here the partials come back and are summed pairwise (a
+        tree) in this process; a cluster executor sums them on its workers."""
+        replies = self.run_on(requests)
+        additions = sum(int(h.get("additions", 0)) for h, _ in replies)
+        parts = [blobs[0] for _, blobs in replies]
+        while len(parts) > 1:
+            nxt = [worker.run(dict(combine), [parts[i], parts[i + 1]])[1][0] for i in range(0, len(parts) - 1, 2)]
+            parts = nxt + ([parts[-1]] if len(parts) % 2 else [])
+        return {"additions": additions}, [parts[0] if parts else b""]
+
+    def drop(self, prefix: str) -> None:
+        """Forget every slot whose name starts with ``prefix`` on every worker (and locally)."""
+        if self.started and not self.closed:
+            self.broadcast({"op": "drop", "prefix": prefix})
+        for slot in [s for s in self._slot_names() if s.startswith(prefix)]:
+            self._forget(slot)
+
+    def _slot_names(self) -> list[str]:
+        return []
+
+    def _forget(self, slot: str) -> None:
+        pass
+
+    def worker_label(self, index: int) -> str:
+        """How messages name worker ``index``."""
+        return f"worker {index}"
 
     # -- benchmarks -------------------------------------------------------
     @property
@@ -335,6 +377,59 @@ class LocalExecutor(Executor):
             sel.close()
             return results
 
+    def run_on(self, requests: Sequence[tuple[int, Request]]) -> list[Frame]:
+        with self._lock:
+            if not requests:
+                return []
+            self._start()
+            results: list = [None] * len(requests)
+            queues: dict[int, list[int]] = {}
+            for i, (wi, _) in enumerate(requests):
+                if not 0 <= wi < len(self._workers):
+                    raise WorkerError(f"pool {self.name!r} has no worker {wi}")
+                queues.setdefault(wi, []).append(i)
+            for q in queues.values():
+                q.reverse()
+            sel = selectors.DefaultSelector()
+            try:
+                busy = 0
+                for wi, q in queues.items():
+                    w = self._workers[wi]
+                    i = q.pop()
+                    self._send(w, encode_frame(*requests[i][1]))
+                    w.task = (wi, i)
+                    sel.register(w.proc.stdout, selectors.EVENT_READ, w)
+                    busy += 1
+                while busy:
+                    for key, _ in sel.select():
+                        w = key.data
+                        wi, i = w.task
+                        results[i] = self._receive(w)
+                        if queues[wi]:
+                            i = queues[wi].pop()
+                            self._send(w, encode_frame(*requests[i][1]))
+                            w.task = (wi, i)
+                        else:
+                            sel.unregister(w.proc.stdout)
+                            w.task = None
+                            busy -= 1
+            except BaseException:
+                sel.close()
+                self.close(kill=True)
+                raise
+            sel.close()
+            return results
+
+    def _slot_names(self) -> list[str]:
+        return list(self._slots)
+
+    def _forget(self, slot: str) -> None:
+        self._slots.pop(slot, None)
+
+    def worker_label(self, index: int) -> str:
+        pid = self._workers[index].proc.pid if index < len(self._workers) else "?"
+        return f"worker {index} (pid {pid}) of pool {self.name!r}"
+
     def _send(self, w: _Worker, frame: list[bytes]) -> None:
         try:
             for part in frame:
@@ -353,3 +448,83 @@ class LocalExecutor(Executor):
             raise WorkerError(f"worker {w.proc.pid} of pool {self.name!r} failed:\n{header['error']}")
         self.cpu_seconds += float(header.get("cpu", 0.0))
         return header, blobs
+
+
+class InlineExecutor(Executor):
+    """The worker operations run in the calling process, over this object's own slots: the
+    executor of a party with one job (``n_jobs=1``) or too little work to ship (a few hundred
+    rows), so that the sharded code path is the same everywhere."""
+
+    def __init__(self, name: str = "inline"):
+        self.name = name
+        self.n_workers = 1
+        self.closed = False
+        self.cpu_seconds = 0.0
+        self._state: dict = {}
+        self._slots: dict[str, Any] = {}
+        self._lock = threading.RLock()
+
+    def start(self) -> "InlineExecutor":
+        if self.closed:
+            raise WorkerError(f"executor {self.name!r} is closed")
+        return self
+
+    @property
+    def started(self) -> bool:
+        return not self.closed
+
+    def close(self, kill: bool = False) -> None:
+        self.closed = True
+        self._state.clear()
+        self._slots.clear()
+
+    @property
+    def pids(self) -> list[int]:
+        return []
+
+    def worker_peaks(self) -> list[dict]:
+        return []
+
+    def holds(self, slot: str, obj) -> bool:
+        return self._slots.get(slot) is obj and not self.closed
+
+    def share(self, slot: str, obj, header: dict, blobs: Sequence[bytes] = (), op: str = "put") -> None:
+        with self._lock:
+            if self.holds(slot, obj):
+                return
+            self._slots.pop(slot, None)
+            self.broadcast(dict(header, op=op, slot=slot), blobs)
+            self._slots[slot] = obj
+
+    def _run(self, header: dict, blobs: Sequence[bytes]) -> Frame:
+        self.start()
+        try:
+            reply = worker.run(dict(header), list(blobs), self._state)
+        except Exception as exc:
+            raise WorkerError(f"executor {self.name!r} failed: {type(exc).__name__}: {exc}") from exc
+        self.cpu_seconds += float(reply[0].get("cpu", 0.0))
+        return reply
+
+    def broadcast(self, header: dict, blobs: Sequence[bytes] = ()) -> list[Frame]:
+        with self._lock:
+            return [self._run(header, blobs)]
+
+    def map(self, requests: Sequence[Request]) -> list[Frame]:
+        with self._lock:
+            return [self._run(h, b) for h, b in requests]
+
+    def run_on(self, requests: Sequence[tuple[int, Request]]) -> list[Frame]:
+        with self._lock:
+            if any(wi != 0 for wi, _ in requests):
+                raise WorkerError(f"executor {self.name!r} has one worker")
+            return [self._run(h, b) for _, (h, b) in requests]
+
+    def _slot_names(self) -> list[str]:
+        return list(self._slots)
+
+    def _forget(self, slot: str) -> None:
+        self._slots.pop(slot, None)
+
+    def worker_label(self, index: int) -> str:
+        return f"the process of {self.name!r}"
+

@@ -13,6 +13,14 @@ closes. The operations (:func:`run`, the vocabulary of every executor's requests
   :func:`crypto.compress.compressed_histogram`.
 * ``compress``, ``encrypt``, ``decrypt``: a chunk of that batch operation.
 * ``obfuscate``: fresh obfuscators for :class:`crypto.obfuscators.ObfuscatorStore`.
+
+Row shards that stay put (:mod:`crypto.shards`):
+
+* ``fill``: write a piece of a round's gradient values into a shard's slot (range-checked
+  ciphertexts); ``get``: a shard's values as bytes; ``drop``: forget slots by prefix.
+* ``pack_encrypt``: pack (and encrypt) a shard's fixed-point gradients into a slot.
+* ``shard_hist``: the partial histograms of one shard for the nodes of one level, from the
+  bit-packed node codes; ``combine``: sum two partials (the tree reduction).
 """
 from __future__ import annotations
 
@@ -25,11 +33,13 @@ import traceback
 import gmpy2
 import numpy as np
 
-from crypto.compress import compress, direct_block
+from crypto.compress import compress, direct_block, shifted_plaintexts
 from crypto.framing import read_frame, write_frame
 from crypto.histogram import block_sums
 from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
+from crypto.packing import PackingLayout, pack
 from crypto.paillier import Decryptor, Encryptor
+from crypto.shards import unpack_codes
 
 _state: dict = {}
 _moduli: dict = {}
@@ -44,7 +54,7 @@ def _modulus(h: str):
     return m
 
 
-def _put(req, blobs):
+def _put(req, blobs, st):
     kind = req["kind"]
     if kind == "ints":
         obj = bytes_to_ints(blobs[0], int(req["width"]), bool(req.get("signed")))
@@ -59,20 +69,20 @@ def _put(req, blobs):
         obj = Decryptor.from_state(req["state"])
     else:
         raise ValueError(f"unknown slot kind {kind!r}")
-    _state[req["slot"]] = obj
+    st[req["slot"]] = obj
     return {}, []
 
 
-def _node_rows(req):
-    rows, starts = _state[req["rows"]]
+def _node_rows(req, st):
+    rows, starts = st[req["rows"]]
     j = int(req["node"])
     return rows[starts[j]:starts[j + 1]][int(req["r0"]):int(req["r1"])]
 
 
-def _hist(req, blobs):
-    values = _state[req["values"]]
-    bins = _state[req["bins"]]
-    rows = _node_rows(req)
+def _hist(req, blobs, st):
+    values = st[req["values"]]
+    bins = st[req["bins"]]
+    rows = _node_rows(req, st)
     f0, f1 = int(req["f0"]), int(req["f1"])
     vals = [values[i] for i in rows.tolist()]
     m = _modulus(req["modulus"])
@@ -82,10 +92,10 @@ def _hist(req, blobs):
     return {"additions": stats.get("additions", 0)}, [ints_to_bytes(sums, int_width(m))]
 
 
-def _direct(req, blobs):
-    values = _state[req["values"]]
-    bins = _state[req["bins"]]
-    rows = _node_rows(req)
+def _direct(req, blobs, st):
+    values = st[req["values"]]
+    bins = st[req["bins"]]
+    rows = _node_rows(req, st)
     f0, f1 = int(req["f0"]), int(req["f1"])
     m = _modulus(req["modulus"])
     c0, accs = direct_block(values, int(req["n_samples"]), rows, bins[rows, f0:f1], req["slot0"],
@@ -93,40 +103,149 @@ def _direct(req, blobs):
     return {"c0": c0}, [ints_to_bytes(accs, int_width(m))]
 
 
-def _compress(req, blobs):
+def _compress(req, blobs, st):
     m = _modulus(req["modulus"])
     w = int_width(m)
     out = compress(bytes_to_ints(blobs[0], w), int(req["shift_bits"]), int(req["per"]), m)
     return {}, [ints_to_bytes(out, w)]
 
 
-def _encrypt(req, blobs):
-    enc = _state[req["slot"]]
+def _encrypt(req, blobs, st):
+    enc = st[req["slot"]]
     plain = bytes_to_ints(blobs[0], int(req["width"]), signed=True)
     return {}, [ints_to_bytes(enc.encrypt(plain), int_width(enc.nsquare))]
 
 
-def _obfuscate(req, blobs):
-    enc = _state[req["slot"]]
+def _obfuscate(req, blobs, st):
+    enc = st[req["slot"]]
     return {}, [ints_to_bytes(enc.obfuscators(int(req["count"])), int_width(enc.nsquare))]
 
 
-def _decrypt(req, blobs):
-    dec = _state[req["slot"]]
+def _decrypt(req, blobs, st):
+    dec = st[req["slot"]]
     out = dec.decrypt_signed(bytes_to_ints(blobs[0], int_width(dec.nsquare)))
     return {}, [ints_to_bytes(out, int_width(dec.n) + 1, signed=True)]
 
 
+def _fill(req, blobs, st):
+    slot, size, w, signed = req["slot"], int(req["size"]), int(req["width"]), bool(req.get("signed"))
+    cur = st.get(slot)
+    if cur is None or len(cur) != size or st.get(slot + "#round") != req.get("round"):
+        cur = st[slot] = [None] * size
+        st[slot + "#round"] = req.get("round")
+        st[slot + "#filled"] = 0
+    vals = bytes_to_ints(blobs[0], w, signed)
+    if req.get("modulus"):
+        m = _modulus(req["modulus"])
+        for v in vals:
+            if not 0 < v < m:
+                raise ValueError("a ciphertext is out of range")
+    pos = 0
+    for dest, count in req["segments"]:
+        cur[dest:dest + count] = vals[pos:pos + count]
+        pos += count
+    st[slot + "#filled"] += pos
+    return {"filled": st[slot + "#filled"]}, []
+
+
+def _get(req, blobs, st):
+    w, signed = int(req["width"]), bool(req.get("signed"))
+    return {}, [b"".join(ints_to_bytes(st[slot], w, signed) for slot in req["slots"])]
+
+
+def _drop(req, blobs, st):
+    prefix = req["prefix"]
+    for key in [k for k in st if k.startswith(prefix)]:
+        del st[key]
+    return {}, []
+
+
+def _pack_encrypt(req, blobs, st):
+    n, G = int(req["n_rows"]), int(req["group_size"])
+    g = np.frombuffer(blobs[0], dtype=np.int64).reshape(n, G)
+    h = np.frombuffer(blobs[1], dtype=np.int64).reshape(n, G)
+    rows = np.flatnonzero(np.frombuffer(blobs[2], dtype=np.uint8)) if req.get("masked") else None
+    layout = PackingLayout.from_dict(req["layout"])
+    if rows is not None and not len(rows):
+        packed = []
+    else:
+        packed = pack(g if rows is None else g[rows], h if rows is None else h[rows], layout)
+    shifts = int(req["shifts"])
+    if shifts > 1:
+        packed = shifted_plaintexts(packed, int(req["value_bits"]), shifts)
+    enc = st[req["encryptor"]].encrypt(packed) if req["encrypt"] and packed else packed
+    if rows is None:
+        st[req["slot"]] = list(enc)
+    else:   # rows no tree of the round uses: trivial placeholders (never summed)
+        one = gmpy2.mpz(1) if req["encrypt"] else 0
+        out = []
+        m = len(rows)
+        for sh in range(shifts):
+            block = [one] * n
+            for i, v in zip(rows.tolist(), enc[sh * m:(sh + 1) * m]):
+                block[i] = v
+            out.extend(block)
+        st[req["slot"]] = out
+    return {}, []
+
+
+def _shard_hist(req, blobs, st):
+    n = int(req["n_rows"])
+    bins = st[req["bins"]]
+    values = st[req["values"]]
+    if st.get(req["values"] + "#filled") != len(values):
+        raise ValueError("the shard did not receive all gradient values of the round")
+    codes = [unpack_codes(b, int(bits), n) for b, bits in zip(blobs, req["bits"])]
+    shifts, per, groups = int(req["shifts"]), int(req["per"]), int(req["groups"])
+    n_bins = req["n_bins"]
+    total = int(sum(n_bins))
+    m = _modulus(req["modulus"]) if req.get("modulus") else None
+    one = 0 if m is None else gmpy2.mpz(1)
+    out = [one] * int(req["n_out"])
+    block = shifts * n
+    stats: dict = {}
+    for i, (p, c, j) in enumerate(req["nodes"]):
+        rows = np.flatnonzero(codes[p] == c)
+        if not len(rows):
+            continue
+        vals_j = values[j * block:(j + 1) * block] if groups > 1 else values
+        if shifts == 1:
+            vals = [vals_j[r] for r in rows.tolist()]
+            out[i * total:(i + 1) * total] = block_sums(vals, bins[rows], n_bins, m, req["joint"], stats)
+        else:
+            c0, accs = direct_block(vals_j, n, rows, bins[rows], i * total, n_bins, per, m)
+            for k, a in enumerate(accs, start=c0):
+                if m is None:
+                    out[k] += a
+                else:
+                    out[k] = a if out[k] == 1 else out[k] * a % m
+    return {"additions": stats.get("additions", 0)}, [ints_to_bytes(out, int(req["width"]), bool(req["signed"]))]
+
+
+def _combine(req, blobs, st):
+    w, signed = int(req["width"]), bool(req.get("signed"))
+    parts = [bytes_to_ints(b, w, signed) for b in blobs]
+    acc = parts[0]
+    m = _modulus(req["modulus"]) if req.get("modulus") else None
+    for part in parts[1:]:
+        if m is None:
+            acc = [x + y for x, y in zip(acc, part)]
+        else:
+            acc = [y if x == 1 else x if y == 1 else x * y % m for x, y in zip(acc, part)]
+    return {}, [ints_to_bytes(acc, w, signed)]
+
+
 _OPS = {"put": _put, "hist": _hist, "direct": _direct, "compress": _compress,
         "encrypt": _encrypt, "obfuscate": _obfuscate, "decrypt": _decrypt,
-        "ping": lambda req, blobs: ({"pid": os.getpid()}, [])}
+        "fill": _fill, "get": _get, "drop": _drop, "pack_encrypt": _pack_encrypt, "shard_hist": _shard_hist,
+        "combine": _combine, "ping": lambda req, blobs, st: ({"pid": os.getpid()}, [])}
 
 
-def run(req: dict, blobs: list[bytes]) -> tuple[dict, list[bytes]]:
-    """Answer one request against this process's slots; the reply header carries ``cpu``
-    (seconds of CPU time spent)."""
+def run(req: dict, blobs: list[bytes], state: dict | None = None) -> tuple[dict, list[bytes]]:
+    """Answer one request against the slots of ``state`` (default: this process's slots);
+    the reply header carries ``cpu`` (seconds of CPU time spent)."""
     t0 = time.process_time()
-    header, reply = _OPS[req["op"]](req, blobs)
+    header, reply = _OPS[req["op"]](req, blobs, _state if state is None else state)
     header["cpu"] = time.process_time() - t0
     return header, reply
 

@@ -17,6 +17,7 @@ import secrets
 import numpy as np
 import pandas as pd
 
+from crypto.executor import Executor
 from crypto.parallel import resolve_workers
 from datasets.errors import InputError
 from datasets.frames import party_data
@@ -64,10 +65,14 @@ class ActiveParty:
     link_mbps: float | None = None
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", label_col: str = "y",
-                 source: str | None = None, n_jobs: int | None = None):
+                 source: str | None = None, n_jobs: int | None = None, executor: Executor | None = None):
         self.name = str(name)
         resolve_workers(n_jobs)       # validate early
         self.n_jobs = n_jobs          # worker processes for encryption/decryption (None: all cores)
+        if executor is not None and not isinstance(executor, Executor):
+            raise InputError(f"executor must be a crypto.executor.Executor (e.g. DaskExecutor), got "
+                             f"{type(executor).__name__}")
+        self.executor = executor      # the caller's executor (e.g. a Dask cluster): used, never closed
         self.id_col, self.label_col, self.source = id_col, label_col, source
         d = party_data(frame, self.name, id_col, label_col, source, require_features=False,
                        allow_text_label=True)
@@ -142,7 +147,8 @@ class ActiveParty:
                 # the passive parties were told the training finished (our final write then failed):
                 # the checkpoint holds every round; only the last step (TrainEnd, the model file) is left
                 booster_params = dataclasses.replace(params, n_estimators=resume.n_rounds)
-        self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.n_jobs, len(rows))
+        self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.n_jobs, len(rows),
+                                       executor=self.executor, name=self.name)
         booster, completed, ends = None, False, {}
         try:   # from here on, workers and passive parties are released whatever happens
             self._plan_channel(transport, peers, infos, params)
@@ -341,4 +347,5 @@ class ActiveParty:
         obj.alignment_report, obj.timings, obj.channel = {}, [], None
         obj.label_mapping = {c: i for i, c in enumerate(model.classes)} if model.classes else None
         obj.n_jobs = None
+        obj.executor = None
         return obj

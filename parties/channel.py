@@ -4,32 +4,37 @@ for every passive party, and decrypts the bin sums they send back.
 It is a round observer (:class:`vfl.rounds.RoundObserver`): when a round starts
 it turns the learner's fixed-point integers, bounds and precision
 (:class:`vfl.rounds.RoundGradients`) into a packing layout
-(:mod:`crypto.packing`), packs (g, h) pairs, optionally pre-shifts them
-(:mod:`crypto.compress`) and encrypts them on the party's executor, before any
-passive party is sent the round (:class:`parties.remote.RemoteSource`). Its
-seconds go into the round's timing record (stages ``encrypt`` and ``decrypt``).
+(:mod:`crypto.packing`), and the party's executor workers pack (g, h) pairs,
+optionally pre-shift them (:mod:`crypto.compress`) and encrypt them, shard by
+shard (:class:`crypto.shards.ShardedEncryption`: the values stay in the
+workers), before any passive party is sent the round. The round then travels to
+each passive party as a stream (:meth:`GradientChannel.messages`): one
+``GradientsStart``, then one ``GradientShard`` per row shard, each fetched from
+its worker when it is sent and under the frame cap; the driver never holds the
+whole vector. Its seconds go into the round's timing record (stages
+``encrypt`` and ``decrypt``).
 
 Whether to send pre-shifted copies (:func:`crypto.compress.choose_shifts`) weighs their
 extra bytes by each passive party's link: the user's ``--link-mbps``, else the throughput
-measured on the previous gradient message, else :data:`ASSUMED_LINK_MBPS`.
+measured on the previous gradient stream, else :data:`ASSUMED_LINK_MBPS`.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
 
-import gmpy2
 import numpy as np
 
-from crypto.compress import choose_shifts, shifted_plaintexts, squaring_seconds
-from crypto.executor import Executor, LocalExecutor
+from crypto.compress import choose_shifts, squaring_seconds
+from crypto.executor import Executor, InlineExecutor, LocalExecutor
+from crypto.intcodec import int_width
 from crypto.keys import generate_keypair
-from crypto.packing import PackingLayout, decode_sums, pack
+from crypto.packing import PackingLayout, decode_sums
 from crypto.paillier import Decryptor, Encryptor
 from crypto.parallel import resolve_workers
+from crypto.shards import ShardedEncryption, ShardSet, plain_width
 from datasets.errors import InputError
 from protocols import messages as m
-from protocols.serialization import BigInts
 from vfl.params import Mode
 from vfl.rounds import RoundGradients, RoundObserver, RoundTiming
 
@@ -41,7 +46,8 @@ ASSUMED_LINK_MBPS = 100.0
 class RoundCrypto:
     """The gradient vector of one round, packed and encrypted once for all passive parties."""
     round_idx: int
-    message: m.Gradients
+    start: m.GradientsStart   # the stream's header
+    values: ShardedEncryption  # the values, on the executor's workers
     layout: PackingLayout
     per: int                  # packed values per plaintext
     group_size: int           # targets per packed value (see m.Gradients)
@@ -52,18 +58,25 @@ class RoundCrypto:
 class GradientChannel(RoundObserver):
     """Packs, encrypts (``he``) and decrypts for every remote source of one training."""
 
+    #: bytes a gradient shard message may carry besides its values
+    FRAME_MARGIN = 65536
+
     def __init__(self, mode: str, key_bits: int, encryption: str, n_jobs: int | None = None,
-                 n_samples: int | None = None):
+                 n_samples: int | None = None, executor: Executor | None = None, name: str = "active"):
         self.mode = mode
         self.key_bits = key_bits
         self.public_key = self.private_key = None
         self.encryptor = self.decryptor = None
-        self.executor: Executor | None = None
-        if mode == Mode.HE:
-            if resolve_workers(n_jobs) > 1:
-                self.executor = LocalExecutor(n_jobs, name="active")
+        self.own_executor = executor is None      # the caller's executor is used, never closed
+        self.executor: Executor | None = executor
+        if executor is None:
+            if mode == Mode.HE and resolve_workers(n_jobs) > 1:
+                self.executor = LocalExecutor(n_jobs, name=f"active:{name}")
                 if n_samples is not None and n_samples >= 64:   # start up while the key is generated
                     self.executor.start()
+            else:
+                self.executor = InlineExecutor(name=f"active:{name}")
+        if mode == Mode.HE:
             try:
                 self.public_key, self.private_key = generate_keypair(key_bits)
                 self.encryptor = Encryptor(self.public_key, self.private_key, method=encryption)
@@ -123,10 +136,18 @@ class GradientChannel(RoundObserver):
         return self._squaring
 
     def close(self) -> None:
-        """Stop the worker processes (end of training)."""
-        if self.executor is not None:
-            self.executor.close()
-            self.executor = None
+        """Stop the worker processes (end of training); a caller's executor only forgets the
+        round's shards."""
+        executor, self.executor = self.executor, None
+        if executor is None:
+            return
+        if self.own_executor:
+            executor.close()
+        elif not executor.closed:
+            try:
+                executor.drop("grad/")
+            except Exception:        # a lost worker: its slots are gone anyway
+                pass
 
     def _shifts(self, n_samples: int, layout: PackingLayout, per: int, n_trees: int = 1,
                 n_groups: int = 1, frame_rows: int | None = None) -> int:
@@ -135,10 +156,6 @@ class GradientChannel(RoundObserver):
         ``n_samples`` rows are encrypted and summed; the message carries ``frame_rows``
         values per copy and group (all rows: unsampled ones as full-width placeholders)."""
         if self.mode != Mode.HE or per <= 1 or self.preshift is False:
-            return 1
-        frame_rows = n_samples if frame_rows is None else frame_rows
-        if self.frame_cap is not None and \
-                n_groups * frame_rows * per * ((2 * self.key_bits + 7) // 8) + 65536 > 0.9 * self.frame_cap:
             return 1
         if self.preshift is True:
             return per
@@ -151,11 +168,22 @@ class GradientChannel(RoundObserver):
         """Pack and encrypt the round's gradients, once for every passive party."""
         self.current = self._encrypt_round(gradients)
 
-    def message(self, round_idx: int) -> m.Gradients:
-        """The round's gradient message (encrypted when the round started)."""
+    def messages(self, round_idx: int):
+        """The round's gradient stream: a ``GradientsStart``, then one ``GradientShard`` per row shard
+        (fetched from its worker only when the caller asks for it: send it, drop it)."""
         if self.current is None or self.current.round_idx != round_idx:
             raise RuntimeError(f"round {round_idx} was not encrypted: the channel must observe the booster")
-        return self.current.message
+        cur = self.current
+        yield cur.start
+        for start, stop, data in cur.values.stream():
+            yield m.GradientShard(round_idx, start, stop, data)
+
+    def shard_rows(self, bytes_per_row: int) -> int | None:
+        """The most rows one gradient shard message may carry under the frame cap (None: no cap)."""
+        if self.frame_cap is None:
+            return None
+        room = 0.9 * self.frame_cap - self.FRAME_MARGIN
+        return max(1, int(room // max(1, bytes_per_row)))
 
     def _encrypt_round(self, rg: RoundGradients) -> RoundCrypto:
         t0 = time.perf_counter()
@@ -164,33 +192,27 @@ class GradientChannel(RoundObserver):
         K, G = layout.n_targets, self.group_size(layout)
         glayout = layout if G == K else replace(layout, n_targets=G)
         per = glayout.values_per_plaintext(self.key_bits)
-        g_int, h_int = rg.g, rg.h
         n = rg.n_rows
         used = rg.in_any_sample
-        rows = np.arange(n) if used is None else np.flatnonzero(used)
+        n_used = n if used is None else int(np.count_nonzero(used))
         n_groups = -(-K // G)
-        shifts = self._shifts(len(rows), glayout, per, n_trees=K, n_groups=n_groups, frame_rows=n)
-        values = []
-        for start in range(0, K, G):        # one block of n values per target group (and shift)
-            gj = np.zeros((n, G), dtype=np.int64)
-            hj = np.zeros((n, G), dtype=np.int64)
-            stop = min(K, start + G)
-            gj[:, :stop - start], hj[:, :stop - start] = g_int[:, start:stop], h_int[:, start:stop]
-            packed = pack(gj[rows], hj[rows], glayout)
-            if shifts > 1:
-                packed = shifted_plaintexts(packed, glayout.value_bits, shifts)
-            enc = self.encryptor.encrypt(packed, executor=self.executor) if self.mode == Mode.HE else packed
-            if used is None:
-                values.extend(enc)
-            else:   # rows no tree of the round uses: trivial placeholders (never summed)
-                for sh in range(shifts):
-                    block = [gmpy2.mpz(1) if self.mode == Mode.HE else 0] * n
-                    for i, v in zip(rows.tolist(), enc[sh * len(rows):(sh + 1) * len(rows)]):
-                        block[i] = v
-                    values.extend(block)
+        shifts = self._shifts(n_used, glayout, per, n_trees=K, n_groups=n_groups, frame_rows=n)
+        he = self.mode == Mode.HE
+        if he:
+            width, signed = int_width(self.encryptor.nsquare), False
+            self.executor.share("encryptor", self.encryptor, {"kind": "encryptor", "state": self.encryptor.state()})
+        else:
+            width, signed = plain_width(glayout.value_bits, shifts), True
+        max_rows = self.shard_rows(n_groups * shifts * width)
+        if max_rows is not None and max_rows < 1:
+            raise RuntimeError("the frame cap is too small for one row of gradients")
+        shards = ShardSet(self.executor, n, max_rows=max_rows, prefix="grad/")
+        values = ShardedEncryption(shards, n_groups, shifts, width, signed)
+        values.fill(np.asarray(rg.g), np.asarray(rg.h), None if used is None else np.asarray(used, dtype=bool),
+                    glayout.to_dict(), G, he, glayout.value_bits)
         rg.timing.add("encrypt", time.perf_counter() - t0)
-        message = m.Gradients(rg.round_idx, self.mode == Mode.HE, glayout.to_dict(), per, BigInts(values), shifts)
-        return RoundCrypto(rg.round_idx, message, glayout, per, G, shifts, rg.timing)
+        start = m.GradientsStart(rg.round_idx, he, glayout.to_dict(), per, shifts, n_groups, n, width, signed)
+        return RoundCrypto(rg.round_idx, start, values, glayout, per, G, shifts, rg.timing)
 
     def decode(self, values, total: int):
         """Decrypt (``he``) and unpack ``total`` bin sums of the current round."""

@@ -35,7 +35,8 @@ from vfl.dp_debias import DebiasedBucketSource, DPBooster, auto_buckets, coarse_
 from vfl.params import Mode
 
 #: what a passive party training in mode dp refuses to answer
-DP_REFUSED = frozenset({m.Gradients, m.HistogramRequest, m.SplitRequest, m.PublicKey})
+DP_REFUSED = frozenset({m.Gradients, m.GradientsStart, m.GradientShard, m.HistogramRequest, m.SplitRequest,
+                        m.PublicKey})
 
 
 # -- the passive party's side (a handler group over parties.passive_state.PassiveState) ----------

@@ -45,17 +45,19 @@ def _read_csv(path, name, id_col, label_col=None, allow_text_label=False):
 # --------------------------------------------------------------------------- passive
 def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security,
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, on_ready=None, stop_event=None,
-                  policy: dict | None = None, validation_data=None) -> None:
+                  policy: dict | None = None, validation_data=None, executor=None) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop_event``). ``on_ready(port)`` is called once listening;
     ``policy``: :class:`PassiveServer` policy attributes (``allowed_align``, ...);
     ``validation_data``: CSV of this party's features of the validation rows (if the active party
-    trains with a validation set)."""
+    trains with a validation set); ``executor``: the party's compute for the ciphertext kernels and
+    its row shards (e.g. a Dask cluster, :func:`crypto.executor.dask_executor`)."""
     check_address(listen, "--listen address")
     pf = _read_csv(data, name, id_col)
     vf = _read_csv(validation_data, name, id_col) if validation_data is not None else None
     service = PassiveServer(name, pf.frame, id_col, model_dir, source=str(data), policy=policy,
                             validation_frame=vf.frame if vf is not None else None,
-                            validation_source=str(validation_data) if vf is not None else None)
+                            validation_source=str(validation_data) if vf is not None else None,
+                            executor=executor)
     server = PartyServer(name, service.handle_frame, listen, security, max_frame_bytes=max_frame_bytes)
     port = server.start()
     stop = stop_event or threading.Event()
@@ -109,7 +111,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
                  model_dir, security, timeout: float = DEFAULT_TIMEOUT, resume: bool = False,
                  force: bool = False, align: str = "hash", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  connect_timeout: float | None = None, on_round=None, validation_data=None,
-                 link_mbps: float | None = None) -> dict:
+                 link_mbps: float | None = None, executor=None) -> dict:
     """Train against passive servers; return a JSON-ready summary (see the README).
     ``validation_data``: CSV of validation rows (id, label, features; the passive parties serve
     theirs with ``--validation-data``): metric history and early stopping. ``link_mbps``: the
@@ -124,7 +126,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     if ck is not None:
         check_writable_dir(files.dir, "--model-dir")      # resuming into a directory that became read-only
     pf = _read_csv(data, name, id_col, label_col, allow_text_label=True)
-    active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data))
+    active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data), executor=executor)
     active.link_mbps = link_mbps
     vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True) \
         if validation_data is not None else None

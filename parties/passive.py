@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from crypto.executor import Executor
 from crypto.parallel import resolve_workers
 from datasets.errors import InputError, ProtocolError
 from datasets.frames import feature_matrix
@@ -54,6 +55,8 @@ HANDLERS = {
     m.TrainSetup: passive_train.setup,
     m.PublicKey: passive_train.public_key,
     m.Gradients: passive_train.gradients,
+    m.GradientsStart: passive_train.gradients_start,
+    m.GradientShard: passive_train.gradient_shard,
     m.HistogramRequest: passive_train.histogram_request,
     m.SplitRequest: passive_train.split_request,
     m.TrainEnd: passive_train.train_end,
@@ -145,9 +148,10 @@ class PassiveParty:
     psi_pending_cap = _state_attr("psi_pending_cap", "pending PSI exchanges kept (older ones are forgotten)")
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
-                 source: str | None = None, n_jobs: int | None = None):
+                 source: str | None = None, n_jobs: int | None = None, executor: Executor | None = None):
         resolve_workers(n_jobs)       # validate early
         self._state = PassiveState(str(name), id_col, source, n_jobs)
+        self.executor = executor
         if frame is not None:
             s = self._state
             s.ids, s.X, s.feature_names = feature_matrix(frame, s.name, id_col, None, source,
@@ -220,6 +224,20 @@ class PassiveParty:
     def drop_session(self, session_id: str) -> None:
         """Forget a prediction session (its rows and any pending PSI state)."""
         self._state.drop_session(session_id)
+
+    @property
+    def executor(self) -> Executor | None:
+        """The caller's executor for the ciphertext kernels and the row shards (e.g. a
+        :class:`crypto.dask_executor.DaskExecutor`; used, never closed by the party); None: the
+        party's own worker processes (``n_jobs``)."""
+        return self._state.user_executor
+
+    @executor.setter
+    def executor(self, executor: Executor | None) -> None:
+        if executor is not None and not isinstance(executor, Executor):
+            raise InputError(f"executor must be a crypto.executor.Executor (e.g. DaskExecutor), got "
+                             f"{type(executor).__name__}")
+        self._state.user_executor = executor
 
     def close_executor(self) -> None:
         """Stop this party's worker processes (also done at TrainEnd and by garbage collection)."""

@@ -5,7 +5,9 @@ One :class:`PassiveState` per :class:`parties.passive.PassiveParty`. It holds
 * the party's own data (ids and feature columns; new rows to predict on; validation rows) and
   its local settings (which alignment and prediction methods it allows, its DP policy);
 * the **training session** (:class:`TrainingSession`): the aligned rows, the bins, the public
-  key, the gradients of the current round (:class:`ReceivedGradients`), the last node assignment;
+  key, the row shards on the executor's workers and the current round's gradients
+  (:class:`crypto.shards.ShardedGradients`: only metadata; the values live on the shards' workers),
+  the last node assignment;
 * the model: its id, the id salt, the **lookup table** of split records (:class:`LookupTable`),
   the DP release ledger;
 * the prediction and validation **sessions** (rows by session id) and pending PSI exchanges.
@@ -19,9 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from crypto.executor import Executor, LocalExecutor
-from crypto.packing import PackingLayout
+from crypto import parallel
+from crypto.executor import Executor, InlineExecutor, LocalExecutor
 from crypto.parallel import resolve_workers
+from crypto.shards import ShardedGradients, ShardSet
 from datasets.errors import InputError, ProtocolError
 from vfl.binning import Binner
 from vfl.params import ALIGNMENTS, PREDICTIONS
@@ -29,20 +32,6 @@ from vfl.split import goes_left
 
 #: pending PSI exchanges kept at once (older, abandoned ones are forgotten)
 MAX_PSI_PENDING = 8
-
-
-@dataclass(eq=False)
-class ReceivedGradients:
-    """The gradients of the current round as received (see :class:`protocols.messages.Gradients`)."""
-    values: list                 # every value (ciphertexts in mode he), ``groups`` blocks
-    group_values: list           # block j: the values of target group j
-    shifts: int                  # 1, or pre-shifted copies per row (= values_per_ciphertext)
-    per: int                     # values per output ciphertext
-    layout: PackingLayout
-
-    @property
-    def groups(self) -> int:
-        return len(self.group_values)
 
 
 @dataclass(eq=False)
@@ -55,7 +44,8 @@ class TrainingSession:
     bin_idx: np.ndarray | None = None          # (aligned rows, features) bin indices
     nsquare: object = None                     # n^2 of the active party's public key (gmpy2)
     round_idx: int | None = None               # the round of the last gradients (kept after TrainEnd)
-    grads: ReceivedGradients | None = None        # dropped at TrainEnd
+    grads: ShardedGradients | None = None      # the round's gradients (values on the shards' workers)
+    shards: ShardSet | None = None             # the aligned rows' shards on the executor's workers
     assignment: np.ndarray | None = None       # node of every row, per tree, of the last histogram request
     dp_released: np.ndarray | None = None      # mode dp: the aligned rows already released (bool)
 
@@ -144,6 +134,7 @@ class PassiveState:
     psi_pending_cap: int = MAX_PSI_PENDING             # pending PSI exchanges kept (a server raises it: it
     #                                                    bounds its sessions itself and never evicts one in use)
     executor: Executor | None = None
+    user_executor: Executor | None = None             # given by the caller (e.g. Dask): used, never closed
 
     # -- checks -------------------------------------------------------------
     def need(self, what: str, value):
@@ -171,13 +162,29 @@ class PassiveState:
     def aligned_rows(self) -> np.ndarray:
         return self.need("alignment", self.train.rows)
 
-    def get_executor(self) -> Executor | None:
-        """This party's worker processes (started at the first big request, closed at TrainEnd)."""
-        if (self.executor is None or self.executor.closed) and resolve_workers(self.n_jobs) > 1:
-            self.executor = LocalExecutor(self.n_jobs, name=f"passive:{self.name}")
+    def get_executor(self, work: int | None = None) -> Executor | None:
+        """This party's executor: the caller's (``executor=``, e.g. Dask), else its own worker
+        processes (closed at TrainEnd) when ``work`` (additions of one histogram over all rows) is
+        worth them (``work < 0``: never, e.g. mode plain), else the calling process
+        (:class:`crypto.executor.InlineExecutor`)."""
+        if self.user_executor is not None:
+            return self.user_executor
+        if self.executor is None or self.executor.closed:
+            if work is not None and work >= 0 and resolve_workers(self.n_jobs) > 1 \
+                    and work >= parallel.POLICY.histogram:
+                self.executor = LocalExecutor(self.n_jobs, name=f"passive:{self.name}")
+            else:
+                self.executor = InlineExecutor(name=f"passive:{self.name}")
         return self.executor
 
     def close_executor(self) -> None:
+        shards, self.train.shards = self.train.shards, None
+        self.train.grads = None
+        if shards is not None and not shards.executor.closed:
+            try:
+                shards.drop()
+            except Exception:        # a lost worker: its slots are gone anyway
+                pass
         executor, self.executor = self.executor, None
         if executor is not None:
             executor.close()

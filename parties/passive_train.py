@@ -1,7 +1,10 @@
 """The passive party's training handlers: one training session, round by round.
 
-``TrainSetup`` -> ``BinningInfo`` (bins of the aligned rows), ``PublicKey`` -> ``Ack``, then per
-round ``Gradients`` -> ``Ack``, ``HistogramRequest`` -> ``HistogramResponse`` (the ciphertext
+``TrainSetup`` -> ``BinningInfo`` (bins of the aligned rows, cut into row shards that stay on the
+party's executor workers: :mod:`crypto.shards`), ``PublicKey`` -> ``Ack``, then per round
+``GradientsStart`` and a stream of ``GradientShard`` -> ``Ack`` (each shard's bytes go straight
+to the workers holding those rows; the driver keeps none; the one-message ``Gradients`` is still
+understood), ``HistogramRequest`` -> ``HistogramResponse`` (the ciphertext
 kernels of :mod:`crypto`), ``SplitRequest`` -> ``SplitResponse`` (records added to the lookup
 table, rows sent left), and at the end ``TrainEnd`` -> ``Ack``. A resumed training
 (``TrainResume``, answered by :mod:`parties.server`) keeps the records of the finished rounds.
@@ -13,12 +16,14 @@ import time
 import gmpy2
 import numpy as np
 
-from crypto.compress import compress, compressed_histogram
-from crypto.histogram import histogram
+from crypto.compress import compress
+from crypto.executor import WorkerError
+from crypto.intcodec import ints_to_bytes
 from crypto.keys import public_key_from_n
 from crypto.packing import PackingLayout
+from crypto.shards import ShardedGradients, ShardSet, value_width
 from datasets.errors import ProtocolError
-from parties.passive_state import PassiveState, ReceivedGradients
+from parties.passive_state import PassiveState
 from protocols import messages as m
 from protocols.serialization import BigInts
 from protocols.transport import check_deadline
@@ -29,10 +34,8 @@ from vfl.split import goes_left
 
 #: in mode plain there is no key: the largest plaintext a layout may fill, in bits
 MAX_PLAIN_BITS = 16384
-#: target groups (blocks of gradient values) one Gradients message may carry
+#: target groups (blocks of gradient values) one round's gradients may carry
 MAX_GROUPS = 1024
-#: nodes per chunk of histogram work (the caller's deadline is checked between chunks)
-NODES_PER_CHUNK = 8
 
 
 def _group(assignment_row: np.ndarray, node_ids) -> list[np.ndarray]:
@@ -69,6 +72,7 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     rows = s.aligned_rows()
     if req.mode not in Mode.values():
         raise ProtocolError(f"unknown mode {req.mode!r}")
+    s.close_executor()                  # shards of an earlier session
     t = s.train
     t.mode = req.mode
     s.model_id = req.model_id
@@ -76,6 +80,11 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     X = s.X[rows]
     t.binner = Binner(req.max_bin).fit(X)
     t.bin_idx = t.binner.transform(X)
+    if t.mode != Mode.DP:               # the rows' shards stay on the workers for the whole training
+        # plain sums are cheap: own worker processes only for ciphertexts (a caller's executor always)
+        executor = s.get_executor(work=len(rows) * X.shape[1] if t.mode == Mode.HE else -1)
+        t.shards = ShardSet(executor, len(rows), prefix=f"train-{req.model_id}/")
+        t.shards.place_array("bins", t.bin_idx)
     return m.BinningInfo(t.binner.n_bins)
 
 
@@ -85,37 +94,91 @@ def public_key(s: PassiveState, req: m.PublicKey) -> m.Ack:
     return m.Ack()
 
 
-def gradients(s: PassiveState, req: m.Gradients) -> m.Ack:
+def _start_round(s: PassiveState, round_idx: int, encrypted: bool, layout: dict, per: int, shifts: int,
+                 n_values: int | None, groups: int | None) -> ShardedGradients:
+    """Check a round's gradient header; the round's (empty) received-gradients record."""
     t = s.train
     s.need("setup", t.binner)
+    shards = s.need("setup", t.shards)
     n = len(t.rows)
-    if req.shifts < 1 or len(req.values) == 0 or len(req.values) % (req.shifts * n):
-        raise ProtocolError(f"got {len(req.values)} gradient values for {n} samples (shifts={req.shifts})")
-    if req.encrypted != (t.mode == Mode.HE):
-        raise ProtocolError(f"mode {t.mode!r} does not match encrypted={req.encrypted}")
-    layout: PackingLayout = req.packing_layout()       # well-formed (checked by the decoder)
-    per = int(req.values_per_ciphertext)
+    if encrypted != (t.mode == Mode.HE):
+        raise ProtocolError(f"mode {t.mode!r} does not match encrypted={encrypted}")
+    if encrypted:
+        s.need("the public key", t.nsquare)
+    if per < 1:
+        raise ProtocolError("values_per_ciphertext must be positive")
+    if shifts < 1 or (n_values is not None and (n_values == 0 or n_values % (shifts * n))):
+        raise ProtocolError(f"got {n_values} gradient values for {n} samples (shifts={shifts})")
+    if shifts not in (1, per):
+        raise ProtocolError(f"shifts must be 1 or values_per_ciphertext={per}, got {shifts}")
+    groups = n_values // (shifts * n) if groups is None else int(groups)
+    if groups < 1:
+        raise ProtocolError(f"the gradients must hold at least one target group, got {groups}")
+    try:
+        lay = PackingLayout.from_dict(layout)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProtocolError(f"bad packing layout: {exc}") from None
     # sizes against what this session allows: sums of at most n rows, slots that fit the key
-    if req.encrypted:
-        n2 = s.need("the public key", t.nsquare)
-        key_bits = (int(n2).bit_length() + 1) // 2
-    else:
-        key_bits = MAX_PLAIN_BITS
-    if layout.max_rows > n:
-        raise ProtocolError(f"Gradients.layout: max_rows={layout.max_rows} but the training has {n} rows")
-    if per * layout.value_bits > key_bits - 2:
-        raise ProtocolError(f"Gradients.layout: {per} values of {layout.value_bits} bits per ciphertext do not "
+    key_bits = (int(t.nsquare).bit_length() + 1) // 2 if encrypted else MAX_PLAIN_BITS
+    if lay.max_rows > n:
+        raise ProtocolError(f"Gradients.layout: max_rows={lay.max_rows} but the training has {n} rows")
+    if per * lay.value_bits > key_bits - 2:
+        raise ProtocolError(f"Gradients.layout: {per} values of {lay.value_bits} bits per ciphertext do not "
                             f"fit a {key_bits}-bit key")
-    if len(req.values) // (req.shifts * n) > MAX_GROUPS:
-        raise ProtocolError(f"Gradients.values: more than {MAX_GROUPS} target groups")
-    if req.encrypted and any(not (0 < v < n2) for v in req.values):
-        raise ProtocolError("a ciphertext is out of range")
-    block = int(req.shifts) * n
-    values = req.values.values
-    t.grads = ReceivedGradients(values,
-                             [values[j * block:(j + 1) * block] for j in range(len(values) // block)],
-                                int(req.shifts), per, layout)      # one block per target group (see m.Gradients)
-    t.round_idx = req.round_idx
+    if groups > MAX_GROUPS:
+        raise ProtocolError(f"Gradients: more than {MAX_GROUPS} target groups")
+    width, signed = value_width(t.nsquare if encrypted else None, lay.value_bits, per if shifts > 1 else 1)
+    if shards.executor.closed:
+        raise ProtocolError(f"party {s.name!r} lost its workers; restart the training (--resume)")
+    t.grads = ShardedGradients(int(round_idx), bool(encrypted), lay, int(per), int(shifts), groups, width, signed,
+                               np.zeros(n, dtype=bool))
+    t.round_idx = round_idx
+    return t.grads
+
+
+def _modulus_hex(s: PassiveState):
+    t = s.train
+    return format(int(t.nsquare), "x") if t.mode == Mode.HE else None
+
+
+def gradients(s: PassiveState, req: m.Gradients) -> m.Ack:
+    """The whole round in one message (the form before gradient streams): forwarded to the shards
+    like a stream of one shard."""
+    g = _start_round(s, req.round_idx, req.encrypted, req.layout, int(req.values_per_ciphertext), int(req.shifts),
+                     len(req.values), None)
+    if req.encrypted:
+        n2 = s.train.nsquare
+        if any(not (0 < v < n2) for v in req.values):
+            raise ProtocolError("a ciphertext is out of range")
+    try:
+        data = ints_to_bytes(req.values.values, g.width, g.signed)
+    except OverflowError:
+        raise ProtocolError("a gradient value does not fit the packing layout") from None
+    s.train.shards.forward(g, 0, len(s.train.rows), data, _modulus_hex(s))
+    return m.Ack()
+
+
+def gradients_start(s: PassiveState, req: m.GradientsStart) -> m.Ack:
+    n = len(s.need("alignment", s.train.rows))
+    if req.n_samples != n:
+        raise ProtocolError(f"gradients for {req.n_samples} samples, party {s.name!r} aligned {n}")
+    g = _start_round(s, req.round_idx, req.encrypted, req.layout, int(req.values_per_ciphertext), int(req.shifts),
+                     None, req.groups)
+    if (req.width, req.signed) != (g.width, g.signed):
+        raise ProtocolError(f"gradient values of {req.width} bytes (signed={req.signed}), expected {g.width} "
+                            f"(signed={g.signed})")
+    return m.Ack()
+
+
+def gradient_shard(s: PassiveState, req: m.GradientShard) -> m.Ack:
+    g = s.need("gradients", s.train.grads)
+    _check_round(s, req.round_idx)
+    try:
+        s.train.shards.forward(g, int(req.start), int(req.stop), req.values, _modulus_hex(s))
+    except WorkerError as exc:
+        if "out of range" in str(exc):
+            raise ProtocolError("a ciphertext is out of range") from None
+        raise
     return m.Ack()
 
 
@@ -129,65 +192,38 @@ def histogram_request(s: PassiveState, req: m.HistogramRequest) -> m.HistogramRe
     t = s.train
     g = s.need("gradients", t.grads)
     _check_round(s, req.round_idx)
+    if not g.complete():
+        raise ProtocolError(f"party {s.name!r} received the gradients of only {int(g.received.sum())} of "
+                            f"{len(g.received)} samples of round {g.round_idx}")
     a = req.assignment
     if a.ndim != 2 or a.shape[1] != len(t.rows):
         raise ProtocolError(f"assignment of shape {a.shape} does not cover {len(t.rows)} samples")
     if not 1 <= a.shape[0] <= g.groups * g.layout.n_targets:
         raise ProtocolError(f"HistogramRequest.assignment: {a.shape[0]} trees, the round's gradients hold "
                             f"{g.groups * g.layout.n_targets}")
-    _check_nodes(req.tree_idx, req.node_ids, a.shape[0], "HistogramRequest")
-    node_rows: list = [None] * len(req.node_ids)
-    for tree in np.unique(req.tree_idx).tolist():
-        at = np.flatnonzero(req.tree_idx == tree)
-        _rows_by_node(a[tree], req.node_ids[at], "HistogramRequest", tree)      # every node holds rows
-        for i, rows in zip(at.tolist(), _group(a[tree], req.node_ids[at])):     # its sampled rows
-            node_rows[i] = rows
+    tree_idx = np.asarray(req.tree_idx, dtype=np.int64)
+    if tree_idx.size and (tree_idx.min() < 0 or tree_idx.max() >= a.shape[0]):
+        raise ProtocolError("tree index out of the range of the assignment")
+    if g.groups > 1 and tree_idx.size and tree_idx.max() // g.layout.n_targets >= g.groups:
+        raise ProtocolError("tree index out of the range of the gradient groups")
+    _check_nodes(tree_idx, np.asarray(req.node_ids), a.shape[0], "HistogramRequest")
+    for tree in np.unique(tree_idx).tolist():      # every node holds rows: the work is bounded by the data
+        at = np.flatnonzero(tree_idx == tree)
+        _rows_by_node(a[tree], np.asarray(req.node_ids)[at], "HistogramRequest", tree)
     t.assignment = a
     check_deadline("histograms")
     modulus = t.nsquare if t.mode == Mode.HE else None
     offsets = t.binner.bin_offsets
-    executor = s.get_executor() if modulus is not None else None
+    n_bins = np.diff(offsets).tolist()
+    n_values = len(req.node_ids) * int(offsets[-1])
     t0 = time.perf_counter()
-    if g.groups == 1:
-        groups = {0: np.arange(len(node_rows))}
-    else:   # each node sums the block of its tree's target group
-        group = np.asarray(req.tree_idx, dtype=np.int64) // g.layout.n_targets
-        if group.size and (group.min() < 0 or group.max() >= g.groups):
-            raise ProtocolError("tree index out of the range of the gradient groups")
-        groups = {j: np.flatnonzero(group == j) for j in np.unique(group).tolist()}
-    n_values = len(node_rows) * int(offsets[-1])
-    # the work in chunks of nodes, checking between chunks that the caller still waits
-    chunks = [(j, idx[k:k + NODES_PER_CHUNK]) for j, idx in groups.items()
-              for k in range(0, len(idx), NODES_PER_CHUNK)]
+    sums, _ = t.shards.histograms(g, a, tree_idx.tolist(), np.asarray(req.node_ids).tolist(), n_bins, modulus)
+    t1 = time.perf_counter()
+    check_deadline("histograms")
     if g.shifts == 1:
-        hists = [None] * len(node_rows)
-        for j, idx in chunks:
-            check_deadline("histograms")
-            part = histogram(g.group_values[j], t.bin_idx, [node_rows[i] for i in idx.tolist()],
-                             offsets, modulus, executor=executor, slot=f"values{j}")
-            for i, hist in zip(idx.tolist(), part):
-                hists[i] = hist
-        flat = [v for h in hists for v in h]
-        t1 = time.perf_counter()
-        check_deadline("histograms")
-        packed = compress(flat, g.layout.value_bits, g.per, modulus, executor=executor)
-    else:       # the key holder sent pre-shifted copies: rows go straight into their slots
-        packed = None
-        for j, idx in chunks:
-            check_deadline("histograms")
-            part = compressed_histogram(g.group_values[j], t.bin_idx,
-                                        [node_rows[i] for i in idx.tolist()], offsets, g.layout.value_bits,
-                                        g.per, modulus, shifts=g.shifts, executor=executor,
-                                        slot=f"values{j}", node_slots=idx.tolist(), n_nodes=len(node_rows))
-            if packed is None:
-                packed = part
-            elif modulus is None:
-                packed = [a + b for a, b in zip(packed, part)]
-            else:       # nodes of several groups may share an output ciphertext
-                packed = [b if a == 1 else a if b == 1 else a * b % modulus for a, b in zip(packed, part)]
-        if packed is None:
-            packed = []
-        t1 = time.perf_counter()
+        packed = compress(sums, g.layout.value_bits, g.per, modulus, executor=t.shards.executor)
+    else:       # the key holder sent pre-shifted copies: the shards summed straight into the output slots
+        packed = sums
     t2 = time.perf_counter()
     return m.HistogramResponse(n_values, BigInts(packed), {"histogram": int((t1 - t0) * 1e6),
                                                            "compress": int((t2 - t1) * 1e6)})

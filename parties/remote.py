@@ -1,8 +1,8 @@
 """The active party's side of talking to passive parties during training and prediction.
 
 :class:`RemoteSource` is a passive party's features as a histogram source of
-the boosting loop (:mod:`vfl.sources`): it forwards the round's gradient
-message (encrypted once by :class:`parties.channel.GradientChannel`), asks
+the boosting loop (:mod:`vfl.sources`): it streams the round's gradient
+shards (encrypted once by :class:`parties.channel.GradientChannel`), asks
 for histograms and splits, and decodes the bin sums. The transport underneath
 (in memory or gRPC) is invisible here.
 
@@ -42,9 +42,13 @@ class RemoteSource(HistogramSource):
         self.channel = channel
 
     def start_round(self, gradients: RoundGradients) -> None:
+        """Stream the round's gradients: a header, then one shard message at a time (each fetched
+        from the active party's worker holding it, sent, and dropped). The bytes and seconds of the
+        stream are the link's measured throughput (:meth:`GradientChannel.observe_send`)."""
         key = (self.transport.local_name, self.party)
         sent0, t0 = self.transport.bytes_sent[key], time.perf_counter()
-        self.transport.call(self.party, self.channel.message(gradients.round_idx))
+        for message in self.channel.messages(gradients.round_idx):
+            self.transport.call(self.party, message)
         self.channel.observe_send(self.party, self.transport.bytes_sent[key] - sent0, time.perf_counter() - t0)
 
     def build(self, round_idx, tree_idx, node_ids, assignment):

@@ -95,8 +95,10 @@ class PassiveServer:
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
                  source: str | None = None, policy: dict | None = None,
-                 validation_frame: pd.DataFrame | None = None, validation_source: str | None = None):
+                 validation_frame: pd.DataFrame | None = None, validation_source: str | None = None,
+                 executor=None):
         self.name, self.frame, self.id_col, self.source = str(name), frame, id_col, source
+        self.executor = executor        # the party's own compute (e.g. its Dask cluster) for every training
         # this party's features of validation rows, for trainings that use a validation set
         self.validation_frame, self.validation_source = validation_frame, validation_source
         self.policy = dict(policy or {})
@@ -130,6 +132,8 @@ class PassiveServer:
             setattr(party, k, v)
         party.id_col = self.id_col
         party.psi_pending_cap = self.MAX_PREDICTION_SESSIONS + 1    # the server bounds its sessions itself
+        if self.executor is not None:
+            party.executor = self.executor
         return party
 
     # -- model files --------------------------------------------------------
@@ -244,6 +248,9 @@ class PassiveServer:
         if isinstance(request, m.Gradients):
             log.info("%s: round %d: %d %s gradient values from %s", self.name, request.round_idx,
                      len(request.values), "encrypted" if request.encrypted else "PLAINTEXT", who)
+        elif isinstance(request, m.GradientsStart):
+            log.info("%s: round %d: %s gradients of %d samples streamed from %s", self.name, request.round_idx,
+                     "encrypted" if request.encrypted else "PLAINTEXT", request.n_samples, who)
         elif isinstance(request, (m.SplitRequest, m.DPSplitRegister)):
             if isinstance(request, m.SplitRequest):    # kept for --resume (dp mode cannot resume: TrainEnd writes it)
                 self._persist()

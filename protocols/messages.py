@@ -169,6 +169,34 @@ class Gradients:
 
 @register
 @dataclass
+class GradientsStart:
+    """A round's gradients follow as a stream of :class:`GradientShard` messages (each under the
+    frame cap; issue 11): the same content as :class:`Gradients` without the values. The values
+    are fixed-width big-endian integers of ``width`` bytes (``signed`` in mode plain)."""
+    round_idx: int
+    encrypted: bool
+    layout: dict              # crypto.packing.PackingLayout.to_dict()
+    values_per_ciphertext: int
+    shifts: int               # 1, or values_per_ciphertext (see Gradients)
+    groups: int               # target groups (one block of values each, see Gradients)
+    n_samples: int
+    width: int
+    signed: bool
+
+
+@register
+@dataclass
+class GradientShard:
+    """The values of rows ``start:stop`` of the round: ``groups * shifts`` blocks of
+    ``stop - start`` values (group-major, then shift, then row), ``width`` bytes each."""
+    round_idx: int
+    start: int
+    stop: int
+    values: bytes
+
+
+@register
+@dataclass
 class HistogramRequest:
     """Build histograms for ``node_ids``; ``assignment[t, i]`` is sample i's node in tree t (-1: none;
     ``-2 - node_id``: at ``node_id`` but outside the round's row sample, see ``vfl.sampling``)."""
@@ -408,6 +436,8 @@ REPLIES: dict[type, tuple[type, ...]] = {
     TrainResume: (Ack,),
     PublicKey: (Ack,),
     Gradients: (Ack,),
+    GradientsStart: (Ack,),
+    GradientShard: (Ack,),
     HistogramRequest: (HistogramResponse,),
     SplitRequest: (SplitResponse,),
     TrainEnd: (Ack,),

@@ -5,6 +5,9 @@ import numpy as np
 import pandas as pd
 from hypothesis import strategies as st
 
+from protocols import messages as m
+from protocols.serialization import BigInts
+
 KEY_BITS = 1024   # tests use 1024-bit keys unless they are about key size
 
 
@@ -67,3 +70,32 @@ def mutated(draw, doc: dict):
     else:
         parent[key] = draw(JSON_VALUES)
     return doc, where, action
+def streamed_gradients(messages) -> list:
+    """The gradient rounds among ``messages`` (decoded requests to ONE passive party, in order),
+    reassembled from their streams (``GradientsStart`` + ``GradientShard`` messages): a list of
+    ``(start message, values)`` with ``values`` the ints in the one-message order (target group,
+    shift, row), as a ``Gradients`` message would carry them."""
+    out, cur = [], None
+    for msg in messages:
+        if isinstance(msg, m.GradientsStart):
+            cur = (msg, [None] * (msg.groups * msg.shifts * msg.n_samples))
+            out.append(cur)
+        elif isinstance(msg, m.GradientShard):
+            start, values = cur
+            assert msg.round_idx == start.round_idx
+            k = msg.stop - msg.start
+            w = start.width
+            vals = [int.from_bytes(msg.values[i:i + w], "big", signed=start.signed)
+                    for i in range(0, len(msg.values), w)]
+            assert len(vals) == start.groups * start.shifts * k
+            for blk in range(start.groups * start.shifts):
+                values[blk * start.n_samples + msg.start:blk * start.n_samples + msg.stop] = vals[blk * k:(blk + 1) * k]
+    assert all(None not in values for _, values in out), "a gradient stream is incomplete"
+    return out
+
+
+def gradient_messages(messages) -> list:
+    """The gradient rounds among ``messages`` (to one passive party) as the one-message form a
+    ``Gradients`` message carries (reassembled from their streams, see :func:`streamed_gradients`)."""
+    return [m.Gradients(start.round_idx, start.encrypted, start.layout, start.values_per_ciphertext,
+                        BigInts(values), start.shifts) for start, values in streamed_gradients(messages)]

@@ -25,7 +25,7 @@ PACKAGES = ("crypto", "protocols", "datasets", "vfl", "parties")
 BOTTOM = ("crypto", "protocols", "datasets")
 #: optional extras (pyproject's [project.optional-dependencies] and sklearn's bundled data): a module
 #: that cannot be imported because one of these is missing is skipped, nothing else is
-OPTIONAL_EXTRAS = ("grpc", "cryptography", "matplotlib", "xgboost")
+OPTIONAL_EXTRAS = ("grpc", "cryptography", "matplotlib", "xgboost", "dask", "distributed")
 
 #: the only imports allowed inside a function: (module holding the import, imported module (a dotted
 #: prefix), reason). Everything else goes at the top of its module.
@@ -43,6 +43,8 @@ FUNCTION_IMPORT_ALLOWED = [
                                        "the optional xgboost import beside it)"),
     ("datasets.parquet", "pyarrow", "optional extra [parquet]: CSV input must work without pyarrow; reading a "
                                     "Parquet table says which extra to install"),
+    ("crypto.cluster", "crypto.dask_executor", "optional extra [dask]: distributed is imported only when a "
+                                                "party asks for a Dask executor"),
     ("datasets", "datasets.", "lazy package attributes (PEP 562, importlib.import_module): the floors that "
                               "need only datasets.errors do not pay for pandas"),
 ]

@@ -322,15 +322,19 @@ class SimulationResult(dict):
     """JSON-ready summary of one simulated training (a dict with attribute-free access)."""
 
 
-def federation_from_frames(party_frames, record: bool = False, link_mbps: float | None = None) -> Federation:
-    """Build a federation from ``datasets.PartyFrame`` objects (the first one holds the label)."""
+def federation_from_frames(party_frames, record: bool = False, link_mbps: float | None = None,
+                           executor_for=None) -> Federation:
+    """Build a federation from ``datasets.PartyFrame`` objects (the first one holds the label).
+    ``executor_for(name)`` (optional): each party's own executor (e.g. a Dask cluster per party)."""
     if not party_frames:
         raise InputError("no party data given")
     first, rest = party_frames[0], party_frames[1:]
     if first.label_col is None:
         raise InputError(f"the first party ({first.name!r}) must hold the label column")
-    active = ActiveParty(first.name, first.frame, first.id_col, first.label_col, first.source)
-    passives = [PassiveParty(pf.name, pf.frame, pf.id_col, pf.source) for pf in rest]
+    ex = executor_for or (lambda name: None)
+    active = ActiveParty(first.name, first.frame, first.id_col, first.label_col, first.source,
+                         executor=ex(first.name))
+    passives = [PassiveParty(pf.name, pf.frame, pf.id_col, pf.source, executor=ex(pf.name)) for pf in rest]
     return Federation(active, passives, record=record, link_mbps=link_mbps)
 
 
@@ -371,12 +375,13 @@ def _test_metrics(model: BoostedModel, y_test, raw) -> dict:
 
 def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: int = 0,
              on_round=None, record: bool = False, prediction: str | None = None,
-             validation_size: float | None = None, link_mbps: float | None = None):
+             validation_size: float | None = None, executor_for=None, link_mbps: float | None = None):
     """Split rows into train/test by the active party's ids, train, predict the test rows.
 
     ``validation_size``: a fraction of the training rows held out as validation set
-    (metric history, early stopping); ``link_mbps``: see :class:`Federation`. Returns
-    ``(federation, result, test_ids, test_output)``
+    (metric history, early stopping); ``executor_for(name)``: each party's executor (e.g.
+    ``vfl simulate --dask local:2``: a private Dask cluster per party); ``link_mbps``: see
+    :class:`Federation`. Returns ``(federation, result, test_ids, test_output)``
     where ``test_output`` is the probability of class 1 (binary), the class probabilities
     ``(n, K)`` (multiclass) or the predictions (regression).
     """
@@ -385,7 +390,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     if validation_size:
         train, val = train_test_split_parties(train, test_size=validation_size, seed=seed)
         validation = {pf.name: pf.frame for pf in val}
-    fed = federation_from_frames(train, record=record, link_mbps=link_mbps)
+    fed = federation_from_frames(train, record=record, link_mbps=link_mbps, executor_for=executor_for)
     for i, p in enumerate(fed.passives.values()):
         p.dp_seed = [params.seed, i]    # mode dp: reproducible noise in simulation (deployments: OS entropy)
     t0 = time.perf_counter()

@@ -3,7 +3,7 @@ unbounded and multi-target gradients; he == plain for every objective."""
 import numpy as np
 import pandas as pd
 import pytest
-from support import KEY_BITS
+from support import KEY_BITS, gradient_messages
 
 from protocols import messages as m
 from protocols.serialization import loads
@@ -40,7 +40,10 @@ def trees(fed):
 
 
 def received(fed, party, kind):
-    return [loads(f) for s, r, f in fed.transport.log if r == party and isinstance(loads(f), kind)]
+    msgs = [loads(f) for s, r, f in fed.transport.log if r == party]
+    if kind is m.Gradients:          # a round's gradients travel as a stream: reassembled
+        return gradient_messages(msgs)
+    return [msg for msg in msgs if isinstance(msg, kind)]
 
 
 # --------------------------------------------------------------------------- losses

@@ -2,7 +2,7 @@
 import numpy as np
 import pandas as pd
 import pytest
-from support import KEY_BITS
+from support import KEY_BITS, gradient_messages
 
 from protocols import alignment
 from protocols import messages as m
@@ -116,7 +116,7 @@ def test_he_equals_plain_with_sampling_and_only_sampled_rows_are_encrypted(kw):
         fed.fit(mode=mode, key_bits=KEY_BITS, objective="multiclass", n_estimators=2, max_depth=2, **kw)
         out[mode] = trees(fed)
         if mode == "he":
-            grads = [loads(f) for s, r, f in fed.transport.log if r == "b" and isinstance(loads(f), m.Gradients)]
+            grads = gradient_messages(loads(f) for s, r, f in fed.transport.log if r == "b")
             hist0 = [loads(f) for s, r, f in fed.transport.log
                      if r == "b" and isinstance(loads(f), m.HistogramRequest) and not loads(f).node_ids.any()]
             for g, h in zip(grads, hist0):

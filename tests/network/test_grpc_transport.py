@@ -424,7 +424,7 @@ def test_active_process_dies_without_notice_then_resumes(tmp_path):
         rounds = 0
 
         def call(self, peer, message):
-            if isinstance(message, m.Gradients) and message.round_idx == 2:
+            if isinstance(message, m.GradientsStart) and message.round_idx == 2:
                 raise _Dies()                 # dies in round 2, after some messages of it
             if isinstance(message, m.TrainEnd):
                 raise AssertionError("a dead process sends nothing")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import KEY_BITS, alive, small_frames
+from support import KEY_BITS, alive, small_frames, streamed_gradients
 
 import parties.active as active_mod
 import parties.passive as passive_mod
@@ -154,12 +154,10 @@ def test_preshifted_gradients_are_fresh_ciphertexts_of_every_shift(monkeypatch):
     monkeypatch.setattr(ActiveParty, "preshift", True)
     fed = _federation(record=True)
     fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=2))
-    grads = [loads(f) for s, r, f in fed.transport.log if r == "telco" and b"Gradients" in f[:200]]
-    (g,) = [x for x in grads if isinstance(x, m.Gradients)]
+    ((g, vals),) = streamed_gradients(loads(f) for s, r, f in fed.transport.log if r == "telco")
     n = int(fed.active.channel.public_key.n)
     n_rows = fed.passives["telco"].n_aligned
-    assert g.shifts == g.values_per_ciphertext > 1 and len(g.values) == g.shifts * n_rows
-    vals = [int(v) for v in g.values]
+    assert g.shifts == g.values_per_ciphertext > 1 and len(vals) == g.shifts * n_rows
     assert all(n < v < n * n for v in vals) and len(set(vals)) == len(vals)
     # copy s of row i decrypts to row i's packed value shifted by s slots
     dec = Decryptor(fed.active.channel.private_key)
@@ -202,19 +200,21 @@ def test_one_job_keeps_all_work_in_process(always_parallel, started_pids):
 
 
 def test_preshifted_copies_respect_the_frame_cap_of_transport_and_peers(monkeypatch):
+    """Pre-shifted copies multiply the gradient bytes; the stream cuts them into shard messages
+    under the smallest cap of the transport and the peers (issue 11: no longer by dropping the copies)."""
     monkeypatch.setattr(ActiveParty, "preshift", True)
-    for cap, peer_cap, expect_copies in ((None, None, True), (10 ** 9, 150_000, False), (150_000, None, False)):
+    for cap, peer_cap, expect_copies in ((None, None, True), (10 ** 9, 150_000, True), (150_000, None, True)):
         fed = _federation(record=True)
         if cap is not None:
             fed.transport.max_frame_bytes = cap
         if peer_cap is not None:
             fed.transport.peer_info = {"telco": {"max_frame_bytes": peer_cap}}
         fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=1))
-        sizes = [len(f) for s, r, f in fed.transport.log if b"Gradients" in f[:200]]
+        sizes = [len(f) for s, r, f in fed.transport.log if b"GradientShard" in f[:200]]
         shifts = fed.active.channel.current.shifts
         assert (shifts > 1) == expect_copies
         if cap is not None or peer_cap is not None:
-            assert max(sizes) < 150_000
+            assert max(sizes) < 150_000 and sum(sizes) > 2 * 150_000    # many shards, each under the cap
 
 
 def test_a_refused_key_size_leaves_no_worker(started_pids):
@@ -239,16 +239,16 @@ def test_multiclass_target_groups_with_preshift_and_pools_equal_plain(always_par
         fed.fit(TrainParams(mode=mode, key_bits=KEY_BITS, objective="multiclass", n_estimators=2, max_depth=3))
         out[mode] = _structures(fed.model)
         if mode == "he":
-            (g, *_) = [loads(f) for s, r, f in fed.transport.log if r == "telco" and b"Gradients" in f[:200]]
-            assert g.layout["n_targets"] == 2
-            assert len(g.values) == 2 * g.shifts * 200 and (g.shifts > 1) == preshift
+            ((g, values), *_) = streamed_gradients(loads(f) for s, r, f in fed.transport.log if r == "telco")
+            assert g.layout["n_targets"] == 2 and g.groups == 2
+            assert len(values) == 2 * g.shifts * 200 and (g.shifts > 1) == preshift
             owners = {n.owner for rnd in fed.model.rounds for t in rnd for n in t.nodes if not n.is_leaf}
             assert {"telco", "shop"} & owners
     assert out["he"] == out["plain"]
 
 
 def test_preshift_frame_cap_counts_every_row_of_a_sampled_round():
-    """Unsampled rows still travel (as full-width placeholders): the cap must count them."""
+    """Unsampled rows still travel (as full-width placeholders): the shards under the cap count them."""
     from crypto.packing import PackingLayout
     from parties.channel import GradientChannel
     from protocols.serialization import dumps
@@ -266,8 +266,11 @@ def test_preshift_frame_cap_counts_every_row_of_a_sampled_round():
     ch.plan(100, 3, True, cap)
     ch.round_started(RoundGradients(0, g, h, 1.0, 0.25, 20, np.arange(n) < n // 2, RoundTiming()))
     rc = ch.current
-    assert len(dumps(rc.message)) <= cap
-    assert rc.shifts == 1
+    frames = [dumps(msg) for msg in ch.messages(0)]
+    # every row travels (placeholders too), with its copies, in several shards each under the cap
+    assert rc.shifts == per > 1 and len(frames) > 2 and max(len(f) for f in frames) <= cap
+    assert sum(len(f) for f in frames) > n * per * 128
+    ch.close()
 
 
 def test_workers_and_passives_are_released_when_setup_fails(monkeypatch):

@@ -2,10 +2,9 @@
 passive party, as a round observer, before any of them is sent the round; the round's one timing
 record holds every stage; the caller's observers see typed records after the party's own."""
 import numpy as np
-from support import KEY_BITS, small_frames
+from support import KEY_BITS, small_frames, streamed_gradients
 
 from crypto.paillier import Encryptor
-from protocols import messages as m
 from protocols.serialization import loads
 from vfl import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.rounds import RoundObserver
@@ -30,10 +29,9 @@ def test_each_round_is_encrypted_once_for_all_passive_parties(monkeypatch):
     fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=3, max_depth=2))
     assert len(batches) == 3                       # one batch per round, not one per passive party
     sent = {}
-    for sender, receiver, frame in fed.transport.log:
-        msg = loads(frame)
-        if isinstance(msg, m.Gradients):
-            sent.setdefault(msg.round_idx, {})[receiver] = msg.values.values
+    for party in ("telco", "shop"):
+        for start, values in streamed_gradients(loads(f) for _, r, f in fed.transport.log if r == party):
+            sent.setdefault(start.round_idx, {})[party] = values
     assert sorted(sent) == [0, 1, 2]
     for per_party in sent.values():               # both parties got the very same ciphertexts
         assert set(per_party) == {"telco", "shop"} and per_party["telco"] == per_party["shop"]

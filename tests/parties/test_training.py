@@ -5,7 +5,7 @@ import struct
 import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
-from support import KEY_BITS, small_frames
+from support import KEY_BITS, small_frames, streamed_gradients
 
 from crypto.packing import PackingLayout, pack
 from datasets import join_parties, train_test_split_parties
@@ -117,9 +117,9 @@ def _received(log, party):
     return [(sender, loads(frame), frame) for sender, receiver, frame in log if receiver == party]
 
 
-def _first_round_patterns(y, msg: m.Gradients):
+def _first_round_patterns(y, msg: m.GradientsStart):
     """What the first round's gradients of binary labels ``y`` look like in clear, in the layout of
-    ``msg`` (a round-0 Gradients message): the packed plaintexts (and their compression shifts) and
+    ``msg`` (the header of round 0's gradient stream): the packed plaintexts (and their compression shifts) and
     the fixed-point g and h as 8-byte integers. Binary logloss from the base score has one (g, h)
     pair per label value, so the set is small."""
     layout = PackingLayout.from_dict(msg.layout)
@@ -143,11 +143,11 @@ def _first_round_patterns(y, msg: m.Gradients):
 
 def _clear_first_round_gradients(got, y) -> list:
     """Each first-round gradient that a party's received messages ``got`` carry in clear."""
-    first = [msg for _, msg, _ in got if isinstance(msg, m.Gradients) and msg.round_idx == 0]
+    first = [(start, vals) for start, vals in streamed_gradients(msg for _, msg, _ in got) if start.round_idx == 0]
     assert first
-    values, patterns = _first_round_patterns(y, first[0])
+    values, patterns = _first_round_patterns(y, first[0][0])
     frames = b"".join(f for _, _, f in got)
-    found = [f"value {v}" for msg in first for v in {int(x) for x in msg.values} & values]
+    found = [f"value {v}" for _, vals in first for v in set(vals) & values]
     return found + [f"bytes {p.hex()}" for p in patterns if p in frames]
 
 
@@ -171,18 +171,18 @@ def test_what_each_party_receives():
     log = fed.transport.log
     y = a["y"].to_numpy()
 
-    allowed_to_passive = {"AlignRequest", "AlignResult", "TrainSetup", "PublicKey", "Gradients",
+    allowed_to_passive = {"AlignRequest", "AlignResult", "TrainSetup", "PublicKey", "GradientsStart", "GradientShard",
                           "HistogramRequest", "SplitRequest", "TrainEnd", "PredictStart", "RouteRequest",
                           "LeafMaskRequest", "PredictEnd"}
     label_patterns = [y.astype(dt).tobytes() for dt in (np.uint8, np.int32, np.int64, np.float64)]
     for p in passives:
         got = _received(log, p.name)
         assert {type(msg).__name__ for _, msg, _ in got} <= allowed_to_passive
-        grads = [msg for _, msg, _ in got if isinstance(msg, m.Gradients)]
-        assert grads and all(g.encrypted for g in grads)
+        grads = streamed_gradients(msg for _, msg, _ in got)
+        assert grads and all(g.encrypted for g, _ in grads)
         n = int(fed.active.channel.public_key.n)
-        for g in grads:   # ciphertexts: big numbers mod n^2, never small fixed-point plaintexts
-            assert all(n < int(v) < n * n for v in g.values)
+        for _, values in grads:   # ciphertexts: big numbers mod n^2, never small fixed-point plaintexts
+            assert all(n < v < n * n for v in values)
         for _, msg, frame in got:
             for pat in label_patterns:
                 assert pat not in frame

@@ -98,7 +98,7 @@ def test_validation_evaluates_only_the_new_trees_each_round():
     per_round = []
     for sender, receiver, frame in fed.transport.log:
         msg = loads(frame)
-        if receiver == "b" and isinstance(msg, m.Gradients):
+        if receiver == "b" and isinstance(msg, m.GradientsStart):
             per_round.append([])
         elif receiver == "b" and isinstance(msg, (m.LeafMaskRequest, m.RouteRequest)):
             assert isinstance(msg, m.LeafMaskRequest)          # one-round protocol, one message

@@ -173,14 +173,14 @@ def test_passive_refuses_out_of_order_requests_with_protocol_errors():
 def test_stale_round_requests_are_refused():
     from support import small_frames
 
-    from parties.passive_state import ReceivedGradients
+    from crypto.shards import ShardedGradients
     from vfl import ActiveParty, Federation, PassiveParty, TrainParams
     a, b, _ = small_frames(60)
     telco = PassiveParty("telco", b)
     fed = Federation(ActiveParty("bank", a), [telco])
     fed.fit(TrainParams(mode="plain", n_estimators=2, max_depth=2))
     train = telco._state.train                           # as if a round's gradients were held
-    train.grads = ReceivedGradients([0] * 60, [[0] * 60], 1, 1, None)
+    train.grads = ShardedGradients(1, False, None, 1, 1, 1, 8, True, np.ones(60, dtype=bool))
     train.assignment = np.zeros((1, 60), np.int32)
     with pytest.raises(ProtocolError, match="gradients of round 1, not of round 0"):
         telco.handle(m.HistogramRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32),

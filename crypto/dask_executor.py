@@ -1,0 +1,376 @@
+"""A party's ciphertext work on its own Dask cluster (``pip install '.[dask]'``; issue 11).
+
+:class:`DaskExecutor` implements :class:`crypto.executor.Executor` over a
+``distributed`` client: every request is one Dask task running the same
+operations as a local worker process (:func:`crypto.worker.run`), over slots
+kept in the Dask worker process under this executor's private namespace (so two
+executors of the same party, or tests sharing a cluster, never see each other's
+slots). Tasks carry plain data only: a JSON-able header and ``bytes`` blobs
+(fixed-width integers, numpy buffers); Dask's own pickling moves them between
+the party's driver and its workers, never between parties.
+
+* ``share``/``broadcast``: one task pinned to each worker.
+* ``run_on``: one task pinned to the worker holding the shard (``workers=[address]``,
+  ``allow_other_workers=False``); payloads above 1 MB are ``scatter``-ed to that worker first.
+* ``reduce_on``: pinned partial tasks, then pairwise ``combine`` tasks on the workers (a tree
+  reduction); only the final sum comes back to the driver.
+* ``map``: unpinned tasks (the slots they read are on every worker).
+
+Faults: a worker that leaves while tasks wait on it (killed, lost) is noticed
+within a second (the scheduler's worker list is polled while waiting) and raises
+:class:`crypto.executor.WorkerError` naming the executor (the party) and the
+worker's address; a failing task raises it with the remote error. Either way the
+executor forgets its connection and slots (the shards on the lost worker are
+gone, so the training stops) and reconnects at the next request, seeing the
+workers alive then: ``--resume`` continues the training on the same executor.
+
+Security: a party's cluster carries its plaintext data (features, gradients);
+it must be private to the party. Remote schedulers are reached over TLS
+(:func:`security_from_dir`); a plain ``tcp://`` scheduler is refused unless the
+caller passes ``insecure=True`` (``--dask-insecure``). ``local:N`` starts a
+``LocalCluster`` of N single-threaded worker processes on loopback with the
+dashboard off, owned (and closed) by the executor.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import distributed
+from distributed import Client, LocalCluster
+from distributed.security import Security
+
+from crypto import worker
+from crypto.executor import Executor, Request, WorkerError
+from crypto.framing import Frame
+from datasets.errors import InputError
+
+#: seconds between checks of the scheduler's worker list while waiting for tasks
+POLL_SECONDS = 1.0
+#: payloads (bytes) above which a pinned task's blobs are scattered to its worker first
+SCATTER_BYTES = 1 << 20
+
+_NAMESPACES: dict[str, dict] = {}      # in each Dask worker process: namespace -> slots
+_NS_LOCK = threading.Lock()
+
+
+def _slots(ns: str) -> dict:
+    with _NS_LOCK:
+        return _NAMESPACES.setdefault(ns, {})
+
+
+def _task(ns: str, header: dict, blobs) -> Frame:
+    """One request on a Dask worker, over the slots of namespace ``ns``."""
+    return worker.run(dict(header), list(blobs), _slots(ns))
+
+
+def _combine_task(header: dict, a: Frame, b: Frame) -> Frame:
+    """Sum two partial replies (the tree reduction of :meth:`DaskExecutor.reduce_on`)."""
+    h, out = worker.run(dict(header), [a[1][0], b[1][0]], {})
+    return {"additions": int(a[0].get("additions", 0)) + int(b[0].get("additions", 0)),
+            "cpu": float(a[0].get("cpu", 0.0)) + float(b[0].get("cpu", 0.0)) + h.get("cpu", 0.0)}, out
+
+
+def _drop_namespace(ns: str) -> int:
+    with _NS_LOCK:
+        _NAMESPACES.pop(ns, None)
+    return os.getpid()
+
+
+def _peak_kb() -> dict:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return {"pid": os.getpid(), "peak_kb": int(line.split()[1])}
+    except OSError:
+        pass
+    return {"pid": os.getpid(), "peak_kb": None}
+
+
+def security_from_dir(tls_dir, party: str | None = None) -> Security:
+    """Dask TLS settings from a certificate directory: ``ca.pem`` and the party's ``NAME.pem`` /
+    ``NAME.key`` (as ``vfl certs`` writes them), else ``cert.pem`` / ``key.pem``."""
+    d = Path(tls_dir)
+    ca = d / "ca.pem"
+    pairs = ([(d / f"{party}.pem", d / f"{party}.key")] if party else []) + [(d / "cert.pem", d / "key.pem")]
+    found = next(((c, k) for c, k in pairs if c.is_file() and k.is_file()), None)
+    if not ca.is_file() or found is None:
+        want = " or ".join(f"{c.name}/{k.name}" for c, k in pairs)
+        raise InputError(f"--dask-tls-dir {d}: needs ca.pem and {want}")
+    cert, key = found
+    return Security(tls_ca_file=str(ca), tls_client_cert=str(cert), tls_client_key=str(key),
+                    tls_scheduler_cert=str(cert), tls_scheduler_key=str(key),
+                    tls_worker_cert=str(cert), tls_worker_key=str(key), require_encryption=True)
+
+
+def parse_spec(spec: str) -> tuple[str, int | None]:
+    """``"local:N"`` -> ``("local", N)``; a scheduler address -> ``(address, None)``."""
+    spec = str(spec).strip()
+    if spec.startswith("local"):
+        _, _, n = spec.partition(":")
+        try:
+            k = int(n) if n else 2
+        except ValueError:
+            raise InputError(f"--dask {spec!r}: expected local:N with N the number of workers") from None
+        if not 1 <= k <= 256:
+            raise InputError(f"--dask {spec!r}: the number of local workers must be 1..256")
+        return "local", k
+    if "://" not in spec:
+        raise InputError(f"Dask scheduler {spec!r}: give an address such as tls://host:8786 (or local:N)")
+    return spec, None
+
+
+class DaskExecutor(Executor):
+    """A party's executor over a Dask cluster (see the module docstring).
+
+    ``scheduler``: ``"local:N"`` (a private ``LocalCluster`` of ``N`` processes) or an address
+    (``tls://host:8786``; ``tcp://`` only with ``insecure=True``). ``security``: a Dask
+    ``Security`` (or ``tls_dir``, see :func:`security_from_dir`). ``n_workers``: wait for that
+    many workers at start (default: those connected, at least one)."""
+
+    def __init__(self, scheduler: str = "local:2", *, name: str = "dask", security: Security | None = None,
+                 tls_dir=None, insecure: bool = False, n_workers: int | None = None,
+                 timeout: float = 60.0):
+        self.name = str(name)
+        self.spec, local = parse_spec(scheduler)
+        self._local_workers = local
+        if local is None:
+            if tls_dir is not None and security is None:
+                security = security_from_dir(tls_dir, name.split(":")[-1])
+            if self.spec.startswith("tls://") and security is None:
+                raise InputError(f"Dask scheduler {self.spec}: TLS needs certificates (--dask-tls-dir DIR)")
+            if not self.spec.startswith("tls://") and not insecure:
+                raise InputError(f"Dask scheduler {self.spec} is not TLS: a party's cluster carries its plaintext "
+                                 "data; use tls://... with --dask-tls-dir, or --dask-insecure on a private network")
+        self.security = security
+        self.timeout = float(timeout)
+        self._want = n_workers if n_workers is not None else local
+        self._client: Client | None = None
+        self._cluster = None
+        self._addresses: list[str] = []
+        self._ns = f"{self.name}-{secrets.token_hex(6)}"
+        self._slots: dict = {}
+        self._lock = threading.RLock()
+        self.closed = False
+        self.cpu_seconds = 0.0
+        self._peaks: list[dict] = []
+
+    # -- lifecycle --------------------------------------------------------
+    def _start(self) -> None:
+        if self.closed:
+            raise WorkerError(f"Dask executor {self.name!r} is closed")
+        if self._client is not None:
+            return
+        try:
+            if self._local_workers is not None:
+                if self._cluster is None:
+                    self._cluster = LocalCluster(n_workers=self._local_workers, threads_per_worker=1, processes=True,
+                                                 host="127.0.0.1", dashboard_address=None, silence_logs=40,
+                                                 # no dashboard; the scheduler's health endpoint on a free
+                                                 # loopback port (not 8787, which another cluster may hold)
+                                                 scheduler_kwargs={"dashboard": False,
+                                                                   "dashboard_address": "127.0.0.1:0"})
+                self._client = Client(self._cluster, timeout=self.timeout)
+            else:
+                self._client = Client(self.spec, security=self.security, timeout=self.timeout)
+            self._client.wait_for_workers(self._want or 1, timeout=self.timeout)
+        except (OSError, TimeoutError, distributed.TimeoutError) as exc:
+            client, self._client = self._client, None
+            if client is not None:
+                client.close()
+            raise WorkerError(f"Dask cluster of {self.name!r} at {self.spec}: cannot connect or no workers "
+                              f"({type(exc).__name__}: {exc})") from None
+        self._addresses = sorted(self._client.nthreads())
+        if self._want:
+            self._addresses = self._addresses[:self._want]
+
+    def start(self) -> "DaskExecutor":
+        with self._lock:
+            self._start()
+        return self
+
+    @property
+    def started(self) -> bool:
+        return self._client is not None and not self.closed
+
+    @property
+    def n_workers(self) -> int:
+        if self._client is None and not self.closed:
+            self.start()
+        return max(1, len(self._addresses))
+
+    @property
+    def addresses(self) -> list[str]:
+        """The workers, in the order shards are pinned to them."""
+        self.start()
+        return list(self._addresses)
+
+    @property
+    def client(self) -> Client:
+        self.start()
+        return self._client
+
+    def close(self, kill: bool = False) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            client, cluster, self._client, self._cluster = self._client, self._cluster, None, None
+            self._slots.clear()
+            if client is not None:
+                try:
+                    self._peaks = self._collect_peaks(client)
+                    if not kill:
+                        client.run(_drop_namespace, self._ns)
+                except Exception:                 # a lost cluster: nothing left to free
+                    pass
+                client.close()
+            if cluster is not None:
+                cluster.close()
+
+    # -- shared slots -------------------------------------------------------
+    def holds(self, slot: str, obj) -> bool:
+        return self._slots.get(slot) is obj and self.started
+
+    def share(self, slot: str, obj, header: dict, blobs: Sequence[bytes] = (), op: str = "put") -> None:
+        with self._lock:
+            if self.holds(slot, obj):
+                return
+            self._slots.pop(slot, None)
+            self.broadcast(dict(header, op=op, slot=slot), blobs)
+            self._slots[slot] = obj
+
+    def _slot_names(self) -> list[str]:
+        return list(self._slots)
+
+    def _forget(self, slot: str) -> None:
+        self._slots.pop(slot, None)
+
+    # -- requests ----------------------------------------------------------
+    def _submit_on(self, wi: int, header: dict, blobs: Sequence[bytes]):
+        if not 0 <= wi < len(self._addresses):
+            raise WorkerError(f"Dask executor {self.name!r} has no worker {wi}")
+        addr = self._addresses[wi]
+        blobs = [bytes(b) for b in blobs]
+        if sum(len(b) for b in blobs) > SCATTER_BYTES:
+            (data,) = self._client.scatter([blobs], workers=[addr], hash=False, broadcast=False)
+        else:
+            data = blobs
+        return self._client.submit(_task, self._ns, header, data, workers=[addr], allow_other_workers=False,
+                                   pure=False, key=f"vfl-{header.get('op')}-{secrets.token_hex(8)}")
+
+    def _gather(self, futures: list, watch: Sequence[int]) -> list:
+        """Wait for ``futures``, noticing when a worker of ``watch`` (indices of workers whose
+        slots the futures need) leaves; their results in order."""
+        try:
+            while futures:
+                try:
+                    distributed.wait(futures, timeout=POLL_SECONDS, return_when="ALL_COMPLETED")
+                    break
+                except (TimeoutError, distributed.TimeoutError):
+                    pass
+                alive = set(self._client.nthreads())
+                for wi in sorted(set(watch)):
+                    if self._addresses[wi] not in alive:
+                        raise WorkerError(f"Dask worker {self._addresses[wi]} of {self.name!r} is gone (killed or "
+                                          "lost) while it held row shards of the training; restart the worker "
+                                          "and resume the training (--resume)")
+            out = []
+            for f in futures:
+                if f.status == "error":
+                    exc = f.exception()
+                    raise WorkerError(f"a task of {self.name!r} failed on its Dask worker: "
+                                      f"{type(exc).__name__}: {exc}")
+                out.append(f.result())
+        except WorkerError:
+            self._abort(futures)
+            raise
+        except (distributed.TimeoutError, OSError, distributed.client.FutureCancelledError) as exc:
+            self._abort(futures)
+            raise WorkerError(f"the Dask cluster of {self.name!r} failed: {type(exc).__name__}: {exc}") from None
+        for header, _ in out:
+            self.cpu_seconds += float(header.get("cpu", 0.0))
+        return out
+
+    def _abort(self, futures) -> None:
+        """After a failure: cancel the tasks and forget the connection and every slot (the shards of
+        the training are lost); the next request reconnects and sees the workers then alive, so a
+        resumed training (new shards) can run on the same executor."""
+        client, self._client = self._client, None
+        self._slots.clear()
+        self._addresses = []
+        self._ns = f"{self.name}-{secrets.token_hex(6)}"
+        try:
+            client.cancel(futures)
+        except Exception:
+            pass
+        try:
+            client.close()
+        except Exception:
+            pass
+
+    def run_on(self, requests: Sequence[tuple[int, Request]]) -> list[Frame]:
+        with self._lock:
+            if not requests:
+                return []
+            self._start()
+            futures = [self._submit_on(wi, h, b) for wi, (h, b) in requests]
+            return self._gather(futures, [wi for wi, _ in requests])
+
+    def broadcast(self, header: dict, blobs: Sequence[bytes] = ()) -> list[Frame]:
+        with self._lock:
+            self._start()
+            return self.run_on([(wi, (header, blobs)) for wi in range(len(self._addresses))])
+
+    def map(self, requests: Sequence[Request]) -> list[Frame]:
+        with self._lock:
+            if not requests:
+                return []
+            self._start()
+            futures = [self._client.submit(_task, self._ns, h, [bytes(b) for b in blobs], pure=False,
+                                           workers=self._addresses,
+                                           key=f"vfl-{h.get('op')}-{secrets.token_hex(8)}")
+                       for h, blobs in requests]
+            return self._gather(futures, range(len(self._addresses)))
+
+    def reduce_on(self, requests: Sequence[tuple[int, Request]], combine: dict) -> Frame:
+        with self._lock:
+            if not requests:
+                return {"additions": 0}, [b""]
+            self._start()
+            level = [self._submit_on(wi, h, b) for wi, (h, b) in requests]
+            pinned = [wi for wi, _ in requests]
+            parts = list(level)
+            while len(parts) > 1:       # pairwise sums on the workers, next to the partials
+                nxt = [self._client.submit(_combine_task, combine, parts[i], parts[i + 1], pure=False,
+                                           key=f"vfl-combine-{secrets.token_hex(8)}")
+                       for i in range(0, len(parts) - 1, 2)]
+                parts = nxt + ([parts[-1]] if len(parts) % 2 else [])
+            ((header, blobs),) = self._gather([parts[0]], pinned)
+            return header, blobs
+
+    def drop(self, prefix: str) -> None:
+        super().drop(prefix)
+
+    def worker_label(self, index: int) -> str:
+        addr = self._addresses[index] if index < len(self._addresses) else "?"
+        return f"Dask worker {addr} of {self.name!r}"
+
+    # -- benchmarks -------------------------------------------------------
+    @property
+    def pids(self) -> list[int]:
+        if not self.started:
+            return []
+        return [r for r in self._client.run(os.getpid).values()]
+
+    def _collect_peaks(self, client) -> list[dict]:
+        return [{"pool": self.name, "worker": addr, **r} for addr, r in client.run(_peak_kb).items()]
+
+    def worker_peaks(self) -> list[dict]:
+        with self._lock:
+            if self.started:
+                return self._collect_peaks(self._client)
+            return list(self._peaks)

@@ -1,0 +1,274 @@
+"""Row shards that stay put on an executor's workers (issue 11).
+
+After alignment a party's rows are cut into contiguous **shards** (a few per
+worker, :func:`plan_shards`); shard ``k`` lives on worker ``k % n_workers`` for
+the whole training, in named slots of that worker (:mod:`crypto.worker`):
+
+* passive party: ``bins:k`` (the shard's binned features) and ``grad:k`` (the
+  round's gradient values of the shard's rows, filled piece by piece from the
+  gradient stream: :class:`ShardedGradients`);
+* active party: ``ct:j:k`` (target group ``j``'s packed and, in mode ``he``,
+  encrypted gradients of shard ``k``): :class:`ShardedEncryption`.
+
+Per tree level only the node of every row goes to the workers, bit-packed
+(:func:`pack_codes`, a few bits per row); each shard answers with its partial
+histogram of the nodes being built (one task per shard and level), and the
+partials are summed homomorphically by :meth:`crypto.executor.Executor.reduce_on`
+(a tree reduction). Neither the driver of the passive party nor that of the
+active party ever holds a round's whole gradient vector: the active driver
+holds one shard message at a time while it streams, the passive driver forwards
+each message's bytes to the workers holding those rows and keeps none.
+
+Everything here is plain data over an :class:`crypto.executor.Executor`; the
+kernels themselves are :func:`crypto.histogram.block_sums` and
+:func:`crypto.compress.direct_block`, as in the local path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from crypto.intcodec import bytes_to_ints, int_width
+from datasets.errors import ProtocolError
+
+#: shards per worker (a few: a slow or busy worker holds back less of a level)
+SHARDS_PER_WORKER = 2
+#: rows below which a shard is not cut further
+MIN_SHARD_ROWS = 256
+
+
+def plan_shards(n_rows: int, n_workers: int, max_rows: int | None = None) -> list[tuple[int, int]]:
+    """Contiguous ``(start, stop)`` row ranges: ``SHARDS_PER_WORKER`` per worker (fewer for few
+    rows), never more than ``max_rows`` rows each."""
+    n_rows, n_workers = int(n_rows), max(1, int(n_workers))
+    k = max(1, min(SHARDS_PER_WORKER * n_workers, -(-n_rows // MIN_SHARD_ROWS)))
+    if max_rows is not None and max_rows >= 1:
+        k = max(k, -(-n_rows // int(max_rows)))
+    k = max(1, min(k, n_rows)) if n_rows else 1
+    bounds = np.linspace(0, n_rows, k + 1).round().astype(np.int64)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def plain_width(value_bits: int, per: int) -> int:
+    """Bytes of one signed plaintext value or sum in mode ``plain`` (packed values, their
+    pre-shifted copies, bin sums and compressed sums all fit ``value_bits * per`` bits)."""
+    return (int(value_bits) * max(1, int(per)) + 16) // 8 + 1
+
+
+def value_width(modulus, value_bits: int, per: int) -> tuple[int, bool]:
+    """``(bytes, signed)`` of the values of a round: ciphertexts mod ``modulus`` or plaintexts."""
+    if modulus is not None:
+        return int_width(modulus), False
+    return plain_width(value_bits, per), True
+
+
+# --- the node assignment, bit-packed -------------------------------------------
+def pack_codes(codes: np.ndarray, n_codes: int) -> tuple[int, bytes]:
+    """Small non-negative integers ``codes < n_codes`` as ``(bits, bytes)``: ``bits`` bit
+    planes of ``np.packbits`` each (so 3 nodes of a level cost 2 bits per row)."""
+    codes = np.asarray(codes, dtype=np.int64)
+    bits = max(1, int(n_codes - 1).bit_length())
+    planes = [np.packbits(((codes >> b) & 1).astype(np.uint8)) for b in range(bits)]
+    return bits, b"".join(p.tobytes() for p in planes)
+
+
+def unpack_codes(data: bytes, bits: int, n: int) -> np.ndarray:
+    """Inverse of :func:`pack_codes` for ``n`` codes."""
+    plane = (n + 7) // 8
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if raw.size != bits * plane:
+        raise ValueError(f"{raw.size} bytes do not hold {bits} bit planes of {n} codes")
+    codes = np.zeros(n, dtype=np.int64)
+    for b in range(bits):
+        codes |= np.unpackbits(raw[b * plane:(b + 1) * plane])[:n].astype(np.int64) << b
+    return codes
+
+
+def level_codes(assignment: np.ndarray, tree_idx: Sequence[int], node_ids: Sequence[int]):
+    """Per tree of a request: which node being built (1-based position among that tree's
+    nodes, 0: none) each row is at; returns ``(trees, codes (len(trees), n), nodes)`` with
+    ``nodes[i] = (tree position, code)`` of request node ``i``."""
+    trees = sorted({int(t) for t in tree_idx})
+    pos = {t: p for p, t in enumerate(trees)}
+    n = assignment.shape[1]
+    codes = np.zeros((len(trees), n), dtype=np.int64)
+    counts = [0] * len(trees)
+    nodes = []
+    for t, nid in zip(tree_idx, node_ids):
+        p = pos[int(t)]
+        counts[p] += 1
+        codes[p][assignment[int(t)] == int(nid)] = counts[p]
+        nodes.append((p, counts[p]))
+    return trees, codes, nodes, counts
+
+
+# --- the passive party's side ----------------------------------------------------
+@dataclass(eq=False)
+class ShardedGradients:
+    """A round's gradients as received: only metadata and which rows arrived; the values
+    themselves are in the workers' ``grad:k`` slots."""
+    round_idx: int
+    encrypted: bool
+    layout: object                 # crypto.packing.PackingLayout
+    per: int                       # values per output ciphertext
+    shifts: int                    # 1, or ``per`` pre-shifted copies per row
+    groups: int                    # target groups (one block of values each)
+    width: int                     # bytes per value
+    signed: bool
+    received: np.ndarray = field(default=None)    # bool per row
+
+    def complete(self) -> bool:
+        return bool(self.received.all())
+
+
+class ShardSet:
+    """A party's row shards on an executor: where each lives, and the requests over them."""
+
+    def __init__(self, executor, n_rows: int, max_rows: int | None = None, prefix: str = ""):
+        self.executor = executor
+        self.n_rows = int(n_rows)
+        self.bounds = plan_shards(n_rows, executor.n_workers, max_rows)
+        self.workers = [k % executor.n_workers for k in range(len(self.bounds))]
+        self.prefix = prefix
+        self.starts = np.array([a for a, _ in self.bounds] + [self.n_rows], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.bounds)
+
+    def slot(self, name: str, k: int) -> str:
+        return f"{self.prefix}{name}:{k}"
+
+    def place_array(self, name: str, arr: np.ndarray) -> None:
+        """Cut ``arr`` (one row per row of the party) by shard into slot ``name:k`` of each shard's
+        worker (e.g. the passive party's bins)."""
+        arr = np.ascontiguousarray(arr)
+        reqs = []
+        for k, (a, b) in enumerate(self.bounds):
+            part = np.ascontiguousarray(arr[a:b])
+            reqs.append((self.workers[k], ({"op": "put", "kind": "array", "slot": self.slot(name, k),
+                                            "dtype": part.dtype.str, "shape": list(part.shape)},
+                                           [part.tobytes()])))
+        self.executor.run_on(reqs)
+
+    def pieces(self, start: int, stop: int):
+        """The shards a row range ``[start, stop)`` touches: ``(k, a, b)`` with ``[a, b)`` the
+        rows of shard ``k`` in it."""
+        k0 = int(np.searchsorted(self.starts, start, side="right")) - 1
+        out = []
+        for k in range(max(k0, 0), len(self.bounds)):
+            a, b = self.bounds[k]
+            if a >= stop:
+                break
+            lo, hi = max(a, start), min(b, stop)
+            if lo < hi:
+                out.append((k, lo, hi))
+        return out
+
+    def forward(self, g: ShardedGradients, start: int, stop: int, data: bytes, modulus_hex: str | None) -> None:
+        """One gradient shard message (rows ``[start, stop)``, values ordered (group, shift, row))
+        into the ``grad:k`` slots of the workers holding those rows; the driver keeps none."""
+        blocks = g.groups * g.shifts
+        m = stop - start
+        w = g.width
+        if len(data) != blocks * m * w:
+            raise ProtocolError(f"gradient shard of rows {start}:{stop} has {len(data)} bytes, expected "
+                                f"{blocks * m * w} ({blocks} block(s) of {m} values of {w} bytes)")
+        if not 0 <= start < stop <= self.n_rows:
+            raise ProtocolError(f"gradient shard rows {start}:{stop} are outside the {self.n_rows} samples")
+        if g.received[start:stop].any():
+            raise ProtocolError(f"gradient shard rows {start}:{stop} were already received this round")
+        view = memoryview(data)
+        reqs = []
+        for k, lo, hi in self.pieces(start, stop):
+            a, b = self.bounds[k]
+            nk = b - a
+            segs, parts = [], []
+            for blk in range(blocks):
+                src = (blk * m + (lo - start)) * w
+                parts.append(view[src:src + (hi - lo) * w])
+                segs.append([blk * nk + (lo - a), hi - lo])
+            reqs.append((self.workers[k], ({"op": "fill", "slot": self.slot("grad", k), "size": blocks * nk,
+                                            "width": w, "signed": g.signed, "segments": segs,
+                                            "modulus": modulus_hex, "round": g.round_idx},
+                                           [b"".join(parts)])))
+        self.executor.run_on(reqs)
+        g.received[start:stop] = True
+
+    def histograms(self, g: ShardedGradients, assignment: np.ndarray, tree_idx, node_ids, n_bins: Sequence[int],
+                   modulus, joint="auto") -> tuple[list, dict]:
+        """The request's histograms summed over every shard (one task per shard, partials summed in
+        a tree reduction): for ``shifts == 1`` the flat bin sums of each node (node-major), else the
+        compressed output (``per`` bin sums per value, node ``i`` at slot ``i * total``)."""
+        trees, codes, nodes, counts = level_codes(assignment, tree_idx, node_ids)
+        tree_idx = np.asarray(tree_idx, dtype=np.int64)
+        group = (tree_idx // g.layout.n_targets).tolist() if g.groups > 1 else [0] * len(nodes)
+        mhex = format(int(modulus), "x") if modulus is not None else None
+        total = int(sum(n_bins))
+        n_out = len(nodes) * total if g.shifts == 1 else -(-total * len(nodes) // g.per)
+        width, signed = (g.width, g.signed)
+        reqs = []
+        for k, (a, b) in enumerate(self.bounds):
+            blobs, bits = [], []
+            for p in range(len(trees)):
+                nb, data = pack_codes(codes[p, a:b], counts[p] + 1)
+                bits.append(nb)
+                blobs.append(data)
+            reqs.append((self.workers[k], ({"op": "shard_hist", "bins": self.slot("bins", k),
+                                            "values": self.slot("grad", k), "n_rows": b - a,
+                                            "bits": bits, "nodes": [[p, c, j] for (p, c), j in zip(nodes, group)],
+                                            "groups": g.groups, "shifts": g.shifts, "per": g.per,
+                                            "n_bins": [int(x) for x in n_bins], "modulus": mhex,
+                                            "width": width, "signed": signed, "joint": joint,
+                                            "n_out": n_out}, blobs)))
+        header, blobs = self.executor.reduce_on(reqs, {"op": "combine", "modulus": mhex, "width": width,
+                                                       "signed": signed})
+        return bytes_to_ints(blobs[0], width, signed), header
+
+    def drop(self) -> None:
+        """Forget every slot of these shards on every worker."""
+        self.executor.drop(self.prefix)
+
+
+# --- the active party's side -------------------------------------------------------
+class ShardedEncryption:
+    """One round's packed (and in mode ``he`` encrypted) gradients, in slots ``ct:j:k`` of the
+    workers holding shard ``k``; streamed out shard by shard (:meth:`stream`)."""
+
+    def __init__(self, shards: ShardSet, groups: int, shifts: int, width: int, signed: bool):
+        self.shards, self.groups, self.shifts = shards, int(groups), int(shifts)
+        self.width, self.signed = int(width), bool(signed)
+
+    def fill(self, g_int: np.ndarray, h_int: np.ndarray, used: np.ndarray | None, layout: dict, group_size: int,
+             encrypt: bool, value_bits: int) -> None:
+        """Pack (and encrypt) every shard on its worker: one task per shard and target group."""
+        K = g_int.shape[1]
+        G = int(group_size)
+        reqs = []
+        for k, (a, b) in enumerate(self.shards.bounds):
+            mask = None if used is None else np.ascontiguousarray(used[a:b], dtype=np.uint8)
+            for j, start in enumerate(range(0, K, G)):
+                stop = min(K, start + G)
+                gj = np.zeros((b - a, G), dtype=np.int64)
+                hj = np.zeros((b - a, G), dtype=np.int64)
+                gj[:, :stop - start], hj[:, :stop - start] = g_int[a:b, start:stop], h_int[a:b, start:stop]
+                blobs = [gj.tobytes(), hj.tobytes()] + ([mask.tobytes()] if mask is not None else [])
+                reqs.append((self.shards.workers[k], ({"op": "pack_encrypt", "slot": self.shards.slot(f"ct:{j}", k),
+                                                       "n_rows": b - a, "group_size": G, "layout": layout,
+                                                       "shifts": self.shifts, "value_bits": int(value_bits),
+                                                       "encrypt": bool(encrypt), "encryptor": "encryptor",
+                                                       "masked": mask is not None}, blobs)))
+        self.shards.executor.run_on(reqs)
+
+    def shard_bytes(self, k: int) -> bytes:
+        """The values of shard ``k`` in message order (group, shift, row), fetched from its worker."""
+        slots = [self.shards.slot(f"ct:{j}", k) for j in range(self.groups)]
+        ((_, blobs),) = self.shards.executor.run_on([(self.shards.workers[k], (
+            {"op": "get", "slots": slots, "width": self.width, "signed": self.signed}, ()))])
+        return blobs[0]
+
+    def stream(self):
+        """``(start, stop, bytes)`` per shard, one at a time (the caller sends and drops each)."""
+        for k, (a, b) in enumerate(self.shards.bounds):
+            yield a, b, self.shard_bytes(k)

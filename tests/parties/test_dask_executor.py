@@ -1,0 +1,320 @@
+"""A party's work on Dask (issue 11): the same model on the local pool, an in-process LocalCluster
+and a real cluster started as separate processes; gradient shards under a small frame cap; no
+driver holding a round's whole ciphertext vector; a killed worker and --resume."""
+import gc
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gmpy2
+import numpy as np
+import pytest
+from support import KEY_BITS, small_frames
+
+from crypto.cluster import dask_executor
+from crypto.executor import WorkerError
+from crypto.shards import pack_codes, plan_shards, unpack_codes
+from datasets.errors import InputError, PeerError
+from parties.server import PassiveServer
+from protocols import messages as m
+from protocols.certs import make_certs
+from protocols.serialization import loads
+from protocols.transport import InMemoryTransport, frame_handler
+from vfl import ActiveParty, Federation, PassiveParty, TrainParams
+
+distributed = pytest.importorskip("distributed")
+from crypto.dask_executor import DaskExecutor, parse_spec, security_from_dir  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PARAMS = dict(n_estimators=2, max_depth=3, key_bits=KEY_BITS)
+
+
+def _structures(model):
+    return [[t.structure() for t in rnd] for rnd in model.rounds]
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """``dask scheduler`` and ``dask worker`` commands as separate processes on 127.0.0.1."""
+
+    def __init__(self, n_workers=2, tls=()):
+        self.port = _free_port()
+        self.tls = list(tls)
+        self.address = f"{'tls' if tls else 'tcp'}://127.0.0.1:{self.port}"
+        self.procs = [self._spawn("distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(self.port),
+                                  "--dashboard-address", "127.0.0.1:0",
+                                  *(["--protocol", "tls", *self.tls] if tls else []))]
+        self.workers = [self.add_worker() for _ in range(n_workers)]
+
+    def wait(self, n_workers, security=None):
+        with distributed.Client(self.address, timeout=60, security=security) as c:
+            c.wait_for_workers(n_workers, timeout=120)
+        return self
+
+    def _spawn(self, module, *args):
+        p = subprocess.Popen([sys.executable, "-m", module, *args], env=_env(), cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(p) if hasattr(self, "procs") else None
+        return p
+
+    def add_worker(self):
+        return self._spawn("distributed.cli.dask_worker", self.address, "--nthreads", "1", "--no-nanny",
+                           "--host", "127.0.0.1", "--no-dashboard", *self.tls)
+
+    def stop(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture(scope="module")
+def real_cluster():
+    c = Cluster(2).wait(2)
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None, silence_logs=40,
+                                  scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"}) as c:
+        yield c
+
+
+def _fed(executors=(None, None, None), n=200, record=False, n_jobs=None):
+    a, b, c = small_frames(n)
+    return Federation(ActiveParty("bank", a, executor=executors[0], n_jobs=n_jobs),
+                      [PassiveParty("telco", b, executor=executors[1], n_jobs=n_jobs),
+                       PassiveParty("shop", c, executor=executors[2], n_jobs=n_jobs)], record=record)
+
+
+def _fit(fed, mode, **kw):
+    model = fed.fit(TrainParams(mode=mode, **dict(PARAMS, **kw)))
+    a, b, c = small_frames(200)
+    return model, fed.predict_raw({"bank": a, "telco": b, "shop": c})
+
+
+# --- units --------------------------------------------------------------------------
+def test_node_codes_round_trip_bit_packed():
+    rng = np.random.default_rng(0)
+    for n_codes in (1, 2, 3, 5, 17, 300):
+        for n in (0, 1, 7, 8, 9, 1000):
+            codes = rng.integers(0, n_codes, n)
+            bits, data = pack_codes(codes, n_codes)
+            assert len(data) == bits * ((n + 7) // 8) and bits == max(1, (n_codes - 1).bit_length())
+            assert np.array_equal(unpack_codes(data, bits, n), codes)
+
+
+def test_shards_cover_the_rows_a_few_per_worker_and_under_a_row_cap():
+    assert plan_shards(10, 2) == [(0, 10)]                         # small data: one shard
+    got = plan_shards(100_000, 2)
+    assert len(got) == 4 and got[0][0] == 0 and got[-1][1] == 100_000
+    assert all(a[1] == b[0] for a, b in zip(got, got[1:]))
+    capped = plan_shards(100_000, 2, max_rows=7_000)
+    assert max(b - a for a, b in capped) <= 7_000 and capped[-1][1] == 100_000
+
+
+def test_dask_specs_and_the_insecure_guard():
+    assert parse_spec("local:3") == ("local", 3)
+    with pytest.raises(InputError, match="local:N"):
+        parse_spec("local:x")
+    with pytest.raises(InputError, match="not TLS"):
+        DaskExecutor("tcp://127.0.0.1:1", name="p")
+    with pytest.raises(InputError, match="TLS needs certificates"):
+        DaskExecutor("tls://127.0.0.1:1", name="p")
+    with pytest.raises(InputError, match="ca.pem"):
+        dask_executor("tls://127.0.0.1:1", "p", tls_dir="/nonexistent")
+    DaskExecutor("tcp://127.0.0.1:1", name="p", insecure=True).close()      # allowed, never connected
+
+
+def test_a_scheduler_that_is_not_there_is_a_clear_error():
+    ex = DaskExecutor(f"tcp://127.0.0.1:{_free_port()}", name="passive:telco", insecure=True, timeout=2)
+    with pytest.raises(WorkerError, match="passive:telco.*cannot connect"):
+        ex.start()
+    ex.close()
+
+
+# --- the same model everywhere ----------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["plain", "he"])
+def test_same_model_on_local_pool_local_cluster_and_real_cluster(mode, always_parallel, local_cluster, real_cluster):
+    ref_model, ref_raw = _fit(_fed(n_jobs=2), mode)
+    for address in (local_cluster.scheduler_address, real_cluster.address):
+        executors = [DaskExecutor(address, name=n, insecure=True) for n in ("bank", "telco", "shop")]
+        try:
+            model, raw = _fit(_fed(executors), mode)
+            assert all(ex.n_workers == 2 for ex in executors)
+        finally:
+            for ex in executors:
+                ex.close()
+        assert _structures(model) == _structures(ref_model)
+        assert np.array_equal(raw, ref_raw)            # to the last bit
+    owners = {n.owner for rnd in ref_model.rounds for t in rnd for n in t.nodes if not n.is_leaf}
+    assert {"telco", "shop"} <= owners
+
+
+# --- the frame cap and the driver's memory ---------------------------------------------
+def _ciphertext_lists(min_len: int, n: int) -> list[int]:
+    """Lengths of the lists in this process holding at least ``min_len`` ciphertexts (> n)."""
+    found = []
+    for obj in gc.get_objects():
+        if isinstance(obj, list) and len(obj) >= min_len:
+            head = obj[:8]
+            if all(type(v) is type(gmpy2.mpz(0)) and v > n for v in head) and \
+                    sum(1 for v in obj if type(v) is type(gmpy2.mpz(0)) and v > n) >= min_len:
+                found.append(len(obj))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["local", "dask"])
+def test_no_message_and_no_driver_holds_the_whole_ciphertext_vector(where, always_parallel, local_cluster):
+    """Both drivers run in this process (in-memory transport): at every histogram request nothing
+    here holds even half of a round's ciphertexts; they live in the workers' shards. The scan
+    finds a whole vector when one exists (so it can fail)."""
+    n = 900
+    executors = [DaskExecutor(local_cluster.scheduler_address, name=p, insecure=True)
+                 for p in ("bank", "telco", "shop")] if where == "dask" else [None] * 3
+    fed = _fed(executors, n=n, record=True, n_jobs=2)
+    real = fed.passives["telco"].handle
+    seen = []
+
+    def handle(request):
+        if isinstance(request, m.HistogramRequest):
+            nn = int(fed.active.channel.public_key.n)
+            seen.append(_ciphertext_lists(n // 2, nn))
+        return real(request)
+
+    fed.transport.handlers["telco"] = frame_handler(handle)
+    try:
+        fed.fit(TrainParams(mode="he", n_estimators=2, max_depth=2, key_bits=KEY_BITS))
+    finally:
+        for ex in executors:
+            if ex is not None:
+                ex.close()
+    assert len(seen) >= 4 and all(s == [] for s in seen)
+    shards = [loads(f) for _, r, f in fed.transport.log if r == "telco" and b"GradientShard" in f[:200]]
+    assert len(shards) >= 2 * 2 and all(msg.stop - msg.start <= n // 2 for msg in shards)
+    whole = [gmpy2.mpz(10 ** 300) + i for i in range(n)]     # a whole vector would be found
+    assert _ciphertext_lists(n // 2, 10 ** 299) == [len(whole)]
+
+
+def test_gradient_shards_respect_a_small_frame_cap(always_parallel):
+    ref = _fed(n_jobs=2)
+    ref_model = ref.fit(TrainParams(mode="he", **PARAMS))
+    fed = _fed(n_jobs=2, record=True)
+    cap = 12_000
+    fed.transport.max_frame_bytes = cap
+    model = fed.fit(TrainParams(mode="he", **PARAMS))
+    grads = [len(f) for _, _, f in fed.transport.log if b"GradientShard" in f[:200]]
+    assert len(grads) > 2 * 2 * 4 and max(grads) <= cap          # many shards per round and party
+    assert _structures(model) == _structures(ref_model)
+
+
+# --- faults -----------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_killed_worker_names_party_and_worker_and_resume_gives_the_same_model(tmp_path):
+    a, b, c = small_frames(200)
+    params = TrainParams(mode="he", n_estimators=3, max_depth=2, key_bits=KEY_BITS)
+
+    def servers(root, executor=None):
+        return {"b": PassiveServer("b", b, "id", root / "b", executor=executor),
+                "c": PassiveServer("c", c, "id", root / "c")}
+
+    def fit(srv, **kw):
+        t = InMemoryTransport("a", {n: s.handle_frame for n, s in srv.items()})
+        return ActiveParty("a", a).fit(t, list(srv), params, **kw)
+
+    full = fit(servers(tmp_path / "full"))
+    cluster = Cluster(2).wait(2)
+    try:
+        ex = DaskExecutor(cluster.address, name="passive:b", insecure=True)
+        srv = servers(tmp_path / "run", ex)
+        saved = []
+
+        def on_round(r, info):
+            if r == 0:          # after the first tree: the worker holding b's (first) shard dies
+                addr = ex.addresses[0]
+                pid = ex.client.run(os.getpid, workers=[addr])[addr]
+                os.kill(pid, signal.SIGKILL)
+                next(p for p in cluster.workers if p.pid == pid).wait()
+
+        with pytest.raises(PeerError, match=r"party 'b'.*Dask worker tcp://127\.0\.0\.1:\d+ of 'passive:b' is gone"):
+            fit(srv, checkpoint=saved.append, on_round=on_round)
+        assert saved and saved[-1].n_rounds == 1
+        cluster.workers.append(cluster.add_worker())           # a new worker; resume on the same server
+        with distributed.Client(cluster.address, timeout=30) as cl:
+            deadline = time.monotonic() + 60
+            while len(cl.nthreads()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+        resumed = fit(srv, resume=saved[-1])
+        ex.close()
+    finally:
+        cluster.stop()
+    assert _structures(resumed) == _structures(full)
+
+
+@pytest.mark.slow
+def test_a_party_on_a_tls_cluster_with_the_certificates_of_vfl_certs(tmp_path):
+    pytest.importorskip("cryptography")
+    make_certs(tmp_path / "certs", ["telco"], hosts=("127.0.0.1", "localhost"))
+    d = tmp_path / "certs"
+    tls = ["--tls-ca-file", str(d / "ca.pem"), "--tls-cert", str(d / "telco.pem"), "--tls-key", str(d / "telco.key")]
+    cluster = Cluster(1, tls=tls)
+    try:
+        cluster.wait(1, security=security_from_dir(d, "telco"))
+        ex = dask_executor(cluster.address, "passive:telco", tls_dir=d)
+        ref = _fed().fit(TrainParams(mode="plain", n_estimators=1, max_depth=2))
+        model = _fed((None, ex, None)).fit(TrainParams(mode="plain", n_estimators=1, max_depth=2))
+        assert ex.addresses[0].startswith("tls://127.0.0.1:")
+        ex.close()
+    finally:
+        cluster.stop()
+    assert _structures(model) == _structures(ref)
+
+
+# --- the command line --------------------------------------------------------------------
+@pytest.mark.slow
+def test_vfl_simulate_with_a_local_cluster_per_party_equals_the_local_pool(tmp_path):
+    def run(*extra):
+        out = tmp_path / f"p{len(extra)}.csv"
+        proc = subprocess.run([sys.executable, "-m", "cli", "simulate", "--trees", "1", "--depth", "2",
+                               "--mode", "plain", "--quiet", "--predictions", str(out), *extra],
+                              cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return out.read_text()
+
+    assert run("--dask", "local:1") == run()
+
+
+def test_party_commands_refuse_a_plain_dask_scheduler_without_the_flag(tmp_path):
+    data = tmp_path / "b.csv"
+    _, b, _ = small_frames(20)
+    b.to_csv(data, index=False)
+    proc = subprocess.run([sys.executable, "-m", "cli", "party", "passive", "--name", "b", "--data", str(data),
+                           "--model-dir", str(tmp_path / "m"), "--insecure", "--dask-scheduler",
+                           "tcp://127.0.0.1:1"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "is not TLS" in proc.stderr and "--dask-insecure" in proc.stderr
