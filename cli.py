@@ -178,6 +178,16 @@ def _training_options(f):
         click.option("--epsilon-per-feature", type=float, default=_default("epsilon_per_feature"),
                      help="Mode dp: the budget per released feature instead (a party's total is this times "
                           "its features)."),
+        click.option("--dp-model", type=float, default=_default("dp_model"),
+                     help="Modes he/plain: train a differentially private released model with this total "
+                          "epsilon per training row (inf: the non-private model); see docs/dp.md."),
+        click.option("--dp-delta", type=float, default=_default("dp_delta"),
+                     help="With --dp-model: (epsilon, delta)-DP with Gaussian leaves, accounted by dp-accounting "
+                          "(default: pure epsilon, Laplace)."),
+        click.option("--dp-clip", type=float, default=_default("dp_clip"),
+                     help="With --dp-model: public gradient bound g* (required for objective regression)."),
+        click.option("--dp-budget", default=_default("dp_budget"),
+                     help="With --dp-model: relative budget shares 'sketch,splits,leaves' (default 0.1,0.3,0.6)."),
         click.option("--trees", default=_default("n_estimators"), show_default=True,
                      help="Boosting rounds (n_estimators)."),
         click.option("--depth", default=_default("max_depth"), show_default=True, help="max_depth."),

@@ -97,6 +97,7 @@ class TrainSetup:
     mode: str                 # "he" or "plain"
     max_bin: int
     model_id: str
+    dp_binning: dict | None = None   # --dp-model: {"epsilon": this party's budget for its DP bin edges}
 
 
 @register

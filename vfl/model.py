@@ -48,6 +48,7 @@ class BoostedModel:
     history: dict = field(default_factory=dict)
     best_iteration: int | None = None
     classes: list | None = None                 # multiclass: original label of each class index
+    dp_model: dict | None = None                # --dp-model: mechanism, epsilon (delta), budget split
 
     @property
     def n_rounds(self) -> int:
@@ -63,7 +64,7 @@ class BoostedModel:
             "params": self.params, "history": self.history, "best_iteration": self.best_iteration,
             "classes": self.classes,
             "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds],
-        }
+        } | ({"dp_model": self.dp_model} if self.dp_model is not None else {})
 
     @classmethod
     def from_dict(cls, d: dict) -> "BoostedModel":
@@ -74,7 +75,8 @@ class BoostedModel:
         return cls(d["objective"], int(d["n_targets"]), list(d["base_score"]), float(d["learning_rate"]),
                    d["active_party"], list(d["active_features"]), list(d["passive_parties"]),
                    d["model_id"], d["salt"], [[Tree.from_dict(t) for t in rnd] for rnd in d["rounds"]],
-                   d.get("params", {}), d.get("history", {}), d.get("best_iteration"), d.get("classes"))
+                   d.get("params", {}), d.get("history", {}), d.get("best_iteration"), d.get("classes"),
+                   d.get("dp_model"))
 
     def save(self, path) -> None:
         write_json_atomic(path, self.to_dict())
