@@ -13,11 +13,11 @@ Mechanisms (see docs/dp.md, "DP on the released model"):
   objective's public bound ``h*`` (1/4 binary, 1/2 softmax, 1 regression). So a node's hessian sum
   is ``h* * n`` and every leaf weight and gain has a bounded sensitivity (a data-dependent
   hessian makes ``G/H`` unbounded). Leaves are Newton steps with this constant hessian.
-* **Bins** (:class:`DPBinner`): each party's bin edges come from two DP histograms per feature
-  (Laplace counts): a coarse one over the symmetric log scale ``sign(x) log(1 + |x|)`` that
-  finds DP bounds (the 0.5% and 99.5% noisy quantiles), then a fine one between them whose noisy
-  quantiles are the edges. Each party spends ``sketch / n_parties`` of the budget, split over its
-  features and the two stages.
+* **Bins** (:class:`DPBinner`): each party's bin edges come from one DP histogram per feature
+  (Laplace counts over fixed cells of the symmetric log scale ``sign(x) log(1 + |x|)``) that gives
+  DP bounds; the edges are equally spaced on that scale between them (noisy quantiles need far
+  more budget than a sketch share gives at epsilon ~ 1). Each party spends
+  ``sketch / n_parties`` of the budget, split evenly over its features.
 * **Split selection** (:class:`TreeMechanisms`): the active party picks each node's split with
   the exponential mechanism over the gains it computes from (decrypted) histogram sums, every
   candidate of every party, no data-dependent validity filter, sampled with the Gumbel-max trick
@@ -49,6 +49,8 @@ from datasets.errors import InputError
 from vfl.binning import Binner, _thresholds
 from vfl.split import SplitInfo
 
+#: split candidates of a DP tree: every feature of every party, or one feature per tree in turn
+DP_TREES = ("exponential", "cyclic")
 #: default relative shares of the budget: sketch (bin edges), splits, leaves
 DEFAULT_BUDGET = (0.1, 0.3, 0.6)
 #: share of a leaf's budget spent on its gradient sum (the rest on its hessian sum, i.e. its count)
@@ -56,9 +58,8 @@ LEAF_GRADIENT_SHARE = 0.8
 #: the natural gradient bound g* and the constant hessian h* per objective (None: dp_clip needed)
 OBJECTIVE_BOUNDS = {"binary": (1.0, 0.25), "multiclass": (1.0, 0.5), "regression": (None, 1.0),
                     "pseudohuber": ("huber_slope", 1.0)}
-_SYMLOG_RANGE = 40.0          # stage-1 grid of the DP bin edges: sign(x) log1p(|x|) in [-40, 40]
-_COARSE_CELLS = 160
-_TAIL = 0.005                 # DP bounds: the 0.5% and 99.5% noisy quantiles
+_SYMLOG_RANGE = 30.0          # grid of the DP bounds: sign(x) log1p(|x|) in [-30, 30] (|x| < 1e13)
+_COARSE_CELLS = 240           # cells of width 0.25 on that scale
 
 
 def parse_budget(value) -> tuple[float, float, float]:
@@ -184,6 +185,8 @@ class DPModelPlan:
     tree_epsilon: float = 0.0            # one tree's pure epsilon before amplification (Laplace)
     reported_epsilon: float = math.inf   # what the accountant reports for the whole training
     parties: int = 1
+    trees: str = "exponential"          # "exponential": every feature a candidate; "cyclic": one per tree
+    n_targets: int = 1
     extra: dict = field(default_factory=dict)
 
     @property
@@ -209,9 +212,14 @@ class DPModelPlan:
              "subsample": self.subsample, "budget_shares": {"sketch": self.shares[0], "splits": self.shares[1],
                                                             "leaves": self.shares[2]},
              "sketch": {"epsilon_total": self.sketch_epsilon, "epsilon_per_party": self.sketch_epsilon_per_party,
-                        "parties": self.parties, "mechanism": "laplace histograms (DP bounds, DP quantiles)"},
+                        "parties": self.parties,
+                        "mechanism": "laplace histogram per feature (DP bounds), edges equally spaced on the "
+                                     "symmetric log scale"},
              "per_tree": {"split_epsilon_per_level": self.level_epsilon, "levels": self.depth,
-                          "split_mechanism": "exponential (Gumbel-max)"}}
+                          "split_mechanism": ("uniform (totally random splits)" if self.level_epsilon == 0
+                                              else "exponential (Gumbel-max)"),
+                          "split_features": ("all features" if self.trees == "exponential" else
+                                             "one feature per tree, in turn over every party's features")}}
         if self.mechanism == "laplace":
             d["per_tree"].update({"leaf_gradient_epsilon": self.leaf_gradients,
                                   "leaf_hessian_epsilon": self.leaf_hessians,
@@ -253,7 +261,8 @@ def plan_dp_model(params, n_targets: int, n_parties: int) -> DPModelPlan:
     T, D, q = int(params.n_estimators) * int(n_targets), int(params.max_depth), float(params.subsample)
     n_parties = max(int(n_parties), 1)
     plan = DPModelPlan(eps, params.dp_delta, "laplace" if params.dp_delta is None else "gaussian",
-                       g_star, h_star, T, D, q, shares, parties=n_parties)
+                       g_star, h_star, T, D, q, shares, parties=n_parties, trees=params.dp_trees,
+                       n_targets=int(n_targets))
     if params.dp_delta is None:
         plan.sketch_epsilon = shares[0] * eps
         tree_amp = (shares[1] + shares[2]) * eps / T
@@ -372,11 +381,26 @@ class TreeMechanisms:
         self.reg_lambda = float(reg_lambda)
         self.rng = np.random.default_rng() if rng is None else rng      # fresh OS entropy
 
-    def choose_split(self, node, histograms: list, bin_offsets: list) -> SplitInfo | None:
-        """One node's split over every party's candidates (None: no party has a candidate)."""
+    def tree_feature(self, bin_offsets: list, tree: tuple[int, int]) -> tuple[int, int]:
+        """``dp_trees = "cyclic"``: the one ``(source, feature)`` tree ``(round, target)`` splits on,
+        in turn over every party's features (a public, data-independent choice)."""
+        features = [(si, f) for si, off in enumerate(bin_offsets) for f in range(len(off) - 1)]
+        round_idx, k = tree
+        return features[(round_idx * self.plan.n_targets + k) % len(features)]
+
+    def choose_split(self, node, histograms: list, bin_offsets: list,
+                     tree: tuple[int, int] = (0, 0)) -> SplitInfo | None:
+        """One node's split over every party's candidates (None: no party has a candidate);
+        ``tree``: ``(round, target)`` of the node's tree."""
+        only = self.tree_feature(bin_offsets, tree) if self.plan.trees == "cyclic" else None
         parts = []
         for si, ((sg, sh), offsets) in enumerate(zip(histograms, bin_offsets)):
+            if only is not None and si != only[0]:
+                continue
             c = candidate_gains(sg, sh, offsets, node.sum_gradients, node.sum_hessians, self.reg_lambda)
+            if only is not None:
+                keep = c[1] == only[1]
+                c = tuple(a[keep] for a in c)
             if c[0].size:
                 parts.append((si, c))
         if not parts:
@@ -441,34 +465,30 @@ def _symexp(z):
     return np.sign(z) * np.expm1(np.abs(z))
 
 
-def _noisy_quantile_edges(z: np.ndarray, lo: float, hi: float, cells: int, fractions: np.ndarray,
-                          epsilon: float, rng) -> np.ndarray:
-    """Upper cell edges (in z) where the noisy cumulative histogram of ``z`` over ``cells`` equal
-    cells of [lo, hi] (values clipped in) first reaches each fraction of the noisy total."""
-    counts = np.bincount(np.clip(((z - lo) / (hi - lo) * cells).astype(np.int64), 0, cells - 1),
+def dp_bounds(z: np.ndarray, epsilon: float, rng) -> tuple[float, float] | None:
+    """``epsilon``-DP bounds of ``z`` (symmetric-log values): a Laplace histogram over fixed cells of
+    [-R, R] (a row changes one count by one), then, as post-processing, the span of the cells whose
+    noisy count passes ``tau = ln(cells / 0.01) / epsilon`` (so an empty cell passes with
+    probability about 1/200 over all cells); none passes: the noisiest-max cell. None: no cell."""
+    cells = _COARSE_CELLS
+    width = 2 * _SYMLOG_RANGE / cells
+    counts = np.bincount(np.clip(((z + _SYMLOG_RANGE) / width).astype(np.int64), 0, cells - 1),
                          minlength=cells).astype(np.float64)
-    noisy = np.maximum(counts + rng.laplace(0.0, 1.0 / epsilon, size=cells), 0.0)
-    cum = np.cumsum(noisy)
-    if cum[-1] <= 0:
-        return np.empty(0)
-    idx = np.searchsorted(cum, fractions * cum[-1], side="left")
-    return lo + (np.minimum(idx, cells - 1) + 1) * (hi - lo) / cells
+    noisy = counts + rng.laplace(0.0, 1.0 / epsilon, size=cells)
+    keep = np.flatnonzero(noisy > math.log(cells / 0.01) / epsilon)
+    if keep.size == 0:
+        keep = np.array([int(np.argmax(noisy))])
+    return -_SYMLOG_RANGE + keep[0] * width, -_SYMLOG_RANGE + (keep[-1] + 1) * width
 
 
 def dp_thresholds(col: np.ndarray, max_bin: int, epsilon: float, rng) -> np.ndarray:
-    """DP bin edges of one feature: ``epsilon``-DP (half for the DP bounds, half for the quantiles);
-    a row's presence changes one count of each histogram by one. NaN (missing) rows take no part."""
+    """DP bin edges of one feature: ``max_bin - 1`` edges equally spaced on the symmetric log scale
+    ``sign(x) log(1 + |x|)`` between ``epsilon``-DP bounds (:func:`dp_bounds`); values outside fall
+    in the first or last bin. NaN (missing) rows take no part."""
     z = _symlog(col[~np.isnan(col)])
-    half = epsilon / 2.0
-    bounds = _noisy_quantile_edges(z, -_SYMLOG_RANGE, _SYMLOG_RANGE, _COARSE_CELLS,
-                                   np.array([_TAIL, 1.0 - _TAIL]), half, rng)
-    if bounds.size < 2:
-        return np.empty(0)
-    cell = 2 * _SYMLOG_RANGE / _COARSE_CELLS
-    lo, hi = bounds[0] - cell, bounds[1]
-    fine = _noisy_quantile_edges(z, lo, hi, 8 * max_bin, np.arange(1, max_bin) / max_bin, half, rng)
-    fine = fine[fine < hi]
-    return np.unique(_symexp(fine))
+    lo, hi = dp_bounds(z, epsilon, rng)
+    inner = np.linspace(lo, hi, max_bin + 1)[1:-1]
+    return np.unique(_symexp(inner))
 
 
 class DPBinner(Binner):

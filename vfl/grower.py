@@ -142,7 +142,8 @@ class TreeGrower:
         for k, nid in nodes:
             node = self.trees[k].nodes[nid]
             if self.dp is not None:     # the exponential mechanism over every party's candidates
-                best = self.dp.choose_split(node, hist[(k, nid)], [s.bin_offsets for s in self.sources])
+                best = self.dp.choose_split(node, hist[(k, nid)], [s.bin_offsets for s in self.sources],
+                                            (self.round_idx, k))
                 chosen += [(k, nid, best)] if best is not None else []
                 continue
             best = None

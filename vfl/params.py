@@ -15,7 +15,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 import numpy as np
 
 from datasets.errors import InputError
-from vfl.dp_model import gradient_bounds, parse_budget
+from vfl.dp_model import DP_TREES, gradient_bounds, parse_budget
 from vfl.objectives import OBJECTIVE_ALIASES
 
 
@@ -109,6 +109,7 @@ class TrainParams:
     dp_delta: float | None = None          # None: pure epsilon (Laplace); else Gaussian leaves, RDP accounting
     dp_clip: float | None = None           # public gradient bound g* (needed for objective regression)
     dp_budget: str | None = None           # relative shares "sketch,splits,leaves" (default 0.1,0.3,0.6)
+    dp_trees: str = "exponential"          # split candidates: every feature, or "cyclic": one feature per tree
 
     @classmethod
     def default(cls, name: str):
@@ -195,6 +196,7 @@ class TrainParams:
     def _validate_dp_model(self):
         """``dp_model`` and its companions (see :mod:`vfl.dp_model`)."""
         extra = [n for n in ("dp_delta", "dp_clip", "dp_budget") if getattr(self, n) is not None]
+        extra += ["dp_trees"] if self.dp_trees != DP_TREES[0] else []
         if self.dp_model is None:
             if extra:
                 raise InputError(f"parameter {extra[0]} applies with dp_model only (--dp-model EPS)")
@@ -218,6 +220,8 @@ class TrainParams:
             self.dp_clip = float(c)
         if self.dp_budget is not None:
             self.dp_budget = ",".join(f"{s:.6g}" for s in parse_budget(self.dp_budget))
+        if self.dp_trees not in DP_TREES:
+            raise InputError(f"parameter dp_trees must be one of {DP_TREES}, got {self.dp_trees!r}")
         if math.isinf(self.dp_model):
             return
         if self.goss:
