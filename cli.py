@@ -28,6 +28,7 @@ from protocols.grpc_transport import Security, parse_peers
 from protocols.units import format_bytes
 from vfl.api import simulate as simulate_federation
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
+from vfl.dp_model import DP_TREES
 from vfl.files import write_text_atomic
 from vfl.params import (
     ALIGNMENTS,
@@ -206,6 +207,9 @@ def _training_options(f):
                      help="With --dp-model: public gradient bound g* (required for objective regression)."),
         click.option("--dp-budget", default=_default("dp_budget"),
                      help="With --dp-model: relative budget shares 'sketch,splits,leaves' (default 0.1,0.3,0.6)."),
+        click.option("--dp-trees", type=click.Choice(DP_TREES), default=_default("dp_trees"), show_default=True,
+                     help="With --dp-model: split candidates of every feature (exponential mechanism), or "
+                          "'cyclic': each tree splits on one feature, in turn over all parties' features."),
         click.option("--trees", default=_default("n_estimators"), show_default=True,
                      help="Boosting rounds (n_estimators)."),
         click.option("--depth", default=_default("max_depth"), show_default=True, help="max_depth."),

@@ -24,7 +24,9 @@ Mechanisms (see docs/dp.md, "DP on the released model"):
   (no overflow). Gain sensitivity ``4 g*^2 / h*`` (:func:`gain_sensitivity`). Trees grow to
   ``max_depth`` whatever the data (stopping on counts or gains would leak).
 * **Leaves**: noisy gradient and hessian sums (Laplace, or Gaussian with ``dp_delta``),
-  sensitivities ``g*`` and ``h*``; weight ``-G~ / (max(H~, h*) + lambda)`` clipped to ``g*/h*``.
+  sensitivities ``g*`` and ``h*``; weight ``-G~ / (max(H~, floor) + lambda)`` clipped to ``g*/h*``,
+  where ``floor`` (``min_child_weight`` or the hessian of as many rows as twice the gradient
+  noise scale) shrinks leaves that are mostly noise.
 * **Accounting** (:func:`plan_dp_model`): the budget is split between sketch, splits and leaves
   (``dp_budget``); the nodes of one level and the leaves of one tree are disjoint (parallel
   composition); levels, trees, rounds and classes compose sequentially. Pure epsilon: basic
@@ -244,7 +246,7 @@ class DPModelPlan:
         return np.clip(g, -self.g_star, self.g_star), np.full_like(h, self.h_star)
 
     def tree_mechanisms(self, params, rng=None) -> "TreeMechanisms":
-        return TreeMechanisms(self, params.reg_lambda, rng)
+        return TreeMechanisms(self, params.reg_lambda, rng, params.min_child_weight)
 
     def sampler(self, rng=None) -> "PoissonSampler":
         return PoissonSampler(self.subsample, rng)
@@ -376,9 +378,10 @@ class TreeMechanisms:
     ``max_depth``), each node's split (exponential mechanism), each leaf's weight (noisy sums),
     and what the released tree keeps (no exact statistics)."""
 
-    def __init__(self, plan: DPModelPlan, reg_lambda: float, rng=None):
+    def __init__(self, plan: DPModelPlan, reg_lambda: float, rng=None, min_child_weight: float = 0.0):
         self.plan = plan
         self.reg_lambda = float(reg_lambda)
+        self.min_child_weight = float(min_child_weight)
         self.rng = np.random.default_rng() if rng is None else rng      # fresh OS entropy
 
     def tree_feature(self, bin_offsets: list, tree: tuple[int, int]) -> tuple[int, int]:
@@ -422,11 +425,21 @@ class TreeMechanisms:
         return (float(G + self.rng.normal(0.0, p.leaf_gradients)),
                 float(H + self.rng.normal(0.0, p.leaf_hessians)))
 
+    def hessian_floor(self) -> float:
+        """The smallest denominator of a leaf weight: ``min_child_weight``, and the hessian of the
+        rows whose gradient sum would not exceed twice the noise scale (``2 h* b / g*``, ``b`` the
+        Laplace scale or the Gaussian sigma of the gradient sums): leaves that are mostly noise
+        shrink towards 0. Data-independent, so post-processing."""
+        p = self.plan
+        b = p.g_star / p.leaf_gradients if p.mechanism == "laplace" else p.leaf_gradients
+        return max(p.h_star, self.min_child_weight, 2.0 * p.h_star * b / p.g_star)
+
     def leaf_weight(self, node) -> float:
-        """``-G~ / (max(H~, h*) + lambda)`` clipped to ``[-g*/h*, g*/h*]`` (learning rate not included)."""
+        """``-G~ / (max(H~, floor) + lambda)`` clipped to ``[-g*/h*, g*/h*]`` (learning rate not
+        included; ``floor``: :meth:`hessian_floor`)."""
         p = self.plan
         G, H = self.noisy_sums(node.sum_gradients, node.sum_hessians)
-        w = -G / (max(H, p.h_star) + self.reg_lambda)
+        w = -G / (max(H, self.hessian_floor()) + self.reg_lambda)
         bound = p.g_star / p.h_star
         node.sum_gradients, node.sum_hessians = G, H       # the released (noisy) statistics
         return float(np.clip(w, -bound, bound))
