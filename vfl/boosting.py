@@ -60,7 +60,7 @@ class Booster:
         own row position) on which row sampling is keyed (see :class:`vfl.sampling.RowSampler`)."""
         if row_keys is not None and self.dp is None:
             self.sampler = RowSampler(self.params, row_keys)
-        base = self.objective.base_score(y)
+        base = self.objective.base_score(y) if self.dp is None else self.dp.base_score(self.objective, y)
         raw = np.tile(base, (len(y), 1)).astype(np.float64) if raw is None else raw
         rounds = [] if rounds is None else rounds
         for r in range(start_round, self.params.n_estimators):

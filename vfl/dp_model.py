@@ -17,7 +17,10 @@ Mechanisms (see docs/dp.md, "DP on the released model"):
   (Laplace counts over fixed cells of the symmetric log scale ``sign(x) log(1 + |x|)``) that gives
   DP bounds; the edges are equally spaced on that scale between them (noisy quantiles need far
   more budget than a sketch share gives at epsilon ~ 1). Each party spends
-  ``sketch / n_parties`` of the budget, split evenly over its features.
+  ``sketch / (n_parties + 1)`` of the budget, split evenly over its features (the base score
+  takes the last share).
+* **Base score** (:func:`dp_base_score`): from noisy counts (binary, multiclass) or a noisy
+  clipped mean (regression), with a share of the sketch budget.
 * **Split selection** (:class:`TreeMechanisms`): the active party picks each node's split with
   the exponential mechanism over the gains it computes from (decrypted) histogram sums, every
   candidate of every party, no data-dependent validity filter, sampled with the Gumbel-max trick
@@ -181,6 +184,7 @@ class DPModelPlan:
     shares: tuple = DEFAULT_BUDGET
     sketch_epsilon: float = 0.0          # all parties' bin edges together (pure epsilon)
     sketch_epsilon_per_party: float = 0.0
+    base_epsilon: float = 0.0            # the base score's share of the sketch budget
     level_epsilon: float = 0.0           # the exponential mechanism at every node of one level
     leaf_gradients: float = 0.0          # Laplace: epsilon; Gaussian: sigma of the gradient sums
     leaf_hessians: float = 0.0           # Laplace: epsilon; Gaussian: sigma of the hessian sums
@@ -214,7 +218,7 @@ class DPModelPlan:
              "subsample": self.subsample, "budget_shares": {"sketch": self.shares[0], "splits": self.shares[1],
                                                             "leaves": self.shares[2]},
              "sketch": {"epsilon_total": self.sketch_epsilon, "epsilon_per_party": self.sketch_epsilon_per_party,
-                        "parties": self.parties,
+                        "parties": self.parties, "base_score_epsilon": self.base_epsilon,
                         "mechanism": "laplace histogram per feature (DP bounds), edges equally spaced on the "
                                      "symmetric log scale"},
              "per_tree": {"split_epsilon_per_level": self.level_epsilon, "levels": self.depth,
@@ -244,6 +248,13 @@ class DPModelPlan:
     def bound_gradients(self, g: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Clip ``g`` to ``[-g*, g*]`` and replace every hessian by ``h*``."""
         return np.clip(g, -self.g_star, self.g_star), np.full_like(h, self.h_star)
+
+    def base_score(self, objective, y: np.ndarray, rng=None) -> np.ndarray:
+        """The released base score from noisy statistics (:func:`dp_base_score`) with its budget
+        ``base_epsilon``; the exact one when not private."""
+        if not self.private:
+            return objective.base_score(y)
+        return dp_base_score(objective, y, self.base_epsilon, np.random.default_rng() if rng is None else rng)
 
     def tree_mechanisms(self, params, rng=None) -> "TreeMechanisms":
         return TreeMechanisms(self, params.reg_lambda, rng, params.min_child_weight)
@@ -278,7 +289,7 @@ def plan_dp_model(params, n_targets: int, n_parties: int) -> DPModelPlan:
                                              plan.leaf_hessians, T, q)
     else:
         _calibrate_gaussian(plan, eps, params.dp_delta, shares)
-    plan.sketch_epsilon_per_party = plan.sketch_epsilon / n_parties
+    plan.sketch_epsilon_per_party = plan.base_epsilon = plan.sketch_epsilon / (n_parties + 1)
     return plan
 
 
@@ -467,6 +478,34 @@ class PoissonSampler:
         if self.q >= 1.0:
             return None, None, 1.0
         return self.rng.random((K, n)) < self.q, None, 1.0
+
+
+# --------------------------------------------------------------------------- the base score
+def dp_base_score(objective, y: np.ndarray, epsilon: float, rng) -> np.ndarray:
+    """An ``epsilon``-DP base score (a row changes one count by one, or one clipped label):
+
+    * binary: the log-odds of noisy (positives, rows) counts, ``epsilon/2`` each;
+    * multiclass: the log of the noisy class counts (one histogram, ``epsilon``), as the priors;
+    * regression: DP bounds of the label (:func:`dp_bounds`, ``epsilon/2``), then the noisy mean of the
+      labels clipped to them (sum and count, ``epsilon/4`` each); pseudo-Huber takes it too.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    name = objective.name
+    if name == "binary":
+        pos = float(y.sum()) + rng.laplace(0.0, 2.0 / epsilon)
+        n = float(len(y)) + rng.laplace(0.0, 2.0 / epsilon)
+        p = float(np.clip(pos / max(n, 1.0), 1e-3, 1 - 1e-3))
+        return np.array([math.log(p / (1 - p))])
+    if name == "multiclass":
+        k = objective.n_targets
+        counts = np.bincount(y.astype(np.int64), minlength=k)[:k] + rng.laplace(0.0, 1.0 / epsilon, size=k)
+        logp = np.log(np.maximum(counts, 1.0) / np.maximum(counts, 1.0).sum())
+        return logp - logp.mean()          # centred, as the exact softmax base score
+    lo, hi = (_symexp(np.array(b)) for b in dp_bounds(_symlog(y), epsilon / 2.0, rng))
+    lo, hi = float(lo), float(hi)
+    total = float(np.clip(y, lo, hi).sum()) + rng.laplace(0.0, max(abs(lo), abs(hi), 1e-12) / (epsilon / 4.0))
+    n = float(len(y)) + rng.laplace(0.0, 4.0 / epsilon)
+    return np.array([float(np.clip(total / max(n, 1.0), lo, hi))])
 
 
 # --------------------------------------------------------------------------- DP bin edges

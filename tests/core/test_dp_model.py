@@ -20,12 +20,14 @@ from vfl.dp_model import (
     account_pure,
     amplified,
     candidate_gains,
+    dp_base_score,
     dp_bounds,
     exponential_mechanism,
     gain_sensitivity,
     gaussian_plan_event,
     plan_dp_model,
 )
+from vfl.objectives import get_objective
 from vfl.params import TrainParams
 from vfl.rounds import RoundObserver
 from vfl.tree import Node
@@ -150,9 +152,10 @@ def test_plan_of_one_tree_depth_3_reports_the_hand_computed_epsilon(subsample):
     params = TrainParams(mode="plain", n_estimators=1, max_depth=3, dp_model=1.0, subsample=subsample,
                          dp_budget="0.1,0.3,0.6")
     plan = plan_dp_model(params, 1, 2)
-    # by hand: 0.1 to the sketch (0.05 per party); the tree gets 0.9 after sampling
+    # by hand: 0.1 to the sketch (0.1/3 per party and for the base score); the tree gets 0.9 after sampling
     tree = 0.9 if subsample == 1 else math.log(1 + (math.exp(0.9) - 1) / 0.5)   # 1.3658951...
-    assert plan.sketch_epsilon == pytest.approx(0.1) and plan.sketch_epsilon_per_party == pytest.approx(0.05)
+    assert plan.sketch_epsilon == pytest.approx(0.1) and plan.sketch_epsilon_per_party == pytest.approx(0.1 / 3)
+    assert plan.base_epsilon == pytest.approx(0.1 / 3)
     assert plan.tree_epsilon == pytest.approx(tree)
     assert plan.level_epsilon == pytest.approx(tree / 3 / 3)        # splits: 1/3 of the tree, 3 levels
     assert plan.leaf_gradients + plan.leaf_hessians == pytest.approx(tree * 2 / 3)
@@ -321,3 +324,19 @@ def test_dp_binner_noise_is_fresh_without_an_rng():
 
 def test_plan_dataclass_defaults_are_not_private():
     assert not DPModelPlan(math.inf).private
+
+
+def test_dp_base_scores():
+    rng = np.random.default_rng(0)
+    y = (rng.random(10_000) < 0.2).astype(float)
+    binary = get_objective("binary")
+    exact = binary.base_score(y)[0]
+    assert dp_base_score(binary, y, 1e4, rng)[0] == pytest.approx(exact, abs=1e-3)
+    noisy = [dp_base_score(binary, y, 0.01, rng)[0] for _ in range(50)]
+    assert np.std(noisy) > 0.01 and abs(np.mean(noisy) - exact) < 0.2
+    multi = get_objective("multiclass")
+    yk = multi.check_labels(rng.integers(0, 3, 9000))
+    assert np.allclose(dp_base_score(multi, yk, 1e4, rng), multi.base_score(yk), atol=1e-3)
+    reg = get_objective("regression")
+    yr = rng.normal(50.0, 5.0, 20_000)
+    assert dp_base_score(reg, yr, 10.0, rng)[0] == pytest.approx(50.0, abs=0.5)
