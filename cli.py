@@ -206,10 +206,11 @@ def _training_options(f):
         click.option("--dp-clip", type=float, default=_default("dp_clip"),
                      help="With --dp-model: public gradient bound g* (required for objective regression)."),
         click.option("--dp-budget", default=_default("dp_budget"),
-                     help="With --dp-model: relative budget shares 'sketch,splits,leaves' (default 0.1,0.3,0.6)."),
+                     help="With --dp-model: relative budget shares 'sketch,splits,leaves' (default 0.1,0,0.9 "
+                          "with --dp-trees cyclic: random splits; 0.1,0.3,0.6 with exponential)."),
         click.option("--dp-trees", type=click.Choice(DP_TREES), default=_default("dp_trees"), show_default=True,
-                     help="With --dp-model: split candidates of every feature (exponential mechanism), or "
-                          "'cyclic': each tree splits on one feature, in turn over all parties' features."),
+                     help="With --dp-model: 'cyclic': each tree splits on one feature, in turn over all parties' "
+                          "features; 'exponential': candidates of every feature."),
         click.option("--trees", default=_default("n_estimators"), show_default=True,
                      help="Boosting rounds (n_estimators)."),
         click.option("--depth", default=_default("max_depth"), show_default=True, help="max_depth."),

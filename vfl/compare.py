@@ -74,7 +74,7 @@ class EpsilonScope(Vocabulary):
 ARMS = Arm.values()
 DEFAULT_ARMS = tuple(a for a in ARMS if a != Arm.DP_MODEL)    # `vfl compare --dp-model` adds it
 #: the hyperparameters of the dp-model arm that differ from the shared ones (see docs/dp.md)
-DP_MODEL_SETTINGS = {"max_depth": 3, "learning_rate": 0.5, "dp_trees": "cyclic", "dp_budget": "0.1,0,0.9"}
+DP_MODEL_SETTINGS = {"max_depth": 3, "learning_rate": 0.5}     # dp_trees, dp_budget: TrainParams' defaults
 EPSILON_SCOPES = EpsilonScope.values()
 COMPARE_KEY_BITS = 1024     # the HE arm's keys: a benchmark of cost, not a deployment (TrainParams: 2048)
 CSV_COLUMNS = ["dataset", "mode", "epsilon", "epsilon_scope", "seed", "test_auc", "train_seconds",

@@ -55,9 +55,11 @@ from vfl.binning import Binner, _thresholds
 from vfl.split import SplitInfo
 
 #: split candidates of a DP tree: every feature of every party, or one feature per tree in turn
-DP_TREES = ("exponential", "cyclic")
-#: default relative shares of the budget: sketch (bin edges), splits, leaves
-DEFAULT_BUDGET = (0.1, 0.3, 0.6)
+DP_TREES = ("cyclic", "exponential")
+#: default relative shares of the budget: sketch (bin edges, base score), splits, leaves, per dp_trees:
+#: cyclic trees split at random (Maddock et al.'s best at epsilon ~ 1), exponential trees choose
+DEFAULT_BUDGETS = {"cyclic": (0.1, 0.0, 0.9), "exponential": (0.1, 0.3, 0.6)}
+DEFAULT_BUDGET = DEFAULT_BUDGETS["cyclic"]
 #: share of a leaf's budget spent on its gradient sum (the rest on its hessian sum, i.e. its count)
 LEAF_GRADIENT_SHARE = 0.8
 #: the natural gradient bound g* and the constant hessian h* per objective (None: dp_clip needed)
@@ -191,7 +193,7 @@ class DPModelPlan:
     tree_epsilon: float = 0.0            # one tree's pure epsilon before amplification (Laplace)
     reported_epsilon: float = math.inf   # what the accountant reports for the whole training
     parties: int = 1
-    trees: str = "exponential"          # "exponential": every feature a candidate; "cyclic": one per tree
+    trees: str = "cyclic"               # "cyclic": one feature per tree; "exponential": every feature
     n_targets: int = 1
     extra: dict = field(default_factory=dict)
 
@@ -270,7 +272,7 @@ def plan_dp_model(params, n_targets: int, n_parties: int) -> DPModelPlan:
     if eps is None or not math.isfinite(eps):
         return DPModelPlan(math.inf)
     g_star, h_star = gradient_bounds(params.objective, params.dp_clip, params.huber_slope)
-    shares = parse_budget(params.dp_budget) if params.dp_budget is not None else DEFAULT_BUDGET
+    shares = parse_budget(params.dp_budget) if params.dp_budget is not None else DEFAULT_BUDGETS[params.dp_trees]
     T, D, q = int(params.n_estimators) * int(n_targets), int(params.max_depth), float(params.subsample)
     n_parties = max(int(n_parties), 1)
     plan = DPModelPlan(eps, params.dp_delta, "laplace" if params.dp_delta is None else "gaussian",

@@ -108,8 +108,8 @@ class TrainParams:
     dp_model: float | None = None          # total epsilon of the released model (inf: non-private)
     dp_delta: float | None = None          # None: pure epsilon (Laplace); else Gaussian leaves, RDP accounting
     dp_clip: float | None = None           # public gradient bound g* (needed for objective regression)
-    dp_budget: str | None = None           # relative shares "sketch,splits,leaves" (default 0.1,0.3,0.6)
-    dp_trees: str = "exponential"          # split candidates: every feature, or "cyclic": one feature per tree
+    dp_budget: str | None = None           # relative shares "sketch,splits,leaves" (default: per dp_trees)
+    dp_trees: str = "cyclic"               # split candidates: one feature per tree in turn, or "exponential": all
 
     @classmethod
     def default(cls, name: str):

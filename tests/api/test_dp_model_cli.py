@@ -88,6 +88,20 @@ def test_a_finite_epsilon_changes_the_model():
     assert [[t.to_dict() for t in r] for r in fed.model.rounds] != [[t.to_dict() for t in r] for r in ref.model.rounds]
 
 
+def test_cyclic_trees_split_on_one_feature_each_in_turn_over_all_parties():
+    a, b, c = small_frames(300)
+    frames = [PartyFrame("a", a, "id", "y"), PartyFrame("b", b, "id"), PartyFrame("c", c, "id")]
+    fed = federation_from_frames(frames)
+    fed.fit(TrainParams(mode="plain", n_estimators=7, max_depth=2, dp_model=20.0))
+    order = [("a", "a0"), ("a", "a1"), ("b", None), ("b", None), ("c", None), ("c", None), ("a", "a0")]
+    records = {p: {r["record_id"]: r["feature"] for r in fed.passives[p].records} for p in ("b", "c")}
+    for (party, feature), rnd, j in zip(order, fed.model.rounds, range(7)):
+        internal = [n for n in rnd[0].nodes if not n.is_leaf]
+        assert len(internal) == 3 and {n.owner for n in internal} == {party}
+        features = {n.feature if party == "a" else records[party][n.record_id] for n in internal}
+        assert features == {feature or f"{party}{j % 2}"}
+
+
 def test_passive_parties_receive_their_sketch_budget_at_setup_and_nothing_else_new():
     """What each passive party receives: TrainSetup.dp_binning = {epsilon: its share}; its bins are DP."""
     a, b, c = small_frames(300)
@@ -135,7 +149,7 @@ def test_he_mode_with_dp_model(tmp_path):
     (["--dp-model", "1", "--goss"], "cannot be combined with goss"),
     (["--dp-model", "1", "--dp-budget", "0.1,0.9"], "dp_budget must be three"),
     (["--dp-model", "1", "--dp-trees", "forest"], "Invalid value for '--dp-trees'"),
-    (["--dp-trees", "cyclic"], "dp_trees applies with dp_model only"),
+    (["--dp-trees", "exponential"], "dp_trees applies with dp_model only"),
 ])
 def test_bad_dp_model_options_get_a_clear_error(args, match):
     out = _cli_error(["simulate", "--mode", "plain", "--trees", "2", "--quiet", *args])
@@ -151,7 +165,7 @@ def test_compare_dp_model_arm(tmp_path):
     runs = {(r["mode"], r["epsilon"]): r for r in doc["runs"]}
     assert set(runs) == {("plain", None), ("local", None), ("dp-model", 5.0), ("dp-model", "inf")}
     assert "dp-model" in res.output
-    assert doc["settings"]["dp_model"]["dp_trees"] == "cyclic"
+    assert doc["settings"]["dp_model"] == {"max_depth": 3, "learning_rate": 0.5}
 
 
 def test_compare_dp_model_figure(tmp_path):

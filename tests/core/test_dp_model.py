@@ -177,9 +177,10 @@ def test_multiclass_trees_compose_sequentially():
 def test_gaussian_path_matches_dp_accounting_figures():
     """The (epsilon, delta) plan: the accountant's epsilon equals what dp-accounting itself computes
     for the same events, and it spends (nearly all of) the target."""
-    params = TrainParams(mode="plain", n_estimators=20, max_depth=3, dp_model=1.0, dp_delta=1e-5)
+    params = TrainParams(mode="plain", n_estimators=20, max_depth=3, dp_model=1.0, dp_delta=1e-5,
+                         dp_trees="exponential")
     plan = plan_dp_model(params, 1, 2)
-    assert plan.mechanism == "gaussian"
+    assert plan.mechanism == "gaussian" and plan.level_epsilon > 0
     assert 0.99 <= plan.reported_epsilon <= 1.0
     tree = dp_event.ComposedDpEvent([
         dp_event.GaussianDpEvent(plan.leaf_gradients / plan.g_star),
