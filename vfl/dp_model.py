@@ -17,8 +17,8 @@ Mechanisms (see docs/dp.md, "DP on the released model"):
   (Laplace counts over fixed cells of the symmetric log scale ``sign(x) log(1 + |x|)``) that gives
   DP bounds; the edges are equally spaced on that scale between them (noisy quantiles need far
   more budget than a sketch share gives at epsilon ~ 1). Each party spends
-  ``sketch / (n_parties + 1)`` of the budget, split evenly over its features (the base score
-  takes the last share).
+  90% of the sketch budget / ``n_parties``, split evenly over its features (the base score
+  takes the other 10%).
 * **Base score** (:func:`dp_base_score`): from noisy counts (binary, multiclass) or a noisy
   clipped mean (regression), with a share of the sketch budget.
 * **Split selection** (:class:`TreeMechanisms`): the active party picks each node's split with
@@ -60,13 +60,15 @@ DP_TREES = ("cyclic", "exponential")
 #: cyclic trees split at random (Maddock et al.'s best at epsilon ~ 1), exponential trees choose
 DEFAULT_BUDGETS = {"cyclic": (0.1, 0.0, 0.9), "exponential": (0.1, 0.3, 0.6)}
 DEFAULT_BUDGET = DEFAULT_BUDGETS["cyclic"]
+#: share of the sketch budget spent on the base score (the rest: the parties' bin edges, evenly)
+BASE_SCORE_SHARE = 0.1
 #: share of a leaf's budget spent on its gradient sum (the rest on its hessian sum, i.e. its count)
 LEAF_GRADIENT_SHARE = 0.8
 #: the natural gradient bound g* and the constant hessian h* per objective (None: dp_clip needed)
 OBJECTIVE_BOUNDS = {"binary": (1.0, 0.25), "multiclass": (1.0, 0.5), "regression": (None, 1.0),
                     "pseudohuber": ("huber_slope", 1.0)}
 _SYMLOG_RANGE = 30.0          # grid of the DP bounds: sign(x) log1p(|x|) in [-30, 30] (|x| < 1e13)
-_COARSE_CELLS = 240           # cells of width 0.25 on that scale
+_COARSE_CELLS = 120           # cells of width 0.5 on that scale
 
 
 def parse_budget(value) -> tuple[float, float, float]:
@@ -291,7 +293,8 @@ def plan_dp_model(params, n_targets: int, n_parties: int) -> DPModelPlan:
                                              plan.leaf_hessians, T, q)
     else:
         _calibrate_gaussian(plan, eps, params.dp_delta, shares)
-    plan.sketch_epsilon_per_party = plan.base_epsilon = plan.sketch_epsilon / (n_parties + 1)
+    plan.base_epsilon = BASE_SCORE_SHARE * plan.sketch_epsilon
+    plan.sketch_epsilon_per_party = (plan.sketch_epsilon - plan.base_epsilon) / n_parties
     return plan
 
 

@@ -110,11 +110,11 @@ def test_passive_parties_receive_their_sketch_budget_at_setup_and_nothing_else_n
     fed.fit(TrainParams(mode="plain", n_estimators=2, max_depth=2, dp_model=3.0, dp_budget="0.3,0.2,0.5"))
     setups = [loads(frame) for frame in _frames_to(fed, "b") if _is(frame, "TrainSetup")]
     assert len(setups) == 1
-    # three parties hold features, and the base score takes a fourth share: 0.3 * 3.0 / 4 each
-    assert setups[0].dp_binning == {"epsilon": pytest.approx(0.225)}
-    assert fed.model.dp_model["sketch"]["epsilon_per_party"] == pytest.approx(0.225)
+    # three parties hold features: 90% of 0.3 * 3.0 / 3 each (the base score takes 10%)
+    assert setups[0].dp_binning == {"epsilon": pytest.approx(0.27)}
+    assert fed.model.dp_model["sketch"]["epsilon_per_party"] == pytest.approx(0.27)
     binner = fed.passives["b"]._state.train.binner
-    assert isinstance(binner, DPBinner) and binner.epsilon == pytest.approx(0.225)
+    assert isinstance(binner, DPBinner) and binner.epsilon == pytest.approx(0.27)
     kinds = {loads(frame).__class__.__name__ for frame in _frames_to(fed, "b")}
     assert kinds <= {"AlignRequest", "AlignResult", "TrainSetup", "Gradients", "HistogramRequest",
                      "SplitRequest", "TrainEnd"}

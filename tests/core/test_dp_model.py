@@ -152,10 +152,10 @@ def test_plan_of_one_tree_depth_3_reports_the_hand_computed_epsilon(subsample):
     params = TrainParams(mode="plain", n_estimators=1, max_depth=3, dp_model=1.0, subsample=subsample,
                          dp_budget="0.1,0.3,0.6")
     plan = plan_dp_model(params, 1, 2)
-    # by hand: 0.1 to the sketch (0.1/3 per party and for the base score); the tree gets 0.9 after sampling
+    # by hand: 0.1 to the sketch (0.01 for the base score, 0.045 per party); the tree gets 0.9 after sampling
     tree = 0.9 if subsample == 1 else math.log(1 + (math.exp(0.9) - 1) / 0.5)   # 1.3658951...
-    assert plan.sketch_epsilon == pytest.approx(0.1) and plan.sketch_epsilon_per_party == pytest.approx(0.1 / 3)
-    assert plan.base_epsilon == pytest.approx(0.1 / 3)
+    assert plan.sketch_epsilon == pytest.approx(0.1) and plan.sketch_epsilon_per_party == pytest.approx(0.045)
+    assert plan.base_epsilon == pytest.approx(0.01)
     assert plan.tree_epsilon == pytest.approx(tree)
     assert plan.level_epsilon == pytest.approx(tree / 3 / 3)        # splits: 1/3 of the tree, 3 levels
     assert plan.leaf_gradients + plan.leaf_hessians == pytest.approx(tree * 2 / 3)
@@ -309,17 +309,21 @@ def test_dp_binner_edges():
 
 
 def test_dp_bounds_ignore_empty_cells_at_small_epsilon():
-    """At epsilon 0.01 over 240 cells no empty cell's noise passes the threshold (all 200 tries)."""
+    """At epsilon 0.01 over 120 cells an empty cell's noise passes the threshold in about 0.5% of fits
+    (by design); the bounds always hold the bulk of the data."""
     z = np.random.default_rng(0).normal(2.0, 0.3, 30_000)
     rng = np.random.default_rng(2)
-    for _ in range(200):
+    wide = 0
+    for _ in range(400):
         lo, hi = dp_bounds(z, 0.01, rng)
-        assert 0.0 <= lo <= 2.0 <= hi <= 4.0
+        assert lo <= 1.5 and hi >= 2.5
+        wide += not (0.0 <= lo and hi <= 4.0)
+    assert wide <= 6
 
 
 def test_dp_binner_noise_is_fresh_without_an_rng():
     X = np.random.default_rng(0).lognormal(0, 2, size=(3000, 1))
-    fits = {tuple(DPBinner(16, 0.02).fit(X).thresholds_[0]) for _ in range(10)}
+    fits = {tuple(DPBinner(16, 0.002).fit(X).thresholds_[0]) for _ in range(10)}
     assert len(fits) > 1
 
 

@@ -77,7 +77,7 @@ def test_party_active_dp_model_over_the_network(passives, tmp_path):
     assert "privacy (released model): epsilon 8 per training row" in r.stdout
     summary = json.loads((tmp_path / "train.json").read_text())
     d = summary["dp_model"]
-    assert d["epsilon"] == pytest.approx(8.0) and d["sketch"]["epsilon_per_party"] == pytest.approx(0.8 / 3)
+    assert d["epsilon"] == pytest.approx(8.0) and d["sketch"]["epsilon_per_party"] == pytest.approx(0.8 * 0.9 / 2)
     assert not (tmp_path / "ma" / "checkpoint.json").exists()        # a DP training is not resumable
     model = BoostedModel.load(tmp_path / "ma" / "guest.json")
     assert model.dp_model == d and all(len(t.leaves()) == 4 for rnd in model.rounds for t in rnd)
