@@ -398,6 +398,7 @@ class TreeMechanisms:
         self.plan = plan
         self.reg_lambda = float(reg_lambda)
         self.min_child_weight = float(min_child_weight)
+        self._ranges: dict = {}          # cyclic halving: (round, target, node, side) -> bin range
         self.rng = np.random.default_rng() if rng is None else rng      # fresh OS entropy
 
     def tree_feature(self, bin_offsets: list, tree: tuple[int, int]) -> tuple[int, int]:
@@ -408,10 +409,16 @@ class TreeMechanisms:
         return features[(round_idx * self.plan.n_targets + k) % len(features)]
 
     def choose_split(self, node, histograms: list, bin_offsets: list,
-                     tree: tuple[int, int] = (0, 0)) -> SplitInfo | None:
+                     tree: tuple[int, int] = (0, 0), nodes: list | None = None) -> SplitInfo | None:
         """One node's split over every party's candidates (None: no party has a candidate);
-        ``tree``: ``(round, target)`` of the node's tree."""
+        ``tree``: ``(round, target)`` of the node's tree, ``nodes`` its nodes so far.
+
+        ``dp_trees = "cyclic"`` with no split budget: no data at all, the node's range of bins of
+        the tree's feature is halved (a balanced partition into equal-width bins on the symmetric
+        log scale; missing values go right)."""
         only = self.tree_feature(bin_offsets, tree) if self.plan.trees == "cyclic" else None
+        if only is not None and self.plan.level_epsilon == 0:
+            return self._halve(node, only, bin_offsets, tree, nodes)
         parts = []
         for si, ((sg, sh), offsets) in enumerate(zip(histograms, bin_offsets)):
             if only is not None and si != only[0]:
@@ -432,6 +439,23 @@ class TreeMechanisms:
                                  float(c[4][i]), float(c[5][i]))
             i -= c[0].size
         raise AssertionError("unreachable")
+
+    def _halve(self, node, feature: tuple[int, int], bin_offsets: list, tree: tuple[int, int],
+               nodes: list | None) -> SplitInfo | None:
+        si, f = feature
+        n_ordinary = int(bin_offsets[si][f + 1] - bin_offsets[si][f]) - 1
+        if n_ordinary < 1:
+            return None
+        key = (*tree, node.node_id)
+        if node.parent < 0 or nodes is None:
+            lo, hi = 0, n_ordinary - 1
+        else:
+            side = "L" if nodes[node.parent].left == node.node_id else "R"
+            lo, hi = self._ranges[(*tree, node.parent, side)]
+        b = (lo + hi) // 2
+        self._ranges[(*key, "L")] = (lo, b)
+        self._ranges[(*key, "R")] = (b + 1, hi) if b < hi else (hi, hi)
+        return SplitInfo(0.0, si, f, b, False, 0.0, 0.0)
 
     def noisy_sums(self, G: float, H: float) -> tuple[float, float]:
         p = self.plan

@@ -143,7 +143,7 @@ class TreeGrower:
             node = self.trees[k].nodes[nid]
             if self.dp is not None:     # the exponential mechanism over every party's candidates
                 best = self.dp.choose_split(node, hist[(k, nid)], [s.bin_offsets for s in self.sources],
-                                            (self.round_idx, k))
+                                            (self.round_idx, k), self.trees[k].nodes)
                 chosen += [(k, nid, best)] if best is not None else []
                 continue
             best = None

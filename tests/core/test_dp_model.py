@@ -345,3 +345,23 @@ def test_dp_base_scores():
     reg = get_objective("regression")
     yr = rng.normal(50.0, 5.0, 20_000)
     assert dp_base_score(reg, yr, 10.0, rng)[0] == pytest.approx(50.0, abs=0.5)
+
+
+def test_cyclic_random_trees_halve_the_bin_range_without_looking_at_data():
+    """dp_trees cyclic with no split budget: each node halves its bin range of the tree's feature
+    (no histogram is read: None is passed for them), missing values to the right."""
+    plan = _plan(n_estimators=4)
+    assert plan.trees == "cyclic" and plan.level_epsilon == 0
+    mech = TreeMechanisms(plan, 1.0, np.random.default_rng(0))
+    offsets = [np.array([0, 9, 12]), np.array([0, 5])]      # source 0: 8 + 2 ordinary bins; source 1: 4
+    root = Node(0, 0)
+    nodes = [root]
+    s = mech.choose_split(root, [None, None], offsets, (0, 0), nodes)
+    assert (s.source_idx, s.feature_idx, s.bin_idx, s.default_left) == (0, 0, 3, False)
+    root.left, root.right = 1, 2
+    nodes += [Node(1, 1, parent=0), Node(2, 1, parent=0)]
+    assert mech.choose_split(nodes[1], [None, None], offsets, (0, 0), nodes).bin_idx == 1
+    assert mech.choose_split(nodes[2], [None, None], offsets, (0, 0), nodes).bin_idx == 5
+    # the next trees take the next features in turn: source 0 feature 1, then source 1 feature 0
+    assert (mech.choose_split(Node(0, 0), [None, None], offsets, (1, 0), [Node(0, 0)]).feature_idx,
+            mech.choose_split(Node(0, 0), [None, None], offsets, (2, 0), [Node(0, 0)]).source_idx) == (1, 1)
