@@ -12,9 +12,11 @@ from datasets.errors import InputError
 from datasets.frames import PartyFrame
 from vfl.api import federation_from_frames
 from vfl.binning import Binner
+from vfl.boosting import Booster
 from vfl.dp_model import (
     DPBinner,
     DPModelPlan,
+    PoissonSampler,
     TreeMechanisms,
     account_gaussian,
     account_pure,
@@ -27,7 +29,7 @@ from vfl.dp_model import (
     gaussian_plan_event,
     plan_dp_model,
 )
-from vfl.objectives import get_objective
+from vfl.objectives import BinaryObjective, get_objective
 from vfl.params import TrainParams
 from vfl.rounds import RoundObserver
 from vfl.tree import Node
@@ -365,3 +367,20 @@ def test_cyclic_random_trees_halve_the_bin_range_without_looking_at_data():
     # the next trees take the next features in turn: source 0 feature 1, then source 1 feature 0
     assert (mech.choose_split(Node(0, 0), [None, None], offsets, (1, 0), [Node(0, 0)]).feature_idx,
             mech.choose_split(Node(0, 0), [None, None], offsets, (2, 0), [Node(0, 0)]).source_idx) == (1, 1)
+
+
+def test_dp_training_samples_rows_by_secret_poisson_draws():
+    """subsample < 1 under --dp-model: each row joins each tree's sample independently with probability q,
+    from fresh entropy (the public seed does not fix the sample, as amplification needs)."""
+    params = TrainParams(mode="plain", dp_model=1.0, subsample=0.3, n_estimators=2)
+    plan = plan_dp_model(params, 1, 1)
+    booster = Booster([], BinaryObjective(), params, dp=plan)
+    assert isinstance(booster.sampler, PoissonSampler)
+    g = np.zeros((20_000, 2))
+    a, _, _ = booster.sampler.draw(0, g, g)
+    b, _, _ = Booster([], BinaryObjective(), params, dp=plan).sampler.draw(0, g, g)
+    assert a.shape == (2, 20_000) and abs(a.mean() - 0.3) < 0.01
+    assert not np.array_equal(a, b)
+    assert not np.array_equal(a[0], a[1])            # independent per tree
+    assert booster.sampler.draw(0, g, g)[0] is not None
+    assert PoissonSampler(1.0).draw(0, g, g) == (None, None, 1.0)
