@@ -30,6 +30,7 @@ from protocols.grpc_transport import Security, parse_peers
 from protocols.units import format_bytes
 from vfl.api import simulate as simulate_federation
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
+from vfl.dp_model import DP_TREES
 from vfl.files import check_writable_dir, write_text_atomic
 from vfl.params import (
     ALIGNMENTS,
@@ -126,6 +127,24 @@ def _fmt_breakdown(t: dict) -> str:
     return ", ".join(parts)
 
 
+def _echo_dp_model(result: dict) -> None:
+    """The released model's privacy (``--dp-model``): epsilon (delta), mechanism, per-tree split."""
+    d = result.get("dp_model")
+    if not d:
+        return
+    if d["mechanism"] == "none":
+        click.echo("privacy (released model): epsilon inf, the non-private model")
+        return
+    t = d["per_tree"]
+    leaves = (f"leaf sums epsilon {t['leaf_gradient_epsilon']:.4g} + {t['leaf_hessian_epsilon']:.4g}"
+              if d["mechanism"] == "laplace" else
+              f"leaf sums sigma {t['leaf_gradient_sigma']:.4g} and {t['leaf_hessian_sigma']:.4g}")
+    click.echo(f"privacy (released model): epsilon {d['epsilon']:.4g}"
+               + (f", delta {d['delta']:g}" if d.get("delta") else "") + f" per training row ({d['accounting']}); "
+               f"sketch {d['sketch']['epsilon_total']:.4g}, per tree {d['n_trees']}x: splits "
+               f"{t['split_epsilon_per_level']:.4g} per level x {t['levels']}, {leaves}")
+
+
 def _write_json(path, doc) -> None:
     write_text_atomic(path, json.dumps(doc, indent=1, default=float))
 
@@ -189,6 +208,20 @@ def _training_options(f):
         click.option("--dp-select", default=_default("dp_select"),
                      help="Mode dp: release only K features per passive party (each at its epsilon / K), "
                           "chosen on a pilot of disjoint rows; 'auto': K = epsilon / 2 (at least 1)."),
+        click.option("--dp-model", type=float, default=_default("dp_model"),
+                     help="Modes he/plain: train a differentially private released model with this total "
+                          "epsilon per training row (inf: the non-private model); see docs/dp.md."),
+        click.option("--dp-delta", type=float, default=_default("dp_delta"),
+                     help="With --dp-model: (epsilon, delta)-DP with Gaussian leaves, accounted by dp-accounting "
+                          "(default: pure epsilon, Laplace)."),
+        click.option("--dp-clip", type=float, default=_default("dp_clip"),
+                     help="With --dp-model: public gradient bound g* (required for objective regression)."),
+        click.option("--dp-budget", default=_default("dp_budget"),
+                     help="With --dp-model: relative budget shares 'sketch,splits,leaves' (default 0.1,0,0.9 "
+                          "with --dp-trees cyclic: random splits; 0.1,0.3,0.6 with exponential)."),
+        click.option("--dp-trees", type=click.Choice(DP_TREES), default=_default("dp_trees"), show_default=True,
+                     help="With --dp-model: 'cyclic': each tree splits on one feature, in turn over all parties' "
+                          "features; 'exponential': candidates of every feature."),
         click.option("--trees", default=_default("n_estimators"), show_default=True,
                      help="Boosting rounds (n_estimators)."),
         click.option("--depth", default=_default("max_depth"), show_default=True, help="max_depth."),
@@ -302,6 +335,7 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
         for p, e in result["epsilon_per_party"].items():
             click.echo(f"privacy {p}: epsilon {e} per row in total (each feature's release "
                        f"{result['epsilon_per_feature'][p]}-LDP)")
+    _echo_dp_model(result)
     if result["test_auc"] is not None:
         click.echo(f"test AUC: {result['test_auc']:.4f}")
     if fed.active.label_mapping and any(c != i for c, i in fed.active.label_mapping.items()):
@@ -338,7 +372,8 @@ _COMPARE = CompareConfig()      # the defaults of `vfl compare` (its hyperparame
                    "../shared/datasets exists.")
 @click.option("--modes", default=",".join(_COMPARE.modes), show_default=True,
               help="Comma list of plain, he, dp, dp_old (the old DP mechanism: max-bin buckets, no "
-                   "debiasing), dp_select (dp with --dp-select), local (active party alone), xgboost (centralized).")
+                   "debiasing), dp_select (dp with --dp-select), local (active party alone), xgboost (centralized), "
+                   "dp-model (the DP released model; or --dp-model).")
 @click.option("--epsilons", default=format_epsilons(_COMPARE.epsilons), show_default=True,
               help="DP budgets to sweep.")
 @click.option("--epsilon-scope", type=click.Choice(EPSILON_SCOPES), default=_COMPARE.epsilon_scope,
@@ -358,6 +393,9 @@ _COMPARE = CompareConfig()      # the defaults of `vfl compare` (its hyperparame
 @click.option("--dp-select", "dp_select", default=_COMPARE.dp_select, show_default=True,
               help="Arm dp_select: features released per passive party ('auto' or an integer).")
 @click.option("--quiet", is_flag=True, help="No line per run.")
+@click.option("--dp-model", "dp_model", is_flag=True,
+              help="Add the dp-model arm: the DP released model (--dp-model) at every --epsilons value, with its "
+                   "own depth/learning rate/split settings (vfl.compare.DP_MODEL_SETTINGS).")
 def compare(out_dir, quiet, **options):
     """Compare plain, HE and DP (at several epsilons) on the same splits: CSV, JSON and PNG figures."""
     doc = run_comparison(compare_config_from_options(**options), out_dir,
@@ -370,9 +408,12 @@ def compare(out_dir, quiet, **options):
 
 def compare_config_from_options(datasets, modes, epsilons, epsilon_scope, seeds, he_seeds, trees, depth,
                                 learning_rate, max_bin, key_bits, test_size, no_plots,
-                                dp_select=_COMPARE.dp_select) -> CompareConfig:
-    """The CompareConfig of `vfl compare`'s options (also used by benchmarks/compare_modes.py)."""
-    return CompareConfig(datasets=tuple(datasets), modes=tuple(x.strip() for x in modes.split(",") if x.strip()),
+                                dp_select=_COMPARE.dp_select, dp_model=False) -> CompareConfig:
+    """The CompareConfig of `vfl compare`'s options (also used by benchmarks/compare_modes.py);
+    ``dp_model``: add the dp-model arm."""
+    arms = [x.strip() for x in modes.split(",") if x.strip()]
+    arms += ["dp-model"] if dp_model and "dp-model" not in arms else []
+    return CompareConfig(datasets=tuple(datasets), modes=tuple(arms),
                          epsilons=epsilons, epsilon_scope=epsilon_scope, seeds=seeds, he_seeds=he_seeds,
                          n_estimators=trees, max_depth=depth, learning_rate=learning_rate, max_bin=max_bin,
                          key_bits=key_bits, test_size=test_size, plots=not no_plots, dp_select=dp_select)
@@ -590,6 +631,7 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
                       else f"{metric} {last[-1]:.4f} after the last round"))
     for pair, n in result["bytes_sent"].items():
         click.echo(f"bytes {pair}: {n} ({format_bytes(n)})")
+    _echo_dp_model(result)
     click.echo(f"saved model {result['model_id']} to {result['model_path']}")
     if output_json:
         _write_json(output_json, result)

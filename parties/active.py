@@ -30,6 +30,7 @@ from parties.remote import RemoteSource, end_prediction, leaf_mask_fetcher, sour
 from protocols import alignment
 from protocols import messages as m
 from protocols.transport import Transport
+from vfl.dp_model import plan_dp_model
 from vfl.leafmask import DEFAULT_PREDICTION, PREDICTIONS
 from vfl.model import BoostedModel
 from vfl.objectives import get_objective
@@ -138,7 +139,12 @@ class ActiveParty:
         if checkpoint is not None or resume is not None:
             tracker = CheckpointTracker(self.name, peers, params, salt, model_id, self.ids[rows], X, y,
                                         self.feature_names, resume, checkpoint)
-        infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id) for p in peers})
+        self.dp_plan = plan_dp_model(params, objective.n_targets, len(peers) + bool(self.feature_names))
+        if resume is not None and self.dp_plan.private:
+            raise InputError("a --dp-model training cannot be resumed: new DP bin edges would spend budget "
+                             "again and disagree with the finished rounds")
+        infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id,
+                                                     self.dp_plan.binning_setup()) for p in peers})
         booster_params = params
         if resume is not None:
             acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds, resume.records.get(p, 0))
@@ -161,7 +167,7 @@ class ActiveParty:
             round_observers += list(observers or [])
             round_observers += [CallbackObserver(on_round)] if on_round is not None else []
             booster = booster_class(sources)(sources, objective, booster_params, round_observers,
-                              map_sources=source_map(transport, sources))
+                                             map_sources=source_map(transport, sources), dp=self.dp_plan)
             if val is not None:
                 monitor.start_validation(transport, peers, model_id, salt, self.name, self.feature_names, *val)
             if resume is not None:
@@ -185,6 +191,10 @@ class ActiveParty:
                                    if isinstance(getattr(r, "info", None), dict)
                                    and isinstance(r.info.get("model_hash"), str)}
         monitor.finish(self.model)
+        if params.dp_model is not None:
+            self.model.dp_model = self.dp_plan.to_dict()
+            if self.dp_plan.private:    # metrics on the training rows are not part of the DP release
+                self.model.history.pop("train", None)
         self.model.classes = getattr(objective, "classes", None)
         self.label_mapping = dict(objective.mapping) if getattr(objective, "classes", None) else None
         return self.model
@@ -212,7 +222,8 @@ class ActiveParty:
         or its one noisy release (``dp``, then trained locally)."""
         sources: list[HistogramSource] = []
         if self.feature_names:
-            sources.append(LocalSource(self.name, X, self.feature_names, params.max_bin))
+            sources.append(LocalSource(self.name, X, self.feature_names, params.max_bin,
+                                       self.dp_plan.binner(params.max_bin)))
         self.dp_report = {}
         if params.mode == Mode.DP:
             dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(X), root_gradients)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import signal
 import threading
@@ -121,7 +122,8 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     if name in peers:
         raise InputError(f"the active party and a passive party are both named {name!r}")
     params = _with_align(params, align)
-    files = _ModelFiles(Path(model_dir), name, resumable=params.mode != Mode.DP)
+    dp_model = params.dp_model is not None and math.isfinite(params.dp_model)     # cannot resume either
+    files = _ModelFiles(Path(model_dir), name, resumable=params.mode != Mode.DP and not dp_model)
     ck = files.prepare(resume, force)
     if ck is not None:
         check_writable_dir(files.dir, "--model-dir")      # resuming into a directory that became read-only
@@ -170,7 +172,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         "n_rounds": model.n_rounds, "best_iteration": model.best_iteration, "classes": model.classes,
         "eval_metric": model.params.get("eval_metric"), "history": model.history,
         "n_validation": int(len(vf.frame)) if vf is not None else 0,
-    }
+    } | ({"dp_model": model.dp_model} if model.dp_model is not None else {})
 
 
 def _cpu_seconds() -> float:

@@ -28,6 +28,7 @@ from protocols import messages as m
 from protocols.serialization import BigInts
 from protocols.transport import check_deadline
 from vfl.binning import Binner
+from vfl.dp_model import DPBinner
 from vfl.params import Mode
 from vfl.sampling import leaf_positions
 from vfl.split import goes_left
@@ -78,7 +79,7 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     s.model_id = req.model_id
     s.table.records = []
     X = s.X[rows]
-    t.binner = Binner(req.max_bin).fit(X)
+    t.binner = _binner(req).fit(X)
     t.bin_idx = t.binner.transform(X)
     if t.mode != Mode.DP:               # the rows' shards stay on the workers for the whole training
         # plain sums are cheap: own worker processes only for ciphertexts (a caller's executor always)
@@ -86,6 +87,17 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
         t.shards = ShardSet(executor, len(rows), prefix=f"train-{req.model_id}/")
         t.shards.place_array("bins", t.bin_idx)
     return m.BinningInfo(t.binner.n_bins)
+
+
+def _binner(req: m.TrainSetup) -> Binner:
+    """Exact quantile bins, or DP bin edges with the budget the active party gave (``--dp-model``)."""
+    if req.dp_binning is None:
+        return Binner(req.max_bin)
+    eps = req.dp_binning.get("epsilon")
+    if set(req.dp_binning) != {"epsilon"} or isinstance(eps, bool) or not isinstance(eps, (int, float)) \
+            or not eps > 0:      # NaN fails too
+        raise ProtocolError(f"dp_binning must be {{'epsilon': a number > 0}}, got {req.dp_binning!r}")
+    return DPBinner(req.max_bin, float(eps))
 
 
 def public_key(s: PassiveState, req: m.PublicKey) -> m.Ack:

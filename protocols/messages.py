@@ -107,6 +107,7 @@ class TrainSetup:
     mode: str = text(16)                # "he" or "plain"
     max_bin: int = count(2, MAX_BINS - 1)
     model_id: str = text(ID_CHARS, nonempty=True)
+    dp_binning: dict | None = None      # --dp-model: {"epsilon": this party's budget for its DP bin edges}
 
 
 @register

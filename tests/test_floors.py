@@ -47,6 +47,7 @@ FUNCTION_IMPORT_ALLOWED = [
                                                 "party asks for a Dask executor"),
     ("datasets", "datasets.", "lazy package attributes (PEP 562, importlib.import_module): the floors that "
                               "need only datasets.errors do not pay for pandas"),
+    ("vfl.dp_model", "dp_accounting", "optional extra [dp]: Google's accountant only for --dp-model with dp_delta"),
 ]
 
 

@@ -423,4 +423,6 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     result["train_bytes"] = train_bytes
     if params.mode == Mode.DP:     # privacy accounting: epsilon_per_feature, epsilon_per_party (by party)
         result.update(fed.active.dp_report)
+    if model.dp_model is not None:   # --dp-model: mechanism, epsilon (delta), the per-tree budget split
+        result["dp_model"] = model.dp_model
     return fed, result, test[0].frame[test[0].id_col].to_numpy(), proba

@@ -37,26 +37,30 @@ class Booster:
 
     def __init__(self, sources: list[HistogramSource], objective, params,
                  observers: list[RoundObserver] | None = None,
-                 map_sources: Callable[[Callable, list], list] | None = None):
+                 map_sources: Callable[[Callable, list], list] | None = None, dp=None):
         """``observers`` follow the rounds in order (see :class:`vfl.rounds.RoundObserver`);
         ``map_sources(fn, sources)`` runs a level's per-source call (``start_round``, ``build``)
-        for every source, e.g. in threads when the parties are remote (default: in turn)."""
+        for every source, e.g. in threads when the parties are remote (default: in turn).
+        ``dp``: a private :class:`vfl.dp_model.DPModelPlan` (bounded gradients, Poisson row sampling
+        from secret randomness, the grower's DP mechanisms); None trains the exact model."""
         self.sources = sources
         self.objective = objective
         self.params = params
         self.observers = list(observers or [])
         self._map = map_sources or sequential_map
         self.timings: list[RoundTiming] = []
-        self.sampler = RowSampler(params)
+        self.dp = dp if dp is not None and dp.private else None
+        self.sampler = RowSampler(params) if self.dp is None else self.dp.sampler()
+        self._mechanisms = None if self.dp is None else self.dp.tree_mechanisms(params)
 
     def fit(self, y: np.ndarray, raw: np.ndarray | None = None, start_round: int = 0,
             rounds: list[list[Tree]] | None = None, row_keys: np.ndarray | None = None):
         """``(base_score, rounds, raw)``. ``raw``/``start_round``/``rounds`` continue an earlier
         training; ``row_keys``: a stable identity of each training row (e.g. the active party's
         own row position) on which row sampling is keyed (see :class:`vfl.sampling.RowSampler`)."""
-        if row_keys is not None:
+        if row_keys is not None and self.dp is None:
             self.sampler = RowSampler(self.params, row_keys)
-        base = self.objective.base_score(y)
+        base = self.objective.base_score(y) if self.dp is None else self.dp.base_score(self.objective, y)
         raw = np.tile(base, (len(y), 1)).astype(np.float64) if raw is None else raw
         rounds = [] if rounds is None else rounds
         for r in range(start_round, self.params.n_estimators):
@@ -75,7 +79,7 @@ class Booster:
         self._map(lambda s: s.start_round(gradients), self.sources)
         timing.add("gradients", time.perf_counter() - t0)
         gq, hq = gradients.as_float()
-        grower = TreeGrower(self.sources, self.params, self._map, timing)
+        grower = TreeGrower(self.sources, self.params, self._map, timing, dp=self._mechanisms)
         trees, leaf_pos = grower.grow(r, gq, hq, in_sample)
         for k, tree in enumerate(trees):
             values = np.array([nd.value for nd in tree.nodes])
@@ -89,6 +93,9 @@ class Booster:
         """The round's fixed-point gradients, and which rows each tree samples (None: all)."""
         g, h = self.objective.gradients(y, raw)
         g_bound, h_bound = self.objective.gradient_bounds(g, h)
+        if self.dp is not None:     # public bounds: g clipped to g*, every hessian h*
+            g, h = self.dp.bound_gradients(g, h)
+            g_bound, h_bound = pow2_ceil(self.dp.g_star), pow2_ceil(self.dp.h_star)
         in_sample, weight, amp = self.sampler.draw(r, g, h)
         if weight is not None:      # GOSS amplification of the drawn small-gradient rows
             g, h = g * weight[:, None], h * weight[:, None]

@@ -64,6 +64,7 @@ class Arm(Vocabulary):
     XGBOOST = "xgboost"
     DP_OLD = "dp_old"          # the mechanism before issue 13: 32 (max_bin) buckets, no debiasing
     DP_SELECT = "dp_select"    # dp with --dp-select (CompareConfig.dp_select features per passive party)
+    DP_MODEL = "dp-model"    # plain (= he) training of a DP released model (vfl.dp_model), per epsilon
 
 
 class EpsilonScope(Vocabulary):
@@ -75,7 +76,9 @@ class EpsilonScope(Vocabulary):
 ARMS = Arm.values()
 #: the arms that train in mode dp (one run per epsilon)
 DP_ARMS = (Arm.DP.value, Arm.DP_OLD.value, Arm.DP_SELECT.value)
-DEFAULT_ARMS = ARMS
+DEFAULT_ARMS = tuple(a for a in ARMS if a != Arm.DP_MODEL)    # `vfl compare --dp-model` adds it
+#: the hyperparameters of the dp-model arm that differ from the shared ones (see docs/dp.md)
+DP_MODEL_SETTINGS = {"max_depth": 3, "learning_rate": 0.5}     # dp_trees, dp_budget: TrainParams' defaults
 EPSILON_SCOPES = EpsilonScope.values()
 COMPARE_KEY_BITS = 1024     # the HE arm's keys: a benchmark of cost, not a deployment (TrainParams: 2048)
 CSV_COLUMNS = ["dataset", "mode", "epsilon", "epsilon_scope", "seed", "test_auc", "train_seconds",
@@ -128,6 +131,7 @@ class CompareConfig:
     plots: bool = True
     dp_select: int | str = "auto"         # arm dp_select: features released per passive party
     extra: dict = field(default_factory=dict)   # further TrainParams fields
+    dp_model: dict = field(default_factory=lambda: dict(DP_MODEL_SETTINGS))   # dp-model arm's own settings
 
     def validate(self) -> "CompareConfig":
         self.datasets = tuple(self.datasets) or default_datasets()
@@ -147,6 +151,8 @@ class CompareConfig:
         self.train_params(Mode.PLAIN, None, 0)       # validates the shared hyperparameters
         if Arm.DP_SELECT in self.modes:
             self.train_params(Arm.DP_SELECT.value, 1.0, 0)      # ... and the dp_select arm's k
+        if Arm.DP_MODEL in self.modes:
+            self.train_params(Arm.DP_MODEL, 1.0, 0)
         if Arm.HE in self.modes and self.he_seeds:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -157,6 +163,11 @@ class CompareConfig:
         """The TrainParams of one run; ``mode`` is a training mode or a DP arm (``dp_old``: the
         old mechanism, ``max_bin`` buckets and no debiasing; ``dp_select``: ``--dp-select``)."""
         dp = {}
+        if mode == Arm.DP_MODEL:
+            shared = dict(n_estimators=self.n_estimators, max_depth=self.max_depth,
+                          learning_rate=self.learning_rate, max_bin=self.max_bin, key_bits=self.key_bits)
+            return TrainParams(**(shared | dict(self.extra) | dict(self.dp_model)),
+                               mode=Mode.PLAIN.value, seed=seed, dp_model=epsilon)
         if mode in DP_ARMS:
             dp = {"epsilon": epsilon} if self.epsilon_scope == EpsilonScope.PARTY else {"epsilon_per_feature": epsilon}
             if mode == Arm.DP_OLD:
@@ -210,6 +221,8 @@ def _xgboost_available() -> bool:
 def _run_federated(frames, dataset, mode, epsilon, seed, cfg: CompareConfig) -> dict:
     params = cfg.train_params("plain" if mode == "local" else mode, epsilon, seed)
     dp_arm = mode in DP_ARMS
+    if mode == Arm.DP_MODEL and math.isinf(epsilon):
+        params.dp_model = math.inf      # epsilon inf: the non-private training with the dp-model settings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", WeakKeyWarning)     # 1024-bit keys: benchmark only
         _, res, _, _ = simulate(frames[:1] if mode == "local" else frames, params,
@@ -257,7 +270,7 @@ def _run_xgboost(frames, dataset, seed, cfg: CompareConfig) -> dict:
 
 # --- summary -------------------------------------------------------------------
 def _key(run) -> tuple:
-    return (run["mode"], run["epsilon"] if run["mode"] in DP_ARMS else None)
+    return (run["mode"], run["epsilon"] if run["mode"] in DP_ARMS or run["mode"] == Arm.DP_MODEL else None)
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -434,6 +447,50 @@ def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Pa
     return paths
 
 
+def plot_dp_model(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Path) -> list[Path]:
+    """``<dataset>_dp_model_auc_vs_epsilon.png``: test AUC of the DP released model against its total
+    epsilon, with the non-private (plain = he) and active-party-alone lines."""
+    plt = require_matplotlib()
+    rs = [r for r in runs if r["dataset"] == dataset]
+    eps = sorted({r["epsilon"] for r in rs if r["mode"] == Arm.DP_MODEL})
+    if not eps:
+        return []
+    finite = [e for e in eps if e != INF]
+    x_inf = (max(finite) if finite else 1.0) * 4
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+    xs = [x_inf if e == INF else e for e in eps]
+    aucs = [np.array([r["test_auc"] for r in rs if r["mode"] == Arm.DP_MODEL and r["epsilon"] == e], dtype=float)
+            for e in eps]
+    mean = np.array([a.mean() for a in aucs])
+    std = np.array([a.std(ddof=1) if a.size > 1 else 0.0 for a in aucs])
+    ax.fill_between(xs, [a.min() for a in aucs], [a.max() for a in aucs], color="tab:green", alpha=0.15, lw=0,
+                    label="DP model min-max over seeds")
+    ax.errorbar(xs, mean, yerr=std, fmt="o-", color="tab:green", capsize=3,
+                label=f"DP released model (--dp-model), mean ± std, {max(a.size for a in aucs)} seeds")
+    for mode, style, label in (("plain", dict(color="tab:red", ls="-"), "non-private (plain = HE)"),
+                               ("local", dict(color="tab:gray", ls="-."), "active party alone (non-private)")):
+        v = [r["test_auc"] for r in rs if r["mode"] == mode and r["test_auc"] is not None]
+        if v:
+            ax.axhline(float(np.mean(v)), lw=1.3, label=f"{label}, {len(v)} seed{'s' if len(v) > 1 else ''}",
+                       **style)
+    ax.set_xscale("log")
+    ax.set_xticks(xs)
+    ax.set_xticklabels(["∞" if e == INF else f"{e:g}" for e in eps])
+    ax.minorticks_off()
+    ax.set_xlabel("total ε of the released model (per training row; ∞ = no noise)")
+    ax.set_ylabel("test AUC")
+    s = cfg.dp_model
+    ax.set_title(f"{dataset}: DP released model, AUC vs ε ({cfg.n_estimators} trees, depth "
+                 f"{s.get('max_depth', cfg.max_depth)}, lr {s.get('learning_rate', cfg.learning_rate)})", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    path = out_dir / f"{dataset}_dp_model_auc_vs_epsilon.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return [path]
+
+
 def replot(out_dir) -> list[Path]:
     """Redraw the PNG figures from ``out_dir/compare_runs.json`` (no training)."""
     out_dir = Path(out_dir)
@@ -447,6 +504,8 @@ def replot(out_dir) -> list[Path]:
     paths = []
     for ds in dict.fromkeys(r["dataset"] for r in runs):
         paths += plot_dataset(ds, runs, cfg, out_dir, doc.get("notes", []))
+        if Arm.DP_MODEL in cfg.modes:
+            paths += plot_dp_model(ds, runs, cfg, out_dir)
     return paths
 
 
@@ -481,6 +540,8 @@ def run_comparison(cfg: CompareConfig, out_dir, progress: Callable[[str], None] 
                     todo += [(arm, e) for e in cfg.epsilons]
             if "local" in modes:
                 todo.append(("local", None))
+            if Arm.DP_MODEL in modes:
+                todo += [(Arm.DP_MODEL.value, e) for e in cfg.epsilons]
             for mode, eps in todo:
                 run = _run_federated(frames, ds, mode, eps, seed, cfg)
                 runs.append(run)
@@ -493,6 +554,8 @@ def run_comparison(cfg: CompareConfig, out_dir, progress: Callable[[str], None] 
             write_runs(runs, out_dir, cfg, notes)     # keep partial results
         if cfg.plots:
             pngs += plot_dataset(ds, runs, cfg, out_dir, notes)
+            if Arm.DP_MODEL in modes:
+                pngs += plot_dp_model(ds, runs, cfg, out_dir)
     files = write_runs(runs, out_dir, cfg, notes) + pngs
     doc = json.loads((out_dir / "compare_runs.json").read_text())
     doc["files"] = [str(f) for f in files]

@@ -47,11 +47,13 @@ class TreeGrower:
     """Grows the ``n_targets`` trees of one round (one per target) over ``sources``."""
 
     def __init__(self, sources: list[HistogramSource], params, map_sources: Callable[[Callable, list], list],
-                 timing: RoundTiming):
+                 timing: RoundTiming, dp=None):
+        """``dp``: the DP seam (:class:`vfl.dp_model.TreeMechanisms`); None grows the exact trees."""
         self.sources = sources
         self.params = params
         self._map = map_sources
         self.timing = timing
+        self.dp = dp
 
     def grow(self, round_idx: int, gq: np.ndarray, hq: np.ndarray,
              in_sample: np.ndarray | None = None) -> tuple[list[Tree], np.ndarray]:
@@ -88,6 +90,8 @@ class TreeGrower:
 
     def _splittable(self, frontier: list[Key]) -> list[Key]:
         p = self.params
+        if self.dp is not None:     # DP: every node splits to max_depth (stopping on counts would leak)
+            return list(frontier)
         return [(k, nid) for k, nid in frontier
                 if self.trees[k].nodes[nid].sum_hessians >= 2 * p.min_child_weight
                 and self.trees[k].nodes[nid].n_samples >= 2]
@@ -137,6 +141,11 @@ class TreeGrower:
         chosen = []
         for k, nid in nodes:
             node = self.trees[k].nodes[nid]
+            if self.dp is not None:     # the exponential mechanism over every party's candidates
+                best = self.dp.choose_split(node, hist[(k, nid)], [s.bin_offsets for s in self.sources],
+                                            (self.round_idx, k), self.trees[k].nodes)
+                chosen += [(k, nid, best)] if best is not None else []
+                continue
             best = None
             for si, (sg, sh) in enumerate(hist[(k, nid)]):
                 info = find_best_split(sg, sh, self.sources[si].bin_offsets, node.sum_gradients,
@@ -204,6 +213,11 @@ class TreeGrower:
     def _set_leaf_values(self) -> None:
         p = self.params
         for tree in self.trees:
+            if self.dp is not None:     # noisy leaves; the released tree keeps no exact statistics
+                for node in tree.leaves():
+                    node.value = float(self.dp.leaf_weight(node) * p.learning_rate)
+                self.dp.release(tree)
+                continue
             for node in tree.nodes:
                 if node.is_leaf:
                     node.value = float(-node.sum_gradients / (node.sum_hessians + p.reg_lambda)

@@ -90,6 +90,7 @@ class BoostedModel:
     best_iteration: int | None = None
     classes: list | None = None                 # multiclass: original label of each class index
     party_hashes: dict = field(default_factory=dict)  # passive party -> sha256 of its model (at training end)
+    dp_model: dict | None = None                # --dp-model: mechanism, epsilon (delta), budget split
 
     @property
     def n_rounds(self) -> int:
@@ -105,7 +106,7 @@ class BoostedModel:
             "params": self.params, "history": self.history, "best_iteration": self.best_iteration,
             "classes": self.classes, **({"party_hashes": dict(self.party_hashes)} if self.party_hashes else {}),
             "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds],
-        }
+        } | ({"dp_model": self.dp_model} if self.dp_model is not None else {})
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "model") -> "BoostedModel":
@@ -178,8 +179,11 @@ class BoostedModel:
         for p, h in hashes.items():
             if p not in passives or not isinstance(h, str) or not _SHA_RE.match(h):
                 raise damaged(source, f"party_hashes.{p}", "expected a passive party's sha256 hex digest")
+        dp_model = d.get("dp_model")
+        if dp_model is not None:
+            dp_model = need_dict(dp_model, source, "dp_model")
         return cls(objective, n_targets, base, lr, active, feats, passives, model_id, salt, rounds, params,
-                   history, best, classes, dict(hashes))
+                   history, best, classes, dict(hashes), dp_model)
 
     def save(self, path) -> None:
         write_json_atomic(path, self.file_dict())

@@ -15,6 +15,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 import numpy as np
 
 from datasets.errors import InputError
+from vfl.dp_model import DP_TREES, gradient_bounds, parse_budget
 from vfl.objectives import OBJECTIVE_ALIASES
 
 
@@ -106,6 +107,12 @@ class TrainParams:
     other_rate: float = 0.1                # GOSS: share of the other rows sampled
     early_stopping_rounds: int | None = None
     eval_metric: str | None = None         # None: the objective's default (EVAL_METRICS)
+    # --- a DP released model (issue 14, vfl.dp_model); modes he and plain ---
+    dp_model: float | None = None          # total epsilon of the released model (inf: non-private)
+    dp_delta: float | None = None          # None: pure epsilon (Laplace); else Gaussian leaves, RDP accounting
+    dp_clip: float | None = None           # public gradient bound g* (needed for objective regression)
+    dp_budget: str | None = None           # relative shares "sketch,splits,leaves" (default: per dp_trees)
+    dp_trees: str = "cyclic"               # split candidates: one feature per tree in turn, or "exponential": all
 
     @classmethod
     def default(cls, name: str):
@@ -170,6 +177,7 @@ class TrainParams:
                              f"{self.objective!r}; choose one of {EVAL_METRICS[self.objective]}")
         self.align = _member(Alignment, "align", self.align)
         self._validate_dp()
+        self._validate_dp_model()
         return self
 
     @property
@@ -217,9 +225,49 @@ class TrainParams:
                 raise InputError(f"parameter dp_select must be 'auto' or an integer >= 1 (features released "
                                  f"per passive party), got {k!r}")
             self.dp_select = int(float(k))
+    def _validate_dp_model(self):
+        """``dp_model`` and its companions (see :mod:`vfl.dp_model`)."""
+        extra = [n for n in ("dp_delta", "dp_clip", "dp_budget") if getattr(self, n) is not None]
+        extra += ["dp_trees"] if self.dp_trees != DP_TREES[0] else []
+        if self.dp_model is None:
+            if extra:
+                raise InputError(f"parameter {extra[0]} applies with dp_model only (--dp-model EPS)")
+            return
+        if self.mode == Mode.DP:
+            raise InputError("dp_model applies to modes 'he' and 'plain': mode 'dp' releases each passive "
+                             "party's features as noisy buckets (local DP) and trains on them; a DP released "
+                             "model is asked for with --mode he (or plain) --dp-model EPS")
+        self.dp_model = check_epsilon(self.dp_model, "dp_model")
+        if self.dp_delta is not None:
+            d = self.dp_delta
+            if isinstance(d, bool) or not isinstance(d, (int, float, np.integer, np.floating)) or \
+                    math.isnan(float(d)) or not 0 < float(d) < 1:
+                raise InputError(f"parameter dp_delta must be a number in (0, 1), got {d!r}")
+            self.dp_delta = float(d)
+        if self.dp_clip is not None:
+            c = self.dp_clip
+            if isinstance(c, bool) or not isinstance(c, (int, float, np.integer, np.floating)) or \
+                    not math.isfinite(float(c)) or not float(c) > 0:
+                raise InputError(f"parameter dp_clip must be a finite number > 0, got {c!r}")
+            self.dp_clip = float(c)
+        if self.dp_budget is not None:
+            self.dp_budget = ",".join(f"{s:.6g}" for s in parse_budget(self.dp_budget))
+        if self.dp_trees not in DP_TREES:
+            raise InputError(f"parameter dp_trees must be one of {DP_TREES}, got {self.dp_trees!r}")
+        if math.isinf(self.dp_model):
+            return
+        if self.goss:
+            raise InputError("dp_model cannot be combined with goss: GOSS samples rows by their gradients, "
+                             "a data-dependent choice no DP accounting covers (use subsample < 1)")
+        if self.early_stopping_rounds is not None:
+            raise InputError("dp_model cannot be combined with early_stopping_rounds: the budget is planned "
+                             "for n_estimators rounds")
+        gradient_bounds(self.objective, self.dp_clip, self.huber_slope)    # regression needs dp_clip
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        if d["dp_model"] is not None and math.isinf(d["dp_model"]):
+            d["dp_model"] = "inf"
         for k in ("epsilon", "epsilon_per_feature"):
             if d[k] is not None and math.isinf(d[k]):
                 d[k] = "inf"    # JSON has no infinity; check_epsilon reads it back

@@ -58,10 +58,12 @@ class HistogramSource(ABC):
 class LocalSource(HistogramSource):
     """The active party's own features, in plaintext."""
 
-    def __init__(self, party: str, X: np.ndarray, feature_names: list[str], max_bin: int):
+    def __init__(self, party: str, X: np.ndarray, feature_names: list[str], max_bin: int,
+                 binner: Binner | None = None):
+        """``binner``: an unfitted binner to use instead of ``Binner(max_bin)`` (e.g. DP bin edges)."""
         self.party = party
         self.feature_names = list(feature_names)
-        self.binner = Binner(max_bin).fit(X)
+        self.binner = (Binner(max_bin) if binner is None else binner).fit(X)
         self._set_bins(self.binner.transform(X), self.binner.n_bins)
 
     def _set_bins(self, bin_idx: np.ndarray, n_bins: np.ndarray) -> None:

@@ -117,12 +117,13 @@ def test_give_credit_is_split_four_six_for_compare(shared_dir):
 
 
 def test_compare_arms_and_defaults_come_from_one_vocabulary():
-    from vfl.compare import ARMS, COMPARE_KEY_BITS, EPSILON_SCOPES, Arm, format_epsilons
+    from vfl.compare import ARMS, COMPARE_KEY_BITS, DEFAULT_ARMS, EPSILON_SCOPES, Arm, format_epsilons
     from vfl.params import MODES, TrainParams
 
     assert set(MODES) < set(ARMS) and Arm.LOCAL == "local" and EPSILON_SCOPES == ("party", "feature")
     cfg = CompareConfig()
-    assert cfg.modes == ARMS and cfg.key_bits == COMPARE_KEY_BITS
+    assert cfg.modes == DEFAULT_ARMS and cfg.key_bits == COMPARE_KEY_BITS
+    assert set(ARMS) - set(DEFAULT_ARMS) == {"dp-model"}         # `vfl compare --dp-model` adds that arm
     assert (cfg.n_estimators, cfg.max_depth, cfg.max_bin) == tuple(
         TrainParams.default(n) for n in ("n_estimators", "max_depth", "max_bin"))
     assert format_epsilons(cfg.epsilons) == "0.5,1,2,4,8,inf"

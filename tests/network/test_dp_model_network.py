@@ -1,0 +1,91 @@
+"""`vfl party active --dp-model` over real sockets: passive processes get their sketch budget at setup."""
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("grpc")
+
+from datasets import breast_cancer_parties, train_test_split_parties  # noqa: E402
+from vfl.model import BoostedModel  # noqa: E402
+
+pytestmark = pytest.mark.slow   # real party processes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "cli", *map(str, args)]
+
+
+@pytest.fixture
+def passives(tmp_path):
+    procs = []
+
+    def start(name, data, model_dir, *extra):
+        err = open(tmp_path / f"{name}.err", "w")
+        p = subprocess.Popen(_cli("party", "passive", "--name", name, "--listen", "127.0.0.1:0", "--data", data,
+                                  "--model-dir", model_dir, *extra), cwd=ROOT, stdout=subprocess.PIPE, stderr=err,
+                             text=True)
+        err.close()
+        procs.append(p)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert p.poll() is None, (tmp_path / f"{name}.err").read_text()
+            ready, _, _ = select.select([p.stdout], [], [], 0.2)
+            if ready:
+                line = p.stdout.readline()
+                if "listening on" in line:
+                    return line.strip().rsplit(" ", 1)[1]
+        raise AssertionError(f"passive {name} did not start")
+
+    try:
+        yield start
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=10)
+            p.stdout.close()
+
+
+def test_party_active_dp_model_over_the_network(passives, tmp_path):
+    train, test = train_test_split_parties(breast_cancer_parties(2), test_size=0.2, seed=0)
+    files = {}
+    for tr, te in zip(train, test):
+        files[tr.name] = tmp_path / f"{tr.name}.csv"
+        (te.frame.drop(columns=[te.label_col]) if te.label_col else te.frame).to_csv(
+            tmp_path / f"test_{tr.name}.csv", index=False)
+        (tr.frame if tr.label_col else pd.concat([tr.frame, te.frame])).to_csv(files[tr.name], index=False)
+    token = tmp_path / "token"
+    token.write_text("s3cret-token-for-tests-0123456789\n")
+    sec = ["--insecure", "--token-file", token]
+    addr = passives("host1", files["host1"], tmp_path / "m1", *sec)
+    r = subprocess.run(_cli("party", "active", "--data", files["guest"], "--peer", f"host1={addr}", *sec,
+                            "--model-dir", tmp_path / "ma", "--mode", "plain", "--trees", 3, "--depth", 2,
+                            "--dp-model", 8, "--dp-trees", "cyclic", "--timeout", 60,
+                            "--output-json", tmp_path / "train.json"),
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "privacy (released model): epsilon 8 per training row" in r.stdout
+    summary = json.loads((tmp_path / "train.json").read_text())
+    d = summary["dp_model"]
+    assert d["epsilon"] == pytest.approx(8.0) and d["sketch"]["epsilon_per_party"] == pytest.approx(0.8 * 0.9 / 2)
+    assert not (tmp_path / "ma" / "checkpoint.json").exists()        # a DP training is not resumable
+    model = BoostedModel.load(tmp_path / "ma" / "guest.json")
+    assert model.dp_model == d and all(len(t.leaves()) == 4 for rnd in model.rounds for t in rnd)
+    # the passive party's lookup table holds its DP edges; prediction works as for any model
+    out = tmp_path / "pred.csv"
+    r = subprocess.run(_cli("predict", "--model-dir", tmp_path / "ma", "--data", tmp_path / "test_guest.csv",
+                            "--peer", f"host1={addr}", *sec, "--out", out),
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    pred = pd.read_csv(out)
+    assert len(pred) == len(test[0].frame) and pred["proba"].between(0, 1).all()

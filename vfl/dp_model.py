@@ -1,0 +1,594 @@
+"""A differentially private released model (``--dp-model EPS``): DP-XGBoost inside the federation.
+
+Encryption (``he``) protects what the parties send each other during training; it does nothing
+for what the finished model reveals. With ``TrainParams.dp_model`` set, the trees the active
+party releases are (epsilon, delta)-DP with respect to one training row (its features at every
+party and its label), under add/remove-one-row neighbouring datasets.
+
+Mechanisms (see docs/dp.md, "DP on the released model"):
+
+* **Bounded gradients** (:meth:`DPModelPlan.bound_gradients`): ``g`` is clipped to ``[-g*, g*]``
+  (binary and softmax: ``g* = 1``, nothing is clipped; pseudo-Huber: ``g* = huber_slope``;
+  squared error: ``g* = dp_clip``, which the user must give) and every hessian is replaced by the
+  objective's public bound ``h*`` (1/4 binary, 1/2 softmax, 1 regression). So a node's hessian sum
+  is ``h* * n`` and every leaf weight and gain has a bounded sensitivity (a data-dependent
+  hessian makes ``G/H`` unbounded). Leaves are Newton steps with this constant hessian.
+* **Bins** (:class:`DPBinner`): each party's bin edges come from one DP histogram per feature
+  (Laplace counts over fixed cells of the symmetric log scale ``sign(x) log(1 + |x|)``) that gives
+  DP bounds; the edges are equally spaced on that scale between them (noisy quantiles need far
+  more budget than a sketch share gives at epsilon ~ 1). Each party spends
+  90% of the sketch budget / ``n_parties``, split evenly over its features (the base score
+  takes the other 10%).
+* **Base score** (:func:`dp_base_score`): from noisy counts (binary, multiclass) or a noisy
+  clipped mean (regression), with a share of the sketch budget.
+* **Split selection** (:class:`TreeMechanisms`): the active party picks each node's split with
+  the exponential mechanism over the gains it computes from (decrypted) histogram sums, every
+  candidate of every party, no data-dependent validity filter, sampled with the Gumbel-max trick
+  (no overflow). Gain sensitivity ``4 g*^2 / h*`` (:func:`gain_sensitivity`). Trees grow to
+  ``max_depth`` whatever the data (stopping on counts or gains would leak).
+* **Leaves**: noisy gradient and hessian sums (Laplace, or Gaussian with ``dp_delta``),
+  sensitivities ``g*`` and ``h*``; weight ``-G~ / (max(H~, floor) + lambda)`` clipped to ``g*/h*``,
+  where ``floor`` (``min_child_weight`` or the hessian of as many rows as twice the gradient
+  noise scale) shrinks leaves that are mostly noise.
+* **Accounting** (:func:`plan_dp_model`): the budget is split between sketch, splits and leaves
+  (``dp_budget``); the nodes of one level and the leaves of one tree are disjoint (parallel
+  composition); levels, trees, rounds and classes compose sequentially. Pure epsilon: basic
+  composition, with amplification by Poisson row subsampling (``subsample < 1``:
+  ``log(1 + q (e^eps - 1))`` per tree; the sample is drawn from secret randomness). With
+  ``dp_delta``: Gaussian leaves, everything accounted by Google's ``dp-accounting`` RDP
+  accountant (exponential mechanism as ``eps^2/8``-zCDP, the pure-DP sketch as ``eps^2/2``-zCDP),
+  no subsampling amplification (the library amplifies Gaussian events only).
+
+``dp_model = inf`` is exactly the non-private training (no clipping, exact bins, argmax splits).
+All noise comes from fresh OS entropy (``numpy.random.default_rng()`` with no seed): the public
+``seed`` parameter, recorded in the model file, never touches it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from datasets.errors import InputError
+from vfl.binning import Binner, _thresholds
+from vfl.split import SplitInfo
+
+#: split candidates of a DP tree: every feature of every party, or one feature per tree in turn
+DP_TREES = ("cyclic", "exponential")
+#: default relative shares of the budget: sketch (bin edges, base score), splits, leaves, per dp_trees:
+#: cyclic trees split at random (Maddock et al.'s best at epsilon ~ 1), exponential trees choose
+DEFAULT_BUDGETS = {"cyclic": (0.1, 0.0, 0.9), "exponential": (0.1, 0.3, 0.6)}
+DEFAULT_BUDGET = DEFAULT_BUDGETS["cyclic"]
+#: share of the sketch budget spent on the base score (the rest: the parties' bin edges, evenly)
+BASE_SCORE_SHARE = 0.1
+#: share of a leaf's budget spent on its gradient sum (the rest on its hessian sum, i.e. its count)
+LEAF_GRADIENT_SHARE = 0.8
+#: the natural gradient bound g* and the constant hessian h* per objective (None: dp_clip needed)
+OBJECTIVE_BOUNDS = {"binary": (1.0, 0.25), "multiclass": (1.0, 0.5), "regression": (None, 1.0),
+                    "pseudohuber": ("huber_slope", 1.0)}
+_SYMLOG_RANGE = 30.0          # grid of the DP bounds: sign(x) log1p(|x|) in [-30, 30] (|x| < 1e13)
+_COARSE_CELLS = 120           # cells of width 0.5 on that scale
+
+
+def parse_budget(value) -> tuple[float, float, float]:
+    """``dp_budget``: three relative shares (sketch, splits, leaves), given as a sequence or as
+    ``"0.1,0.3,0.6"``; normalised to sum 1. Sketch and leaves must be > 0; splits may be 0
+    (totally random trees: uniform split choice)."""
+    raw = value
+    if isinstance(value, str):
+        value = [v for v in value.replace(";", ",").split(",") if v.strip()]
+    try:
+        shares = [float(v) for v in value]
+    except (TypeError, ValueError):
+        raise InputError(f"parameter dp_budget must be three numbers 'sketch,splits,leaves', got {raw!r}") from None
+    if len(shares) != 3 or not all(math.isfinite(s) and s >= 0 for s in shares):
+        raise InputError(f"parameter dp_budget must be three finite numbers >= 0 'sketch,splits,leaves', got {raw!r}")
+    if shares[0] <= 0 or shares[2] <= 0:
+        raise InputError(f"parameter dp_budget: the sketch and leaf shares must be > 0, got {raw!r}")
+    total = sum(shares)
+    return tuple(s / total for s in shares)
+
+
+def gradient_bounds(objective: str, dp_clip: float | None, huber_slope: float = 1.0) -> tuple[float, float]:
+    """``(g*, h*)``: the public gradient bound (``dp_clip`` if given, at most the natural one)
+    and the constant hessian of DP training."""
+    g_nat, h_star = OBJECTIVE_BOUNDS[objective]
+    if g_nat == "huber_slope":
+        g_nat = float(huber_slope)
+    if dp_clip is None:
+        if g_nat is None:
+            raise InputError(f"objective {objective!r} has unbounded gradients: --dp-model needs dp_clip "
+                             "(--dp-clip), the public bound g* to which every residual is clipped")
+        return float(g_nat), float(h_star)
+    return (float(dp_clip) if g_nat is None else min(float(dp_clip), float(g_nat))), float(h_star)
+
+
+def gain_sensitivity(g_star: float, h_star: float) -> float:
+    """Sensitivity of one candidate's gain ``GL^2/(HL+l) + GR^2/(HR+l) - G^2/(H+l)`` when one row
+    with ``|g| <= g*`` and constant hessian ``h*`` is added or removed (any ``lambda >= 0``).
+
+    With ``a = H + lambda``, ``r = G/a`` (``|r| <= g*/h*``) and ``t = g/h*``, adding the row
+    changes one score by ``h* (t^2 - a/(a+h*) (r - t)^2)``; the row enters the parent and one
+    child, so the gain moves by ``h* (w_P (r_P - t)^2 - w_C (r_C - t)^2)`` with ``w`` in [0, 1)
+    and ``(r - t)^2 <= 4 (g*/h*)^2``: at most ``4 g*^2 / h*`` (a bound approached by an empty
+    child next to a parent of opposite gradients; tests/core/test_dp_model.py searches for it)."""
+    return 4.0 * g_star * g_star / h_star
+
+
+def amplified(epsilon: float, q: float) -> float:
+    """Epsilon of an epsilon-DP mechanism run on a Poisson sample of rate ``q`` (add/remove)."""
+    if q >= 1.0:
+        return epsilon
+    return math.log1p(q * math.expm1(epsilon))
+
+
+def de_amplified(epsilon: float, q: float) -> float:
+    """The inverse of :func:`amplified`: what a mechanism may spend on the sample."""
+    if q >= 1.0:
+        return epsilon
+    return math.log1p(math.expm1(epsilon) / q)
+
+
+def account_pure(sketch: float, level: float, depth: int, leaf_gradients: float, leaf_hessians: float,
+                 n_trees: int, q: float = 1.0) -> float:
+    """Total epsilon by basic composition: the sketch, then ``n_trees`` trees of ``depth`` levels
+    (the nodes of a level are disjoint: one ``level`` each) and one leaf release (the gradient
+    and hessian sums of the disjoint leaves), each tree amplified by Poisson sampling of rate q."""
+    tree = depth * level + leaf_gradients + leaf_hessians
+    return sketch + n_trees * amplified(tree, q)
+
+
+# --------------------------------------------------------------------------- (epsilon, delta) path
+def _accounting():
+    """Google's dp-accounting (the ``[dp]`` extra), imported on use."""
+    try:
+        from dp_accounting import dp_event
+        from dp_accounting.rdp import rdp_privacy_accountant
+    except ImportError:     # pragma: no cover - the extra is installed in CI
+        raise InputError("dp_delta (Gaussian mechanisms) needs Google's dp-accounting: "
+                         "pip install 'vfl-boost[dp]'") from None
+    return dp_event, rdp_privacy_accountant
+
+
+def gaussian_event(sketch_epsilon: float, level_epsilon: float, depth: int, sigma_gradients: float,
+                   sigma_hessians: float, g_star: float, h_star: float, n_trees: int):
+    """The whole training as a ``dp_accounting`` event: the pure-DP sketch (``eps^2/2``-zCDP),
+    per tree ``depth`` exponential mechanisms (``eps^2/8``-zCDP each, Cesar and Rogers 2021) and
+    the Gaussian leaf sums (noise multipliers ``sigma / sensitivity``)."""
+    dp_event, _ = _accounting()
+    tree = [dp_event.GaussianDpEvent(sigma_gradients / g_star), dp_event.GaussianDpEvent(sigma_hessians / h_star)]
+    if level_epsilon > 0:
+        tree.append(dp_event.SelfComposedDpEvent(dp_event.ZCDpEvent(level_epsilon ** 2 / 8.0), depth))
+    return dp_event.ComposedDpEvent([dp_event.ZCDpEvent(sketch_epsilon ** 2 / 2.0),
+                                     dp_event.SelfComposedDpEvent(dp_event.ComposedDpEvent(tree), n_trees)])
+
+
+def account_gaussian(event, delta: float) -> float:
+    """Epsilon at ``delta`` of ``event`` by the RDP accountant of ``dp_accounting``."""
+    _, rdp = _accounting()
+    acc = rdp.RdpAccountant()
+    acc.compose(event)
+    return float(acc.get_epsilon(delta))
+
+
+# --------------------------------------------------------------------------- the plan
+@dataclass
+class DPModelPlan:
+    """The budget of one DP training and the mechanisms' parameters (recorded in the model file)."""
+
+    epsilon: float                       # the total asked for (inf: non-private)
+    delta: float | None = None
+    mechanism: str = "none"              # "laplace", "gaussian" or "none" (epsilon inf)
+    g_star: float = 0.0
+    h_star: float = 0.0
+    n_trees: int = 0                     # rounds x targets
+    depth: int = 0
+    subsample: float = 1.0
+    shares: tuple = DEFAULT_BUDGET
+    sketch_epsilon: float = 0.0          # all parties' bin edges together (pure epsilon)
+    sketch_epsilon_per_party: float = 0.0
+    base_epsilon: float = 0.0            # the base score's share of the sketch budget
+    level_epsilon: float = 0.0           # the exponential mechanism at every node of one level
+    leaf_gradients: float = 0.0          # Laplace: epsilon; Gaussian: sigma of the gradient sums
+    leaf_hessians: float = 0.0           # Laplace: epsilon; Gaussian: sigma of the hessian sums
+    tree_epsilon: float = 0.0            # one tree's pure epsilon before amplification (Laplace)
+    reported_epsilon: float = math.inf   # what the accountant reports for the whole training
+    parties: int = 1
+    trees: str = "cyclic"               # "cyclic": one feature per tree; "exponential": every feature
+    n_targets: int = 1
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def private(self) -> bool:
+        return math.isfinite(self.epsilon)
+
+    @property
+    def gain_sensitivity(self) -> float:
+        return gain_sensitivity(self.g_star, self.h_star)
+
+    def to_dict(self) -> dict:
+        if not self.private:
+            return {"epsilon": "inf", "mechanism": "none",
+                    "note": "epsilon inf: the non-private training (exact bins, argmax splits, exact leaves)"}
+        d = {"epsilon": self.reported_epsilon, "epsilon_target": self.epsilon, "delta": self.delta,
+             "mechanism": self.mechanism,
+             "accounting": ("basic composition (pure epsilon)" + (", Poisson subsampling amplification"
+                                                                  if self.subsample < 1 else "")
+                            if self.mechanism == "laplace" else "dp-accounting RDP (zCDP events + Gaussian)"),
+             "privacy_unit": "one training row (its features at every party and its label), add/remove",
+             "gradient_bound": self.g_star, "constant_hessian": self.h_star,
+             "gain_sensitivity": self.gain_sensitivity, "n_trees": self.n_trees, "max_depth": self.depth,
+             "subsample": self.subsample, "budget_shares": {"sketch": self.shares[0], "splits": self.shares[1],
+                                                            "leaves": self.shares[2]},
+             "sketch": {"epsilon_total": self.sketch_epsilon, "epsilon_per_party": self.sketch_epsilon_per_party,
+                        "parties": self.parties, "base_score_epsilon": self.base_epsilon,
+                        "mechanism": "laplace histogram per feature (DP bounds), edges equally spaced on the "
+                                     "symmetric log scale"},
+             "per_tree": {"split_epsilon_per_level": self.level_epsilon, "levels": self.depth,
+                          "split_mechanism": ("uniform (totally random splits)" if self.level_epsilon == 0
+                                              else "exponential (Gumbel-max)"),
+                          "split_features": ("all features" if self.trees == "exponential" else
+                                             "one feature per tree, in turn over every party's features")}}
+        if self.mechanism == "laplace":
+            d["per_tree"].update({"leaf_gradient_epsilon": self.leaf_gradients,
+                                  "leaf_hessian_epsilon": self.leaf_hessians,
+                                  "leaf_mechanism": "laplace", "epsilon": self.tree_epsilon,
+                                  "epsilon_after_sampling": amplified(self.tree_epsilon, self.subsample)})
+        else:
+            d["per_tree"].update({"leaf_gradient_sigma": self.leaf_gradients,
+                                  "leaf_hessian_sigma": self.leaf_hessians, "leaf_mechanism": "gaussian"})
+        d.update(self.extra)
+        return d
+
+    # -- what the parties use ---------------------------------------------------
+    def binning_setup(self) -> dict | None:
+        """The DP settings a passive party needs at setup (``TrainSetup.dp_binning``)."""
+        return {"epsilon": self.sketch_epsilon_per_party} if self.private else None
+
+    def binner(self, max_bin: int) -> Binner:
+        return DPBinner(max_bin, self.sketch_epsilon_per_party) if self.private else Binner(max_bin)
+
+    def bound_gradients(self, g: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Clip ``g`` to ``[-g*, g*]`` and replace every hessian by ``h*``."""
+        return np.clip(g, -self.g_star, self.g_star), np.full_like(h, self.h_star)
+
+    def base_score(self, objective, y: np.ndarray, rng=None) -> np.ndarray:
+        """The released base score from noisy statistics (:func:`dp_base_score`) with its budget
+        ``base_epsilon``; the exact one when not private."""
+        if not self.private:
+            return objective.base_score(y)
+        return dp_base_score(objective, y, self.base_epsilon, np.random.default_rng() if rng is None else rng)
+
+    def tree_mechanisms(self, params, rng=None) -> "TreeMechanisms":
+        return TreeMechanisms(self, params.reg_lambda, rng, params.min_child_weight)
+
+    def sampler(self, rng=None) -> "PoissonSampler":
+        return PoissonSampler(self.subsample, rng)
+
+
+def plan_dp_model(params, n_targets: int, n_parties: int) -> DPModelPlan:
+    """The budget plan of ``params`` (``dp_model``, ``dp_delta``, ``dp_budget``, ``dp_clip``) for
+    ``n_targets`` trees per round and ``n_parties`` parties holding features."""
+    eps = params.dp_model
+    if eps is None or not math.isfinite(eps):
+        return DPModelPlan(math.inf)
+    g_star, h_star = gradient_bounds(params.objective, params.dp_clip, params.huber_slope)
+    shares = parse_budget(params.dp_budget) if params.dp_budget is not None else DEFAULT_BUDGETS[params.dp_trees]
+    T, D, q = int(params.n_estimators) * int(n_targets), int(params.max_depth), float(params.subsample)
+    n_parties = max(int(n_parties), 1)
+    plan = DPModelPlan(eps, params.dp_delta, "laplace" if params.dp_delta is None else "gaussian",
+                       g_star, h_star, T, D, q, shares, parties=n_parties, trees=params.dp_trees,
+                       n_targets=int(n_targets))
+    if params.dp_delta is None:
+        plan.sketch_epsilon = shares[0] * eps
+        tree_amp = (shares[1] + shares[2]) * eps / T
+        plan.tree_epsilon = de_amplified(tree_amp, q)
+        split_part = plan.tree_epsilon * shares[1] / (shares[1] + shares[2])
+        leaf_part = plan.tree_epsilon - split_part
+        plan.level_epsilon = split_part / D
+        plan.leaf_gradients = LEAF_GRADIENT_SHARE * leaf_part
+        plan.leaf_hessians = leaf_part - plan.leaf_gradients
+        plan.reported_epsilon = account_pure(plan.sketch_epsilon, plan.level_epsilon, D, plan.leaf_gradients,
+                                             plan.leaf_hessians, T, q)
+    else:
+        _calibrate_gaussian(plan, eps, params.dp_delta, shares)
+    plan.base_epsilon = BASE_SCORE_SHARE * plan.sketch_epsilon
+    plan.sketch_epsilon_per_party = (plan.sketch_epsilon - plan.base_epsilon) / n_parties
+    return plan
+
+
+def _gaussian_parts(plan: DPModelPlan, rho: float, shares) -> None:
+    """Parameters of every mechanism when the training spends ``rho`` (zCDP) in total."""
+    T, D = plan.n_trees, plan.depth
+    plan.sketch_epsilon = math.sqrt(2.0 * shares[0] * rho)
+    plan.level_epsilon = math.sqrt(8.0 * shares[1] * rho / (T * D))
+    leaf = shares[2] * rho / T
+    rho_g, rho_h = LEAF_GRADIENT_SHARE * leaf, (1 - LEAF_GRADIENT_SHARE) * leaf
+    plan.leaf_gradients = plan.g_star / math.sqrt(2.0 * rho_g)
+    plan.leaf_hessians = plan.h_star / math.sqrt(2.0 * rho_h)
+
+
+def gaussian_plan_event(plan: DPModelPlan):
+    return gaussian_event(plan.sketch_epsilon, plan.level_epsilon, plan.depth, plan.leaf_gradients,
+                          plan.leaf_hessians, plan.g_star, plan.h_star, plan.n_trees)
+
+
+def _calibrate_gaussian(plan: DPModelPlan, eps: float, delta: float, shares) -> None:
+    """The largest total zCDP ``rho`` whose accounted epsilon (dp-accounting) is at most ``eps``."""
+    def spent(rho):
+        _gaussian_parts(plan, rho, shares)
+        return account_gaussian(gaussian_plan_event(plan), delta)
+
+    lo, hi = 0.0, max(eps, 1e-3)
+    while spent(hi) < eps:
+        lo, hi = hi, hi * 2.0
+        if hi > 1e9:
+            break
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        if spent(mid) <= eps:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-9 * hi:
+            break
+    if lo <= 0:
+        raise InputError(f"dp_model {eps} at dp_delta {delta} leaves no budget for any mechanism")
+    plan.reported_epsilon = spent(lo)
+    plan.extra["rho"] = lo
+
+
+# --------------------------------------------------------------------------- mechanisms
+def exponential_mechanism(utilities: np.ndarray, epsilon: float, sensitivity: float, rng) -> int:
+    """Index drawn with probability proportional to ``exp(epsilon * u / (2 * sensitivity))``, by the
+    Gumbel-max trick (argmax of scaled utilities plus Gumbel noise: no exponentials, no overflow).
+    ``epsilon = 0``: uniform; ``inf``: the argmax (first on ties)."""
+    u = np.asarray(utilities, dtype=np.float64)
+    if u.size == 0:
+        raise ValueError("the exponential mechanism needs at least one candidate")
+    if math.isinf(epsilon):
+        return int(np.argmax(u))
+    scores = (epsilon / (2.0 * sensitivity)) * u if epsilon > 0 else np.zeros_like(u)
+    return int(np.argmax(scores + rng.gumbel(size=u.size)))
+
+
+def laplace(value, sensitivity: float, epsilon: float, rng):
+    return value + rng.laplace(0.0, sensitivity / epsilon, size=np.shape(value))
+
+
+def _score(G, H, reg_lambda):
+    d = H + reg_lambda
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(d > 0, G * G / np.where(d > 0, d, 1.0), 0.0)
+
+
+def candidate_gains(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_offsets: np.ndarray,
+                    G: float, H: float, reg_lambda: float):
+    """Every split candidate of one party's flat histogram, without data-dependent filtering:
+    ``(gains, feature_idx, bin_idx, default_left, GL, HL)`` (flat arrays), in the candidate order of
+    :func:`vfl.split.find_best_split` (ordinary bins, missing right then left)."""
+    offsets = np.asarray(bin_offsets, dtype=np.int64)
+    nb = np.diff(offsets)
+    out = [[] for _ in range(6)]
+    sg = np.asarray(sum_gradients, dtype=np.float64)
+    sh = np.asarray(sum_hessians, dtype=np.float64)
+    parent = float(_score(np.float64(G), np.float64(H), reg_lambda))
+    for f, (start, n) in enumerate(zip(offsets[:-1], nb)):
+        if n < 2:
+            continue
+        g, h = sg[start:start + n], sh[start:start + n]
+        gl, hl = np.cumsum(g[:-1]), np.cumsum(h[:-1])
+        for d, (GL, HL) in enumerate(((gl[:n - 1], hl[:n - 1]), (gl[:n - 2] + g[-1], hl[:n - 2] + h[-1]))):
+            gains = _score(GL, HL, reg_lambda) + _score(G - GL, H - HL, reg_lambda) - parent
+            k = len(GL)
+            for lst, vals in zip(out, (gains, np.full(k, f), np.arange(k), np.full(k, bool(d)), GL, HL)):
+                lst.append(vals)
+    if not out[0]:
+        return tuple(np.empty(0) for _ in range(6))
+    return tuple(np.concatenate(lst) for lst in out)
+
+
+class TreeMechanisms:
+    """The grower's DP seam (:class:`vfl.grower.TreeGrower` ``dp=``): which nodes split (all, to
+    ``max_depth``), each node's split (exponential mechanism), each leaf's weight (noisy sums),
+    and what the released tree keeps (no exact statistics)."""
+
+    def __init__(self, plan: DPModelPlan, reg_lambda: float, rng=None, min_child_weight: float = 0.0):
+        self.plan = plan
+        self.reg_lambda = float(reg_lambda)
+        self.min_child_weight = float(min_child_weight)
+        self._ranges: dict = {}          # cyclic halving: (round, target, node, side) -> bin range
+        self.rng = np.random.default_rng() if rng is None else rng      # fresh OS entropy
+
+    def tree_feature(self, bin_offsets: list, tree: tuple[int, int]) -> tuple[int, int]:
+        """``dp_trees = "cyclic"``: the one ``(source, feature)`` tree ``(round, target)`` splits on,
+        in turn over every party's features (a public, data-independent choice)."""
+        features = [(si, f) for si, off in enumerate(bin_offsets) for f in range(len(off) - 1)]
+        round_idx, k = tree
+        return features[(round_idx * self.plan.n_targets + k) % len(features)]
+
+    def choose_split(self, node, histograms: list, bin_offsets: list,
+                     tree: tuple[int, int] = (0, 0), nodes: list | None = None) -> SplitInfo | None:
+        """One node's split over every party's candidates (None: no party has a candidate);
+        ``tree``: ``(round, target)`` of the node's tree, ``nodes`` its nodes so far.
+
+        ``dp_trees = "cyclic"`` with no split budget: no data at all, the node's range of bins of
+        the tree's feature is halved (a balanced partition into equal-width bins on the symmetric
+        log scale; missing values go right)."""
+        only = self.tree_feature(bin_offsets, tree) if self.plan.trees == "cyclic" else None
+        if only is not None and self.plan.level_epsilon == 0:
+            return self._halve(node, only, bin_offsets, tree, nodes)
+        parts = []
+        for si, ((sg, sh), offsets) in enumerate(zip(histograms, bin_offsets)):
+            if only is not None and si != only[0]:
+                continue
+            c = candidate_gains(sg, sh, offsets, node.sum_gradients, node.sum_hessians, self.reg_lambda)
+            if only is not None:
+                keep = c[1] == only[1]
+                c = tuple(a[keep] for a in c)
+            if c[0].size:
+                parts.append((si, c))
+        if not parts:
+            return None
+        gains = np.concatenate([c[0] for _, c in parts])
+        i = exponential_mechanism(gains, self.plan.level_epsilon, self.plan.gain_sensitivity, self.rng)
+        for si, c in parts:
+            if i < c[0].size:
+                return SplitInfo(float(c[0][i]), si, int(c[1][i]), int(c[2][i]), bool(c[3][i]),
+                                 float(c[4][i]), float(c[5][i]))
+            i -= c[0].size
+        raise AssertionError("unreachable")
+
+    def _halve(self, node, feature: tuple[int, int], bin_offsets: list, tree: tuple[int, int],
+               nodes: list | None) -> SplitInfo | None:
+        si, f = feature
+        n_ordinary = int(bin_offsets[si][f + 1] - bin_offsets[si][f]) - 1
+        if n_ordinary < 1:
+            return None
+        key = (*tree, node.node_id)
+        if node.parent < 0 or nodes is None:
+            lo, hi = 0, n_ordinary - 1
+        else:
+            side = "L" if nodes[node.parent].left == node.node_id else "R"
+            lo, hi = self._ranges[(*tree, node.parent, side)]
+        b = (lo + hi) // 2
+        self._ranges[(*key, "L")] = (lo, b)
+        self._ranges[(*key, "R")] = (b + 1, hi) if b < hi else (hi, hi)
+        return SplitInfo(0.0, si, f, b, False, 0.0, 0.0)
+
+    def noisy_sums(self, G: float, H: float) -> tuple[float, float]:
+        p = self.plan
+        if p.mechanism == "laplace":
+            return (float(laplace(G, p.g_star, p.leaf_gradients, self.rng)),
+                    float(laplace(H, p.h_star, p.leaf_hessians, self.rng)))
+        return (float(G + self.rng.normal(0.0, p.leaf_gradients)),
+                float(H + self.rng.normal(0.0, p.leaf_hessians)))
+
+    def hessian_floor(self) -> float:
+        """The smallest denominator of a leaf weight: ``min_child_weight``, and the hessian of the
+        rows whose gradient sum would not exceed twice the noise scale (``2 h* b / g*``, ``b`` the
+        Laplace scale or the Gaussian sigma of the gradient sums): leaves that are mostly noise
+        shrink towards 0. Data-independent, so post-processing."""
+        p = self.plan
+        b = p.g_star / p.leaf_gradients if p.mechanism == "laplace" else p.leaf_gradients
+        return max(p.h_star, self.min_child_weight, 2.0 * p.h_star * b / p.g_star)
+
+    def leaf_weight(self, node) -> float:
+        """``-G~ / (max(H~, floor) + lambda)`` clipped to ``[-g*/h*, g*/h*]`` (learning rate not
+        included; ``floor``: :meth:`hessian_floor`)."""
+        p = self.plan
+        G, H = self.noisy_sums(node.sum_gradients, node.sum_hessians)
+        w = -G / (max(H, self.hessian_floor()) + self.reg_lambda)
+        bound = p.g_star / p.h_star
+        node.sum_gradients, node.sum_hessians = G, H       # the released (noisy) statistics
+        return float(np.clip(w, -bound, bound))
+
+    @staticmethod
+    def release(tree) -> None:
+        """Drop what the mechanisms did not release: gains, internal sums, counts."""
+        for node in tree.nodes:
+            node.gain = 0.0
+            node.n_samples = 0
+            if not node.is_leaf:
+                node.sum_gradients = node.sum_hessians = 0.0
+
+
+class PoissonSampler:
+    """Row subsampling for DP training: every row joins each tree's sample independently with
+    probability ``q``, drawn from secret randomness (amplification needs a secret sample)."""
+
+    def __init__(self, q: float, rng=None):
+        self.q = float(q)
+        self.rng = np.random.default_rng() if rng is None else rng
+
+    def draw(self, round_idx: int, g: np.ndarray, h: np.ndarray):
+        n, K = g.shape
+        if self.q >= 1.0:
+            return None, None, 1.0
+        return self.rng.random((K, n)) < self.q, None, 1.0
+
+
+# --------------------------------------------------------------------------- the base score
+def dp_base_score(objective, y: np.ndarray, epsilon: float, rng) -> np.ndarray:
+    """An ``epsilon``-DP base score (a row changes one count by one, or one clipped label):
+
+    * binary: the log-odds of noisy (positives, rows) counts, ``epsilon/2`` each;
+    * multiclass: the log of the noisy class counts (one histogram, ``epsilon``), as the priors;
+    * regression: DP bounds of the label (:func:`dp_bounds`, ``epsilon/2``), then the noisy mean of the
+      labels clipped to them (sum and count, ``epsilon/4`` each); pseudo-Huber takes it too.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    name = objective.name
+    if name == "binary":
+        pos = float(y.sum()) + rng.laplace(0.0, 2.0 / epsilon)
+        n = float(len(y)) + rng.laplace(0.0, 2.0 / epsilon)
+        p = float(np.clip(pos / max(n, 1.0), 1e-3, 1 - 1e-3))
+        return np.array([math.log(p / (1 - p))])
+    if name == "multiclass":
+        k = objective.n_targets
+        counts = np.bincount(y.astype(np.int64), minlength=k)[:k] + rng.laplace(0.0, 1.0 / epsilon, size=k)
+        logp = np.log(np.maximum(counts, 1.0) / np.maximum(counts, 1.0).sum())
+        return logp - logp.mean()          # centred, as the exact softmax base score
+    lo, hi = (_symexp(np.array(b)) for b in dp_bounds(_symlog(y), epsilon / 2.0, rng))
+    lo, hi = float(lo), float(hi)
+    total = float(np.clip(y, lo, hi).sum()) + rng.laplace(0.0, max(abs(lo), abs(hi), 1e-12) / (epsilon / 4.0))
+    n = float(len(y)) + rng.laplace(0.0, 4.0 / epsilon)
+    return np.array([float(np.clip(total / max(n, 1.0), lo, hi))])
+
+
+# --------------------------------------------------------------------------- DP bin edges
+def _symlog(x):
+    return np.sign(x) * np.log1p(np.abs(x))
+
+
+def _symexp(z):
+    return np.sign(z) * np.expm1(np.abs(z))
+
+
+def dp_bounds(z: np.ndarray, epsilon: float, rng) -> tuple[float, float] | None:
+    """``epsilon``-DP bounds of ``z`` (symmetric-log values): a Laplace histogram over fixed cells of
+    [-R, R] (a row changes one count by one), then, as post-processing, the span of the cells whose
+    noisy count passes ``tau = ln(cells / 0.01) / epsilon`` (so an empty cell passes with
+    probability about 1/200 over all cells); none passes: the noisiest-max cell. None: no cell."""
+    cells = _COARSE_CELLS
+    width = 2 * _SYMLOG_RANGE / cells
+    counts = np.bincount(np.clip(((z + _SYMLOG_RANGE) / width).astype(np.int64), 0, cells - 1),
+                         minlength=cells).astype(np.float64)
+    noisy = counts + rng.laplace(0.0, 1.0 / epsilon, size=cells)
+    keep = np.flatnonzero(noisy > math.log(cells / 0.01) / epsilon)
+    if keep.size == 0:
+        keep = np.array([int(np.argmax(noisy))])
+    return -_SYMLOG_RANGE + keep[0] * width, -_SYMLOG_RANGE + (keep[-1] + 1) * width
+
+
+def dp_thresholds(col: np.ndarray, max_bin: int, epsilon: float, rng) -> np.ndarray:
+    """DP bin edges of one feature: ``max_bin - 1`` edges equally spaced on the symmetric log scale
+    ``sign(x) log(1 + |x|)`` between ``epsilon``-DP bounds (:func:`dp_bounds`); values outside fall
+    in the first or last bin. NaN (missing) rows take no part."""
+    z = _symlog(col[~np.isnan(col)])
+    lo, hi = dp_bounds(z, epsilon, rng)
+    inner = np.linspace(lo, hi, max_bin + 1)[1:-1]
+    return np.unique(_symexp(inner))
+
+
+class DPBinner(Binner):
+    """A party's bins from DP histograms: ``epsilon`` for all its features together (split evenly);
+    ``inf``: the exact quantile bins of :class:`vfl.binning.Binner`."""
+
+    def __init__(self, max_bin: int = 32, epsilon: float = math.inf, rng=None):
+        super().__init__(max_bin)
+        if not (isinstance(epsilon, (int, float)) and epsilon > 0) or math.isnan(epsilon):
+            raise InputError(f"DP binning needs an epsilon > 0, got {epsilon!r}")
+        self.epsilon = float(epsilon)
+        self.rng = np.random.default_rng() if rng is None else rng
+
+    def fit(self, X) -> "DPBinner":
+        X = np.asarray(X, dtype=np.float64)
+        n_features = X.shape[1]
+        if math.isinf(self.epsilon):
+            self.thresholds_ = [_thresholds(X[:, j], self.max_bin) for j in range(n_features)]
+            return self
+        per = self.epsilon / max(n_features, 1)
+        self.thresholds_ = [dp_thresholds(X[:, j], self.max_bin, per, self.rng) for j in range(n_features)]
+        return self
