@@ -104,7 +104,8 @@ def _ids_to_int_if_canonical(series: pd.Series) -> pd.Series:
     """
     if series.isna().any() or not ptypes.is_string_dtype(series.dtype) or len(series) == 0:
         return series
-    text = pd.Series([canonical_id(v) for v in series.tolist()], index=series.index, dtype=object)
+    text = pd.Series([canonical_id(v) for v in series.tolist()], index=series.index, dtype=object,
+                     name=series.name)
     if bool(text.str.fullmatch(_INT_ID).all()):
         return text.astype(np.int64)
     return text.astype(series.dtype)

@@ -37,6 +37,8 @@ from vfl.split import goes_left
 MAX_PLAIN_BITS = 16384
 #: target groups (blocks of gradient values) one round's gradients may carry
 MAX_GROUPS = 1024
+#: nodes without rows one request may name (a DP released model's full levels; see _rows_by_node)
+MAX_EMPTY_NODES = 256
 
 
 def _group(assignment_row: np.ndarray, node_ids) -> list[np.ndarray]:
@@ -50,13 +52,15 @@ def _group(assignment_row: np.ndarray, node_ids) -> list[np.ndarray]:
 
 
 def _rows_by_node(assignment_row: np.ndarray, node_ids, what: str, tree: int) -> list[np.ndarray]:
-    """Rows of each node of one tree, sampled and riding; every node must hold a row (a node
-    without rows has nothing to build or split: asking for it is refused, which also bounds the
-    work and memory of a request by the number of rows)."""
+    """Rows of each node of one tree, sampled and riding. A node may hold no row (a DP released
+    model grows every node to full depth, whatever the data), but at most
+    :data:`MAX_EMPTY_NODES` per request: the work and memory of a request stay bounded by the
+    rows plus that constant."""
     groups = _group(leaf_positions(assignment_row), node_ids)
-    for nid, rows in zip(np.asarray(node_ids).tolist(), groups):
-        if not len(rows):
-            raise ProtocolError(f"{what}.node_ids: node {nid} of tree {tree} holds no row of the round")
+    empty = [nid for nid, rows in zip(np.asarray(node_ids).tolist(), groups) if not len(rows)]
+    if len(empty) > MAX_EMPTY_NODES:
+        raise ProtocolError(f"{what}.node_ids: {len(empty)} nodes of tree {tree} hold no row of the round "
+                            f"(at most {MAX_EMPTY_NODES} may)")
     return groups
 
 
@@ -213,13 +217,11 @@ def histogram_request(s: PassiveState, req: m.HistogramRequest) -> m.HistogramRe
     if not 1 <= a.shape[0] <= g.groups * g.layout.n_targets:
         raise ProtocolError(f"HistogramRequest.assignment: {a.shape[0]} trees, the round's gradients hold "
                             f"{g.groups * g.layout.n_targets}")
-    tree_idx = np.asarray(req.tree_idx, dtype=np.int64)
-    if tree_idx.size and (tree_idx.min() < 0 or tree_idx.max() >= a.shape[0]):
-        raise ProtocolError("tree index out of the range of the assignment")
+    tree_idx = np.asarray(req.tree_idx, dtype=np.int64)      # >= 0 (the decoder checks)
+    _check_nodes(tree_idx, np.asarray(req.node_ids), a.shape[0], "HistogramRequest")
     if g.groups > 1 and tree_idx.size and tree_idx.max() // g.layout.n_targets >= g.groups:
         raise ProtocolError("tree index out of the range of the gradient groups")
-    _check_nodes(tree_idx, np.asarray(req.node_ids), a.shape[0], "HistogramRequest")
-    for tree in np.unique(tree_idx).tolist():      # every node holds rows: the work is bounded by the data
+    for tree in np.unique(tree_idx).tolist():      # few nodes without rows: the work is bounded by the data
         at = np.flatnonzero(tree_idx == tree)
         _rows_by_node(a[tree], np.asarray(req.node_ids)[at], "HistogramRequest", tree)
     t.assignment = a

@@ -399,7 +399,7 @@ def loads(frame: bytes, allowed: set[str] | None = None):
 
 def _decode_array(desc: dict, data: bytes, where: str) -> np.ndarray:
     dtype, shape = desc.get("dtype"), desc.get("shape")
-    if dtype not in _ALLOWED_DTYPES:
+    if not isinstance(dtype, str) or dtype not in _ALLOWED_DTYPES:
         raise ProtocolError(f"{where}: array dtype {str(dtype)[:16]!r} is not allowed")
     if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(_is_int(s) and s >= 0 for s in shape):
         raise ProtocolError(f"{where}: array shape must be a list of at most {MAX_NDIM} non-negative integers")

@@ -116,8 +116,8 @@ def test_passive_parties_receive_their_sketch_budget_at_setup_and_nothing_else_n
     binner = fed.passives["b"]._state.train.binner
     assert isinstance(binner, DPBinner) and binner.epsilon == pytest.approx(0.27)
     kinds = {loads(frame).__class__.__name__ for frame in _frames_to(fed, "b")}
-    assert kinds <= {"AlignRequest", "AlignResult", "TrainSetup", "Gradients", "HistogramRequest",
-                     "SplitRequest", "TrainEnd"}
+    assert kinds <= {"AlignRequest", "AlignResult", "TrainSetup", "GradientsStart", "GradientShard",
+                     "HistogramRequest", "SplitRequest", "TrainEnd"}
 
 
 def _frames_to(fed, party):
