@@ -671,9 +671,13 @@ def iter_party_batches(path: PathLike, name: str, id_col: str, label_col: str | 
     as_int = ids.dtype == np.int64
     del ids
     for source, start, frame in chunks:
+        col = frame[id_col]
         if as_int:
-            frame[id_col] = frame[id_col].astype(np.int64) if ptypes.is_integer_dtype(frame[id_col].dtype) \
-                else frame[id_col].astype(str).astype(np.int64)
+            frame[id_col] = col.astype(np.int64) if ptypes.is_integer_dtype(col.dtype) else \
+                pd.Series([int(canonical_id(v)) for v in col.tolist()], index=col.index, dtype=np.int64)
+        elif ptypes.is_string_dtype(col.dtype):      # text ids as the whole table has them (the id rule)
+            frame[id_col] = pd.Series([canonical_id(v) for v in col.tolist()], index=col.index,
+                                      dtype=object).astype(col.dtype)
         pf = PartyFrame(name, frame.reset_index(drop=True), id_col, label_col, source)
         try:
             validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label)
