@@ -39,6 +39,7 @@ from vfl.params import (
     Mode,
     Objective,
     TrainParams,
+    check_monotone,
 )
 
 # old option name -> its name now (the library says active/passive; FATE said guest/host)
@@ -103,12 +104,13 @@ def main():
     """Vertical federated gradient boosting (SecureBoost with Paillier; DP-only mode)."""
 
 
-def _load_parties(dataset, active, passives, id_col, label_col, parties, allow_text_label=False):
+def _load_parties(dataset, active, passives, id_col, label_col, parties, allow_text_label=False,
+                  categorical=None):
     if active or passives:
         if not (active and passives):
             raise click.UsageError("--active and at least one --passive are needed together")
         return load_guest_host(active, list(passives), id_col=id_col, label_col=label_col,
-                               allow_text_label=allow_text_label)
+                               allow_text_label=allow_text_label, categorical=categorical)
     return load_named(dataset, parties, id_col=id_col, label_col=label_col)
 
 
@@ -141,6 +143,9 @@ def train_params_from_options(options: dict) -> TrainParams:
     """THE TrainParams of `vfl simulate` and `vfl party active`, from their training and learner
     options (``_training_options``, ``_learner_options`` and ``--objective``); the key size is
     checked here for mode he (a 1024-bit key warns, see :class:`VFLGroup`)."""
+    options = dict(options)
+    if "monotone" in options:
+        options["monotone_constraints"] = parse_monotone(options.pop("monotone"))
     params = TrainParams(**{_OPTION_FIELDS.get(k, k): v for k, v in options.items()})
     if params.mode == Mode.HE:
         check_key_bits(params.key_bits)
@@ -165,6 +170,45 @@ def _learner_options(f):
                      help="Metric watched by early stopping (default per objective)."),
     ]):
         f = opt(f)
+    return f
+
+
+def parse_monotone(specs) -> dict | None:
+    """``--monotone COL=+1`` options (repeatable; +1/-1, increasing/decreasing) as a dict."""
+    out = {}
+    for spec in specs or ():
+        col, sep, value = str(spec).rpartition("=")
+        if not sep or not col:
+            raise InputError(f"--monotone {spec!r}: expected COLUMN=+1 or COLUMN=-1")
+        if col in out:
+            raise InputError(f"--monotone: column {col!r} is given twice")
+        out[col] = value
+    return check_monotone(out, "--monotone") if out else None
+
+
+def _credit_options(f, active: bool = True):
+    """Categorical columns, monotone constraints and (active party) sample weights."""
+    options = [
+        click.option("--categorical", "categorical", multiple=True,
+                     help="A feature column to treat as categorical (repeatable; text columns always are)."),
+        click.option("--monotone", "monotone", multiple=True,
+                     help="COL=+1 or COL=-1: the prediction must increase (decrease) with COL (repeatable)."),
+    ]
+    if active:
+        options += [
+            click.option("--weight-col", default=None, help="Column of the active party's data holding sample "
+                                                            "weights (>= 0; not a feature)."),
+            click.option("--max-cat", default=_default("max_cat"), show_default=True,
+                         help="Categorical: categories with their own bin (the rarer ones pooled)."),
+            click.option("--cat-smooth", default=_default("cat_smooth"), show_default=True,
+                         help="Categorical splits: smoothing of G/(H + cat_smooth)."),
+            click.option("--min-data-per-group", default=_default("min_data_per_group"), show_default=True,
+                         help="Categorical splits: samples per group of categories."),
+            click.option("--max-cat-threshold", default=_default("max_cat_threshold"), show_default=True,
+                         help="Categorical splits: categories going left at most."),
+        ]
+    for option in reversed(options):
+        f = option(f)
     return f
 
 
@@ -222,11 +266,16 @@ def _training_options(f):
 @click.option("--validation-size", default=0.0, show_default=True,
               help="Fraction of the training rows held out for metric history and early stopping.")
 @_learner_options
+@_credit_options
 @click.option("--jobs", type=click.IntRange(0, 256), default=None,
               help="Worker processes per party for the ciphertext work (default and 0: all cores).")
 def simulate(dataset, active, passives, id_col, label_col, parties, test_size, output_json, predictions,
-             save_model, verbose, quiet, prediction, validation_size, jobs, **train_options):
-    """Run a whole federation in one process and report time, test metric and bytes."""
+             save_model, verbose, quiet, prediction, validation_size, jobs, categorical, weight_col,
+             **train_options):
+    """Run a whole federation in one process and report time, test metric and bytes.
+
+    --categorical, --monotone and --weight-col name columns of whichever party holds them
+    (PARTY:COLUMN where several parties have a column of that name, e.g. host:x2)."""
     if jobs is not None:
         os.environ["VFL_N_JOBS"] = str(jobs)
     if train_options["objective"] is None:
@@ -235,7 +284,8 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     if train_options["early_stopping_rounds"] is not None and not validation_size:
         raise click.UsageError("--early-stopping-rounds needs --validation-size")
     party_frames = _load_parties(dataset, active, passives, id_col, label_col, parties,
-                                 allow_text_label=train_options["objective"] == Objective.MULTICLASS)
+                                 allow_text_label=train_options["objective"] == Objective.MULTICLASS,
+                                 categorical=[c.rpartition(":")[2] for c in categorical])
     params = train_params_from_options(train_options)
     mode = params.mode
     names = ", ".join(f"{pf.name} ({len(pf.feature_names)} features)" for pf in party_frames)
@@ -253,7 +303,8 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
 
     fed, result, test_ids, proba = simulate_federation(party_frames, params, test_size=test_size, seed=params.seed,
                                                        on_round=on_round, prediction=prediction,
-                                                       validation_size=validation_size or None)
+                                                       validation_size=validation_size or None,
+                                                       categorical=list(categorical), weight_col=weight_col)
     bar.close()
     for party, rep in result["alignment"].items():
         click.echo(f"aligned {party}: {rep['n_kept']} of {rep['n_rows']} rows kept")
@@ -426,9 +477,10 @@ def party():
 @click.option("--validation-data", type=click.Path(dir_okay=False),
               help="CSV with the id column and this party's features of the validation rows.")
 @_net_options
+@lambda f: _credit_options(f, active=False)
 def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_align, allow_prediction,
                   dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
-                  validation_data=None):
+                  validation_data=None, categorical=(), monotone=()):
     """Serve training sessions and prediction requests of an active party."""
     _setup_logging(log_level)
     sec = _security(name, tls_dir, insecure, token_file, allow_clients)
@@ -442,7 +494,8 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                                 ("allowed_prediction", tuple(allow_prediction)),
                                 ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature)) if v}
     serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready,
-                  policy=policy, validation_data=validation_data)
+                  policy=policy, validation_data=validation_data, categorical=list(categorical),
+                  monotone=parse_monotone(monotone))
 
 
 @party.command("active")
@@ -466,10 +519,11 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
               help="CSV of validation rows: id, label, features (each passive party serves its own "
                    "with `vfl party passive --validation-data`).")
 @_learner_options
+@_credit_options
 @_net_options
 def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,
                  output_json, quiet, validation_data, tls_dir, insecure, token_file, max_message_mb, log_level,
-                 **train_options):
+                 categorical, weight_col, **train_options):
     """Train with passive parties over the network (checkpoint after every tree)."""
     _setup_logging(log_level)
     peers = parse_peers(peer_specs)
@@ -486,7 +540,8 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
         result = train_active(data, id_col, label_col, name, peers, params, model_dir, sec, timeout=timeout,
                               resume=resume, force=force, align=params.align,
                               max_frame_bytes=_max_bytes(max_message_mb), connect_timeout=connect_timeout,
-                              on_round=on_round, validation_data=validation_data)
+                              on_round=on_round, validation_data=validation_data,
+                              categorical=list(categorical), weight_col=weight_col)
     for p, rep in result["alignment"].items():
         click.echo(f"aligned {p}: {rep['n_kept']} of {rep['n_rows']} rows kept")
     if result["resumed_after_rounds"] is not None:

@@ -79,7 +79,7 @@ def _ids_to_int_if_canonical(series: pd.Series) -> pd.Series:
 
 
 def read_party_csv(path: PathLike, name: str, id_col: str, label_col: str | None = None,
-                   allow_text_label: bool = False) -> PartyFrame:
+                   allow_text_label: bool = False, categorical=None) -> PartyFrame:
     """Read one party's CSV file (header row required) and validate it.
 
     The id column is read as text and turned into int64 when every id is a
@@ -122,7 +122,8 @@ def read_party_csv(path: PathLike, name: str, id_col: str, label_col: str | None
     if id_col in frame.columns:
         frame[id_col] = _ids_to_int_if_canonical(frame[id_col])
     pf = PartyFrame(name=name, frame=frame, id_col=id_col, label_col=label_col, source=str(p))
-    validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label)
+    validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label,
+                         categorical=[c for c in (categorical or ()) if c in pf.feature_names])
     return pf
 
 
@@ -136,6 +137,7 @@ def load_guest_host(
     id_col: str = "id",
     label_col: str = "y",
     allow_text_label: bool = False,
+    categorical=None,
 ) -> list[PartyFrame]:
     """Read a guest file (ids, label, features) and host files (ids, features).
 
@@ -150,16 +152,18 @@ def load_guest_host(
         raise InputError("load_guest_host needs at least one host file")
     if label_col is None:
         raise InputError("load_guest_host needs the name of the guest's label column")
-    guest = read_party_csv(guest_path, "guest", id_col, label_col, allow_text_label=allow_text_label)
+    guest = read_party_csv(guest_path, "guest", id_col, label_col, allow_text_label=allow_text_label,
+                           categorical=categorical)
     parties = [guest]
     for name, path in zip(_host_names(len(host_paths)), host_paths):
-        host = read_party_csv(path, name, id_col, None)
+        host = read_party_csv(path, name, id_col, None, categorical=categorical)
         if label_col in host.frame.columns:
             raise InputError(
                 f"party {name!r} (file {str(path)!r}) has the label column {label_col!r}; "
                 f"labels must only be held by the active party (guest)"
             )
-        validate_party_frame(host, require_features=True)
+        validate_party_frame(host, require_features=True,
+                             categorical=[c for c in (categorical or ()) if c in host.feature_names])
         parties.append(host)
     return parties
 

@@ -34,24 +34,28 @@ log = logging.getLogger("vfl.active")
 CHECKPOINT_FILE = "checkpoint.json"
 
 
-def _read_csv(path, name, id_col, label_col=None, allow_text_label=False):
-    return read_party_csv(path, name, id_col, label_col, allow_text_label=allow_text_label)
+def _read_csv(path, name, id_col, label_col=None, allow_text_label=False, categorical=None):
+    return read_party_csv(path, name, id_col, label_col, allow_text_label=allow_text_label,
+                          categorical=categorical)
 
 
 # --------------------------------------------------------------------------- passive
 def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security,
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, on_ready=None, stop_event=None,
-                  policy: dict | None = None, validation_data=None) -> None:
+                  policy: dict | None = None, validation_data=None, categorical=None,
+                  monotone: dict | None = None) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop_event``). ``on_ready(port)`` is called once listening;
     ``policy``: :class:`PassiveServer` policy attributes (``allowed_align``, ...);
     ``validation_data``: CSV of this party's features of the validation rows (if the active party
-    trains with a validation set)."""
+    trains with a validation set); ``categorical``/``monotone``: this party's categorical columns
+    and monotone constraints ``{column: +1 | -1}``."""
     check_address(listen, "--listen address")
-    pf = _read_csv(data, name, id_col)
-    vf = _read_csv(validation_data, name, id_col) if validation_data is not None else None
+    pf = _read_csv(data, name, id_col, categorical=categorical)
+    vf = _read_csv(validation_data, name, id_col, categorical=categorical) if validation_data is not None else None
     service = PassiveServer(name, pf.frame, id_col, model_dir, source=str(data), policy=policy,
                             validation_frame=vf.frame if vf is not None else None,
-                            validation_source=str(validation_data) if vf is not None else None)
+                            validation_source=str(validation_data) if vf is not None else None,
+                            categorical=categorical, monotone=monotone)
     server = PartyServer(name, service.handle_frame, listen, security, max_frame_bytes=max_frame_bytes)
     port = server.start()
     stop = stop_event or threading.Event()
@@ -94,10 +98,13 @@ def _find_active_model(model_dir: Path) -> Path | None:
 def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, str], params: TrainParams,
                  model_dir, security, timeout: float = DEFAULT_TIMEOUT, resume: bool = False,
                  force: bool = False, align: str = "hash", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 connect_timeout: float | None = None, on_round=None, validation_data=None) -> dict:
+                 connect_timeout: float | None = None, on_round=None, validation_data=None,
+                 categorical=None, weight_col: str | None = None) -> dict:
     """Train against passive servers; return a JSON-ready summary (see the README).
     ``validation_data``: CSV of validation rows (id, label, features; the passive parties serve
-    theirs with ``--validation-data``): metric history and early stopping."""
+    theirs with ``--validation-data``): metric history and early stopping.
+    ``categorical``: this party's categorical columns; ``weight_col``: its sample-weight column
+    (monotone constraints on its own features: ``params.monotone_constraints``)."""
     if not peers:
         raise InputError("give at least one --peer NAME=HOST:PORT")
     if name in peers:
@@ -105,9 +112,10 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     params = _with_align(params, align)
     files = _ModelFiles(Path(model_dir), name, resumable=params.mode != Mode.DP)
     ck = files.prepare(resume, force)
-    pf = _read_csv(data, name, id_col, label_col, allow_text_label=True)
-    active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data))
-    vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True) \
+    pf = _read_csv(data, name, id_col, label_col, allow_text_label=True, categorical=categorical)
+    active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data), categorical=categorical,
+                         weight_col=weight_col)
+    vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True, categorical=categorical) \
         if validation_data is not None else None
     transport = GrpcTransport(name, peers, security, timeout=timeout, max_frame_bytes=max_frame_bytes)
     done_before = ck.n_rounds if ck is not None else 0
@@ -257,7 +265,7 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
     if extra:
         raise InputError(f"the model was not trained with part{'y' if len(extra) == 1 else 'ies'} {extra}; "
                          f"its passive parties are {model.passive_parties}")
-    pf = _read_csv(data, model.active_party, id_col)
+    pf = _read_csv(data, model.active_party, id_col, categorical=list(model.categories))
     active = ActiveParty.from_model(model, id_col)
     used = {p: peers[p] for p in model.passive_parties}
     transport = GrpcTransport(model.active_party, used, security, timeout=timeout, max_frame_bytes=max_frame_bytes)

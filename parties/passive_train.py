@@ -36,9 +36,12 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     s.model_id = req.model_id
     s.table.records = []
     X = s.X[rows]
-    t.binner = Binner(req.max_bin).fit(X)
+    categorical = np.array([f in s.categories for f in s.feature_names], dtype=bool)
+    monotone = np.array([s.monotone.get(f, 0) for f in s.feature_names], dtype=np.int8)
+    t.binner = Binner(req.max_bin, categorical if categorical.any() else None, req.max_cat).fit(X)
     t.bin_idx = t.binner.transform(X)
-    return m.BinningInfo(t.binner.n_bins)
+    return m.BinningInfo(t.binner.n_bins, categorical if categorical.any() else np.zeros(0, dtype=bool),
+                         monotone if monotone.any() else np.zeros(0, dtype=np.int8))
 
 
 def public_key(s: PassiveState, req: m.PublicKey) -> m.Ack:
@@ -138,12 +141,25 @@ def split_request(s: PassiveState, req: m.SplitRequest) -> m.SplitResponse:
     _check_round(s, req.round_idx)
     binner = t.binner
     record_ids, go_left, n_rows = [], [], []
-    for ti, nid, f, b, dl in zip(req.tree_idx, req.node_ids, req.feature_idx, req.bin_idx, req.default_left):
+    n_left = req.n_left_bins if len(req.n_left_bins) else np.full(len(req.node_ids), -1, dtype=np.int32)
+    if len(n_left) != len(req.node_ids) or int(np.sum(n_left[n_left > 0])) != len(req.left_bins):
+        raise ProtocolError("SplitRequest: n_left_bins does not match left_bins")
+    starts = np.concatenate([[0], np.cumsum(np.maximum(n_left, 0))])
+    for i, (ti, nid, f, b, dl) in enumerate(zip(req.tree_idx, req.node_ids, req.feature_idx, req.bin_idx,
+                                                req.default_left)):
         f, b = int(f), int(b)
-        rid = s.table.add(s.name, s.feature_names, binner, f, b, dl, int(t.round_idx), int(ti), int(nid))
+        cats = None
+        if n_left[i] >= 0:          # categorical: the bins that go left
+            cats = req.left_bins[starts[i]:starts[i + 1]].astype(np.int64)
+            n_cat = len(s.categories.get(s.feature_names[f], [])) if 0 <= f < len(s.feature_names) else 0
+            rid = s.table.add_categorical(s.name, s.feature_names, binner, f, cats, dl, n_cat, int(t.round_idx),
+                                          int(ti), int(nid))
+        else:
+            rid = s.table.add(s.name, s.feature_names, binner, f, b, dl, int(t.round_idx), int(ti), int(nid))
         rows = node_members(a[int(ti)], int(nid))     # sampled and riding rows
         bins = t.bin_idx[rows, f].astype(np.int64)
-        go_left.append(goes_left(bins, b, dl, missing=bins == binner.missing_bin(f)))
+        go_left.append(goes_left(bins, b, dl, missing=bins == binner.missing_bin(f),
+                                 categories=None if cats is None else cats.tolist()))
         n_rows.append(len(rows))
         record_ids.append(rid)
     return m.SplitResponse(np.array(record_ids, dtype=np.int64),

@@ -24,7 +24,7 @@ import pandas as pd
 
 from datasets.errors import InputError, ProtocolError, VFLError
 from parties.checkpoint import data_digest
-from parties.passive import PASSIVE_FORMAT, PassiveParty
+from parties.passive import PASSIVE_FORMAT, PassiveParty, record_from_json
 from protocols import messages as m
 from protocols.transport import frame_handler
 from vfl.files import write_json_atomic
@@ -60,15 +60,19 @@ class PassiveServer:
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
                  source: str | None = None, policy: dict | None = None,
-                 validation_frame: pd.DataFrame | None = None, validation_source: str | None = None):
+                 validation_frame: pd.DataFrame | None = None, validation_source: str | None = None,
+                 categorical=None, monotone: dict | None = None):
+        """``categorical``/``monotone``: this party's categorical columns and monotone constraints
+        (see :class:`PassiveParty`), used by every training it serves."""
         self.name, self.frame, self.id_col, self.source = str(name), frame, id_col, source
+        self.categorical, self.monotone = categorical, monotone
         # this party's features of validation rows, for trainings that use a validation set
         self.validation_frame, self.validation_source = validation_frame, validation_source
         self.policy = dict(policy or {})
         unknown = set(self.policy) - set(self.POLICY)
         if unknown:
             raise InputError(f"unknown passive-party policy setting(s) {sorted(unknown)}; known: {self.POLICY}")
-        probe = PassiveParty(self.name, frame, id_col, source)     # validates the data once
+        probe = self._new_party()     # validates the data (and the column options) once
         self.feature_names = list(probe.feature_names)
         self.n_rows = int(len(frame))
         self.model_dir = Path(model_dir)
@@ -84,6 +88,10 @@ class PassiveServer:
         self._prediction_ready: set[str] = set()
         self._lock = threading.Lock()
         self._load_models()
+
+    def _new_party(self) -> PassiveParty:
+        return PassiveParty(self.name, self.frame, self.id_col, self.source, categorical=self.categorical,
+                            monotone=self.monotone)
 
     def _configure(self, party: PassiveParty) -> PassiveParty:
         for k, v in self.policy.items():
@@ -206,7 +214,7 @@ class PassiveServer:
         if self.training is not None:
             log.warning("%s: %s starts a new training session; the unfinished session of model %s (from %s) "
                         "is abandoned", self.name, who, self.training.model_id, self.training_peer)
-        self.training = self._configure(PassiveParty(self.name, self.frame, self.id_col, self.source))
+        self.training = self._configure(self._new_party())
         if self.validation_frame is not None:
             self.training.load_validation_data(self.validation_frame, self.validation_source)
         self.training_peer, self._digest = who, None
@@ -250,7 +258,7 @@ class PassiveServer:
             raise InputError(f"party {self.name!r} holds {len(kept)} records for the first {req.n_rounds} "
                              f"rounds of model {req.model_id!r} but the active party's checkpoint refers to "
                              f"{req.n_records}: the lookup table in {path} does not match the checkpoint")
-        p.records = [{**r, "threshold": float(r["threshold"])} for r in kept]
+        p.records = [record_from_json(r) for r in kept]
         self._persist()
         log.info("%s: model %s resumed by %s after %d rounds (%d records kept, %d dropped)", self.name,
                  req.model_id, who, req.n_rounds, len(kept), len(d["records"]) - len(kept))

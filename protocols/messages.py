@@ -97,13 +97,22 @@ class TrainSetup:
     mode: str                 # "he" or "plain"
     max_bin: int
     model_id: str
+    max_cat: int = 64         # category bins of a categorical feature (the rest pooled)
+
+
+def _no_features(dtype):
+    return field(default_factory=lambda: np.zeros(0, dtype=dtype))
 
 
 @register
 @dataclass
 class BinningInfo:
-    """Shape of a party's histograms: ``n_bins[feature_idx]`` slots, the last one for missing."""
+    """Shape of a party's histograms: ``n_bins[feature_idx]`` slots, the last one for missing;
+    which features are categorical (their bins are categories, searched as partitions) and the
+    monotone constraint the party declares on each (-1/0/+1). Empty arrays: none."""
     n_bins: np.ndarray
+    categorical: np.ndarray = _no_features(bool)    # bool per feature
+    monotone: np.ndarray = _no_features(np.int8)    # int8 per feature
 
 
 @register
@@ -158,8 +167,11 @@ class SplitRequest:
     node_ids: np.ndarray      # int32
     tree_idx: np.ndarray      # int32 tree (within the round) of each node
     feature_idx: np.ndarray   # int32
-    bin_idx: np.ndarray       # int32
+    bin_idx: np.ndarray       # int32 (-1 for a categorical split)
     default_left: np.ndarray  # bool: where missing values go
+    n_left_bins: np.ndarray = _no_features(np.int32)   # int32 per split: -1 numeric, else how many
+    #                                                    bins of ``left_bins`` are this split's
+    left_bins: np.ndarray = _no_features(np.int32)     # int32: the bins going left, split after split
 
 
 @register

@@ -21,7 +21,7 @@ import numpy as np
 
 from vfl.fixedpoint import encode_fixed
 from vfl.grower import TreeGrower
-from vfl.objectives import plan_precision, pow2_ceil
+from vfl.objectives import plan_precision, pow2_ceil, weight_bound
 from vfl.rounds import RoundGradients, RoundObserver, RoundRecord, RoundTiming
 from vfl.sampling import RowSampler
 from vfl.sources import HistogramSource
@@ -48,15 +48,22 @@ class Booster:
         self._map = map_sources or sequential_map
         self.timings: list[RoundTiming] = []
         self.sampler = RowSampler(params)
+        self.sample_weight: np.ndarray | None = None
 
     def fit(self, y: np.ndarray, raw: np.ndarray | None = None, start_round: int = 0,
-            rounds: list[list[Tree]] | None = None, row_keys: np.ndarray | None = None):
+            rounds: list[list[Tree]] | None = None, row_keys: np.ndarray | None = None,
+            sample_weight: np.ndarray | None = None):
         """``(base_score, rounds, raw)``. ``raw``/``start_round``/``rounds`` continue an earlier
         training; ``row_keys``: a stable identity of each training row (e.g. the active party's
-        own row position) on which row sampling is keyed (see :class:`vfl.sampling.RowSampler`)."""
+        own row position) on which row sampling is keyed (see :class:`vfl.sampling.RowSampler`);
+        ``sample_weight``: per row (checked, see :func:`vfl.objectives.check_sample_weight`), the
+        gradients and hessians are multiplied by it before encoding and the base score is the
+        weighted one."""
         if row_keys is not None:
             self.sampler = RowSampler(self.params, row_keys)
-        base = self.objective.base_score(y)
+        self.sample_weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        base = self.objective.base_score(y) if self.sample_weight is None else \
+            self.objective.base_score(y, self.sample_weight)
         raw = np.tile(base, (len(y), 1)).astype(np.float64) if raw is None else raw
         rounds = [] if rounds is None else rounds
         for r in range(start_round, self.params.n_estimators):
@@ -89,6 +96,11 @@ class Booster:
         """The round's fixed-point gradients, and which rows each tree samples (None: all)."""
         g, h = self.objective.gradients(y, raw)
         g_bound, h_bound = self.objective.gradient_bounds(g, h)
+        if self.sample_weight is not None:   # weighted: bounds scaled by the largest weight
+            w = self.sample_weight[:, None]
+            g, h = g * w, h * w
+            wb = weight_bound(self.sample_weight)
+            g_bound, h_bound = g_bound * wb, h_bound * wb
         in_sample, weight, amp = self.sampler.draw(r, g, h)
         if weight is not None:      # GOSS amplification of the drawn small-gradient rows
             g, h = g * weight[:, None], h * weight[:, None]

@@ -32,6 +32,15 @@ def read_model_json(path) -> dict:
         raise InputError(f"cannot read model file {path}: {exc}") from None
 
 
+def _categories_of(value) -> dict:
+    """The ``categories`` of a model file: ``{feature: [category, ...]}``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, list) for v in value.values()):
+        raise InputError("model file: 'categories' must map feature names to lists of categories")
+    return {str(f): list(v) for f, v in value.items()}
+
+
 @dataclass
 class BoostedModel:
     objective: str
@@ -48,6 +57,8 @@ class BoostedModel:
     history: dict = field(default_factory=dict)
     best_iteration: int | None = None
     classes: list | None = None                 # multiclass: original label of each class index
+    # categorical features of the active party: {feature: its categories, code i = categories[i]}
+    categories: dict = field(default_factory=dict)
 
     @property
     def n_rounds(self) -> int:
@@ -62,6 +73,7 @@ class BoostedModel:
             "passive_parties": list(self.passive_parties), "model_id": self.model_id, "salt": self.salt,
             "params": self.params, "history": self.history, "best_iteration": self.best_iteration,
             "classes": self.classes,
+            **({"categories": {f: list(v) for f, v in self.categories.items()}} if self.categories else {}),
             "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds],
         }
 
@@ -74,7 +86,8 @@ class BoostedModel:
         return cls(d["objective"], int(d["n_targets"]), list(d["base_score"]), float(d["learning_rate"]),
                    d["active_party"], list(d["active_features"]), list(d["passive_parties"]),
                    d["model_id"], d["salt"], [[Tree.from_dict(t) for t in rnd] for rnd in d["rounds"]],
-                   d.get("params", {}), d.get("history", {}), d.get("best_iteration"), d.get("classes"))
+                   d.get("params", {}), d.get("history", {}), d.get("best_iteration"), d.get("classes"),
+                   _categories_of(d.get("categories")))
 
     def save(self, path) -> None:
         write_json_atomic(path, self.to_dict())
@@ -103,7 +116,7 @@ class BoostedModel:
                     rows = np.flatnonzero(pos[ti] == nid)
                     if node.owner == self.active_party:
                         x = X[rows, node.feature_idx]
-                        go = goes_left(x, node.threshold, node.default_left)
+                        go = goes_left(x, node.threshold, node.default_left, categories=node.categories)
                         moves.append((ti, node, rows, go))
                     else:
                         queries.setdefault(node.owner, []).append((ti, node, rows))
@@ -158,7 +171,7 @@ class BoostedModel:
             for node in tree.nodes:
                 if not node.is_leaf and node.owner == self.active_party:
                     x = X[:, node.feature_idx]
-                    go.append(goes_left(x, node.threshold, node.default_left))
+                    go.append(goes_left(x, node.threshold, node.default_left, categories=node.categories))
                     own.append(start + node.node_id)
             start += len(tree.nodes)
         go_left = np.stack(go, axis=1) if go else np.zeros((n, 0), dtype=bool)

@@ -34,6 +34,7 @@ class Node:
     threshold: float | None = None  # active-owned splits only
     default_left: bool | None = None  # active-owned splits only
     record_id: int = -1           # passive-owned splits only
+    categories: list | None = None  # active-owned categorical splits: the category codes going left
     gain: float = 0.0
     sum_gradients: float = 0.0
     sum_hessians: float = 0.0
@@ -45,6 +46,8 @@ class Node:
             d[k] = _f(d[k])
         if d["threshold"] is not None:
             d["threshold"] = _f(d["threshold"])
+        if d["categories"] is None:
+            del d["categories"]          # numeric and passive splits: the format as before
         return d
 
     @classmethod
@@ -83,4 +86,5 @@ class Tree:
     def structure(self) -> list[tuple]:
         """Everything that defines the tree's predictions (for equality checks)."""
         return [(n.node_id, n.is_leaf, n.value, n.left, n.right, n.owner, n.feature_idx,
-                 n.threshold, n.default_left, n.record_id) for n in self.nodes]
+                 n.threshold, n.default_left, n.record_id,
+                 None if n.categories is None else tuple(n.categories)) for n in self.nodes]
