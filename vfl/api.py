@@ -240,8 +240,9 @@ def federation_from_frames(party_frames, record: bool = False, categorical=None,
 
     ``categorical``: column names (of any party; ``PARTY:COLUMN`` where several parties use the
     name) to treat as categorical; ``monotone``: ``{feature: +1 | -1}`` over the passive parties'
-    features (``PARTY:FEATURE`` allowed), each goes to its party (the active party's come from ``TrainParams.monotone_constraints`` at fit, see
-    :func:`simulate`); ``weight_col``: a column of the active party's frame holding sample weights."""
+    features (``PARTY:FEATURE`` allowed), each goes to its party (the active party's come from
+    ``TrainParams.monotone_constraints`` at fit, see :func:`simulate`); ``weight_col``: a column
+    of the active party's frame holding sample weights."""
     if not party_frames:
         raise InputError("no party data given")
     first, rest = party_frames[0], party_frames[1:]
