@@ -17,7 +17,7 @@ from crypto.compress import compress, compressed_histogram
 from crypto.histogram import histogram
 from crypto.keys import public_key_from_n
 from crypto.packing import PackingLayout
-from datasets.errors import ProtocolError
+from datasets.errors import InputError, ProtocolError
 from parties.passive_state import PassiveState, ReceivedGradients
 from protocols import messages as m
 from protocols.serialization import BigInts
@@ -38,6 +38,10 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     X = s.X[rows]
     categorical = np.array([f in s.categories for f in s.feature_names], dtype=bool)
     monotone = np.array([s.monotone.get(f, 0) for f in s.feature_names], dtype=np.int8)
+    if req.mode == Mode.DP and (categorical.any() or monotone.any()):
+        kind = "categorical features" if categorical.any() else "monotone constraints"
+        raise InputError(f"party {s.name!r}: {kind} are not supported in mode dp (its noisy release "
+                         "buckets every feature as numeric); use mode he or plain")
     t.binner = Binner(req.max_bin, categorical if categorical.any() else None, req.max_cat).fit(X)
     t.bin_idx = t.binner.transform(X)
     return m.BinningInfo(t.binner.n_bins, categorical if categorical.any() else np.zeros(0, dtype=bool),

@@ -33,7 +33,7 @@ from parties.passive import PassiveParty
 from protocols.transport import InMemoryTransport, frame_handler
 from vfl import metrics
 from vfl.model import BoostedModel, read_model_json
-from vfl.objectives import get_objective
+from vfl.objectives import check_sample_weight, get_objective
 from vfl.params import DEFAULT_PREDICTION, Mode, Objective, TrainParams, check_monotone
 
 __all__ = ["ActiveParty", "PassiveParty", "Federation", "TrainParams", "load_federation"]
@@ -344,6 +344,11 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         align=params.align, prediction=prediction or DEFAULT_PREDICTION,
     )
     result["train_bytes"] = train_bytes
+    if weight_col is not None and model.objective != Objective.MULTICLASS:     # what the user weighted
+        names = ("auc", "logloss", "error") if model.objective == Objective.BINARY else ("rmse", "mae")
+        w_test = check_sample_weight(test[0].frame[weight_col].to_numpy(dtype=np.float64, na_value=np.nan),
+                                     len(test[0].frame), party_frames[0].name, weight_col)
+        result["test_weighted"] = metrics.weighted_metrics(names, y_test, proba, w_test)
     if params.mode == Mode.DP:     # privacy accounting: epsilon_per_feature, epsilon_per_party (by party)
         result.update(fed.active.dp_report)
     return fed, result, test[0].frame[test[0].id_col].to_numpy(), proba

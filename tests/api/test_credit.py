@@ -91,6 +91,7 @@ def test_simulate_with_categorical_columns_monotone_constraints_and_weights(tmp_
     assert res.exit_code == 0, res.output
     r = json.loads(out.read_text())
     assert r["params"]["monotone_constraints"] == {"days_late": 1, "income": -1} and r["test_auc"] > 0.7
+    assert set(r["test_weighted"]) == {"auc", "logloss", "error"} and r["test_weighted"]["auc"] > 0.7
     host = json.loads((tmp_path / "m" / "host.json").read_text())
     guest = json.loads((tmp_path / "m" / "guest.json").read_text())
     assert host["monotone"] == {"days_late": 1} and "education" in host["categories"]
@@ -121,3 +122,14 @@ def test_weights_through_the_api_are_checked():
     fed = Federation(ActiveParty("bank", bank.drop(columns="w")), [PassiveParty("bureau", bureau)])
     with pytest.raises(InputError, match="negative"):
         fed.fit(TrainParams(mode="plain", n_estimators=1), sample_weight=-np.ones(50))
+
+
+def test_mode_dp_refuses_passive_categories_and_constraints_clearly():
+    bank, bureau = credit_frames(80)
+    fed = Federation(ActiveParty("bank", bank.drop(columns="w")), [PassiveParty("bureau", bureau)])
+    with pytest.raises(InputError, match="party 'bureau': categorical features are not supported in mode dp"):
+        fed.fit(TrainParams(mode="dp", epsilon=4.0, n_estimators=1))
+    fed = Federation(ActiveParty("bank", bank.drop(columns="w")),
+                     [PassiveParty("bureau", bureau.drop(columns="education"), monotone={"days_late": 1})])
+    with pytest.raises(InputError, match="monotone constraints are not supported in mode dp"):
+        fed.fit(TrainParams(mode="dp", epsilon=4.0, n_estimators=1))

@@ -132,3 +132,19 @@ def test_bad_weight_columns_are_refused_with_the_party_and_column():
     with pytest.raises(InputError, match="NaN/inf"):
         fed.fit(TrainParams(mode="plain", n_estimators=1), sample_weight=[np.nan] * 20)
     assert pd.isna(np.nan)
+
+
+def test_weighted_metrics_equal_the_metrics_of_repeated_rows():
+    from vfl import metrics
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, size=80).astype(float)
+    p = np.round(rng.random(80), 1)                      # ties
+    w = rng.integers(0, 4, size=80)
+    w[:2] = 1
+    yr, pr = np.repeat(y, w), np.repeat(p, w)
+    got = metrics.weighted_metrics(("auc", "logloss", "error", "rmse", "mae"), y, p, w)
+    assert got["auc"] == pytest.approx(metrics.auc(yr, pr), abs=1e-12)
+    assert got["logloss"] == pytest.approx(metrics.logloss(yr, pr), abs=1e-12)
+    assert got["error"] == pytest.approx(metrics.error(yr, pr), abs=1e-12)
+    assert got["rmse"] == pytest.approx(metrics.rmse(yr, pr), abs=1e-12)
+    assert got["mae"] == pytest.approx(metrics.mae(yr, pr), abs=1e-12)
