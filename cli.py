@@ -137,13 +137,15 @@ def _default(name: str):
 
 # CLI option name -> TrainParams field, where they differ
 _OPTION_FIELDS = {"trees": "n_estimators", "depth": "max_depth"}
+# options of the credit group that describe a party's data, not training (see _credit_options)
+_DATA_OPTIONS = ("categorical", "weight_col")
 
 
 def train_params_from_options(options: dict) -> TrainParams:
     """THE TrainParams of `vfl simulate` and `vfl party active`, from their training and learner
     options (``_training_options``, ``_learner_options`` and ``--objective``); the key size is
     checked here for mode he (a 1024-bit key warns, see :class:`VFLGroup`)."""
-    options = dict(options)
+    options = {k: v for k, v in options.items() if k not in _DATA_OPTIONS}
     if "monotone" in options:
         options["monotone_constraints"] = parse_monotone(options.pop("monotone"))
     params = TrainParams(**{_OPTION_FIELDS.get(k, k): v for k, v in options.items()})

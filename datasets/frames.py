@@ -163,7 +163,7 @@ def _is_text_column(series: pd.Series) -> bool:
     if _is_allowed_numeric(series.dtype) or not (ptypes.is_string_dtype(series.dtype)
                                                  or ptypes.is_object_dtype(series.dtype)):
         return False
-    values = [v for v in series.to_numpy(dtype=object) if not _is_missing(v)]
+    values = [v for v in pd.unique(series.to_numpy(dtype=object)) if not _is_missing(v)]
     if not values or not all(isinstance(v, str) for v in values):
         return False
     for v in values:
@@ -196,7 +196,7 @@ def _vocabulary(pf: PartyFrame, col) -> list:
     series = pf.frame[col]
     if isinstance(series.dtype, pd.CategoricalDtype):
         series = series.astype(object)
-    values = {_plain(v) for v in series.to_numpy(dtype=object) if not _is_missing(v)}
+    values = {_plain(v) for v in pd.unique(series.to_numpy(dtype=object)) if not _is_missing(v)}
     values = {int(v) if isinstance(v, float) and v.is_integer() else v for v in values}
     if len(values) > MAX_CATEGORIES:
         raise InputError(f"{describe_party(pf)}: categorical column {col!r} has {len(values)} distinct "
@@ -210,16 +210,18 @@ def _encode_categories(series: pd.Series, vocabulary: list) -> np.ndarray:
     index = {(_category_key(v)[0], v): i for i, v in enumerate(vocabulary)}
     values = series.astype(object).to_numpy(dtype=object) if isinstance(series.dtype, pd.CategoricalDtype) \
         else series.to_numpy(dtype=object)
-    out = np.empty(len(values), dtype=np.float64)
-    for i, v in enumerate(values):
+    inverse, distinct = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
+    codes = np.empty(len(distinct) + 1, dtype=np.float64)
+    codes[-1] = np.nan                                  # factorize's -1: missing
+    for i, v in enumerate(distinct):
         if _is_missing(v):
-            out[i] = np.nan
+            codes[i] = np.nan
             continue
         v = _plain(v)
         if isinstance(v, float) and v.is_integer():
             v = int(v)
-        out[i] = index.get((_category_key(v)[0], v), -1)
-    return out
+        codes[i] = index.get((_category_key(v)[0], v), -1)
+    return codes[inverse]
 
 
 def _check_ids(pf: PartyFrame) -> None:
