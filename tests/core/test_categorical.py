@@ -164,3 +164,19 @@ def test_categorical_beats_one_hot_on_a_200_category_column(shared_dir):
         p = fed.predict_proba({"bank": pd.DataFrame({"id": ids[test]}), "shop": passive[test]})
         aucs[kind] = metrics.auc(y[test].astype(float), p)
     assert aucs["categorical"] > aucs["one-hot"] + 0.02, aucs
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(["a", "b", "zz", "north", "é"]), st.none()), min_size=1, max_size=40),
+       st.lists(st.sampled_from(["a", "b", "q", None]), min_size=1, max_size=10))
+def test_category_codes_decode_to_the_values(train, new):
+    frame = pd.DataFrame({"id": np.arange(len(train)), "c": pd.Series(train, dtype=object)})
+    d = party_data(frame, "p", "id", categorical=["c"])
+    vocab = d.categories["c"]
+    assert vocab == sorted({v for v in train if v is not None})
+    for v, code in zip(train, d.X[:, 0]):
+        assert (np.isnan(code) and v is None) or vocab[int(code)] == v
+    d2 = party_data(pd.DataFrame({"id": np.arange(len(new)), "c": pd.Series(new, dtype=object)}), "p", "id",
+                    categories=d.categories)
+    for v, code in zip(new, d2.X[:, 0]):
+        assert (np.isnan(code) and v is None) or (code == -1 and v not in vocab) or vocab[int(code)] == v
