@@ -22,9 +22,10 @@ import pandas as pd
 from _common import cores, quiet_keys
 
 from datasets import load_shared
+from datasets.frames import PartyFrame
 from datasets.split import train_test_split_parties
 from vfl import metrics
-from vfl.api import TrainParams
+from vfl.api import TrainParams, simulate
 
 CATEGORICAL = ("x2", "x3")
 MONOTONE = ("x5", "x6", "x7", "x8", "x9")
@@ -82,7 +83,6 @@ def main() -> None:
     # --- federated
     params = TrainParams(mode=args.mode, key_bits=args.key_bits, **common,
                          monotone_constraints={f"{host.name}:{c}": 1 for c in MONOTONE})
-    from vfl.api import simulate
     fed, res, test_ids, proba = simulate(parties_with_weights(parties, weight_of), params, test_size=0.2, seed=0,
                                          categorical=[f"{host.name}:{c}" for c in CATEGORICAL], weight_col="w")
     seconds = res["train_seconds"]
@@ -153,7 +153,6 @@ def main() -> None:
 
 
 def parties_with_weights(parties, weight_of):
-    from datasets.frames import PartyFrame
     g = parties[0]
     frame = g.frame.assign(w=weight_of(g.frame[g.label_col].to_numpy()))
     return [PartyFrame(g.name, frame, g.id_col, g.label_col, g.source), *parties[1:]]
