@@ -287,7 +287,7 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
         raise click.UsageError("--early-stopping-rounds needs --validation-size")
     party_frames = _load_parties(dataset, active, passives, id_col, label_col, parties,
                                  allow_text_label=train_options["objective"] == Objective.MULTICLASS,
-                                 categorical=[c.rpartition(":")[2] for c in categorical])
+                                 categorical=list(categorical))
     params = train_params_from_options(train_options)
     mode = params.mode
     names = ", ".join(f"{pf.name} ({len(pf.feature_names)} features)" for pf in party_frames)

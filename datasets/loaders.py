@@ -123,8 +123,20 @@ def read_party_csv(path: PathLike, name: str, id_col: str, label_col: str | None
         frame[id_col] = _ids_to_int_if_canonical(frame[id_col])
     pf = PartyFrame(name=name, frame=frame, id_col=id_col, label_col=label_col, source=str(p))
     validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label,
-                         categorical=[c for c in (categorical or ()) if c in pf.feature_names])
+                         categorical=declared_for(categorical, pf))
     return pf
+
+
+def declared_for(categorical, pf: PartyFrame) -> list[str]:
+    """The columns of ``pf`` among ``categorical`` names (``COL``, or ``PARTY:COL`` for one party)."""
+    out = []
+    for c in categorical or ():
+        party, sep, col = str(c).partition(":")
+        if not sep:
+            party, col = pf.name, c
+        if party == pf.name and col in pf.feature_names and col not in out:
+            out.append(col)
+    return out
 
 
 def _host_names(n_hosts: int) -> list[str]:
@@ -162,8 +174,7 @@ def load_guest_host(
                 f"party {name!r} (file {str(path)!r}) has the label column {label_col!r}; "
                 f"labels must only be held by the active party (guest)"
             )
-        validate_party_frame(host, require_features=True,
-                             categorical=[c for c in (categorical or ()) if c in host.feature_names])
+        validate_party_frame(host, require_features=True, categorical=declared_for(categorical, host))
         parties.append(host)
     return parties
 

@@ -133,3 +133,19 @@ def test_mode_dp_refuses_passive_categories_and_constraints_clearly():
                      [PassiveParty("bureau", bureau.drop(columns="education"), monotone={"days_late": 1})])
     with pytest.raises(InputError, match="monotone constraints are not supported in mode dp"):
         fed.fit(TrainParams(mode="dp", epsilon=4.0, n_estimators=1))
+
+
+def test_simulate_categorical_column_of_one_party_when_both_use_the_name(tmp_path):
+    bank, bureau = credit_frames(120)
+    bank["score"] = np.linspace(0, 1, 120)
+    bureau["score"] = np.arange(120) % 3
+    bank.to_csv(tmp_path / "bank.csv", index=False)
+    bureau.to_csv(tmp_path / "bureau.csv", index=False)
+    base = ["simulate", "--active", str(tmp_path / "bank.csv"), "--passive", str(tmp_path / "bureau.csv"),
+            "--mode", "plain", "--trees", "1", "--quiet", "--save-model", str(tmp_path / "m")]
+    res = CliRunner().invoke(cli.main, base + ["--categorical", "score"])
+    assert res.exit_code != 0 and "write PARTY:score" in res.output
+    res = CliRunner().invoke(cli.main, base + ["--categorical", "host:score"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "m" / "host.json").read_text())["categories"]["score"] == [0, 1, 2]
+    assert "score" not in json.loads((tmp_path / "m" / "guest.json").read_text()).get("categories", {})
