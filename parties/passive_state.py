@@ -77,8 +77,10 @@ class LookupTable:
             default_left, round_idx: int, tree: int, node_id: int) -> int:
         """Store the split "feature <= threshold of bin_idx"; its record id."""
         f, b = feature_idx, bin_idx
-        if not 0 <= f < len(feature_names) or not 0 <= b < binner.missing_bin(f) or binner.is_categorical(f):
-            raise ProtocolError(f"no numeric feature {f} / bin {b} at party {party!r}")
+        if not 0 <= f < len(feature_names) or not 0 <= b < binner.missing_bin(f):
+            raise ProtocolError(f"no feature {f} / bin {b} at party {party!r}")
+        if binner.is_categorical(f):
+            raise ProtocolError(f"feature {f} of party {party!r} is categorical: a threshold split is not possible")
         rid = len(self.records)
         self.records.append({"record_id": rid, "round": round_idx, "tree": tree, "node_id": node_id,
                              "feature_idx": f, "feature": feature_names[f],
