@@ -42,6 +42,7 @@ from vfl.params import (
     Mode,
     Objective,
     TrainParams,
+    check_monotone,
 )
 
 # old option name -> its name now (the library says active/passive; FATE said guest/host)
@@ -106,12 +107,13 @@ def main():
     """Vertical federated gradient boosting (SecureBoost with Paillier; DP-only mode)."""
 
 
-def _load_parties(dataset, active, passives, id_col, label_col, parties, allow_text_label=False):
+def _load_parties(dataset, active, passives, id_col, label_col, parties, allow_text_label=False,
+                  categorical=None):
     if active or passives:
         if not (active and passives):
             raise click.UsageError("--active and at least one --passive are needed together")
         return load_guest_host(active, list(passives), id_col=id_col, label_col=label_col,
-                               allow_text_label=allow_text_label)
+                               allow_text_label=allow_text_label, categorical=categorical)
     return load_named(dataset, parties, id_col=id_col, label_col=label_col)
 
 
@@ -156,12 +158,17 @@ def _default(name: str):
 
 # CLI option name -> TrainParams field, where they differ
 _OPTION_FIELDS = {"trees": "n_estimators", "depth": "max_depth"}
+# options of the credit group that describe a party's data, not training (see _credit_options)
+_DATA_OPTIONS = ("categorical", "weight_col")
 
 
 def train_params_from_options(options: dict) -> TrainParams:
     """THE TrainParams of `vfl simulate` and `vfl party active`, from their training and learner
     options (``_training_options``, ``_learner_options`` and ``--objective``); the key size is
     checked here for mode he (a 1024-bit key warns, see :class:`VFLGroup`)."""
+    options = {k: v for k, v in options.items() if k not in _DATA_OPTIONS}
+    if "monotone" in options:
+        options["monotone_constraints"] = parse_monotone(options.pop("monotone"))
     params = TrainParams(**{_OPTION_FIELDS.get(k, k): v for k, v in options.items()})
     if params.mode == Mode.HE:
         check_key_bits(params.key_bits)
@@ -186,6 +193,45 @@ def _learner_options(f):
                      help="Metric watched by early stopping (default per objective)."),
     ]):
         f = opt(f)
+    return f
+
+
+def parse_monotone(specs) -> dict | None:
+    """``--monotone COL=+1`` options (repeatable; +1/-1, increasing/decreasing) as a dict."""
+    out = {}
+    for spec in specs or ():
+        col, sep, value = str(spec).rpartition("=")
+        if not sep or not col:
+            raise InputError(f"--monotone {spec!r}: expected COLUMN=+1 or COLUMN=-1")
+        if col in out:
+            raise InputError(f"--monotone: column {col!r} is given twice")
+        out[col] = value
+    return check_monotone(out, "--monotone") if out else None
+
+
+def _credit_options(f, active: bool = True):
+    """Categorical columns, monotone constraints and (active party) sample weights."""
+    options = [
+        click.option("--categorical", "categorical", multiple=True,
+                     help="A feature column to treat as categorical (repeatable; text columns always are)."),
+        click.option("--monotone", "monotone", multiple=True,
+                     help="COL=+1 or COL=-1: the prediction must increase (decrease) with COL (repeatable)."),
+    ]
+    if active:
+        options += [
+            click.option("--weight-col", default=None, help="Column of the active party's data holding sample "
+                                                            "weights (>= 0; not a feature)."),
+            click.option("--max-cat", default=_default("max_cat"), show_default=True,
+                         help="Categorical: categories with their own bin (the rarer ones pooled)."),
+            click.option("--cat-smooth", default=_default("cat_smooth"), show_default=True,
+                         help="Categorical splits: smoothing of G/(H + cat_smooth)."),
+            click.option("--min-data-per-group", default=_default("min_data_per_group"), show_default=True,
+                         help="Categorical splits: samples per group of categories."),
+            click.option("--max-cat-threshold", default=_default("max_cat_threshold"), show_default=True,
+                         help="Categorical splits: categories going left at most."),
+        ]
+    for option in reversed(options):
+        f = option(f)
     return f
 
 
@@ -268,6 +314,7 @@ def _training_options(f):
 @click.option("--validation-size", default=0.0, show_default=True,
               help="Fraction of the training rows held out for metric history and early stopping.")
 @_learner_options
+@_credit_options
 @click.option("--jobs", type=click.IntRange(0, 256), default=None,
               help="Worker processes per party for the ciphertext work (default and 0: all cores).")
 @click.option("--link-mbps", type=click.FloatRange(0, min_open=True), default=None,
@@ -279,9 +326,12 @@ def _training_options(f):
 @click.option("--dask-tls-dir", type=click.Path(file_okay=False), help="Certificates for a --dask scheduler address.")
 @click.option("--dask-insecure", is_flag=True, help="Allow a non-TLS --dask scheduler address.")
 def simulate(dataset, active, passives, id_col, label_col, parties, test_size, output_json, predictions,
-             save_model, verbose, quiet, prediction, validation_size, jobs, link_mbps=None, dask_spec=None,
-             dask_tls_dir=None, dask_insecure=False, **train_options):
-    """Run a whole federation in one process and report time, test metric and bytes."""
+             save_model, verbose, quiet, prediction, validation_size, jobs, categorical=(), weight_col=None,
+             link_mbps=None, dask_spec=None, dask_tls_dir=None, dask_insecure=False, **train_options):
+    """Run a whole federation in one process and report time, test metric and bytes.
+
+    --categorical, --monotone and --weight-col name columns of whichever party holds them
+    (PARTY:COLUMN where several parties have a column of that name, e.g. host:x2)."""
     if jobs is not None:
         os.environ["VFL_N_JOBS"] = str(jobs)
     if train_options["objective"] is None:
@@ -290,7 +340,8 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     if train_options["early_stopping_rounds"] is not None and not validation_size:
         raise click.UsageError("--early-stopping-rounds needs --validation-size")
     party_frames = _load_parties(dataset, active, passives, id_col, label_col, parties,
-                                 allow_text_label=train_options["objective"] == Objective.MULTICLASS)
+                                 allow_text_label=train_options["objective"] == Objective.MULTICLASS,
+                                 categorical=list(categorical))
     params = train_params_from_options(train_options)
     if save_model:
         check_writable_dir(save_model, "--save-model directory")     # refused before training, not after
@@ -320,7 +371,8 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
                                                            prediction=prediction,
                                                            validation_size=validation_size or None,
                                                            executor_for=executor_for if dask_spec else None,
-                                                           link_mbps=link_mbps)
+                                                           link_mbps=link_mbps, categorical=list(categorical),
+                                                           weight_col=weight_col)
         if dask_spec:
             result["dask"] = {"spec": dask_spec, "workers": {ex.name: ex.worker_peaks() for ex in executors}}
     finally:
@@ -540,9 +592,11 @@ def party():
               help="The id column and this party's features of the validation rows (CSV or Parquet).")
 @_net_options
 @_dask_options
+@lambda f: _credit_options(f, active=False)
 def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_align, allow_prediction,
                   dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
-                  validation_data=None, dask_scheduler=None, dask_tls_dir=None, dask_insecure=False):
+                  validation_data=None, dask_scheduler=None, dask_tls_dir=None, dask_insecure=False,
+                  categorical=(), monotone=()):
     """Serve training sessions and prediction requests of an active party."""
     _setup_logging(log_level)
     sec = _security(name, tls_dir, insecure, token_file, allow_clients)
@@ -558,7 +612,8 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
     executor = _party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive")
     try:
         serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready,
-                      policy=policy, validation_data=validation_data, executor=executor)
+                      policy=policy, validation_data=validation_data, executor=executor,
+                      categorical=list(categorical), monotone=parse_monotone(monotone))
     finally:
         if executor is not None:
             executor.close()
@@ -590,11 +645,13 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
               help="Throughput of the links to the passive parties in Mbit/s, for the cost model that weighs "
                    "pre-shifted gradient copies' bytes against computation (default: measured on each round's "
                    "gradient message; 100 Mbit/s until measured).")
+@_credit_options
 @_net_options
 @_dask_options
 def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,
                  output_json, quiet, validation_data, link_mbps, tls_dir, insecure, token_file, max_message_mb,
-                 log_level, dask_scheduler=None, dask_tls_dir=None, dask_insecure=False, **train_options):
+                 log_level, categorical=(), weight_col=None, dask_scheduler=None, dask_tls_dir=None,
+                 dask_insecure=False, **train_options):
     """Train with passive parties over the network (checkpoint after every tree)."""
     _setup_logging(log_level)
     peers = parse_peers(peer_specs)
@@ -614,7 +671,7 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
                                   resume=resume, force=force, align=params.align,
                                   max_frame_bytes=_max_bytes(max_message_mb), connect_timeout=connect_timeout,
                                   on_round=on_round, validation_data=validation_data, executor=executor,
-                                  link_mbps=link_mbps)
+                                  link_mbps=link_mbps, categorical=list(categorical), weight_col=weight_col)
         finally:
             if executor is not None:
                 executor.close()

@@ -23,10 +23,12 @@ from pandas.api import types as ptypes
 from datasets.errors import InputError
 
 __all__ = ["PartyFrame", "PartyData", "validate_party_frame", "check_binary_labels", "describe_party",
-           "party_data", "feature_matrix"]
+           "party_data", "feature_matrix", "categorical_columns", "MAX_CATEGORIES"]
 
 # How many offending values / column names a message shows at most.
 _MAX_SHOWN = 5
+# A categorical column with more distinct values than this is refused (an id, or a numeric column).
+MAX_CATEGORIES = 10_000
 
 
 @dataclass(eq=False)  # comparing DataFrames with == is ambiguous; identity equality
@@ -143,7 +145,83 @@ def _check_numeric_column(pf: PartyFrame, col, what: str) -> None:
     if example is not None:
         value, pos = example
         msg += f", e.g. value {_plain(value)!r} in row {pos}"
+    if what == "feature column":
+        msg += (" (a column of numbers and text: if it holds categories, declare it categorical, "
+                f"e.g. --categorical {col})")
     raise InputError(msg)
+
+
+def _is_missing(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def _is_text_column(series: pd.Series) -> bool:
+    """A pandas ``category`` column, or a string/object column none of whose values is a number
+    (``"12"`` counts as a number: a numeric column with a typo is an error, not categories)."""
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        return True
+    if _is_allowed_numeric(series.dtype) or not (ptypes.is_string_dtype(series.dtype)
+                                                 or ptypes.is_object_dtype(series.dtype)):
+        return False
+    values = [v for v in pd.unique(series.to_numpy(dtype=object)) if not _is_missing(v)]
+    if not values or not all(isinstance(v, str) for v in values):
+        return False
+    for v in values:
+        try:
+            float(v)
+            return False
+        except ValueError:
+            pass
+    return True
+
+
+def categorical_columns(pf: PartyFrame, declared=None) -> list[str]:
+    """The categorical feature columns of a party's frame, in frame order: the ``declared`` ones
+    (each must be a feature column) and every text or pandas ``category`` column."""
+    features = pf.feature_names
+    declared = [] if declared is None else ([declared] if isinstance(declared, str) else list(declared))
+    unknown = [c for c in declared if c not in features]
+    if unknown:
+        raise InputError(f"{describe_party(pf)}: categorical column(s) {_show(unknown)} are not feature "
+                         f"columns; feature columns are [{_show(features, 10)}]")
+    return [c for c in features if c in declared or _is_text_column(pf.frame[c])]
+
+
+def _category_key(v):
+    return (0, float(v), "") if isinstance(v, (int, float, bool)) else (1, 0.0, str(v))
+
+
+def _vocabulary(pf: PartyFrame, col) -> list:
+    """The sorted distinct non-missing values of a categorical column, as plain Python values."""
+    series = pf.frame[col]
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        series = series.astype(object)
+    values = {_plain(v) for v in pd.unique(series.to_numpy(dtype=object)) if not _is_missing(v)}
+    values = {int(v) if isinstance(v, float) and v.is_integer() else v for v in values}
+    if len(values) > MAX_CATEGORIES:
+        raise InputError(f"{describe_party(pf)}: categorical column {col!r} has {len(values)} distinct "
+                         f"values, more than the {MAX_CATEGORIES} allowed (is it an id or a numeric column? "
+                         "bucket it or leave it numeric)")
+    return sorted(values, key=_category_key)
+
+
+def _encode_categories(series: pd.Series, vocabulary: list) -> np.ndarray:
+    """Category codes: the position in ``vocabulary``, -1 for a value not in it, NaN for missing."""
+    index = {(_category_key(v)[0], v): i for i, v in enumerate(vocabulary)}
+    values = series.astype(object).to_numpy(dtype=object) if isinstance(series.dtype, pd.CategoricalDtype) \
+        else series.to_numpy(dtype=object)
+    inverse, distinct = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
+    codes = np.empty(len(distinct) + 1, dtype=np.float64)
+    codes[-1] = np.nan                                  # factorize's -1: missing
+    for i, v in enumerate(distinct):
+        if _is_missing(v):
+            codes[i] = np.nan
+            continue
+        v = _plain(v)
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        codes[i] = index.get((_category_key(v)[0], v), -1)
+    return codes[inverse]
 
 
 def _check_ids(pf: PartyFrame) -> None:
@@ -198,7 +276,8 @@ def _check_text_label(pf: PartyFrame) -> bool:
     return True
 
 
-def validate_party_frame(pf: PartyFrame, require_features: bool, allow_text_label: bool = False) -> None:
+def validate_party_frame(pf: PartyFrame, require_features: bool, allow_text_label: bool = False,
+                         categorical=None) -> None:
     """Check the structure of one party's frame; raise :class:`InputError` on any problem.
 
     Rules: the frame is a DataFrame with unique column names; the id column
@@ -207,7 +286,9 @@ def validate_party_frame(pf: PartyFrame, require_features: bool, allow_text_labe
     and is numeric; every feature column is bool/int/float (NaN allowed, inf
     not); with ``require_features`` there is at least one feature column.
     With ``allow_text_label`` the label may also hold strings (class names of a
-    multiclass task; the objective's own label check decides later).
+    multiclass task; the objective's own label check decides later). Categorical columns
+    (``categorical``, declared, and every text or ``category`` column: see
+    :func:`categorical_columns`) may hold any values.
     """
     where = describe_party(pf)
     frame = pf.frame
@@ -233,7 +314,11 @@ def validate_party_frame(pf: PartyFrame, require_features: bool, allow_text_labe
         _check_numeric_column(pf, pf.label_col, "label column")
 
     features = pf.feature_names
+    cats = set(categorical_columns(pf, categorical))
     for col in features:
+        if col in cats:
+            _vocabulary(pf, col)        # refuses too many categories
+            continue
         _check_numeric_column(pf, col, "feature column")
         dtype = frame[col].dtype
         if ptypes.is_bool_dtype(dtype) or ptypes.is_integer_dtype(dtype):
@@ -297,6 +382,7 @@ class PartyData(NamedTuple):
     X: np.ndarray
     feature_names: list[str]
     y: np.ndarray | None = None
+    categories: dict | None = None      # {categorical column: its vocabulary}; X holds the codes
 
 
 def _where(party: str, source: str | None) -> str:
@@ -305,16 +391,37 @@ def _where(party: str, source: str | None) -> str:
 
 def party_data(frame, party: str, id_col: str, label_col: str | None = None,
                source: str | None = None, require_features: bool = True,
-               allow_text_label: bool = False) -> PartyData:
+               allow_text_label: bool = False, categorical=None, categories: dict | None = None) -> PartyData:
     """``allow_text_label``: the label may hold strings (class names); ``y`` is then an
-    object array (missing labels as None), else float64."""
+    object array (missing labels as None), else float64.
+
+    Categorical columns (``categorical``: declared column names; text and pandas ``category``
+    columns always) are encoded as category codes: their position in the column's vocabulary,
+    -1 for a value not in it, NaN for missing. ``categories``: the vocabularies to use
+    (``{column: [values]}``, e.g. the training data's, for new rows to predict on); the columns
+    named there are categorical too. Without it each vocabulary is the column's sorted distinct
+    values. ``PartyData.categories`` holds the vocabularies used."""
     if not isinstance(frame, pd.DataFrame):
         raise InputError(f"{_where(party, source)}: data must be a pandas DataFrame, got {type(frame).__name__}")
-    validate_party_frame(PartyFrame(party, frame, id_col, label_col, source), require_features,
-                         allow_text_label)
-    ids = frame[id_col].to_numpy()
+    declared = [] if categorical is None else ([categorical] if isinstance(categorical, str) else list(categorical))
     names = [c for c in frame.columns if c not in (id_col, label_col)]
-    X = frame[names].to_numpy(dtype=np.float64, na_value=np.nan) if names else np.zeros((len(frame), 0))
+    declared += [c for c in (categories or {}) if c in names and c not in declared]
+    pf = PartyFrame(party, frame, id_col, label_col, source)
+    validate_party_frame(pf, require_features, allow_text_label, declared)
+    ids = frame[id_col].to_numpy()
+    cats = categorical_columns(pf, declared)
+    if categories is not None:      # new rows of a trained model: its categorical columns, no others
+        extra = [c for c in cats if c not in categories]
+        if extra:
+            raise InputError(f"{_where(party, source)}: feature column(s) {_show(extra)} hold text, but the "
+                             "model was trained on them as numeric columns")
+    vocab = {c: (list(categories[c]) if categories and c in categories else _vocabulary(pf, c)) for c in cats}
+    numeric = [c for c in names if c not in vocab]
+    X = np.zeros((len(frame), len(names)))
+    if numeric:
+        X[:, [names.index(c) for c in numeric]] = frame[numeric].to_numpy(dtype=np.float64, na_value=np.nan)
+    for c in cats:
+        X[:, names.index(c)] = _encode_categories(frame[c], vocab[c])
     y = None
     if label_col is not None:
         col = frame[label_col]
@@ -324,7 +431,7 @@ def party_data(frame, party: str, id_col: str, label_col: str | None = None,
                           for v in col.to_numpy(dtype=object)], dtype=object)
         else:
             y = col.to_numpy(dtype=np.float64, na_value=np.nan)
-    return PartyData(ids, X, names, y)
+    return PartyData(ids, X, names, y, vocab)
 
 
 def feature_matrix(frame, party, id_col, label_col=None, source=None, require_features=True):

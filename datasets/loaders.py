@@ -112,7 +112,7 @@ def _ids_to_int_if_canonical(series: pd.Series) -> pd.Series:
 
 
 def read_party_csv(path: PathLike, name: str, id_col: str, label_col: str | None = None,
-                   allow_text_label: bool = False) -> PartyFrame:
+                   allow_text_label: bool = False, categorical=None) -> PartyFrame:
     """Read one party's CSV file (header row required) and validate it.
 
     The id column is read as text and turned into int64 when every id is a
@@ -156,8 +156,21 @@ def read_party_csv(path: PathLike, name: str, id_col: str, label_col: str | None
     if id_col in frame.columns:
         frame[id_col] = _ids_to_int_if_canonical(frame[id_col])
     pf = PartyFrame(name=name, frame=frame, id_col=id_col, label_col=label_col, source=str(p))
-    validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label)
+    validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label,
+                         categorical=declared_for(categorical, pf))
     return pf
+
+
+def declared_for(categorical, pf: PartyFrame) -> list[str]:
+    """The columns of ``pf`` among ``categorical`` names (``COL``, or ``PARTY:COL`` for one party)."""
+    out = []
+    for c in categorical or ():
+        party, sep, col = str(c).partition(":")
+        if not sep:
+            party, col = pf.name, c
+        if party == pf.name and col in pf.feature_names and col not in out:
+            out.append(col)
+    return out
 
 
 def _host_names(n_hosts: int) -> list[str]:
@@ -170,6 +183,7 @@ def load_guest_host(
     id_col: str = "id",
     label_col: str = "y",
     allow_text_label: bool = False,
+    categorical=None,
 ) -> list[PartyFrame]:
     """Read a guest file (ids, label, features) and host files (ids, features): CSV or Parquet
     (a file or a directory of files, see :func:`read_party_table`).
@@ -185,16 +199,17 @@ def load_guest_host(
         raise InputError("load_guest_host needs at least one host file")
     if label_col is None:
         raise InputError("load_guest_host needs the name of the guest's label column")
-    guest = read_party_table(guest_path, "guest", id_col, label_col, allow_text_label=allow_text_label)
+    guest = read_party_table(guest_path, "guest", id_col, label_col, allow_text_label=allow_text_label,
+                             categorical=categorical)
     parties = [guest]
     for name, path in zip(_host_names(len(host_paths)), host_paths):
-        host = read_party_table(path, name, id_col, None)
+        host = read_party_table(path, name, id_col, None, categorical=categorical)
         if label_col in host.frame.columns:
             raise InputError(
                 f"party {name!r} (file {str(path)!r}) has the label column {label_col!r}; "
                 f"labels must only be held by the active party (guest)"
             )
-        validate_party_frame(host, require_features=True)
+        validate_party_frame(host, require_features=True, categorical=declared_for(categorical, host))
         parties.append(host)
     return parties
 
@@ -514,7 +529,7 @@ DEFAULT_BATCH_ROWS = 100_000
 
 
 def read_party_table(path: PathLike, name: str, id_col: str, label_col: str | None = None,
-                     allow_text_label: bool = False) -> PartyFrame:
+                     allow_text_label: bool = False, categorical=None) -> PartyFrame:
     """Read one party's table: a CSV file, a Parquet file or a directory of Parquet files.
 
     Parquet is recognised by content (a directory, or a file starting with ``PAR1``), anything else
@@ -527,13 +542,15 @@ def read_party_table(path: PathLike, name: str, id_col: str, label_col: str | No
     if not p.exists():
         raise InputError(f"file {str(p)!r}{_party_label(name)} does not exist")
     if not parquet.is_parquet(p):
-        return read_party_csv(p, name, id_col, label_col, allow_text_label=allow_text_label)
-    schema = _parquet_schema(p, name, id_col, label_col, allow_text_label)
+        return read_party_csv(p, name, id_col, label_col, allow_text_label=allow_text_label,
+                              categorical=categorical)
+    schema = _parquet_schema(p, name, id_col, label_col, allow_text_label, _declared_names(categorical, name))
     frame = parquet.read_parquet_frame(schema, name)
     frame[id_col] = _normalise_ids(frame[id_col], _ParquetIds(schema, name, p))
     pf = PartyFrame(name=name, frame=frame, id_col=id_col, label_col=label_col, source=str(p))
     try:
-        validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label)
+        validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label,
+                             categorical=declared_for(categorical, pf))
     except InputError:
         if len(schema.files) > 1:         # name the file at fault when the problem is within one file
             _validate_files_one_by_one(schema, pf, allow_text_label)
@@ -541,9 +558,21 @@ def read_party_table(path: PathLike, name: str, id_col: str, label_col: str | No
     return pf
 
 
-def _parquet_schema(p: Path, name, id_col, label_col, allow_text_label):
+def _declared_names(categorical, party: str) -> set[str]:
+    """Column names declared categorical for ``party`` (``COL`` or ``PARTY:COL``)."""
+    out = set()
+    for c in categorical or ():
+        owner, sep, col = str(c).partition(":")
+        if not sep:
+            out.add(str(c))
+        elif owner == party:
+            out.add(col)
+    return out
+
+
+def _parquet_schema(p: Path, name, id_col, label_col, allow_text_label, categorical=()):
     schema = parquet.party_schema(p, name)
-    parquet.check_party_columns(schema, name, id_col, label_col, allow_text_label, str(p))
+    parquet.check_party_columns(schema, name, id_col, label_col, allow_text_label, str(p), categorical)
     if schema.n_rows == 0:
         raise InputError(f"file {str(p)!r}{_party_label(name)} has a header but no data rows "
                          f"(its Parquet file(s) hold no rows)")
@@ -639,7 +668,8 @@ def _csv_columns(p: Path, name, id_col, label_col) -> list[str]:
 
 
 def iter_party_batches(path: PathLike, name: str, id_col: str, label_col: str | None = None,
-                       batch_rows: int = DEFAULT_BATCH_ROWS, allow_text_label: bool = False):
+                       batch_rows: int = DEFAULT_BATCH_ROWS, allow_text_label: bool = False,
+                       categorical=None):
     """The party's table (CSV, Parquet file or directory) as validated :class:`PartyFrame` batches
     of at most ``batch_rows`` rows, in file order, holding one batch in memory at a time.
 
@@ -653,7 +683,7 @@ def iter_party_batches(path: PathLike, name: str, id_col: str, label_col: str | 
     if not p.exists():
         raise InputError(f"file {str(p)!r}{_party_label(name)} does not exist")
     if parquet.is_parquet(p):
-        schema = _parquet_schema(p, name, id_col, label_col, allow_text_label)
+        schema = _parquet_schema(p, name, id_col, label_col, allow_text_label, _declared_names(categorical, name))
         ids = parquet.read_parquet_frame(schema, name, columns=[id_col])[id_col]
         ids = _normalise_ids(ids, _ParquetIds(schema, name, p))
         chunks = ((str(f), start, frame) for f, start, frame in parquet.iter_parquet_frames(schema, name, batch_rows))
@@ -680,7 +710,8 @@ def iter_party_batches(path: PathLike, name: str, id_col: str, label_col: str | 
                                       dtype=object).astype(col.dtype)
         pf = PartyFrame(name, frame.reset_index(drop=True), id_col, label_col, source)
         try:
-            validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label)
+            validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label,
+                                 categorical=declared_for(categorical, pf))
         except InputError as exc:
             raise InputError(f"{exc} (in the batch of data rows from row {start} of {source!r}; "
                              f"row numbers count from that row)") from None

@@ -255,7 +255,7 @@ def read_parquet_frame(schema: ParquetSchema, name: str | None, columns: list[st
 
 
 def check_party_columns(schema: ParquetSchema, name: str, id_col: str, label_col: str | None,
-                        allow_text_label: bool, source: str) -> None:
+                        allow_text_label: bool, source: str, categorical=()) -> None:
     """The checks of :func:`datasets.frames.validate_party_frame` that the schema alone decides
     (columns present, Arrow types allowed), before any row is read; same wording."""
     import pyarrow as pa
@@ -285,6 +285,8 @@ def check_party_columns(schema: ParquetSchema, name: str, id_col: str, label_col
             continue
         text = pa.types.is_string(t) or pa.types.is_large_string(t)
         if col == label_col and allow_text_label and text:
+            continue
+        if col in categorical and col != label_col:     # a declared categorical column (text categories)
             continue
         what = "label column" if col == label_col else "feature column"
         raise InputError(f"{where}: {what} {col!r} is not numeric (Parquet type {t}); only bool, int and "

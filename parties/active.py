@@ -33,7 +33,7 @@ from protocols.transport import Transport
 from vfl.dp_model import plan_dp_model
 from vfl.leafmask import DEFAULT_PREDICTION, PREDICTIONS
 from vfl.model import BoostedModel
-from vfl.objectives import get_objective
+from vfl.objectives import check_sample_weight, get_objective
 from vfl.params import ALIGNMENTS, Alignment, Mode, Prediction, TrainParams
 from vfl.rounds import CallbackObserver, RoundObserver, RoundRecord
 from vfl.sources import HistogramSource, LocalSource
@@ -56,7 +56,10 @@ class RoundBytes(RoundObserver):
 
 
 class ActiveParty:
-    """The label holder. ``frame`` has the id column, the label column and zero or more features."""
+    """The label holder. ``frame`` has the id column, the label column and zero or more features.
+
+    ``categorical``: feature columns to treat as categories (text and pandas ``category``
+    columns always are); ``weight_col``: a column of sample weights (not a feature)."""
 
     #: send pre-shifted gradient copies so passive parties skip compression squarings:
     #: "auto" (cost model per round), True or False
@@ -66,7 +69,8 @@ class ActiveParty:
     link_mbps: float | None = None
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", label_col: str = "y",
-                 source: str | None = None, n_jobs: int | None = None, executor: Executor | None = None):
+                 source: str | None = None, n_jobs: int | None = None, executor: Executor | None = None,
+                 categorical=None, weight_col: str | None = None):
         self.name = str(name)
         resolve_workers(n_jobs)       # validate early
         self.n_jobs = n_jobs          # worker processes for encryption/decryption (None: all cores)
@@ -75,14 +79,48 @@ class ActiveParty:
                              f"{type(executor).__name__}")
         self.executor = executor      # the caller's executor (e.g. a Dask cluster): used, never closed
         self.id_col, self.label_col, self.source = id_col, label_col, source
+        self.sample_weight: np.ndarray | None = None
+        self.weight_col = weight_col
+        if weight_col is not None:
+            frame = self._take_weights(frame, weight_col)
         d = party_data(frame, self.name, id_col, label_col, source, require_features=False,
-                       allow_text_label=True)
-        self.ids, self.X, self.feature_names, self.y_raw = d
+                       allow_text_label=True, categorical=categorical)
+        self.ids, self.X, self.feature_names, self.y_raw = d.ids, d.X, d.feature_names, d.y
+        self.categories: dict = dict(d.categories or {})      # {categorical feature: vocabulary}
         self.model: BoostedModel | None = None
         self.alignment_report: dict = {}
         self.timings: list[dict] = []
         self.channel: GradientChannel | None = None
         self.label_mapping: dict | None = None     # multiclass: {original label: class index}
+
+    def _take_weights(self, frame, weight_col: str):
+        """Read the weight column (checked) and return the frame without it."""
+        where = f"party {self.name!r}" + (f" (file {self.source})" if self.source else "")
+        if not isinstance(frame, pd.DataFrame) or weight_col not in frame.columns:
+            cols = list(frame.columns) if isinstance(frame, pd.DataFrame) else []
+            raise InputError(f"{where}: weight column {weight_col!r} not found; columns are {cols[:10]}")
+        if weight_col in (self.id_col, self.label_col):
+            raise InputError(f"{where}: the weight column {weight_col!r} is the id or the label column")
+        col = frame[weight_col]
+        if not (pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype)):
+            raise InputError(f"{where}: weight column {weight_col!r} is not numeric (dtype {col.dtype})")
+        self.sample_weight = check_sample_weight(col.to_numpy(dtype=np.float64, na_value=np.nan), len(frame),
+                                                 self.name, weight_col)
+        return frame.drop(columns=weight_col)
+
+    def _feature_settings(self, params: TrainParams) -> tuple[np.ndarray, np.ndarray]:
+        """``(categorical, monotone)`` per own feature; constraints checked against the features."""
+        categorical = np.array([f in self.categories for f in self.feature_names], dtype=bool)
+        monotone = np.zeros(len(self.feature_names), dtype=np.int8)
+        for f, c in (params.monotone_constraints or {}).items():
+            if f not in self.feature_names:
+                raise InputError(f"monotone constraint on {f!r}: not a feature column of the active party "
+                                 f"{self.name!r} (its features are {self.feature_names[:10]}); a passive "
+                                 "party declares constraints on its own features")
+            if f in self.categories:
+                raise InputError(f"monotone constraint on {f!r}: a categorical feature cannot be constrained")
+            monotone[self.feature_names.index(f)] = c
+        return categorical, monotone
 
     # -- training -----------------------------------------------------------
     def align(self, transport: Transport, peers: list[str], salt: bytes, session_id: str):
@@ -105,7 +143,7 @@ class ActiveParty:
     def fit(self, transport: Transport, peers: list[str], params: TrainParams | None = None,
             on_round=None, checkpoint=None, resume=None,
             validation: pd.DataFrame | None = None,
-            observers: list[RoundObserver] | None = None) -> BoostedModel:
+            observers: list[RoundObserver] | None = None, sample_weight=None) -> BoostedModel:
         """Train with the passive parties ``peers`` behind ``transport``.
 
         ``on_round(round_idx, info)`` (optional) is called after every round with
@@ -118,6 +156,8 @@ class ActiveParty:
         ``validation``: this party's frame of validation rows (id, label, features); the peers must
         have loaded theirs (``load_validation_data``). Gives per-round metrics (``model.history``)
         and early stopping (:mod:`parties.monitor`).
+        ``sample_weight``: one weight per row of this party's frame (default: the ``weight_col``
+        given at construction, else none).
         """
         params = params or TrainParams()
         peers = list(peers)
@@ -126,6 +166,9 @@ class ActiveParty:
         objective = get_objective(params.objective, huber_slope=params.huber_slope)
         if params.early_stopping_rounds is not None and validation is None:
             raise InputError("early_stopping_rounds needs a validation set")
+        weights = self.sample_weight if sample_weight is None else \
+            check_sample_weight(sample_weight, len(self.ids), self.name)
+        self._feature_settings(params)         # bad constraints fail before any message
         val = self._validation_data(validation) if validation is not None else None
         if not peers and not self.feature_names:
             raise InputError(f"party {self.name!r} has no feature columns and there is no passive party")
@@ -144,7 +187,8 @@ class ActiveParty:
             raise InputError("a --dp-model training cannot be resumed: new DP bin edges would spend budget "
                              "again and disagree with the finished rounds")
         infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id,
-                                                     self.dp_plan.binning_setup()) for p in peers})
+                                                     self.dp_plan.binning_setup(), params.max_cat)
+                                     for p in peers})
         booster_params = params
         if resume is not None:
             acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds, resume.records.get(p, 0))
@@ -172,7 +216,10 @@ class ActiveParty:
                 monitor.start_validation(transport, peers, model_id, salt, self.name, self.feature_names, *val)
             if resume is not None:
                 monitor.restore(resume.rounds, resume.history)
-            base, rounds, _ = booster.fit(y, row_keys=rows,
+            w = None if weights is None else weights[rows]
+            if w is not None and not w.sum() > 0:
+                raise InputError(f"sample weights of party {self.name!r} are all zero on the aligned rows")
+            base, rounds, _ = booster.fit(y, row_keys=rows, sample_weight=w,
                                           **(tracker.booster_kwargs() if tracker is not None else {}))
             completed = True
         finally:
@@ -190,6 +237,7 @@ class ActiveParty:
         self.model.party_hashes = {p: r.info["model_hash"] for p, r in (ends or {}).items()
                                    if isinstance(getattr(r, "info", None), dict)
                                    and isinstance(r.info.get("model_hash"), str)}
+        self.model.categories = {f: list(v) for f, v in self.categories.items()}
         monitor.finish(self.model)
         if params.dp_model is not None:
             self.model.dp_model = self.dp_plan.to_dict()
@@ -222,16 +270,27 @@ class ActiveParty:
         or its one noisy release (``dp``, then trained locally)."""
         sources: list[HistogramSource] = []
         if self.feature_names:
-            sources.append(LocalSource(self.name, X, self.feature_names, params.max_bin,
-                                       self.dp_plan.binner(params.max_bin)))
+            categorical, monotone = self._feature_settings(params)
+            n_categories = {j: len(self.categories[f]) for j, f in enumerate(self.feature_names)
+                            if f in self.categories}
+            sources.append(LocalSource(self.name, X, self.feature_names, params.max_bin, categorical, monotone,
+                                       params.max_cat, n_categories,
+                                       binner=self.dp_plan.binner(params.max_bin) if self.dp_plan.private else None))
         self.dp_report = {}
         if params.mode == Mode.DP:
             dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(X), root_gradients)
             return sources + dp
         for p in peers:
             nb = infos[p].n_bins
-            sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel))
+            sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel,
+                                        infos[p].categorical, infos[p].monotone))
         return sources
+
+    def _without_weights(self, frame):
+        wc = getattr(self, "weight_col", None)
+        if wc is not None and isinstance(frame, pd.DataFrame) and wc in frame.columns:
+            return frame.drop(columns=wc)
+        return frame
 
     def crypto_seconds(self) -> dict[str, float]:
         """Seconds this party spent packing/encrypting and decrypting, over the whole training."""
@@ -240,8 +299,8 @@ class ActiveParty:
 
     def _validation_data(self, frame):
         try:
-            d = party_data(frame, self.name, self.id_col, self.label_col, None, require_features=False,
-                           allow_text_label=True)
+            d = party_data(self._without_weights(frame), self.name, self.id_col, self.label_col, None,
+                           require_features=False, allow_text_label=True, categories=self.categories)
         except InputError as exc:
             raise InputError(f"validation set: {exc}") from None
         missing = [f for f in self.feature_names if f not in d.feature_names]
@@ -267,7 +326,8 @@ class ActiveParty:
         if frame is None:
             ids, X = self.ids, self.X
         else:
-            d = party_data(frame, self.name, self.id_col, None, source, require_features=False)
+            d = party_data(self._without_weights(frame), self.name, self.id_col, None, source,
+                           require_features=False, categories=model.categories)
             missing = [f for f in model.active_features if f not in d.feature_names]
             if missing:
                 raise InputError(f"party {self.name!r}: prediction data lacks feature column(s) {missing}")
@@ -359,4 +419,6 @@ class ActiveParty:
         obj.label_mapping = {c: i for i, c in enumerate(model.classes)} if model.classes else None
         obj.n_jobs = None
         obj.executor = None
+        obj.categories = dict(model.categories)
+        obj.sample_weight, obj.weight_col = None, None
         return obj

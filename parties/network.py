@@ -38,27 +38,31 @@ log = logging.getLogger("vfl.active")
 CHECKPOINT_FILE = "checkpoint.json"
 
 
-def _read_csv(path, name, id_col, label_col=None, allow_text_label=False):
+def _read_csv(path, name, id_col, label_col=None, allow_text_label=False, categorical=None):
     """A party's table: CSV, a Parquet file or a directory of Parquet files."""
-    return read_party_table(path, name, id_col, label_col, allow_text_label=allow_text_label)
+    return read_party_table(path, name, id_col, label_col, allow_text_label=allow_text_label,
+                            categorical=categorical)
 
 
 # --------------------------------------------------------------------------- passive
 def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security,
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, on_ready=None, stop_event=None,
-                  policy: dict | None = None, validation_data=None, executor=None) -> None:
+                  policy: dict | None = None, validation_data=None, executor=None, categorical=None,
+                  monotone: dict | None = None) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop_event``). ``on_ready(port)`` is called once listening;
     ``policy``: :class:`PassiveServer` policy attributes (``allowed_align``, ...);
     ``validation_data``: CSV of this party's features of the validation rows (if the active party
     trains with a validation set); ``executor``: the party's compute for the ciphertext kernels and
-    its row shards (e.g. a Dask cluster, :func:`crypto.executor.dask_executor`)."""
+    its row shards (e.g. a Dask cluster, :func:`crypto.executor.dask_executor`);
+    ``categorical``/``monotone``: this party's categorical columns and monotone constraints
+    ``{column: +1 | -1}``."""
     check_address(listen, "--listen address")
-    pf = _read_csv(data, name, id_col)
-    vf = _read_csv(validation_data, name, id_col) if validation_data is not None else None
+    pf = _read_csv(data, name, id_col, categorical=categorical)
+    vf = _read_csv(validation_data, name, id_col, categorical=categorical) if validation_data is not None else None
     service = PassiveServer(name, pf.frame, id_col, model_dir, source=str(data), policy=policy,
                             validation_frame=vf.frame if vf is not None else None,
                             validation_source=str(validation_data) if vf is not None else None,
-                            executor=executor)
+                            executor=executor, categorical=categorical, monotone=monotone)
     server = PartyServer(name, service.handle_frame, listen, security, max_frame_bytes=max_frame_bytes)
     port = server.start()
     stop = stop_event or threading.Event()
@@ -112,11 +116,14 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
                  model_dir, security, timeout: float = DEFAULT_TIMEOUT, resume: bool = False,
                  force: bool = False, align: str = "hash", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  connect_timeout: float | None = None, on_round=None, validation_data=None,
-                 link_mbps: float | None = None, executor=None) -> dict:
+                 link_mbps: float | None = None, executor=None, categorical=None,
+                 weight_col: str | None = None) -> dict:
     """Train against passive servers; return a JSON-ready summary (see the README).
     ``validation_data``: CSV of validation rows (id, label, features; the passive parties serve
     theirs with ``--validation-data``): metric history and early stopping. ``link_mbps``: the
-    links' throughput for the pre-shift cost model (None: measured on the gradient messages)."""
+    links' throughput for the pre-shift cost model (None: measured on the gradient messages).
+    ``categorical``: this party's categorical columns; ``weight_col``: its sample-weight column
+    (monotone constraints on its own features: ``params.monotone_constraints``)."""
     if not peers:
         raise InputError("give at least one --peer NAME=HOST:PORT")
     if name in peers:
@@ -127,10 +134,11 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     ck = files.prepare(resume, force)
     if ck is not None:
         check_writable_dir(files.dir, "--model-dir")      # resuming into a directory that became read-only
-    pf = _read_csv(data, name, id_col, label_col, allow_text_label=True)
-    active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data), executor=executor)
+    pf = _read_csv(data, name, id_col, label_col, allow_text_label=True, categorical=categorical)
+    active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data), executor=executor,
+                         categorical=categorical, weight_col=weight_col)
     active.link_mbps = link_mbps
-    vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True) \
+    vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True, categorical=categorical) \
         if validation_data is not None else None
     transport = GrpcTransport(name, peers, security, timeout=timeout, max_frame_bytes=max_frame_bytes)
     done_before = ck.n_rounds if ck is not None else 0
@@ -318,7 +326,8 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
     if extra:
         raise InputError(f"the model was not trained with part{'y' if len(extra) == 1 else 'ies'} {extra}; "
                          f"its passive parties are {model.passive_parties}")
-    batches = iter_party_batches(data, model.active_party, id_col, batch_rows=batch_rows)
+    batches = iter_party_batches(data, model.active_party, id_col, batch_rows=batch_rows,
+                                 categorical=list(model.categories))
     first = next(batches)            # the whole id column is checked here, before connecting
     active = ActiveParty.from_model(model, id_col)
     used = {p: peers[p] for p in model.passive_parties}

@@ -22,13 +22,14 @@ import pandas as pd
 from crypto.executor import Executor
 from crypto.parallel import resolve_workers
 from datasets.errors import InputError, ProtocolError
-from datasets.frames import feature_matrix
+from datasets.frames import party_data
 from parties import dp, passive_align, passive_predict, passive_train
 from parties.passive_state import LookupTable, PassiveState
 from protocols import messages as m
 from protocols.serialization import check_message
 from vfl.files import write_json_atomic
 from vfl.model import content_hash, read_model_json
+from vfl.params import check_monotone
 from vfl.tree import damaged, need_bool, need_dict, need_float, need_int, need_key, need_list, need_str
 
 PASSIVE_FORMAT = "vfl-boost-passive-model"
@@ -100,7 +101,16 @@ def check_model_dict(d, source: str = "passive model") -> list[dict]:
         fi = need_int(need_key(r, "feature_idx", source, w), source, f"{w}.feature_idx", 0, len(feats))
         if need_str(need_key(r, "feature", source, w), source, f"{w}.feature") != feats[fi]:
             raise damaged(source, f"{w}.feature", f"{r['feature']!r} is not feature {fi} ({feats[fi]!r})")
-        thr = need_float(need_key(r, "threshold", source, w), source, f"{w}.threshold", finite=False)
+        cats = r.get("categories")
+        if cats is not None:        # a categorical split: the category codes going left, no threshold
+            cats = need_list(cats, source, f"{w}.categories")
+            for j, c in enumerate(cats):
+                need_int(c, source, f"{w}.categories[{j}]", 0)
+            if r.get("threshold") is not None:
+                raise damaged(source, f"{w}.threshold", "a categorical split has no threshold")
+            thr = None
+        else:
+            thr = need_float(need_key(r, "threshold", source, w), source, f"{w}.threshold", finite=False)
         need_bool(need_key(r, "default_left", source, w), source, f"{w}.default_left")
         for k in ("round", "tree", "node_id"):      # -1: a dp-mode record (registered, not asked)
             need_int(need_key(r, k, source, w), source, f"{w}.{k}", -1)
@@ -120,6 +130,20 @@ def _jf(x: float):
     return x if np.isfinite(x) else repr(x)
 
 
+def record_to_json(r: dict) -> dict:
+    """A lookup-table record as the model file holds it (a categorical one has no threshold)."""
+    return {**r, "threshold": None if r.get("threshold") is None else _jf(r["threshold"])}
+
+
+def record_from_json(r: dict) -> dict:
+    """A record of a model file: the threshold as a float, or for a categorical split its codes."""
+    if r.get("categories") is not None:
+        if not isinstance(r["categories"], list) or not all(isinstance(c, int) for c in r["categories"]):
+            raise InputError(f"passive model file: record {r.get('record_id')} has malformed categories")
+        return {**r, "threshold": None}
+    return {**r, "threshold": float(r["threshold"])}
+
+
 def _state_attr(name: str, doc: str) -> property:
     """A public attribute of the party kept on its state."""
     return property(lambda self: getattr(self._state, name), lambda self, v: setattr(self._state, name, v),
@@ -127,7 +151,11 @@ def _state_attr(name: str, doc: str) -> property:
 
 
 class PassiveParty:
-    """A passive party: ``frame`` has the id column and this party's feature columns."""
+    """A passive party: ``frame`` has the id column and this party's feature columns.
+
+    ``categorical``: feature columns to treat as categories (text and pandas ``category``
+    columns always are); ``monotone``: ``{feature: +1 | -1}``, this party's own monotone
+    constraints (the active party learns only "feature at position j is increasing")."""
 
     name = property(lambda self: self._state.name, doc="the party's name")
     id_col = _state_attr("id_col", "name of the id column")
@@ -148,14 +176,41 @@ class PassiveParty:
     psi_pending_cap = _state_attr("psi_pending_cap", "pending PSI exchanges kept (older ones are forgotten)")
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
-                 source: str | None = None, n_jobs: int | None = None, executor: Executor | None = None):
+                 source: str | None = None, n_jobs: int | None = None, executor: Executor | None = None,
+                 categorical=None, monotone: dict | None = None):
         resolve_workers(n_jobs)       # validate early
         self._state = PassiveState(str(name), id_col, source, n_jobs)
         self.executor = executor
         if frame is not None:
             s = self._state
-            s.ids, s.X, s.feature_names = feature_matrix(frame, s.name, id_col, None, source,
-                                                         require_features=True)
+            d = party_data(frame, s.name, id_col, None, source, require_features=True, categorical=categorical)
+            s.ids, s.X, s.feature_names, s.categories = d.ids, d.X, d.feature_names, dict(d.categories or {})
+        elif categorical:
+            raise InputError(f"party {self.name!r}: categorical columns need the party's data")
+        self.set_monotone(monotone)
+
+    def set_monotone(self, monotone: dict | None) -> None:
+        """This party's monotone constraints ``{feature: +1 | -1}`` (checked against its features)."""
+        s = self._state
+        where = f"party {s.name!r}" + (f" (file {s.source})" if s.source else "")
+        monotone = check_monotone(monotone, f"{where}: monotone constraints") or {}
+        for f in monotone:
+            if f not in s.feature_names:
+                raise InputError(f"{where}: monotone constraint on {f!r}, which is not one of its feature "
+                                 f"columns {s.feature_names[:10]}")
+            if f in s.categories:
+                raise InputError(f"{where}: monotone constraint on {f!r}: a categorical feature cannot be "
+                                 "constrained")
+        s.monotone = monotone
+
+    @property
+    def categories(self) -> dict:
+        """``{categorical feature: its categories}`` (category code i is ``categories[f][i]``)."""
+        return self._state.categories
+
+    @property
+    def monotone(self) -> dict:
+        return dict(self._state.monotone)
 
     # -- the dispatcher -----------------------------------------------------
     @staticmethod
@@ -297,7 +352,9 @@ class PassiveParty:
         return {"format": PASSIVE_FORMAT, "version": 1, "role": "passive", "party": self.name,
                 "model_id": self.model_id, "salt": self.salt.hex(), "id_col": self.id_col,
                 "features": list(self.feature_names), "completed": self.completed,
-                "records": [{**r, "threshold": _jf(r["threshold"])} for r in self.records],
+                **({"categories": {f: list(v) for f, v in self.categories.items()}} if self.categories else {}),
+                **({"monotone": self.monotone} if self.monotone else {}),
+                "records": [record_to_json(r) for r in self.records],
                 **({"dp_release": release} if release else {})}
 
     def file_dict(self) -> dict:
@@ -317,6 +374,14 @@ class PassiveParty:
         p.model_id = d["model_id"]
         p.salt = bytes.fromhex(d["salt"])
         p.completed = bool(d.get("completed", True))
+        cats = d.get("categories") or {}
+        if not isinstance(cats, dict) or not all(isinstance(v, list) for v in cats.values()):
+            raise damaged(source, "categories", "must map feature names to lists of categories")
+        p._state.categories = {str(f): list(v) for f, v in cats.items()}
+        try:
+            p.set_monotone(d.get("monotone"))
+        except InputError as exc:
+            raise damaged(source, "monotone", str(exc)) from None
         p.records = records
         if d.get("dp_release"):
             p.dp_releases.append(dict(d["dp_release"]))

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from datasets.errors import InputError, ProtocolError
-from datasets.frames import feature_matrix
+from datasets.frames import party_data
 from parties.passive_state import PassiveState
 from protocols import alignment
 from protocols import messages as m
@@ -28,8 +28,15 @@ MAX_MASK_BYTES = 1 << 28
 
 
 # -- local data -------------------------------------------------------------
+def _features(s: PassiveState, frame: pd.DataFrame, source: str | None):
+    """``(ids, X, names)`` of new rows, categorical columns encoded with the training categories
+    (a category never seen in training gets code -1 and goes right at every split on it)."""
+    d = party_data(frame, s.name, s.id_col, None, source, require_features=True, categories=s.categories)
+    return d.ids, d.X, d.feature_names
+
+
 def load_prediction_data(s: PassiveState, frame: pd.DataFrame, source: str | None = None) -> None:
-    ids, X, names = feature_matrix(frame, s.name, s.id_col, None, source, require_features=True)
+    ids, X, names = _features(s, frame, source)
     missing = [f for f in s.feature_names if f not in names]
     if missing:
         raise InputError(f"party {s.name!r}: prediction data{' ' + source if source else ''} "
@@ -40,7 +47,7 @@ def load_prediction_data(s: PassiveState, frame: pd.DataFrame, source: str | Non
 
 def load_validation_data(s: PassiveState, frame: pd.DataFrame, source: str | None = None) -> None:
     try:
-        ids, X, names = feature_matrix(frame, s.name, s.id_col, None, source, require_features=True)
+        ids, X, names = _features(s, frame, source)
     except InputError as exc:
         raise InputError(f"validation set: {exc}") from None
     if s.X is not None:

@@ -70,26 +70,57 @@ class LookupTable:
         f, b = feature_idx, bin_idx
         if not 0 <= f < len(feature_names) or not 0 <= b < binner.missing_bin(f):
             raise ProtocolError(f"no feature {f} / bin {b} at party {party!r}")
+        if binner.is_categorical(f):
+            raise ProtocolError(f"feature {f} of party {party!r} is categorical: a threshold split is not possible")
         rid = len(self.records)
         self.records.append({"record_id": rid, "round": round_idx, "tree": tree, "node_id": node_id,
                              "feature_idx": f, "feature": feature_names[f],
                              "threshold": binner.threshold(f, b), "default_left": bool(default_left)})
         return rid
 
+    def add_categorical(self, party: str, feature_names: list[str], binner: Binner, feature_idx: int,
+                        left_bins: np.ndarray, default_left, n_categories: int, round_idx: int, tree: int,
+                        node_id: int) -> int:
+        """Store the split "feature is one of these categories" (the codes whose bins go left, the
+        pooled bin expanded to its categories); its record id."""
+        f = feature_idx
+        if not 0 <= f < len(feature_names) or not binner.is_categorical(f):
+            raise ProtocolError(f"no categorical feature {f} at party {party!r}")
+        left_bins = np.asarray(left_bins, dtype=np.int64)
+        if left_bins.size and (left_bins.min() < 0 or left_bins.max() >= binner.missing_bin(f)) \
+                or len(np.unique(left_bins)) != left_bins.size:
+            raise ProtocolError(f"bad category bins for feature {f} at party {party!r}")
+        rid = len(self.records)
+        self.records.append({"record_id": rid, "round": round_idx, "tree": tree, "node_id": node_id,
+                             "feature_idx": f, "feature": feature_names[f], "threshold": None,
+                             "categories": binner.left_codes(f, left_bins, n_categories),
+                             "default_left": bool(default_left)})
+        return rid
+
     def _columns(self):
         cols = self._cols
         if cols is None or cols[0] is not self.records or cols[1] != len(self.records):
             cols = (self.records, len(self.records),
-                    np.array([r["threshold"] for r in self.records], dtype=np.float64),
-                    np.array([r["default_left"] for r in self.records], dtype=bool))
+                    np.array([np.nan if r["threshold"] is None else r["threshold"] for r in self.records],
+                             dtype=np.float64),
+                    np.array([r["default_left"] for r in self.records], dtype=bool),
+                    {i: r["categories"] for i, r in enumerate(self.records) if r.get("categories") is not None})
             self._cols = cols
         return cols
 
     def go_left(self, record_ids: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Split decisions of records ``record_ids`` on raw values ``x`` (same shape; NaN: the
         record's default side)."""
-        _, _, thr, dl = self._columns()
-        return goes_left(x, thr[record_ids], dl[record_ids])
+        _, _, thr, dl, cats = self._columns()
+        record_ids = np.asarray(record_ids, dtype=np.int64)
+        out = goes_left(x, thr[record_ids], dl[record_ids])
+        if cats:
+            rb = np.broadcast_to(record_ids, np.shape(out))
+            x = np.asarray(x, dtype=np.float64)
+            for r in np.intersect1d(np.unique(rb), np.fromiter(cats, dtype=np.int64)).tolist():
+                sel = rb == r
+                out[sel] = goes_left(x[sel], None, dl[r], categories=cats[r])
+        return out
 
     def features(self, record_ids: np.ndarray) -> np.ndarray:
         """The feature column of each record."""
@@ -116,6 +147,8 @@ class PassiveState:
     ids: np.ndarray | None = None
     X: np.ndarray | None = None
     feature_names: list = field(default_factory=list)
+    categories: dict = field(default_factory=dict)     # {categorical feature: its vocabulary}
+    monotone: dict = field(default_factory=dict)       # {feature: +1 | -1}, own constraints
     pred_ids: np.ndarray | None = None         # new rows to predict on (else the training rows)
     pred_X: np.ndarray | None = None
     val_ids: np.ndarray | None = None          # validation rows

@@ -22,7 +22,7 @@ from crypto.intcodec import ints_to_bytes
 from crypto.keys import public_key_from_n
 from crypto.packing import PackingLayout
 from crypto.shards import ShardedGradients, ShardSet, value_width
-from datasets.errors import ProtocolError
+from datasets.errors import InputError, ProtocolError
 from parties.passive_state import PassiveState
 from protocols import messages as m
 from protocols.serialization import BigInts
@@ -83,14 +83,25 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     s.model_id = req.model_id
     s.table.records = []
     X = s.X[rows]
-    t.binner = _binner(req).fit(X)
+    categorical = np.array([f in s.categories for f in s.feature_names], dtype=bool)
+    monotone = np.array([s.monotone.get(f, 0) for f in s.feature_names], dtype=np.int8)
+    if req.mode == Mode.DP and (categorical.any() or monotone.any()):
+        kind = "categorical features" if categorical.any() else "monotone constraints"
+        raise InputError(f"party {s.name!r}: {kind} are not supported in mode dp (its noisy release "
+                         "buckets every feature as numeric); use mode he or plain")
+    if req.dp_binning is not None and (categorical.any() or monotone.any()):
+        raise InputError(f"party {s.name!r}: categorical features and monotone constraints are not supported "
+                         "with a DP released model (--dp-model)")
+    t.binner = (_binner(req) if req.dp_binning is not None else
+                Binner(req.max_bin, categorical if categorical.any() else None, req.max_cat)).fit(X)
     t.bin_idx = t.binner.transform(X)
     if t.mode != Mode.DP:               # the rows' shards stay on the workers for the whole training
         # plain sums are cheap: own worker processes only for ciphertexts (a caller's executor always)
         executor = s.get_executor(work=len(rows) * X.shape[1] if t.mode == Mode.HE else -1)
         t.shards = ShardSet(executor, len(rows), prefix=f"train-{req.model_id}/")
         t.shards.place_array("bins", t.bin_idx)
-    return m.BinningInfo(t.binner.n_bins)
+    return m.BinningInfo(t.binner.n_bins, categorical if categorical.any() else np.zeros(0, dtype=bool),
+                         monotone if monotone.any() else np.zeros(0, dtype=np.int8))
 
 
 def _binner(req: m.TrainSetup) -> Binner:
@@ -260,13 +271,28 @@ def split_request(s: PassiveState, req: m.SplitRequest) -> m.SplitResponse:
     if bad:
         raise ProtocolError(f"no feature {bad[0][0]} / bin {bad[0][1]} at party {s.name!r}")
     record_ids, go_left, n_rows = [], [], []
+    n_left = req.n_left_bins if len(req.n_left_bins) else np.full(len(req.node_ids), -1, dtype=np.int32)
+    if len(n_left) != len(req.node_ids) or int(np.sum(n_left[n_left > 0])) != len(req.left_bins):
+        raise ProtocolError("SplitRequest: n_left_bins does not match left_bins")
+    starts = np.concatenate([[0], np.cumsum(np.maximum(n_left, 0))])
     for i, (ti, nid, f, b, dl) in enumerate(zip(req.tree_idx, req.node_ids, req.feature_idx, req.bin_idx,
                                                 req.default_left)):
         f, b = int(f), int(b)
-        rid = s.table.add(s.name, s.feature_names, binner, f, b, dl, int(t.round_idx), int(ti), int(nid))
+        cats = None
+        if n_left[i] >= 0:          # categorical: the bins that go left
+            cats = req.left_bins[starts[i]:starts[i + 1]].astype(np.int64)
+            n_cat = len(s.categories.get(s.feature_names[f], [])) if 0 <= f < len(s.feature_names) else 0
+            rid = s.table.add_categorical(s.name, s.feature_names, binner, f, cats, dl, n_cat, int(t.round_idx),
+                                          int(ti), int(nid))
+        else:
+            if b < 0:
+                raise ProtocolError(f"SplitRequest.bin_idx: {b} for a numeric split (only a categorical split "
+                                    "has no bin)")
+            rid = s.table.add(s.name, s.feature_names, binner, f, b, dl, int(t.round_idx), int(ti), int(nid))
         rows = members[i]
         bins = t.bin_idx[rows, f].astype(np.int64)
-        go_left.append(goes_left(bins, b, dl, missing=bins == binner.missing_bin(f)))
+        go_left.append(goes_left(bins, b, dl, missing=bins == binner.missing_bin(f),
+                                 categories=None if cats is None else cats.tolist()))
         n_rows.append(len(rows))
         record_ids.append(rid)
     return m.SplitResponse(np.array(record_ids, dtype=np.int64),

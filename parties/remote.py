@@ -35,11 +35,25 @@ log = logging.getLogger("vfl.active")
 class RemoteSource(HistogramSource):
     """A passive party's features behind a transport."""
 
-    def __init__(self, transport: Transport, peer: str, bin_offsets: np.ndarray, channel: GradientChannel):
+    def __init__(self, transport: Transport, peer: str, bin_offsets: np.ndarray, channel: GradientChannel,
+                 categorical: np.ndarray | None = None, monotone: np.ndarray | None = None):
+        """``categorical``/``monotone``: what the peer declared per feature at setup (the feature's
+        position only: the active party never learns a name or a category)."""
         self.transport = transport
         self.party = peer
         self.bin_offsets = np.asarray(bin_offsets, dtype=np.int64)
         self.channel = channel
+        n_features = len(self.bin_offsets) - 1
+        for name, arr in (("categorical", categorical), ("monotone", monotone)):
+            if arr is not None and len(arr) and len(arr) != n_features:
+                raise PeerError(f"party {peer!r} declared {name} for {len(arr)} of its {n_features} features")
+        self.categorical = np.asarray(categorical, dtype=bool) \
+            if categorical is not None and np.any(categorical) else None
+        self.monotone = np.asarray(monotone, dtype=np.int8) if monotone is not None and np.any(monotone) else None
+        if self.monotone is not None and (np.any(np.abs(self.monotone) > 1) or
+                                          (self.categorical is not None and
+                                           np.any(self.categorical & (self.monotone != 0)))):
+            raise PeerError(f"party {peer!r} declared invalid monotone constraints")
 
     def start_round(self, gradients: RoundGradients) -> None:
         """Stream the round's gradients: a header, then one shard message at a time (each fetched
@@ -71,9 +85,13 @@ class RemoteSource(HistogramSource):
         sh = decode_fixed(h[sel, tgt], precision)
         return sg.reshape(len(node_ids), n_flat), sh.reshape(len(node_ids), n_flat)
 
-    def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment):
+    def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment,
+              categories=None):
+        categories = [None] * len(node_ids) if categories is None else list(categories)
+        n_left = np.array([-1 if c is None else len(c) for c in categories], dtype=np.int32)
+        left_bins = np.array([b for c in categories if c is not None for b in c], dtype=np.int32)
         reply = self.transport.call(self.party, m.SplitRequest(
-            round_idx, node_ids, tree_idx, feature_idx, bin_idx, default_left))
+            round_idx, node_ids, tree_idx, feature_idx, bin_idx, default_left, n_left, left_bins))
         if len(reply.record_ids) != len(node_ids) or len(reply.n_rows) != len(node_ids) \
                 or int(reply.n_rows.sum()) != len(reply.go_left):
             raise PeerError(f"party {self.party!r} sent a malformed split response")

@@ -37,7 +37,7 @@ import pandas as pd
 
 from datasets.errors import InputError, ProtocolError, VFLError
 from parties.checkpoint import data_digest
-from parties.passive import PASSIVE_FORMAT, PassiveParty, check_model_dict
+from parties.passive import PASSIVE_FORMAT, PassiveParty, check_model_dict, record_from_json
 from protocols import messages as m
 from protocols.transport import BusyError, frame_handler
 from vfl.files import check_writable_dir, write_json_atomic
@@ -96,16 +96,19 @@ class PassiveServer:
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
                  source: str | None = None, policy: dict | None = None,
                  validation_frame: pd.DataFrame | None = None, validation_source: str | None = None,
-                 executor=None):
+                 executor=None, categorical=None, monotone: dict | None = None):
+        """``categorical``/``monotone``: this party's categorical columns and monotone constraints
+        (see :class:`PassiveParty`), used by every training it serves; ``executor``: its compute."""
         self.name, self.frame, self.id_col, self.source = str(name), frame, id_col, source
         self.executor = executor        # the party's own compute (e.g. its Dask cluster) for every training
+        self.categorical, self.monotone = categorical, monotone
         # this party's features of validation rows, for trainings that use a validation set
         self.validation_frame, self.validation_source = validation_frame, validation_source
         self.policy = dict(policy or {})
         unknown = set(self.policy) - set(self.POLICY)
         if unknown:
             raise InputError(f"unknown passive-party policy setting(s) {sorted(unknown)}; known: {self.POLICY}")
-        probe = PassiveParty(self.name, frame, id_col, source)     # validates the data once
+        probe = self._new_party()     # validates the data (and the column options) once
         self.feature_names = list(probe.feature_names)
         self.n_rows = int(len(frame))
         self.model_dir = Path(model_dir)
@@ -126,6 +129,10 @@ class PassiveServer:
         self._train_lock = threading.RLock()      # the training session's work
         self._model_locks: dict[str, threading.Lock] = {}
         self._load_models()
+
+    def _new_party(self) -> PassiveParty:
+        return PassiveParty(self.name, self.frame, self.id_col, self.source, categorical=self.categorical,
+                            monotone=self.monotone)
 
     def _configure(self, party: PassiveParty) -> PassiveParty:
         for k, v in self.policy.items():
@@ -294,7 +301,7 @@ class PassiveServer:
                 log.warning("%s: %s starts a new training session; the unfinished session of model %s (from %s) "
                             "is abandoned", self.name, who, t.model_id, self.training_peer)
                 t.close_executor()
-            party = self._configure(PassiveParty(self.name, self.frame, self.id_col, self.source))
+            party = self._configure(self._new_party())
             if self.validation_frame is not None:
                 party.load_validation_data(self.validation_frame, self.validation_source)
             with self._lock:
@@ -351,7 +358,7 @@ class PassiveServer:
         if reopen and len(kept) != len(d["records"]):
             raise InputError(f"party {self.name!r}: model {req.model_id!r} is complete with {len(d['records'])} "
                              f"records; the active party's checkpoint refers to {len(kept)}: cannot resume it")
-        p.records = kept
+        p.records = [record_from_json(r) for r in kept]
         if reopen:      # the active party completes the last step (it trains no further round)
             self._reopening = None
             self.models.pop(req.model_id, None)

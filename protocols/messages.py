@@ -108,13 +108,26 @@ class TrainSetup:
     max_bin: int = count(2, MAX_BINS - 1)
     model_id: str = text(ID_CHARS, nonempty=True)
     dp_binning: dict | None = None      # --dp-model: {"epsilon": this party's budget for its DP bin edges}
+    max_cat: int = count(1, MAX_BINS - 2, default=64)   # category bins of a categorical feature (the rest pooled)
 
 
 @register
 @dataclass
 class BinningInfo:
-    """Shape of a party's histograms: ``n_bins[feature_idx]`` slots, the last one for missing."""
+    """Shape of a party's histograms: ``n_bins[feature_idx]`` slots, the last one for missing;
+    which features are categorical (their bins are categories, searched as partitions) and the
+    monotone constraint the party declares on each (-1/0/+1). Empty arrays: none."""
     n_bins: np.ndarray = array("int", 1, min=1)
+    categorical: np.ndarray = array("bool", 1, empty_default="bool")      # bool per feature
+    monotone: np.ndarray = array("int", 1, min=-1, empty_default="int8")  # int8 per feature (-1/0/+1)
+
+    def validate(self) -> None:
+        for name in ("categorical", "monotone"):
+            v = getattr(self, name)
+            if len(v) and len(v) != len(self.n_bins):
+                raise ProtocolError(f"BinningInfo.{name}: {len(v)} values for {len(self.n_bins)} features")
+        if len(self.monotone) and int(np.max(self.monotone)) > 1:
+            raise ProtocolError("BinningInfo.monotone: values must be -1, 0 or +1")
 
 
 @register
@@ -225,8 +238,11 @@ class SplitRequest:
     node_ids: np.ndarray = array("int", 1, min=0)      # int32
     tree_idx: np.ndarray = array("int", 1, min=0)      # int32 tree (within the round) of each node
     feature_idx: np.ndarray = array("int", 1, min=0)   # int32
-    bin_idx: np.ndarray = array("int", 1, min=0)       # int32
+    bin_idx: np.ndarray = array("int", 1, min=-1)      # int32 (-1 for a categorical split)
     default_left: np.ndarray = array("bool", 1)        # bool: where missing values go
+    # int32 per split: -1 numeric, else how many bins of ``left_bins`` are this split's
+    n_left_bins: np.ndarray = array("int", 1, min=-1, empty_default="int32")
+    left_bins: np.ndarray = array("int", 1, min=0, empty_default="int32")   # the bins going left, split after split
     SAME_LENGTH: ClassVar = (("node_ids", "tree_idx", "feature_idx", "bin_idx", "default_left"),)
 
 

@@ -112,10 +112,14 @@ class ScalarSpec:
 
 
 def array(kind: str, ndim: int = 1, width: int | None = None, min: int | None = None,
-          nonempty: bool = False, default=dataclasses.MISSING):
+          nonempty: bool = False, default=dataclasses.MISSING, empty_default: str | None = None):
     """A dataclass field holding an array of this shape and kind (see :class:`ArraySpec`);
-    ``default=None`` for an optional array (None is not checked against the spec)."""
-    return dataclasses.field(default=default, metadata={"vfl": ArraySpec(kind, ndim, width, min, nonempty)})
+    ``default=None`` for an optional array (None is not checked against the spec);
+    ``empty_default``: a numpy dtype, the field defaults to an empty array of it."""
+    spec = {"vfl": ArraySpec(kind, ndim, width, min, nonempty)}
+    if empty_default is not None:
+        return dataclasses.field(default_factory=lambda: np.zeros(0, dtype=empty_default), metadata=spec)
+    return dataclasses.field(default=default, metadata=spec)
 
 
 def count(min: int = 0, max: int | None = None, default=dataclasses.MISSING):

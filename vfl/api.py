@@ -39,8 +39,8 @@ from protocols.transport import InMemoryTransport, frame_handler
 from vfl import metrics
 from vfl.files import check_writable_dir, json_bytes, write_files_atomic
 from vfl.model import BoostedModel, read_model_json
-from vfl.objectives import get_objective
-from vfl.params import DEFAULT_PREDICTION, Mode, Objective, TrainParams
+from vfl.objectives import check_sample_weight, get_objective
+from vfl.params import DEFAULT_PREDICTION, Mode, Objective, TrainParams, check_monotone
 
 __all__ = ["ActiveParty", "PassiveParty", "Federation", "TrainParams", "load_federation", "read_party_table",
            "federation_from_files"]
@@ -78,8 +78,11 @@ class Federation:
         return self.active.model
 
     def fit(self, params: TrainParams | None = None, on_round=None, validation=None, observers=None,
-            **kwargs) -> BoostedModel:
+            sample_weight=None, **kwargs) -> BoostedModel:
         """Train; ``kwargs`` are :class:`TrainParams` fields (used when ``params`` is None).
+
+        ``sample_weight``: one weight (>= 0) per row of the active party's frame (default: its
+        ``weight_col``); the gradients are weighted before encryption.
 
         ``validation``: ``{party: DataFrame}`` of validation rows for every party (the active
         party's with the label), aligned by id like the training set; gives per-round
@@ -103,7 +106,7 @@ class Federation:
                 p.load_validation_data(validation[name])
             val_active = validation[self.active.name]
         return self.active.fit(self.transport, list(self.passives), params, on_round, validation=val_active,
-                               observers=observers)
+                               observers=observers, sample_weight=sample_weight)
 
     @classmethod
     def from_files(cls, active: tuple[str, str | os.PathLike], passives: dict[str, str | os.PathLike],
@@ -322,19 +325,73 @@ class SimulationResult(dict):
     """JSON-ready summary of one simulated training (a dict with attribute-free access)."""
 
 
+def _owner(party_frames, column: str, what: str, weight_col: str | None = None) -> tuple[str, str]:
+    """``(party, feature)`` of ``column``: a feature name held by exactly one party, or
+    ``PARTY:FEATURE``."""
+    party, sep, name = column.partition(":")
+    if sep:
+        for pf in party_frames:
+            if pf.name == party:
+                if name not in pf.feature_names or name == weight_col:
+                    raise InputError(f"{what} {column!r}: party {party!r} has no feature column {name!r}")
+                return party, name
+    holders = [pf.name for pf in party_frames if column in pf.feature_names and column != weight_col]
+    if not holders:
+        raise InputError(f"{what} {column!r} is not a feature column of any party "
+                         f"({', '.join(pf.name for pf in party_frames)})")
+    if len(holders) > 1:
+        raise InputError(f"{what} {column!r}: parties {holders} all have a feature of that name; write "
+                         f"PARTY:{column}, e.g. {holders[-1]}:{column}")
+    return holders[0], column
+
+
+def split_constraints(party_frames, monotone: dict | None, weight_col: str | None = None) -> dict:
+    """``{party name: {feature: +1 | -1}}``: each constraint of ``monotone`` (any party's features,
+    ``PARTY:FEATURE`` where several parties use the name) goes to the party that holds the feature."""
+    out: dict = {pf.name: {} for pf in party_frames}
+    for column, c in (check_monotone(monotone) or {}).items():
+        party, name = _owner(party_frames, column, "monotone constraint on", weight_col)
+        out[party][name] = c
+    return out
+
+
+def split_categorical(party_frames, categorical) -> dict:
+    """``{party name: [its categorical columns]}`` of column names (``PARTY:FEATURE`` allowed)."""
+    categorical = [] if categorical is None else ([categorical] if isinstance(categorical, str) else list(categorical))
+    out: dict = {pf.name: [] for pf in party_frames}
+    for column in categorical:
+        party, name = _owner(party_frames, column, "categorical column")
+        if name not in out[party]:
+            out[party].append(name)
+    return out
+
+
 def federation_from_frames(party_frames, record: bool = False, link_mbps: float | None = None,
-                           executor_for=None) -> Federation:
+                           executor_for=None, categorical=None, monotone: dict | None = None,
+                           weight_col: str | None = None) -> Federation:
     """Build a federation from ``datasets.PartyFrame`` objects (the first one holds the label).
-    ``executor_for(name)`` (optional): each party's own executor (e.g. a Dask cluster per party)."""
+
+    ``executor_for(name)`` (optional): each party's own executor (e.g. a Dask cluster per party);
+    ``categorical``: column names (of any party; ``PARTY:COLUMN`` where several parties use the
+    name) to treat as categorical; ``monotone``: ``{feature: +1 | -1}`` over the passive parties'
+    features (``PARTY:FEATURE`` allowed), each goes to its party (the active party's come from
+    ``TrainParams.monotone_constraints`` at fit, see :func:`simulate`); ``weight_col``: a column
+    of the active party's frame holding sample weights."""
     if not party_frames:
         raise InputError("no party data given")
     first, rest = party_frames[0], party_frames[1:]
     if first.label_col is None:
         raise InputError(f"the first party ({first.name!r}) must hold the label column")
+    cats = split_categorical(party_frames, categorical)
+    per_party = split_constraints(party_frames, monotone, weight_col)
+    if per_party[first.name]:
+        raise InputError(f"monotone constraints on the active party's features {sorted(per_party[first.name])} "
+                         "go in TrainParams.monotone_constraints")
     ex = executor_for or (lambda name: None)
     active = ActiveParty(first.name, first.frame, first.id_col, first.label_col, first.source,
-                         executor=ex(first.name))
-    passives = [PassiveParty(pf.name, pf.frame, pf.id_col, pf.source, executor=ex(pf.name)) for pf in rest]
+                         executor=ex(first.name), categorical=cats[first.name], weight_col=weight_col)
+    passives = [PassiveParty(pf.name, pf.frame, pf.id_col, pf.source, executor=ex(pf.name), categorical=cats[pf.name],
+                             monotone=per_party[pf.name] or None) for pf in rest]
     return Federation(active, passives, record=record, link_mbps=link_mbps)
 
 
@@ -375,8 +432,14 @@ def _test_metrics(model: BoostedModel, y_test, raw) -> dict:
 
 def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: int = 0,
              on_round=None, record: bool = False, prediction: str | None = None,
-             validation_size: float | None = None, executor_for=None, link_mbps: float | None = None):
+             validation_size: float | None = None, executor_for=None, link_mbps: float | None = None,
+             categorical=None, weight_col: str | None = None):
     """Split rows into train/test by the active party's ids, train, predict the test rows.
+
+    ``categorical``: columns (of any party) to treat as categorical; ``weight_col``: the active
+    party's column of sample weights; ``params.monotone_constraints`` may name any party's
+    features: each party gets its own (the passive parties declare theirs to the active party
+    as "feature j is increasing/decreasing").
 
     ``validation_size``: a fraction of the training rows held out as validation set
     (metric history, early stopping); ``executor_for(name)``: each party's executor (e.g.
@@ -390,7 +453,17 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     if validation_size:
         train, val = train_test_split_parties(train, test_size=validation_size, seed=seed)
         validation = {pf.name: pf.frame for pf in val}
-    fed = federation_from_frames(train, record=record, link_mbps=link_mbps, executor_for=executor_for)
+    per_party = split_constraints(party_frames, params.monotone_constraints, weight_col)
+    active_params = TrainParams.from_dict({**params.to_dict(),
+                                           "monotone_constraints": per_party[party_frames[0].name] or None})
+    fed = federation_from_frames(train, record=record, link_mbps=link_mbps, executor_for=executor_for,
+                                 categorical=categorical,
+                                 monotone={f"{name}:{f}": c for name, cs in per_party.items()
+                                           if name != party_frames[0].name for f, c in cs.items()},
+                                 weight_col=weight_col)
+    if validation is not None and weight_col is not None:
+        validation[party_frames[0].name] = validation[party_frames[0].name].drop(columns=weight_col)
+    user_params, params = params, active_params
     for i, p in enumerate(fed.passives.values()):
         p.dp_seed = [params.seed, i]    # mode dp: reproducible noise in simulation (deployments: OS entropy)
     t0 = time.perf_counter()
@@ -398,7 +471,8 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     train_seconds = time.perf_counter() - t0
     train_bytes = fed.transport.total_bytes()       # before prediction traffic
     test_frames = {pf.name: pf.frame for pf in test}
-    test_frames[test[0].name] = test[0].frame.drop(columns=test[0].label_col)   # (may hold class names)
+    test_frames[test[0].name] = test[0].frame.drop(columns=[c for c in (test[0].label_col, weight_col)
+                                                            if c is not None])   # (may hold class names)
     t0 = time.perf_counter()
     raw = fed.predict_raw(test_frames, prediction=prediction)
     proba = get_objective(fed.model.objective).transform(raw)
@@ -413,7 +487,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         train_seconds=train_seconds, predict_seconds=predict_seconds, test_auc=auc,
         bytes_sent=fed.bytes_report(), total_bytes=fed.transport.total_bytes(),
         alignment=fed.active.alignment_report, n_trees=sum(len(r) for r in fed.model.rounds),
-        params=params.to_dict(), timings=fed.active.timings,
+        params=user_params.to_dict(), timings=fed.active.timings,
         crypto_seconds=fed.active.crypto_seconds(),
         **scores, n_validation=int(len(next(iter(validation.values())))) if validation else 0,
         n_rounds=model.n_rounds, best_iteration=model.best_iteration,
@@ -421,6 +495,11 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         align=params.align, prediction=prediction or DEFAULT_PREDICTION,
     )
     result["train_bytes"] = train_bytes
+    if weight_col is not None and model.objective != Objective.MULTICLASS:     # what the user weighted
+        names = ("auc", "logloss", "error") if model.objective == Objective.BINARY else ("rmse", "mae")
+        w_test = check_sample_weight(test[0].frame[weight_col].to_numpy(dtype=np.float64, na_value=np.nan),
+                                     len(test[0].frame), party_frames[0].name, weight_col)
+        result["test_weighted"] = metrics.weighted_metrics(names, y_test, proba, w_test)
     if params.mode == Mode.DP:     # privacy accounting: epsilon_per_feature, epsilon_per_party (by party)
         result.update(fed.active.dp_report)
     if model.dp_model is not None:   # --dp-model: mechanism, epsilon (delta), the per-tree budget split

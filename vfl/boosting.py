@@ -19,9 +19,10 @@ from typing import Callable
 
 import numpy as np
 
+from datasets.errors import InputError
 from vfl.fixedpoint import encode_fixed
 from vfl.grower import TreeGrower
-from vfl.objectives import plan_precision, pow2_ceil
+from vfl.objectives import plan_precision, pow2_ceil, weight_bound
 from vfl.rounds import RoundGradients, RoundObserver, RoundRecord, RoundTiming
 from vfl.sampling import RowSampler
 from vfl.sources import HistogramSource
@@ -52,15 +53,28 @@ class Booster:
         self.dp = dp if dp is not None and dp.private else None
         self.sampler = RowSampler(params) if self.dp is None else self.dp.sampler()
         self._mechanisms = None if self.dp is None else self.dp.tree_mechanisms(params)
+        self.sample_weight: np.ndarray | None = None
 
     def fit(self, y: np.ndarray, raw: np.ndarray | None = None, start_round: int = 0,
-            rounds: list[list[Tree]] | None = None, row_keys: np.ndarray | None = None):
+            rounds: list[list[Tree]] | None = None, row_keys: np.ndarray | None = None,
+            sample_weight: np.ndarray | None = None):
         """``(base_score, rounds, raw)``. ``raw``/``start_round``/``rounds`` continue an earlier
         training; ``row_keys``: a stable identity of each training row (e.g. the active party's
-        own row position) on which row sampling is keyed (see :class:`vfl.sampling.RowSampler`)."""
+        own row position) on which row sampling is keyed (see :class:`vfl.sampling.RowSampler`);
+        ``sample_weight``: per row (checked, see :func:`vfl.objectives.check_sample_weight`), the
+        gradients and hessians are multiplied by it before encoding and the base score is the
+        weighted one (not with a DP released model: its sensitivities assume unweighted rows)."""
         if row_keys is not None and self.dp is None:
             self.sampler = RowSampler(self.params, row_keys)
-        base = self.objective.base_score(y) if self.dp is None else self.dp.base_score(self.objective, y)
+        self.sample_weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        if self.dp is not None and self.sample_weight is not None:
+            raise InputError("dp_model cannot be combined with sample weights: the DP mechanisms' sensitivities "
+                             "assume every row counts once")
+        if self.dp is not None:
+            base = self.dp.base_score(self.objective, y)
+        else:
+            base = self.objective.base_score(y) if self.sample_weight is None else \
+                self.objective.base_score(y, self.sample_weight)
         raw = np.tile(base, (len(y), 1)).astype(np.float64) if raw is None else raw
         rounds = [] if rounds is None else rounds
         for r in range(start_round, self.params.n_estimators):
@@ -96,6 +110,11 @@ class Booster:
         if self.dp is not None:     # public bounds: g clipped to g*, every hessian h*
             g, h = self.dp.bound_gradients(g, h)
             g_bound, h_bound = pow2_ceil(self.dp.g_star), pow2_ceil(self.dp.h_star)
+        if self.sample_weight is not None:   # weighted: bounds scaled by the largest weight
+            w = self.sample_weight[:, None]
+            g, h = g * w, h * w
+            wb = weight_bound(self.sample_weight)
+            g_bound, h_bound = g_bound * wb, h_bound * wb
         in_sample, weight, amp = self.sampler.draw(r, g, h)
         if weight is not None:      # GOSS amplification of the drawn small-gradient rows
             g, h = g * weight[:, None], h * weight[:, None]

@@ -19,6 +19,10 @@ short list of named steps, one per level:
    whoever owns the split, and the node assignment updated.
 
 Leaf values come last (:meth:`~TreeGrower._set_leaf_values`).
+
+Monotone constraints (:mod:`vfl.split`): every node has weight bounds (:meth:`_node_constraints`);
+after a split on a constrained feature the children's bounds meet at the midpoint of their
+weights (:meth:`_child_bounds`), and leaf values are clipped to their node's bounds.
 """
 from __future__ import annotations
 
@@ -28,10 +32,11 @@ from typing import Callable
 
 import numpy as np
 
+from datasets.errors import InputError
 from vfl.rounds import RoundTiming
 from vfl.sampling import leaf_positions, node_members, riding
 from vfl.sources import HistogramSource, SplitRef
-from vfl.split import MIN_GAIN, SplitInfo, find_best_split
+from vfl.split import MIN_GAIN, CategoricalParams, Constraints, SplitInfo, find_best_split
 from vfl.tree import Node, Tree
 
 Key = tuple[int, int]      # (tree index within the round, node id)
@@ -54,6 +59,16 @@ class TreeGrower:
         self._map = map_sources
         self.timing = timing
         self.dp = dp
+        self.constrained = any(getattr(s, "monotone", None) is not None and np.any(np.asarray(s.monotone) != 0)
+                               for s in sources)
+        self.cat_params = CategoricalParams(getattr(params, "cat_smooth", 10.0),
+                                            getattr(params, "min_data_per_group", 100),
+                                            getattr(params, "max_cat_threshold", 32))
+        self.bounds: dict[Key, tuple[float, float]] = {}
+        if dp is not None and (self.constrained or any(getattr(s, "categorical", None) is not None
+                                                       for s in sources)):
+            raise InputError("dp_model does not support categorical features or monotone constraints (its split "
+                             "mechanism treats every feature's bins as ordered thresholds, unconstrained)")
 
     def grow(self, round_idx: int, gq: np.ndarray, hq: np.ndarray,
              in_sample: np.ndarray | None = None) -> tuple[list[Tree], np.ndarray]:
@@ -135,6 +150,10 @@ class TreeGrower:
             hist[(k, nid)] = [(pg - cg, ph - ch) for (pg, ph), (cg, ch)
                               in zip(parent_hist[(k, parent)], hist[(k, small)])]
 
+    def _node_constraints(self, k: int, nid: int) -> Constraints:
+        lower, upper = self.bounds.get((k, nid), (-np.inf, np.inf))
+        return Constraints(lower, upper, self.constrained)
+
     def _find_splits(self, nodes: list[Key], hist: dict[Key, list]) -> list[tuple[int, int, SplitInfo]]:
         p = self.params
         t0 = time.perf_counter()
@@ -147,9 +166,14 @@ class TreeGrower:
                 chosen += [(k, nid, best)] if best is not None else []
                 continue
             best = None
+            cons = self._node_constraints(k, nid)
             for si, (sg, sh) in enumerate(hist[(k, nid)]):
-                info = find_best_split(sg, sh, self.sources[si].bin_offsets, node.sum_gradients,
-                                       node.sum_hessians, p.reg_lambda, p.min_child_weight, si)
+                src = self.sources[si]
+                info = find_best_split(sg, sh, src.bin_offsets, node.sum_gradients,
+                                       node.sum_hessians, p.reg_lambda, p.min_child_weight, si,
+                                       categorical=getattr(src, "categorical", None),
+                                       monotone=getattr(src, "monotone", None), constraints=cons,
+                                       n_samples=node.n_samples, cat_params=self.cat_params)
                 if info is not None and (best is None or info.gain > best.gain):
                     best = info
             if best is not None and best.gain > max(p.gamma, MIN_GAIN):
@@ -179,7 +203,7 @@ class TreeGrower:
                                np.array([b.feature_idx for _, _, b in mine], dtype=np.int32),
                                np.array([b.bin_idx for _, _, b in mine], dtype=np.int32),
                                np.array([b.default_left for _, _, b in mine], dtype=bool),
-                               self.assignment)
+                               self.assignment, categories=[b.categories for _, _, b in mine])
             results.update({(k, nid): res for (k, nid, _), res in zip(mine, out)})
         return results
 
@@ -196,6 +220,7 @@ class TreeGrower:
         node.owner, node.record_id = ref.owner, ref.record_id
         node.feature_idx, node.feature = ref.feature_idx, ref.feature
         node.threshold, node.default_left = ref.threshold, ref.default_left
+        node.categories = ref.categories
         node.gain = best.gain
         children = []
         for child_rows in (left_rows, right_rows):
@@ -205,14 +230,27 @@ class TreeGrower:
                                           sum_hessians=float(self.hq[child_rows, k].sum()),
                                           n_samples=int(child_rows.size))))
         node.left, node.right = children[0].node_id, children[1].node_id
+        self._child_bounds(k, nid, best, node.left, node.right)
         for child_id, child_rows in ((node.right, right_rows), (node.left, left_rows)):
             sampled = assignment[k, child_rows] >= 0
             assignment[k, child_rows] = np.where(sampled, child_id, riding(child_id))
         return [(k, node.left), (k, node.right)]
 
+    def _child_bounds(self, k: int, nid: int, best: SplitInfo, left: int, right: int) -> None:
+        """XGBoost's bound propagation: children inherit the node's bounds; a split on a constrained
+        feature puts the midpoint of the two weights between them."""
+        if not self.constrained:
+            return
+        lower, upper = self.bounds.get((k, nid), (-np.inf, np.inf))
+        lb, rb = (lower, upper), (lower, upper)
+        if best.monotone:
+            mid = (best.weight_left + best.weight_right) / 2.0
+            lb, rb = ((lower, mid), (mid, upper)) if best.monotone > 0 else ((mid, upper), (lower, mid))
+        self.bounds[(k, left)], self.bounds[(k, right)] = lb, rb
+
     def _set_leaf_values(self) -> None:
         p = self.params
-        for tree in self.trees:
+        for k, tree in enumerate(self.trees):
             if self.dp is not None:     # noisy leaves; the released tree keeps no exact statistics
                 for node in tree.leaves():
                     node.value = float(self.dp.leaf_weight(node) * p.learning_rate)
@@ -220,5 +258,11 @@ class TreeGrower:
                 continue
             for node in tree.nodes:
                 if node.is_leaf:
+                    if self.constrained:
+                        lower, upper = self.bounds.get((k, node.node_id), (-np.inf, np.inf))
+                        w = float(np.clip(-node.sum_gradients / (node.sum_hessians + p.reg_lambda),
+                                          lower, upper))
+                        node.value = float(w * p.learning_rate)
+                        continue
                     node.value = float(-node.sum_gradients / (node.sum_hessians + p.reg_lambda)
                                        * p.learning_rate)

@@ -102,3 +102,50 @@ def is_better(metric: str, new: float, best: float | None) -> bool:
     if best is None or np.isnan(best):
         return not np.isnan(new)
     return new > best if metric in HIGHER_IS_BETTER else new < best
+
+
+# -- weighted metrics (sample weights, issue 15) -------------------------------------------
+def _wmean(x, weight) -> float:
+    x = np.asarray(x, dtype=np.float64).ravel()
+    w = np.asarray(weight, dtype=np.float64).ravel()
+    return math.fsum((x * w).tolist()) / math.fsum(w.tolist())
+
+
+def weighted_auc(y, p, weight) -> float:
+    """AUC with sample weights: the weighted share of (positive, negative) pairs ranked right,
+    ties counting one half (for integer weights, the AUC of the repeated rows)."""
+    y = np.asarray(y, dtype=np.float64).ravel() > 0.5
+    p = np.asarray(p, dtype=np.float64).ravel()
+    w = np.asarray(weight, dtype=np.float64).ravel()
+    w_pos, w_neg = math.fsum(w[y].tolist()), math.fsum(w[~y].tolist())
+    if w_pos == 0 or w_neg == 0:
+        return float("nan")
+    order = np.argsort(p, kind="mergesort")
+    sp, sy, sw = p[order], y[order], w[order]
+    starts = np.flatnonzero(np.r_[True, sp[1:] != sp[:-1]])
+    group = np.cumsum(np.r_[True, sp[1:] != sp[:-1]]) - 1
+    neg_in_group = np.bincount(group, weights=np.where(sy, 0.0, sw), minlength=len(starts))
+    neg_below = np.concatenate([[0.0], np.cumsum(neg_in_group)[:-1]])
+    pairs = sw[sy] * (neg_below[group[sy]] + 0.5 * neg_in_group[group[sy]])
+    return float(math.fsum(pairs.tolist()) / (w_pos * w_neg))
+
+
+def weighted_metrics(names, y, output, weight) -> dict[str, float]:
+    """``{name: value}`` of the binary and regression metrics with sample weights."""
+    y = np.asarray(y, dtype=np.float64)
+    out = {}
+    for name in names:
+        if name == "auc":
+            out[name] = weighted_auc(y, output, weight)
+        elif name == "logloss":
+            pc = np.clip(np.asarray(output, dtype=np.float64), _EPS, 1 - _EPS)
+            out[name] = -_wmean(y * np.log(pc) + (1 - y) * np.log(1 - pc), weight)
+        elif name == "error":
+            out[name] = _wmean((np.asarray(output) > 0.5) != (y > 0.5), weight)
+        elif name == "rmse":
+            out[name] = math.sqrt(_wmean((np.asarray(output, dtype=np.float64) - y) ** 2, weight))
+        elif name == "mae":
+            out[name] = _wmean(np.abs(np.asarray(output, dtype=np.float64) - y), weight)
+        else:
+            raise KeyError(f"no weighted form of metric {name!r}")
+    return out

@@ -73,6 +73,15 @@ def check_content_hash(d: dict, source: str, field_name: str = "content_hash", e
                          f"recorded {field_name} (an edited or damaged file; restore it or train again)")
 
 
+def _categories_of(value) -> dict:
+    """The ``categories`` of a model file: ``{feature: [category, ...]}``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, list) for v in value.values()):
+        raise InputError("model file: 'categories' must map feature names to lists of categories")
+    return {str(f): list(v) for f, v in value.items()}
+
+
 @dataclass
 class BoostedModel:
     objective: str
@@ -91,6 +100,8 @@ class BoostedModel:
     classes: list | None = None                 # multiclass: original label of each class index
     party_hashes: dict = field(default_factory=dict)  # passive party -> sha256 of its model (at training end)
     dp_model: dict | None = None                # --dp-model: mechanism, epsilon (delta), budget split
+    # categorical features of the active party: {feature: its categories, code i = categories[i]}
+    categories: dict = field(default_factory=dict)
 
     @property
     def n_rounds(self) -> int:
@@ -105,6 +116,7 @@ class BoostedModel:
             "passive_parties": list(self.passive_parties), "model_id": self.model_id, "salt": self.salt,
             "params": self.params, "history": self.history, "best_iteration": self.best_iteration,
             "classes": self.classes, **({"party_hashes": dict(self.party_hashes)} if self.party_hashes else {}),
+            **({"categories": {f: list(v) for f, v in self.categories.items()}} if self.categories else {}),
             "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds],
         } | ({"dp_model": self.dp_model} if self.dp_model is not None else {})
 
@@ -182,8 +194,15 @@ class BoostedModel:
         dp_model = d.get("dp_model")
         if dp_model is not None:
             dp_model = need_dict(dp_model, source, "dp_model")
+        try:
+            categories = _categories_of(d.get("categories"))
+        except InputError:
+            raise damaged(source, "categories", "must map feature names to lists of categories") from None
+        unknown = sorted(set(categories) - set(feats))
+        if unknown:
+            raise damaged(source, f"categories.{unknown[0]}", "not one of the active party's features")
         return cls(objective, n_targets, base, lr, active, feats, passives, model_id, salt, rounds, params,
-                   history, best, classes, dict(hashes), dp_model)
+                   history, best, classes, dict(hashes), dp_model, categories)
 
     def save(self, path) -> None:
         write_json_atomic(path, self.file_dict())
@@ -218,7 +237,7 @@ class BoostedModel:
                     rows = np.flatnonzero(pos[ti] == nid)
                     if node.owner == self.active_party:
                         x = X[rows, node.feature_idx]
-                        go = goes_left(x, node.threshold, node.default_left)
+                        go = goes_left(x, node.threshold, node.default_left, categories=node.categories)
                         moves.append((ti, node, rows, go))
                     else:
                         queries.setdefault(node.owner, []).append((ti, node, rows))
@@ -273,7 +292,7 @@ class BoostedModel:
             for node in tree.nodes:
                 if not node.is_leaf and node.owner == self.active_party:
                     x = X[:, node.feature_idx]
-                    go.append(goes_left(x, node.threshold, node.default_left))
+                    go.append(goes_left(x, node.threshold, node.default_left, categories=node.categories))
                     own.append(start + node.node_id)
             start += len(tree.nodes)
         go_left = np.stack(go, axis=1) if go else np.zeros((n, 0), dtype=bool)

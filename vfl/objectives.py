@@ -78,6 +78,56 @@ def plan_precision(g_bound: float, h_bound: float, n_rows: int, max_precision: i
     return bits
 
 
+def check_sample_weight(weight, n_rows: int, party: str = "active", column: str | None = None) -> np.ndarray:
+    """Sample weights as float64: one finite value >= 0 per row, not all zero."""
+    where = f"sample weights of party {party!r}" + (f" (column {column!r})" if column else "")
+    try:
+        w = np.asarray(weight, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{where} must be numbers") from None
+    if w.ndim != 1 or len(w) != n_rows:
+        raise InputError(f"{where}: expected one weight per row ({n_rows}), got shape {w.shape}")
+    bad = ~np.isfinite(w)
+    if bad.any():
+        raise InputError(f"{where}: {int(bad.sum())} NaN/inf weights (rows {np.flatnonzero(bad)[:5].tolist()})")
+    neg = w < 0
+    if neg.any():
+        raise InputError(f"{where}: {int(neg.sum())} negative weights (rows {np.flatnonzero(neg)[:5].tolist()}, "
+                         f"e.g. {float(w[neg][0])}); weights must be >= 0")
+    if n_rows and not w.sum() > 0:
+        raise InputError(f"{where} are all zero")
+    return w
+
+
+def weight_bound(weight: np.ndarray | None) -> float:
+    """The largest weight rounded up to a power of two (what the gradient bounds are scaled by, so
+    a passive party learns only ``ceil(log2(max weight))``); 1 without weights."""
+    if weight is None or not len(weight):
+        return 1.0
+    return pow2_ceil(float(np.max(weight)))
+
+
+def _mean(y, weight=None) -> float:
+    y = np.asarray(y, dtype=np.float64)
+    if weight is None:
+        return float(np.mean(y))
+    return float(np.sum(y * weight) / np.sum(weight))
+
+
+def weighted_median(y, weight=None) -> float:
+    """The median; with weights, the median of the rows repeated ``weight`` times (for integer
+    weights exactly ``np.median`` of the repeated rows)."""
+    y = np.asarray(y, dtype=np.float64)
+    if weight is None:
+        return float(np.median(y))
+    order = np.argsort(y, kind="stable")
+    ys, cw = y[order], np.cumsum(np.asarray(weight, dtype=np.float64)[order])
+    half = cw[-1] / 2.0
+    lo = ys[min(np.searchsorted(cw, half, side="left"), len(ys) - 1)]
+    hi = ys[min(np.searchsorted(cw, half, side="right"), len(ys) - 1)]
+    return float((lo + hi) / 2.0)
+
+
 # --------------------------------------------------------------------------- binary
 def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
@@ -105,8 +155,8 @@ class BinaryObjective:
 
     encode_labels = check_labels   # validation labels: the same check
 
-    def base_score(self, y) -> np.ndarray:
-        p = float(np.clip(np.mean(y), 1e-6, 1 - 1e-6))
+    def base_score(self, y, weight=None) -> np.ndarray:
+        p = float(np.clip(_mean(y, weight), 1e-6, 1 - 1e-6))
         return np.array([np.log(p / (1 - p))])
 
     def gradients(self, y, raw):
@@ -205,8 +255,9 @@ class SoftmaxObjective:
                              f"training labels {self.classes[:10]}")
         return np.array([index[v] for v in vals], dtype=np.float64)
 
-    def base_score(self, y) -> np.ndarray:
-        counts = np.bincount(np.asarray(y, dtype=np.int64), minlength=self.n_targets).astype(np.float64)
+    def base_score(self, y, weight=None) -> np.ndarray:
+        counts = np.bincount(np.asarray(y, dtype=np.int64), weights=weight,
+                             minlength=self.n_targets).astype(np.float64)
         prior = np.clip(counts / counts.sum(), 1e-6, 1.0)
         logp = np.log(prior)
         return logp - logp.mean()
@@ -257,9 +308,13 @@ class SquaredErrorObjective(_RegressionObjective):
 
     name = "regression"
 
-    def base_score(self, y) -> np.ndarray:
+    def base_score(self, y, weight=None) -> np.ndarray:
         # exactly rounded, so independent of the row order (which follows the salted id hashes)
-        return np.array([math.fsum(np.asarray(y, dtype=np.float64).tolist()) / max(len(y), 1)])
+        y = np.asarray(y, dtype=np.float64)
+        if weight is not None:
+            w = np.asarray(weight, dtype=np.float64)
+            return np.array([math.fsum((y * w).tolist()) / math.fsum(w.tolist())])
+        return np.array([math.fsum(y.tolist()) / max(len(y), 1)])
 
     def gradients(self, y, raw):
         g = raw[:, 0] - y
@@ -280,8 +335,8 @@ class PseudoHuberObjective(_RegressionObjective):
             raise InputError(f"parameter huber_slope must be a positive number, got {huber_slope!r}")
         self.huber_slope = float(huber_slope)
 
-    def base_score(self, y) -> np.ndarray:
-        return np.array([float(np.median(y))])
+    def base_score(self, y, weight=None) -> np.ndarray:
+        return np.array([weighted_median(y, weight)])
 
     def gradients(self, y, raw):
         r = raw[:, 0] - y

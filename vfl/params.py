@@ -113,6 +113,12 @@ class TrainParams:
     dp_clip: float | None = None           # public gradient bound g* (needed for objective regression)
     dp_budget: str | None = None           # relative shares "sketch,splits,leaves" (default: per dp_trees)
     dp_trees: str = "cyclic"               # split candidates: one feature per tree in turn, or "exponential": all
+    # --- credit-risk options (issue 15); names follow LightGBM / XGBoost ---
+    max_cat: int = 64                      # category bins of a categorical feature (the rest pooled)
+    cat_smooth: float = 10.0               # categorical splits: G/(H + cat_smooth) orders the bins
+    min_data_per_group: int = 100          # categorical splits: samples per group of bins
+    max_cat_threshold: int = 32            # categorical splits: bins going left at most
+    monotone_constraints: dict | None = None   # the active party's {feature: +1 | -1}
 
     @classmethod
     def default(cls, name: str):
@@ -165,6 +171,11 @@ class TrainParams:
             raise InputError("parameters goss and subsample < 1 cannot be combined: GOSS is the row sampling")
         if self.early_stopping_rounds is not None:
             num("early_stopping_rounds", 1, integer=True)
+        num("max_cat", 1, 1024, integer=True)
+        num("cat_smooth", 0, 1e12)
+        num("min_data_per_group", 0, integer=True)
+        num("max_cat_threshold", 1, integer=True)
+        self.monotone_constraints = check_monotone(self.monotone_constraints)
         if isinstance(self.objective, str):
             self.objective = OBJECTIVE_ALIASES.get(self.objective, self.objective)
         self.mode = _member(Mode, "mode", self.mode)
@@ -280,6 +291,26 @@ class TrainParams:
         if unknown:
             raise InputError(f"unknown training parameter(s): {sorted(unknown)}")
         return cls(**d)
+
+
+def check_monotone(constraints, what: str = "parameter monotone_constraints") -> dict | None:
+    """``{feature: +1 | -1}`` (0 entries dropped; "+1"/"-1"/"increasing"/"decreasing" accepted),
+    or None for no constraint."""
+    if constraints is None:
+        return None
+    if not isinstance(constraints, dict):
+        raise InputError(f"{what} must be a dict {{feature: +1 or -1}}, got {type(constraints).__name__}")
+    words = {"+1": 1, "1": 1, "-1": -1, "0": 0, "increasing": 1, "decreasing": -1}
+    out = {}
+    for f, v in constraints.items():
+        if isinstance(v, str):
+            v = words.get(v.strip().lower(), v)
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer, float)) or v not in (-1, 0, 1):
+            raise InputError(f"{what}: the constraint of feature {f!r} must be +1 (increasing), -1 "
+                             f"(decreasing) or 0, got {v!r}")
+        if v:
+            out[str(f)] = int(v)
+    return out or None
 
 
 def check_epsilon(value, name: str = "epsilon") -> float:

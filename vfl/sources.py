@@ -28,6 +28,7 @@ class SplitRef:
     feature: str | None = None
     threshold: float | None = None
     default_left: bool | None = None
+    categories: list[int] | None = None     # categorical split: the category codes that go left
 
 
 class HistogramSource(ABC):
@@ -35,6 +36,8 @@ class HistogramSource(ABC):
 
     party: str
     bin_offsets: np.ndarray
+    categorical: np.ndarray | None = None    # bool per feature: searched as category partitions
+    monotone: np.ndarray | None = None       # -1/0/+1 per feature: monotone constraints
 
     @abstractmethod
     def start_round(self, gradients: RoundGradients) -> None:
@@ -50,20 +53,29 @@ class HistogramSource(ABC):
     @abstractmethod
     def split(self, round_idx: int, tree_idx: np.ndarray, node_ids: np.ndarray,
               feature_idx: np.ndarray, bin_idx: np.ndarray, default_left: np.ndarray,
-              assignment: np.ndarray) -> list[tuple[SplitRef, np.ndarray]]:
+              assignment: np.ndarray, categories: list | None = None) -> list[tuple[SplitRef, np.ndarray]]:
         """Apply splits; per split the ref to keep and ``go_left`` over the node's samples
-        in increasing sample order."""
+        in increasing sample order. ``categories[i]``: for a categorical split, the bins that go
+        left (``bin_idx`` is then -1); None for a numeric one."""
 
 
 class LocalSource(HistogramSource):
     """The active party's own features, in plaintext."""
 
     def __init__(self, party: str, X: np.ndarray, feature_names: list[str], max_bin: int,
-                 binner: Binner | None = None):
-        """``binner``: an unfitted binner to use instead of ``Binner(max_bin)`` (e.g. DP bin edges)."""
+                 categorical: np.ndarray | None = None, monotone: np.ndarray | None = None,
+                 max_cat: int = 64, n_categories: dict[int, int] | None = None, binner: Binner | None = None):
+        """``categorical``: bool per feature (``X`` holds category codes there, see
+        :mod:`vfl.binning`); ``n_categories[f]``: the vocabulary size of categorical feature f;
+        ``monotone``: -1/0/+1 per feature; ``binner``: an unfitted binner to use instead of
+        ``Binner(max_bin, ...)`` (e.g. DP bin edges)."""
         self.party = party
         self.feature_names = list(feature_names)
-        self.binner = (Binner(max_bin) if binner is None else binner).fit(X)
+        self.categorical = None if categorical is None or not np.any(categorical) else \
+            np.asarray(categorical, dtype=bool)
+        self.monotone = None if monotone is None or not np.any(monotone) else np.asarray(monotone, dtype=np.int8)
+        self.n_categories = dict(n_categories or {})
+        self.binner = (Binner(max_bin, self.categorical, max_cat) if binner is None else binner).fit(X)
         self._set_bins(self.binner.transform(X), self.binner.n_bins)
 
     def _set_bins(self, bin_idx: np.ndarray, n_bins: np.ndarray) -> None:
@@ -90,18 +102,34 @@ class LocalSource(HistogramSource):
             sh[i] = np.bincount(idx, np.repeat(self._h[rows, t], F), minlength=n_flat)
         return sg, sh
 
-    def _refs(self, feature_idx, bin_idx, default_left) -> list[SplitRef]:
-        """What the tree keeps of each split: here the feature and its raw threshold."""
-        return [SplitRef(self.party, feature_idx=int(f), feature=self.feature_names[f],
-                         threshold=self.binner.threshold(f, b), default_left=bool(dl))
-                for f, b, dl in zip(feature_idx, bin_idx, default_left)]
-
-    def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment):
+    def _refs(self, feature_idx, bin_idx, default_left, categories=None) -> list[SplitRef]:
+        """What the tree keeps of each split: the feature and its raw threshold, or for a
+        categorical split the category codes that go left."""
         out = []
-        refs = self._refs(feature_idx, bin_idx, default_left)
-        for ref, t, nid, f, b, dl in zip(refs, tree_idx, node_ids, feature_idx, bin_idx, default_left):
+        categories = [None] * len(feature_idx) if categories is None else categories
+        for f, b, dl, cats in zip(feature_idx, bin_idx, default_left, categories):
+            f = int(f)
+            if cats is not None:
+                codes = self.binner.left_codes(f, cats, self.n_categories.get(f, 0))
+                out.append(SplitRef(self.party, feature_idx=f, feature=self.feature_names[f],
+                                    default_left=bool(dl), categories=codes))
+            else:
+                out.append(SplitRef(self.party, feature_idx=f, feature=self.feature_names[f],
+                                    threshold=self.binner.threshold(f, b), default_left=bool(dl)))
+        return out
+
+    def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment,
+              categories=None):
+        out = []
+        if categories is None or all(c is None for c in categories):
+            categories = [None] * len(node_ids)
+            refs = self._refs(feature_idx, bin_idx, default_left)    # (subclasses: the numeric form)
+        else:
+            refs = self._refs(feature_idx, bin_idx, default_left, categories)
+        for ref, t, nid, f, b, dl, cats in zip(refs, tree_idx, node_ids, feature_idx, bin_idx, default_left,
+                                               categories):
             rows = node_members(assignment[t], nid)        # sampled and riding rows (vfl.sampling)
             bins = self.bin_idx[rows, f].astype(np.int64)
-            go_left = goes_left(bins, b, dl, missing=bins == self.missing_bin[f])
+            go_left = goes_left(bins, b, dl, missing=bins == self.missing_bin[f], categories=cats)
             out.append((ref, go_left))
         return out

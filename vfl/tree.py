@@ -126,6 +126,7 @@ class Node:
     threshold: float | None = None  # active-owned splits only
     default_left: bool | None = None  # active-owned splits only
     record_id: int = -1           # passive-owned splits only
+    categories: list | None = None  # active-owned categorical splits: the category codes going left
     gain: float = 0.0
     sum_gradients: float = 0.0
     sum_hessians: float = 0.0
@@ -137,6 +138,8 @@ class Node:
             d[k] = _f(d[k])
         if d["threshold"] is not None:
             d["threshold"] = _f(d["threshold"])
+        if d["categories"] is None:
+            del d["categories"]          # numeric and passive splits: the format as before
         return d
 
     @classmethod
@@ -216,6 +219,10 @@ class Tree:
                   "sum_hessians": need_float(nd.get("sum_hessians", 0.0), source, f"{w}.sum_hessians",
                                              finite=False, allow_nan=True),
                   "n_samples": need_int(nd.get("n_samples", 0), source, f"{w}.n_samples", 0)}
+            cats = nd.get("categories")
+            if cats is not None:        # an active categorical split: the category codes going left
+                cats = need_list(cats, source, f"{w}.categories")
+                kw["categories"] = [need_int(c, source, f"{w}.categories[{j}]", 0) for j, c in enumerate(cats)]
             nodes.append(Node(**kw))
         root = nodes[0]
         if root.depth != 0 or root.parent != -1:
@@ -248,8 +255,8 @@ class Tree:
                 n_features = owners[nd.owner]
                 if n_features is not None:          # the active party's own split
                     need_int(nd.feature_idx, source, f"{w}.feature_idx", 0, n_features)
-                    if nd.threshold is None or math.isnan(nd.threshold):
-                        raise damaged(source, f"{w}.threshold", "an active split needs a threshold")
+                    if nd.categories is None and (nd.threshold is None or math.isnan(nd.threshold)):
+                        raise damaged(source, f"{w}.threshold", "an active split needs a threshold (or categories)")
                     if nd.default_left is None:
                         raise damaged(source, f"{w}.default_left", "an active split needs a default side")
                 else:
@@ -262,4 +269,5 @@ class Tree:
     def structure(self) -> list[tuple]:
         """Everything that defines the tree's predictions (for equality checks)."""
         return [(n.node_id, n.is_leaf, n.value, n.left, n.right, n.owner, n.feature_idx,
-                 n.threshold, n.default_left, n.record_id) for n in self.nodes]
+                 n.threshold, n.default_left, n.record_id,
+                 None if n.categories is None else tuple(n.categories)) for n in self.nodes]

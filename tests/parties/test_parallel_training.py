@@ -87,11 +87,11 @@ def test_every_histogram_the_split_search_sees_equals_a_direct_build(always_para
 
     real = grower_mod.find_best_split
 
-    def spy_split(sg, sh, offsets, G, H, *args):
+    def spy_split(sg, sh, offsets, G, H, *args, **kwargs):
         if args[-1] == 1:                                  # source 1: the passive party
             f0 = slice(int(offsets[0]), int(offsets[1]))
             seen.append((np.sum(sg[f0]), np.sum(sh[f0]), np.array(sg), np.array(sh)))
-        return real(sg, sh, offsets, G, H, *args)
+        return real(sg, sh, offsets, G, H, *args, **kwargs)
 
     monkeypatch.setattr(active_mod, "RemoteSource", SpySource)
     monkeypatch.setattr(grower_mod, "find_best_split", spy_split)
