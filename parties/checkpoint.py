@@ -189,11 +189,15 @@ class Checkpoint:
                 for i, v in enumerate(need_list(vals, source, f"history.{part}.{k}")):
                     if v is not None:
                         need_float(v, source, f"history.{part}.{k}[{i}]", finite=False, allow_nan=True)
-        return cls(active, passives, model_id, salt, dict(params), n_rows, digest, rounds, raw, records,
-                   history=dict(history))
+        ck = cls(active, passives, model_id, salt, dict(params), n_rows, digest, rounds, raw, records,
+                 history=dict(history))
+        ck.source = source          # named by the later checks (check_features)
+        return ck
 
-    def check_features(self, n_features: int, source: str = "checkpoint") -> None:
-        """The active party's splits must name its own features (known only on resume)."""
+    def check_features(self, n_features: int, source: str | None = None) -> None:
+        """The active party's splits must name its own features (known only on resume); errors
+        name ``source`` (default: the file the checkpoint was read from)."""
+        source = source or getattr(self, "source", None) or "checkpoint"
         for r, rnd in enumerate(self.rounds):
             for k, tree in enumerate(rnd):
                 for nd in tree.nodes:

@@ -108,7 +108,7 @@ class TrainSetup:
     max_bin: int = count(2, MAX_BINS - 1)
     model_id: str = text(ID_CHARS, nonempty=True)
     dp_binning: dict | None = None      # --dp-model: {"epsilon": this party's budget for its DP bin edges}
-    max_cat: int = count(1, MAX_BINS - 2, default=64)   # category bins of a categorical feature (the rest pooled)
+    max_cat: int = count(1, 1024, default=64)    # category bins of a categorical feature (vfl.binning.MAX_CAT_LIMIT)
 
 
 @register

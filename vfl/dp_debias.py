@@ -222,10 +222,13 @@ class DebiasedBucketSource(BucketSource):
         out = per_reported[self.bin_idx[:, feature_idx].astype(np.int64)]
         return np.where(self.rows_used, out, float(self.prior[feature_idx] @ left))
 
-    def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment):
+    def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment,
+              categories=None):
         """Route by the released buckets; a row outside ``rows_used`` goes to the side its
-        feature's prior makes likelier."""
-        out = super().split(round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment)
+        feature's prior makes likelier. (Mode dp has no categorical features: ``categories``
+        is always None here.)"""
+        out = super().split(round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment,
+                            categories)
         if self.rows_used.all():
             return out
         fixed = []

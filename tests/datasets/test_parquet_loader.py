@@ -228,7 +228,7 @@ def test_batches_check_the_whole_id_column_first(tmp_path):
     bad.to_csv(tmp_path / "b.csv", index=False)
     it = iter_party_batches(tmp_path / "b.csv", "g", "id", "y", batch_rows=5)
     assert len(next(it).frame) == 5 and len(next(it).frame) == 5
-    with pytest.raises(InputError, match=r"feature column 'a' is not numeric.*'oops' in row 3 \(in the batch of "
+    with pytest.raises(InputError, match=r"feature column 'a' is not numeric.*'oops' in row 3 .*\(in the batch of "
                                          r"data rows from row 10 of '.*b\.csv'"):
         next(it)
     with pytest.raises(InputError, match="batch_rows must be in >= 1"):
