@@ -208,14 +208,24 @@ def release_buckets_wanted(n_bins: np.ndarray, epsilon_per_feature: float, dp_bu
 SELECT_EPSILON_PER_FEATURE = 3.0
 
 
-def selected_count(dp_select, n_features: int, epsilon_per_party: float) -> int | None:
+#: ``--dp-select auto`` selects only when its pilot has at least this many rows per feature of the
+#: party (fewer cannot rank the features: the pick would be noise and could hurt)
+MIN_PILOT_ROWS_PER_FEATURE = 200
+
+
+def selected_count(dp_select, n_features: int, epsilon_per_party: float, n_samples: int | None = None) -> int | None:
     """How many features a party releases under ``dp_select``: ``None`` (no selection: every
     feature; also at ``epsilon = inf``, where there is no noise to concentrate), an integer
     ``k``, or ``"auto"``: ``floor(eps_row / SELECT_EPSILON_PER_FEATURE)``, at least 1 and at most
-    the party's features (so 1 feature at eps < 6, 2 at 6 to 9, ...)."""
+    the party's features (so 1 feature at eps < 6, 2 at 6 to 9, ...); ``"auto"`` selects nothing
+    when the pilot (``PILOT_FRACTION`` of ``n_samples`` aligned rows) would have fewer than
+    ``MIN_PILOT_ROWS_PER_FEATURE`` rows per feature of the party."""
     if dp_select is None or epsilon_per_party == float("inf"):
         return None
     if dp_select == "auto":
+        if n_samples is not None and n_features > 1 \
+                and pilot_size(n_samples) < MIN_PILOT_ROWS_PER_FEATURE * n_features:
+            return None
         return int(min(n_features, max(1, math.floor(epsilon_per_party / SELECT_EPSILON_PER_FEATURE))))
     return int(dp_select)
 
@@ -224,10 +234,15 @@ def selected_count(dp_select, n_features: int, epsilon_per_party: float) -> int 
 PILOT_FRACTION = 0.2
 
 
+def pilot_size(n_samples: int) -> int:
+    """Rows in the pilot of ``n_samples`` aligned rows: ``PILOT_FRACTION``, at least one, leaving one."""
+    return min(max(1, int(round(n_samples * PILOT_FRACTION))), n_samples - 1)
+
+
 def pilot_rows(n_samples: int, seed: int) -> np.ndarray:
     """The pilot's rows (alignment positions): a random ``PILOT_FRACTION`` of the rows, at least one
     and leaving at least one. Data-independent (chosen by the active party from ``seed``)."""
-    n_pilot = min(max(1, int(round(n_samples * PILOT_FRACTION))), n_samples - 1)
+    n_pilot = pilot_size(n_samples)
     rng = np.random.default_rng([int(seed), 0x5E1EC7])
     return np.sort(rng.choice(n_samples, size=n_pilot, replace=False))
 
@@ -263,7 +278,7 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
         if small:
             raise InputError(f"dp_select={k} releases {k} features per passive party, but "
                              + ", ".join(f"party {p!r} has {d}" for p, d in small.items()))
-    ks = {p: selected_count(k, n_features[p], budget["epsilon_per_party"][p]) for p in peers}
+    ks = {p: selected_count(k, n_features[p], budget["epsilon_per_party"][p], n_samples) for p in peers}
     select = {p: ks[p] is not None and ks[p] < n_features[p] for p in peers}
     if any(select.values()) and root_gradients is None:
         raise InputError("dp_select needs the first round's gradients to score its pilot")

@@ -12,7 +12,7 @@ from support import small_frames
 
 from cli import main
 from parties.active import ActiveParty
-from parties.dp import pilot_rows, selected_count
+from parties.dp import MIN_PILOT_ROWS_PER_FEATURE, PILOT_FRACTION, pilot_rows, pilot_size, selected_count
 from parties.passive import PassiveParty
 from protocols import messages as m
 from protocols.serialization import loads
@@ -283,8 +283,8 @@ def test_explicit_buckets_keep_the_old_mechanism(frames):
 
 
 @pytest.mark.parametrize("kw, msg", [
-    ({"dp_select": 0}, "dp_select must be .auto. or an integer >= 1"),
-    ({"dp_select": 1.5}, "dp_select must be .auto. or an integer >= 1"),
+    ({"dp_select": 0}, "dp_select must be .auto., .none. or an integer >= 1"),
+    ({"dp_select": 1.5}, "dp_select must be .auto., .none. or an integer >= 1"),
     ({"dp_buckets": 1}, "dp_buckets must be 'auto' or an integer in"),
     ({"dp_buckets": "many"}, "dp_buckets must be 'auto' or an integer in"),
     ({"dp_debias": "yes"}, "dp_debias must be True or False"),
@@ -333,3 +333,32 @@ def test_dp_select_auto_rule():
     assert selected_count("auto", 10, INF) is None and selected_count(2, 10, INF) is None   # no noise
     assert TrainParams(mode="dp", epsilon=1.0, dp_select="AUTO").dp_select == "auto"
     assert TrainParams(mode="dp", epsilon=1.0, dp_select="3").dp_select == 3
+
+
+def test_dp_select_auto_is_the_default_and_needs_a_pilot_that_can_rank():
+    """auto selects only when its pilot has MIN_PILOT_ROWS_PER_FEATURE rows per feature of the
+    party; an explicit k always selects; 'none' (or None) releases every feature."""
+    assert TrainParams(mode="dp", epsilon=1.0).dp_select == "auto"
+    assert TrainParams(mode="dp", epsilon=1.0, dp_select="none").dp_select is None
+    assert TrainParams(mode="dp", epsilon=1.0, dp_select=None).dp_select is None
+    assert pilot_size(24000) == round(24000 * PILOT_FRACTION)
+    need = MIN_PILOT_ROWS_PER_FEATURE * 10                       # pilot rows a 10-feature party needs
+    n_ok = int(math.ceil(need / PILOT_FRACTION))
+    assert pilot_size(n_ok) >= need and pilot_size(n_ok - 10) < need
+    assert selected_count("auto", 10, 8.0, n_ok) == 2 and selected_count("auto", 10, 8.0, n_ok - 10) is None
+    assert selected_count(2, 10, 8.0, 100) == 2                  # an explicit k is the user's choice
+    assert selected_count("auto", 15, 8.0, 455) is None          # breast cancer: 91 pilot rows for 15
+    assert selected_count("auto", 1, 8.0, 10) == 1               # one feature: nothing to rank
+
+
+def test_default_dp_on_a_small_table_releases_every_feature():
+    """Breast cancer (455 training rows, 15 host features): the default --dp-select auto finds the
+    pilot too small, so every feature is released at eps/15 and no pilot release is made."""
+    from datasets import breast_cancer_parties
+    from vfl.api import simulate
+    fed, res, _, _ = simulate(breast_cancer_parties(2), TrainParams(mode="dp", epsilon=8.0, n_estimators=1,
+                                                                    max_depth=2))
+    assert "dp_select" not in res
+    assert res["epsilon_per_feature"]["host1"] == pytest.approx(8.0 / 15)
+    info = fed.passives["host1"].dp_release_info()
+    assert "releases" not in info and info["n_features"] == 15 and info["epsilon_per_party"] == 8.0
