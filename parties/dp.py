@@ -130,7 +130,10 @@ def release(s: PassiveState, req: m.DPReleaseRequest) -> m.DPRelease:
     if _entries(s) and (req.rows is None or released[rows].any()):
         raise ProtocolError(f"party {s.name!r} already released its buckets of these rows for this training; "
                             f"a second release would spend the privacy budget again")
-    rng = np.random.default_rng(s.dp_seed)
+    seed = s.dp_seed
+    if seed is not None and _entries(s):      # a seeded party's later releases (--dp-select): own streams
+        seed = [*np.atleast_1d(np.asarray(seed, dtype=object)).tolist(), len(_entries(s))]
+    rng = np.random.default_rng(seed)
     bucket_idx, n_bins, last_bin = _coarsen(s, binner, req.n_buckets, features)
     has_missing = np.any(bucket_idx == (n_bins - 1)[None, :], axis=0)     # over all training rows
     # draw the noise in the party's own row order, not the salted alignment order, so a
@@ -239,12 +242,21 @@ def pilot_size(n_samples: int) -> int:
     return min(max(1, int(round(n_samples * PILOT_FRACTION))), n_samples - 1)
 
 
-def pilot_rows(n_samples: int, seed: int) -> np.ndarray:
+def pilot_rows(n_samples: int, seed: int, own_rows=None) -> np.ndarray:
     """The pilot's rows (alignment positions): a random ``PILOT_FRACTION`` of the rows, at least one
-    and leaving at least one. Data-independent (chosen by the active party from ``seed``)."""
-    n_pilot = pilot_size(n_samples)
+    and leaving at least one. Data-independent (chosen by the active party from ``seed``).
+
+    ``own_rows``: the active party's own row of every aligned position. The draw is then made in
+    the active party's own row order and the pilot returned in that order, so the same seed picks
+    (and groups) the same rows whatever the alignment's salted order (reproducible simulations);
+    without it, in alignment order, sorted."""
     rng = np.random.default_rng([int(seed), 0x5E1EC7])
-    return np.sort(rng.choice(n_samples, size=n_pilot, replace=False))
+    if own_rows is None:
+        return np.sort(rng.choice(n_samples, size=pilot_size(n_samples), replace=False))
+    order = np.argsort(np.asarray(own_rows), kind="stable")
+    if order.size != n_samples:
+        raise InputError(f"pilot: {order.size} own rows for {n_samples} aligned rows")
+    return order[np.sort(rng.choice(n_samples, size=pilot_size(n_samples), replace=False))]
 
 
 def _check_release(p: str, r, n_rows: int, n_feat: int, slots: np.ndarray, wanted, eps: float) -> None:
@@ -258,7 +270,7 @@ def _check_release(p: str, r, n_rows: int, n_feat: int, slots: np.ndarray, wante
 
 
 def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, n_samples: int,
-               root_gradients=None):
+               root_gradients=None, own_rows=None):
     """Ask every passive party for its release; return ``(sources, report)``.
 
     ``report`` holds the accounting shown to the user: ``epsilon_per_feature``
@@ -268,7 +280,9 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
     With ``params.dp_debias`` (the default) and a finite epsilon the sources are
     :class:`vfl.dp_debias.DebiasedBucketSource` (train them with
     :class:`vfl.dp_debias.DPBooster`); otherwise plain :class:`vfl.dp.BucketSource`.
-    ``root_gradients``: ``(g, h)`` of the first round (``--dp-select`` scores its pilot with them).
+    ``root_gradients``: ``(g, h)`` of the first round (``--dp-select`` scores its pilot with them);
+    ``own_rows``: the active party's own row of every aligned position (the pilot is drawn in
+    that order: :func:`pilot_rows`).
     """
     n_features = {p: int(len(infos[p].n_bins)) for p in peers}
     budget = epsilon_budget(n_features, params.epsilon, params.epsilon_per_feature)
@@ -282,7 +296,7 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
     select = {p: ks[p] is not None and ks[p] < n_features[p] for p in peers}
     if any(select.values()) and root_gradients is None:
         raise InputError("dp_select needs the first round's gradients to score its pilot")
-    pilot = pilot_rows(n_samples, params.seed) if any(select.values()) else None
+    pilot = pilot_rows(n_samples, params.seed, own_rows) if any(select.values()) else None
     chosen = {}
     if pilot is not None:
         chosen = _select_features(transport, [p for p in peers if select[p]], infos, params, model_id,

@@ -362,3 +362,24 @@ def test_default_dp_on_a_small_table_releases_every_feature():
     assert res["epsilon_per_feature"]["host1"] == pytest.approx(8.0 / 15)
     info = fed.passives["host1"].dp_release_info()
     assert "releases" not in info and info["n_features"] == 15 and info["epsilon_per_party"] == 8.0
+
+
+def test_pilot_is_drawn_in_the_active_party_own_row_order():
+    """The same seed picks and groups the same own rows whatever the alignment's (salted) order."""
+    rng = np.random.default_rng(5)
+    own = rng.permutation(1000)                       # own row of each aligned position
+    perm = rng.permutation(1000)                      # another salt: the same rows, another order
+    a, b = pilot_rows(1000, 3, own), pilot_rows(1000, 3, own[perm])
+    assert np.array_equal(own[a], own[perm][b])       # the same own rows, in the same order
+    assert len(a) == pilot_size(1000) and len(set(a.tolist())) == len(a)
+    assert not np.array_equal(own[a], own[pilot_rows(1000, 4, own)])
+
+
+def test_dp_select_training_is_reproducible_in_simulation():
+    from datasets import breast_cancer_parties
+    from vfl.api import simulate
+    frames = breast_cancer_parties(2)
+    p = TrainParams(mode="dp", epsilon=4.0, n_estimators=2, max_depth=2, dp_select=2)
+    _, r1, _, pr1 = simulate(frames, p)
+    _, r2, _, pr2 = simulate(frames, p)
+    assert r1["dp_select"] == r2["dp_select"] and np.array_equal(pr1, pr2)
