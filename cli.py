@@ -319,7 +319,8 @@ _COMPARE = CompareConfig()      # the defaults of `vfl compare` (its hyperparame
                    "../shared/datasets exists.")
 @click.option("--modes", default=",".join(_COMPARE.modes), show_default=True,
               help="Comma list of plain, he, dp, dp_old (the old DP mechanism: max-bin buckets, no "
-                   "debiasing), dp_select (dp with --dp-select), dp_all (dp releasing every feature: --dp-select none), local (active party alone), xgboost (centralized).")
+                   "debiasing), dp_select (dp with --dp-select), dp_all (dp releasing every feature: "
+                   "--dp-select none), local (active party alone), xgboost (centralized).")
 @click.option("--epsilons", default=format_epsilons(_COMPARE.epsilons), show_default=True,
               help="DP budgets to sweep.")
 @click.option("--epsilon-scope", type=click.Choice(EPSILON_SCOPES), default=_COMPARE.epsilon_scope,
