@@ -187,7 +187,7 @@ def _training_options(f):
                      help="Mode dp: the active party debiases the noisy release (post-processing)."),
         click.option("--dp-select", default=_default("dp_select"), show_default=True,
                      help="Mode dp: release only K features per passive party (each at its epsilon / K), "
-                          "chosen on a pilot of disjoint rows; 'auto': K = epsilon / 3 (at least 1; no "
+                          "chosen on a pilot of disjoint rows; 'auto': K = epsilon / 2 (at least 1; no "
                           "selection when the pilot is too small); 'none': release every feature."),
         click.option("--trees", default=_default("n_estimators"), show_default=True,
                      help="Boosting rounds (n_estimators)."),

@@ -208,7 +208,7 @@ def release_buckets_wanted(n_bins: np.ndarray, epsilon_per_feature: float, dp_bu
 
 
 #: ``--dp-select auto``: release as many features as get at least this epsilon each
-SELECT_EPSILON_PER_FEATURE = 3.0
+SELECT_EPSILON_PER_FEATURE = 2.0
 
 
 #: ``--dp-select auto`` selects only when its pilot has at least this many rows per feature of the
@@ -220,7 +220,7 @@ def selected_count(dp_select, n_features: int, epsilon_per_party: float, n_sampl
     """How many features a party releases under ``dp_select``: ``None`` (no selection: every
     feature; also at ``epsilon = inf``, where there is no noise to concentrate), an integer
     ``k``, or ``"auto"``: ``floor(eps_row / SELECT_EPSILON_PER_FEATURE)``, at least 1 and at most
-    the party's features (so 1 feature at eps < 6, 2 at 6 to 9, ...); ``"auto"`` selects nothing
+    the party's features (so 1 feature at eps < 4, 2 at 4 to 6, 4 at 8, ...); ``"auto"`` selects nothing
     when the pilot (``PILOT_FRACTION`` of ``n_samples`` aligned rows) would have fewer than
     ``MIN_PILOT_ROWS_PER_FEATURE`` rows per feature of the party."""
     if dp_select is None or epsilon_per_party == float("inf"):

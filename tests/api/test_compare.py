@@ -114,11 +114,11 @@ def test_give_credit_is_split_four_six_for_compare(shared_dir):
         _, res, _, _ = simulate(frames, TrainParams(mode="dp", epsilon=6.0, n_estimators=1, max_depth=2,
                                                     dp_select=None))
     assert res["epsilon_per_feature"] == {"host": 1.0} and res["epsilon_per_party"] == {"host": 6.0}
-    # the default (--dp-select auto): 2 of the 6 features at 3 each, picked on a pilot of 24,000 rows
+    # the default (--dp-select auto): 3 of the 6 features at 2 each, picked on a pilot of 24,000 rows
     with warnings.catch_warnings():
         _, res, _, _ = simulate(frames, TrainParams(mode="dp", epsilon=6.0, n_estimators=1, max_depth=2))
-    assert res["epsilon_per_feature"] == {"host": 3.0} and res["epsilon_per_party"] == {"host": 6.0}
-    assert res["dp_select"]["host"]["k"] == 2 and len(res["dp_select"]["host"]["features"]) == 2
+    assert res["epsilon_per_feature"] == {"host": 2.0} and res["epsilon_per_party"] == {"host": 6.0}
+    assert res["dp_select"]["host"]["k"] == 3 and len(res["dp_select"]["host"]["features"]) == 3
     assert 0.5 < res["test_auc"] < 1
 
 

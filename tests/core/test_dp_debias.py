@@ -327,7 +327,8 @@ def test_cli_dp_options(tmp_path):
 
 
 def test_dp_select_auto_rule():
-    assert [selected_count("auto", 10, e) for e in (0.5, 1, 2, 4, 5.9, 6, 8, 9, 40)] == [1, 1, 1, 1, 1, 2, 2, 3, 10]
+    assert [selected_count("auto", 10, e) for e in (0.5, 1, 2, 3.9, 4, 5.9, 6, 8, 9, 40)] == \
+        [1, 1, 1, 1, 2, 2, 3, 4, 4, 10]
     assert selected_count("auto", 3, 40.0) == 3                    # never more than the party's features
     assert selected_count(2, 10, 1.0) == 2 and selected_count(None, 10, 1.0) is None
     assert selected_count("auto", 10, INF) is None and selected_count(2, 10, INF) is None   # no noise
@@ -345,7 +346,7 @@ def test_dp_select_auto_is_the_default_and_needs_a_pilot_that_can_rank():
     need = MIN_PILOT_ROWS_PER_FEATURE * 10                       # pilot rows a 10-feature party needs
     n_ok = int(math.ceil(need / PILOT_FRACTION))
     assert pilot_size(n_ok) >= need and pilot_size(n_ok - 10) < need
-    assert selected_count("auto", 10, 8.0, n_ok) == 2 and selected_count("auto", 10, 8.0, n_ok - 10) is None
+    assert selected_count("auto", 10, 8.0, n_ok) == 4 and selected_count("auto", 10, 8.0, n_ok - 10) is None
     assert selected_count(2, 10, 8.0, 100) == 2                  # an explicit k is the user's choice
     assert selected_count("auto", 15, 8.0, 455) is None          # breast cancer: 91 pilot rows for 15
     assert selected_count("auto", 1, 8.0, 10) == 1               # one feature: nothing to rank
