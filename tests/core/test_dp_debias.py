@@ -322,6 +322,13 @@ def test_cli_dp_options(tmp_path):
     assert json.loads(out.read_text())["dp_debias"] is False
     res = CliRunner().invoke(main, [*base, "--dp-select", "5"])
     assert res.exit_code != 0 and "dp_select=5" in res.output and "'host' has 3" in res.output
+    res = CliRunner().invoke(main, [*base, "--dp-select", "none", "--output-json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert "dp_select" not in doc and doc["params"]["dp_select"] is None
+    assert doc["epsilon_per_feature"] == {"host": 1.0}                # every feature at 3 / 3
+    res = CliRunner().invoke(main, [*base, "--output-json", str(out)])  # the default: auto (pilot too small)
+    assert res.exit_code == 0 and json.loads(out.read_text())["params"]["dp_select"] == "auto"
     res = CliRunner().invoke(main, [*base, "--dp-buckets", "x"])
     assert res.exit_code != 0 and "dp_buckets must be 'auto'" in res.output
 
