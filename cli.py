@@ -251,9 +251,10 @@ def _training_options(f):
                           "mechanism)."),
         click.option("--dp-debias/--no-dp-debias", default=_default("dp_debias"), show_default=True,
                      help="Mode dp: the active party debiases the noisy release (post-processing)."),
-        click.option("--dp-select", default=_default("dp_select"),
+        click.option("--dp-select", default=_default("dp_select"), show_default=True,
                      help="Mode dp: release only K features per passive party (each at its epsilon / K), "
-                          "chosen on a pilot of disjoint rows; 'auto': K = epsilon / 2 (at least 1)."),
+                          "chosen on a pilot of disjoint rows; 'auto': K = epsilon / 2 (at least 1; no "
+                          "selection when the pilot is too small); 'none': release every feature."),
         click.option("--dp-model", type=float, default=_default("dp_model"),
                      help="Modes he/plain: train a differentially private released model with this total "
                           "epsilon per training row (inf: the non-private model); see docs/dp.md."),
@@ -424,7 +425,8 @@ _COMPARE = CompareConfig()      # the defaults of `vfl compare` (its hyperparame
                    "../shared/datasets exists.")
 @click.option("--modes", default=",".join(_COMPARE.modes), show_default=True,
               help="Comma list of plain, he, dp, dp_old (the old DP mechanism: max-bin buckets, no "
-                   "debiasing), dp_select (dp with --dp-select), local (active party alone), xgboost (centralized), "
+                   "debiasing), dp_select (dp with --dp-select), dp_all (dp releasing every feature: "
+                   "--dp-select none), local (active party alone), xgboost (centralized), "
                    "dp-model (the DP released model; or --dp-model).")
 @click.option("--epsilons", default=format_epsilons(_COMPARE.epsilons), show_default=True,
               help="DP budgets to sweep.")

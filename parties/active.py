@@ -204,7 +204,7 @@ class ActiveParty:
             self._plan_channel(transport, peers, infos, params)
             sources = self._sources(transport, peers, infos, params, model_id, X,
                                     objective.gradients(y, np.tile(objective.base_score(y), (len(y), 1)))
-                                    if params.mode == Mode.DP and params.dp_select else None)
+                                    if params.mode == Mode.DP and params.dp_select else None, rows)
             monitor = TrainingMonitor(objective, params, y)
             round_observers = [self.channel, RoundBytes(transport), monitor]
             round_observers += [tracker] if tracker is not None else []
@@ -265,7 +265,7 @@ class ActiveParty:
             transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
 
     def _sources(self, transport: Transport, peers: list[str], infos: dict, params: TrainParams,
-                 model_id: str, X: np.ndarray, root_gradients=None) -> list[HistogramSource]:
+                 model_id: str, X: np.ndarray, root_gradients=None, own_rows=None) -> list[HistogramSource]:
         """This party's own features first, then every passive party's: remote (``he``/``plain``)
         or its one noisy release (``dp``, then trained locally)."""
         sources: list[HistogramSource] = []
@@ -278,7 +278,8 @@ class ActiveParty:
                                        binner=self.dp_plan.binner(params.max_bin) if self.dp_plan.private else None))
         self.dp_report = {}
         if params.mode == Mode.DP:
-            dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(X), root_gradients)
+            dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(X), root_gradients,
+                                            own_rows)
             return sources + dp
         for p in peers:
             nb = infos[p].n_bins

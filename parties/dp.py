@@ -131,7 +131,10 @@ def release(s: PassiveState, req: m.DPReleaseRequest) -> m.DPRelease:
     if _entries(s) and (req.rows is None or released[rows].any()):
         raise ProtocolError(f"party {s.name!r} already released its buckets of these rows for this training; "
                             f"a second release would spend the privacy budget again")
-    rng = np.random.default_rng(s.dp_seed)
+    seed = s.dp_seed
+    if seed is not None and _entries(s):      # a seeded party's later releases (--dp-select): own streams
+        seed = [*np.atleast_1d(np.asarray(seed, dtype=object)).tolist(), len(_entries(s))]
+    rng = np.random.default_rng(seed)
     bucket_idx, n_bins, last_bin = _coarsen(s, binner, req.n_buckets, features)
     has_missing = np.any(bucket_idx == (n_bins - 1)[None, :], axis=0)     # over all training rows
     # draw the noise in the party's own row order, not the salted alignment order, so a
@@ -206,17 +209,27 @@ def release_buckets_wanted(n_bins: np.ndarray, epsilon_per_feature: float, dp_bu
 
 
 #: ``--dp-select auto``: release as many features as get at least this epsilon each
-SELECT_EPSILON_PER_FEATURE = 3.0
+SELECT_EPSILON_PER_FEATURE = 2.0
 
 
-def selected_count(dp_select, n_features: int, epsilon_per_party: float) -> int | None:
+#: ``--dp-select auto`` selects only when its pilot has at least this many rows per feature of the
+#: party (fewer cannot rank the features: the pick would be noise and could hurt)
+MIN_PILOT_ROWS_PER_FEATURE = 200
+
+
+def selected_count(dp_select, n_features: int, epsilon_per_party: float, n_samples: int | None = None) -> int | None:
     """How many features a party releases under ``dp_select``: ``None`` (no selection: every
     feature; also at ``epsilon = inf``, where there is no noise to concentrate), an integer
     ``k``, or ``"auto"``: ``floor(eps_row / SELECT_EPSILON_PER_FEATURE)``, at least 1 and at most
-    the party's features (so 1 feature at eps < 6, 2 at 6 to 9, ...)."""
+    the party's features (so 1 feature at eps < 4, 2 at 4 to 6, 4 at 8, ...); ``"auto"`` selects nothing
+    when the pilot (``PILOT_FRACTION`` of ``n_samples`` aligned rows) would have fewer than
+    ``MIN_PILOT_ROWS_PER_FEATURE`` rows per feature of the party."""
     if dp_select is None or epsilon_per_party == float("inf"):
         return None
     if dp_select == "auto":
+        if n_samples is not None and n_features > 1 \
+                and pilot_size(n_samples) < MIN_PILOT_ROWS_PER_FEATURE * n_features:
+            return None
         return int(min(n_features, max(1, math.floor(epsilon_per_party / SELECT_EPSILON_PER_FEATURE))))
     return int(dp_select)
 
@@ -225,12 +238,26 @@ def selected_count(dp_select, n_features: int, epsilon_per_party: float) -> int 
 PILOT_FRACTION = 0.2
 
 
-def pilot_rows(n_samples: int, seed: int) -> np.ndarray:
+def pilot_size(n_samples: int) -> int:
+    """Rows in the pilot of ``n_samples`` aligned rows: ``PILOT_FRACTION``, at least one, leaving one."""
+    return min(max(1, int(round(n_samples * PILOT_FRACTION))), n_samples - 1)
+
+
+def pilot_rows(n_samples: int, seed: int, own_rows=None) -> np.ndarray:
     """The pilot's rows (alignment positions): a random ``PILOT_FRACTION`` of the rows, at least one
-    and leaving at least one. Data-independent (chosen by the active party from ``seed``)."""
-    n_pilot = min(max(1, int(round(n_samples * PILOT_FRACTION))), n_samples - 1)
+    and leaving at least one. Data-independent (chosen by the active party from ``seed``).
+
+    ``own_rows``: the active party's own row of every aligned position. The draw is then made in
+    the active party's own row order and the pilot returned in that order, so the same seed picks
+    (and groups) the same rows whatever the alignment's salted order (reproducible simulations);
+    without it, in alignment order, sorted."""
     rng = np.random.default_rng([int(seed), 0x5E1EC7])
-    return np.sort(rng.choice(n_samples, size=n_pilot, replace=False))
+    if own_rows is None:
+        return np.sort(rng.choice(n_samples, size=pilot_size(n_samples), replace=False))
+    order = np.argsort(np.asarray(own_rows), kind="stable")
+    if order.size != n_samples:
+        raise InputError(f"pilot: {order.size} own rows for {n_samples} aligned rows")
+    return order[np.sort(rng.choice(n_samples, size=pilot_size(n_samples), replace=False))]
 
 
 def _check_release(p: str, r, n_rows: int, n_feat: int, slots: np.ndarray, wanted, eps: float) -> None:
@@ -244,7 +271,7 @@ def _check_release(p: str, r, n_rows: int, n_feat: int, slots: np.ndarray, wante
 
 
 def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, n_samples: int,
-               root_gradients=None):
+               root_gradients=None, own_rows=None):
     """Ask every passive party for its release; return ``(sources, report)``.
 
     ``report`` holds the accounting shown to the user: ``epsilon_per_feature``
@@ -254,7 +281,9 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
     With ``params.dp_debias`` (the default) and a finite epsilon the sources are
     :class:`vfl.dp_debias.DebiasedBucketSource` (train them with
     :class:`vfl.dp_debias.DPBooster`); otherwise plain :class:`vfl.dp.BucketSource`.
-    ``root_gradients``: ``(g, h)`` of the first round (``--dp-select`` scores its pilot with them).
+    ``root_gradients``: ``(g, h)`` of the first round (``--dp-select`` scores its pilot with them);
+    ``own_rows``: the active party's own row of every aligned position (the pilot is drawn in
+    that order: :func:`pilot_rows`).
     """
     n_features = {p: int(len(infos[p].n_bins)) for p in peers}
     budget = epsilon_budget(n_features, params.epsilon, params.epsilon_per_feature)
@@ -264,11 +293,11 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
         if small:
             raise InputError(f"dp_select={k} releases {k} features per passive party, but "
                              + ", ".join(f"party {p!r} has {d}" for p, d in small.items()))
-    ks = {p: selected_count(k, n_features[p], budget["epsilon_per_party"][p]) for p in peers}
+    ks = {p: selected_count(k, n_features[p], budget["epsilon_per_party"][p], n_samples) for p in peers}
     select = {p: ks[p] is not None and ks[p] < n_features[p] for p in peers}
     if any(select.values()) and root_gradients is None:
         raise InputError("dp_select needs the first round's gradients to score its pilot")
-    pilot = pilot_rows(n_samples, params.seed) if any(select.values()) else None
+    pilot = pilot_rows(n_samples, params.seed, own_rows) if any(select.values()) else None
     chosen = {}
     if pilot is not None:
         chosen = _select_features(transport, [p for p in peers if select[p]], infos, params, model_id,

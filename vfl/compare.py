@@ -65,6 +65,7 @@ class Arm(Vocabulary):
     DP_OLD = "dp_old"          # the mechanism before issue 13: 32 (max_bin) buckets, no debiasing
     DP_SELECT = "dp_select"    # dp with --dp-select (CompareConfig.dp_select features per passive party)
     DP_MODEL = "dp-model"    # plain (= he) training of a DP released model (vfl.dp_model), per epsilon
+    DP_ALL = "dp_all"          # dp releasing every feature (--dp-select none; the default before issue 13's follow-up)
 
 
 class EpsilonScope(Vocabulary):
@@ -75,7 +76,7 @@ class EpsilonScope(Vocabulary):
 
 ARMS = Arm.values()
 #: the arms that train in mode dp (one run per epsilon)
-DP_ARMS = (Arm.DP.value, Arm.DP_OLD.value, Arm.DP_SELECT.value)
+DP_ARMS = (Arm.DP.value, Arm.DP_OLD.value, Arm.DP_SELECT.value, Arm.DP_ALL.value)
 DEFAULT_ARMS = tuple(a for a in ARMS if a != Arm.DP_MODEL)    # `vfl compare --dp-model` adds it
 #: the hyperparameters of the dp-model arm that differ from the shared ones (see docs/dp.md)
 DP_MODEL_SETTINGS = {"max_depth": 3, "learning_rate": 0.5}     # dp_trees, dp_budget: TrainParams' defaults
@@ -171,9 +172,11 @@ class CompareConfig:
         if mode in DP_ARMS:
             dp = {"epsilon": epsilon} if self.epsilon_scope == EpsilonScope.PARTY else {"epsilon_per_feature": epsilon}
             if mode == Arm.DP_OLD:
-                dp.update(dp_buckets=self.max_bin, dp_debias=False)
+                dp.update(dp_buckets=self.max_bin, dp_debias=False, dp_select=None)
             elif mode == Arm.DP_SELECT:
                 dp.update(dp_select=self.dp_select)
+            elif mode == Arm.DP_ALL:
+                dp.update(dp_select=None)
             mode = Mode.DP.value
         return TrainParams(n_estimators=self.n_estimators, max_depth=self.max_depth,
                            learning_rate=self.learning_rate, max_bin=self.max_bin, mode=mode,
@@ -370,7 +373,8 @@ def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Pa
     finite = [e for e in dp_eps if e != INF]
     x_inf = (max(finite) if finite else 1.0) * 4
     curves = ((Arm.DP_OLD.value, "tab:purple", "s--", "DP, old mechanism (32 buckets, no debiasing)"),
-              (Arm.DP.value, "tab:blue", "o-", "DP (auto buckets, debiased)"),
+              (Arm.DP_ALL.value, "tab:orange", "v-", "DP, every feature (auto buckets, debiased)"),
+              (Arm.DP.value, "tab:blue", "o-", "DP default (auto buckets, debiased, --dp-select auto)"),
               (Arm.DP_SELECT.value, "tab:green", "^-", f"DP, --dp-select {cfg.dp_select}"))
     for arm, color, fmt, label in curves:
         arm_eps = [e for e in dp_eps if (arm, e) in by]

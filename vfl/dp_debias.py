@@ -76,7 +76,7 @@ from vfl.split import MIN_GAIN, SplitInfo, find_best_split, goes_left
 from vfl.tree import Tree
 
 #: lower confidence bound of a noisy candidate's gain: score minus Z standard deviations
-Z_LCB = 1.0
+Z_LCB = 2.0
 #: the debiased bucket frequencies used as a prior never fall below this share
 PRIOR_FLOOR = 1e-3
 

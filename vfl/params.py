@@ -98,7 +98,7 @@ class TrainParams:
     epsilon_per_feature: float | None = None  # mode dp: alternatively, per released feature
     dp_buckets: int | str = "auto"            # mode dp: buckets per released feature, "auto" from epsilon
     dp_debias: bool = True                    # mode dp: the active party debiases the release (vfl.dp_debias)
-    dp_select: int | str | None = None        # mode dp: release only this many features per party ("auto")
+    dp_select: int | str | None = "auto"      # mode dp: release only this many features per party (None/"none": all)
     # --- learner options (issue 4); names follow XGBoost / LightGBM ---
     huber_slope: float = 1.0               # pseudohuber objective
     subsample: float = 1.0                 # row fraction per tree, in (0, 1]
@@ -225,15 +225,15 @@ class TrainParams:
         self.dp_debias = bool(self.dp_debias)
         if self.dp_select is not None:
             k = self.dp_select
-            if isinstance(k, str) and k.strip().lower() == "auto":
-                self.dp_select = "auto"
+            if isinstance(k, str) and k.strip().lower() in ("auto", "none"):
+                self.dp_select = "auto" if k.strip().lower() == "auto" else None
                 return
             try:
                 ok = not isinstance(k, bool) and float(k) == int(float(k)) and int(float(k)) >= 1
             except (TypeError, ValueError):
                 ok = False
             if not ok:
-                raise InputError(f"parameter dp_select must be 'auto' or an integer >= 1 (features released "
+                raise InputError(f"parameter dp_select must be 'auto', 'none' or an integer >= 1 (features released "
                                  f"per passive party), got {k!r}")
             self.dp_select = int(float(k))
     def _validate_dp_model(self):

@@ -111,8 +111,14 @@ def test_give_credit_is_split_four_six_for_compare(shared_dir):
     frames = load_dataset("give_credit")
     assert [len(pf.feature_names) for pf in frames] == [4, 6]
     with warnings.catch_warnings():
-        _, res, _, _ = simulate(frames, TrainParams(mode="dp", epsilon=6.0, n_estimators=1, max_depth=2))
+        _, res, _, _ = simulate(frames, TrainParams(mode="dp", epsilon=6.0, n_estimators=1, max_depth=2,
+                                                    dp_select=None))
     assert res["epsilon_per_feature"] == {"host": 1.0} and res["epsilon_per_party"] == {"host": 6.0}
+    # the default (--dp-select auto): 3 of the 6 features at 2 each, picked on a pilot of 24,000 rows
+    with warnings.catch_warnings():
+        _, res, _, _ = simulate(frames, TrainParams(mode="dp", epsilon=6.0, n_estimators=1, max_depth=2))
+    assert res["epsilon_per_feature"] == {"host": 2.0} and res["epsilon_per_party"] == {"host": 6.0}
+    assert res["dp_select"]["host"]["k"] == 3 and len(res["dp_select"]["host"]["features"]) == 3
     assert 0.5 < res["test_auc"] < 1
 
 
@@ -147,15 +153,18 @@ def test_compare_modes_benchmark_takes_the_commands_options(capsys):
 
 def test_compare_dp_arms_old_mechanism_and_select():
     """The dp_old arm is the mechanism before issue 13 (max_bin buckets, no debiasing), the
-    dp_select arm dp with --dp-select; both train in mode dp at each epsilon."""
+    dp_select arm dp with --dp-select, the dp_all arm dp releasing every feature; all train in
+    mode dp at each epsilon; the dp arm is the default (--dp-select auto)."""
     from vfl.compare import DP_ARMS, Arm
     cfg = CompareConfig(max_bin=16, dp_select=2, epsilon_scope="feature").validate()
-    assert set(DP_ARMS) == {"dp", "dp_old", "dp_select"} <= set(cfg.modes)
+    assert set(DP_ARMS) == {"dp", "dp_old", "dp_select", "dp_all"} <= set(cfg.modes)
     old = cfg.train_params(Arm.DP_OLD.value, 2.0, 3)
     assert (old.mode, old.dp_buckets, old.dp_debias, old.dp_select, old.epsilon_per_feature, old.seed) == \
         ("dp", 16, False, None, 2.0, 3)
     new = cfg.train_params(Arm.DP.value, 2.0, 0)
-    assert (new.mode, new.dp_buckets, new.dp_debias, new.dp_select) == ("dp", "auto", True, None)
+    assert (new.mode, new.dp_buckets, new.dp_debias, new.dp_select) == ("dp", "auto", True, "auto")
+    every = cfg.train_params(Arm.DP_ALL.value, 2.0, 0)
+    assert (every.mode, every.dp_buckets, every.dp_debias, every.dp_select) == ("dp", "auto", True, None)
     sel = cfg.train_params(Arm.DP_SELECT.value, 2.0, 0)
     assert (sel.mode, sel.dp_select, sel.dp_debias) == ("dp", 2, True)
     assert CompareConfig().dp_select == "auto"

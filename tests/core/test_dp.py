@@ -359,8 +359,12 @@ def test_dp_training_is_reproducible_in_simulation_and_noisy():
     _, r1, _, pr1 = simulate(frames, p)
     _, r2, _, pr2 = simulate(frames, p)
     assert np.array_equal(pr1, pr2) and r1["test_auc"] == r2["test_auc"]
-    _, r3, _, pr3 = simulate(frames, TrainParams(mode="dp", epsilon=4.0, n_estimators=3, max_depth=3, seed=1))
-    assert not np.array_equal(pr1, pr3)
+    # the noise follows the seed (at 4/15 per feature no noisy split of breast cancer's host passes
+    # the confidence bound, so the seeds are compared at 4 per feature)
+    old = dict(mode="dp", epsilon_per_feature=4.0, n_estimators=3, max_depth=3)
+    _, _, _, pr3 = simulate(frames, TrainParams(**old))
+    _, _, _, pr4 = simulate(frames, TrainParams(**old, seed=1))
+    assert not np.array_equal(pr3, pr4)
     assert r1["epsilon_per_party"] == {"host1": 4.0}
     assert r1["epsilon_per_feature"]["host1"] == pytest.approx(4.0 / 15)
     # automatic buckets at 4/15 per feature: two per feature, kept with probability e^eps/(e^eps+1)

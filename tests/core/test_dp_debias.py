@@ -12,7 +12,7 @@ from support import small_frames
 
 from cli import main
 from parties.active import ActiveParty
-from parties.dp import pilot_rows, selected_count
+from parties.dp import MIN_PILOT_ROWS_PER_FEATURE, PILOT_FRACTION, pilot_rows, pilot_size, selected_count
 from parties.passive import PassiveParty
 from protocols import messages as m
 from protocols.serialization import loads
@@ -283,8 +283,8 @@ def test_explicit_buckets_keep_the_old_mechanism(frames):
 
 
 @pytest.mark.parametrize("kw, msg", [
-    ({"dp_select": 0}, "dp_select must be .auto. or an integer >= 1"),
-    ({"dp_select": 1.5}, "dp_select must be .auto. or an integer >= 1"),
+    ({"dp_select": 0}, "dp_select must be .auto., .none. or an integer >= 1"),
+    ({"dp_select": 1.5}, "dp_select must be .auto., .none. or an integer >= 1"),
     ({"dp_buckets": 1}, "dp_buckets must be 'auto' or an integer in"),
     ({"dp_buckets": "many"}, "dp_buckets must be 'auto' or an integer in"),
     ({"dp_debias": "yes"}, "dp_debias must be True or False"),
@@ -322,14 +322,72 @@ def test_cli_dp_options(tmp_path):
     assert json.loads(out.read_text())["dp_debias"] is False
     res = CliRunner().invoke(main, [*base, "--dp-select", "5"])
     assert res.exit_code != 0 and "dp_select=5" in res.output and "'host' has 3" in res.output
+    res = CliRunner().invoke(main, [*base, "--dp-select", "none", "--output-json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert "dp_select" not in doc and doc["params"]["dp_select"] is None
+    assert doc["epsilon_per_feature"] == {"host": 1.0}                # every feature at 3 / 3
+    res = CliRunner().invoke(main, [*base, "--output-json", str(out)])  # the default: auto (pilot too small)
+    assert res.exit_code == 0 and json.loads(out.read_text())["params"]["dp_select"] == "auto"
     res = CliRunner().invoke(main, [*base, "--dp-buckets", "x"])
     assert res.exit_code != 0 and "dp_buckets must be 'auto'" in res.output
 
 
 def test_dp_select_auto_rule():
-    assert [selected_count("auto", 10, e) for e in (0.5, 1, 2, 4, 5.9, 6, 8, 9, 40)] == [1, 1, 1, 1, 1, 2, 2, 3, 10]
+    assert [selected_count("auto", 10, e) for e in (0.5, 1, 2, 3.9, 4, 5.9, 6, 8, 9, 40)] == \
+        [1, 1, 1, 1, 2, 2, 3, 4, 4, 10]
     assert selected_count("auto", 3, 40.0) == 3                    # never more than the party's features
     assert selected_count(2, 10, 1.0) == 2 and selected_count(None, 10, 1.0) is None
     assert selected_count("auto", 10, INF) is None and selected_count(2, 10, INF) is None   # no noise
     assert TrainParams(mode="dp", epsilon=1.0, dp_select="AUTO").dp_select == "auto"
     assert TrainParams(mode="dp", epsilon=1.0, dp_select="3").dp_select == 3
+
+
+def test_dp_select_auto_is_the_default_and_needs_a_pilot_that_can_rank():
+    """auto selects only when its pilot has MIN_PILOT_ROWS_PER_FEATURE rows per feature of the
+    party; an explicit k always selects; 'none' (or None) releases every feature."""
+    assert TrainParams(mode="dp", epsilon=1.0).dp_select == "auto"
+    assert TrainParams(mode="dp", epsilon=1.0, dp_select="none").dp_select is None
+    assert TrainParams(mode="dp", epsilon=1.0, dp_select=None).dp_select is None
+    assert pilot_size(24000) == round(24000 * PILOT_FRACTION)
+    need = MIN_PILOT_ROWS_PER_FEATURE * 10                       # pilot rows a 10-feature party needs
+    n_ok = int(math.ceil(need / PILOT_FRACTION))
+    assert pilot_size(n_ok) >= need and pilot_size(n_ok - 10) < need
+    assert selected_count("auto", 10, 8.0, n_ok) == 4 and selected_count("auto", 10, 8.0, n_ok - 10) is None
+    assert selected_count(2, 10, 8.0, 100) == 2                  # an explicit k is the user's choice
+    assert selected_count("auto", 15, 8.0, 455) is None          # breast cancer: 91 pilot rows for 15
+    assert selected_count("auto", 1, 8.0, 10) == 1               # one feature: nothing to rank
+
+
+def test_default_dp_on_a_small_table_releases_every_feature():
+    """Breast cancer (455 training rows, 15 host features): the default --dp-select auto finds the
+    pilot too small, so every feature is released at eps/15 and no pilot release is made."""
+    from datasets import breast_cancer_parties
+    from vfl.api import simulate
+    fed, res, _, _ = simulate(breast_cancer_parties(2), TrainParams(mode="dp", epsilon=8.0, n_estimators=1,
+                                                                    max_depth=2))
+    assert "dp_select" not in res
+    assert res["epsilon_per_feature"]["host1"] == pytest.approx(8.0 / 15)
+    info = fed.passives["host1"].dp_release_info()
+    assert "releases" not in info and info["n_features"] == 15 and info["epsilon_per_party"] == 8.0
+
+
+def test_pilot_is_drawn_in_the_active_party_own_row_order():
+    """The same seed picks and groups the same own rows whatever the alignment's (salted) order."""
+    rng = np.random.default_rng(5)
+    own = rng.permutation(1000)                       # own row of each aligned position
+    perm = rng.permutation(1000)                      # another salt: the same rows, another order
+    a, b = pilot_rows(1000, 3, own), pilot_rows(1000, 3, own[perm])
+    assert np.array_equal(own[a], own[perm][b])       # the same own rows, in the same order
+    assert len(a) == pilot_size(1000) and len(set(a.tolist())) == len(a)
+    assert not np.array_equal(own[a], own[pilot_rows(1000, 4, own)])
+
+
+def test_dp_select_training_is_reproducible_in_simulation():
+    from datasets import breast_cancer_parties
+    from vfl.api import simulate
+    frames = breast_cancer_parties(2)
+    p = TrainParams(mode="dp", epsilon=4.0, n_estimators=2, max_depth=2, dp_select=2)
+    _, r1, _, pr1 = simulate(frames, p)
+    _, r2, _, pr2 = simulate(frames, p)
+    assert r1["dp_select"] == r2["dp_select"] and np.array_equal(pr1, pr2)
