@@ -55,6 +55,10 @@ Conventions:
   scikit-learn). ``mode`` defaults to ``"he"`` (real Paillier). ``random_state``
   (an int or a ``numpy.random.RandomState``), when set, gives the ``seed``; it also
   seeds the simulated parties' DP noise, so a fit is reproducible in every mode.
+* Credit-risk options (issue 15): ``categorical`` names columns to treat as categories
+  (text and pandas ``category`` columns always are), ``monotone_constraints`` is
+  ``{column: +1 | -1}`` over any party's columns (each goes to the party holding it;
+  ``PARTY:COLUMN`` where several parties use a name), ``sample_weight`` in ``fit``.
 * ``feature_importances_``: one value per feature, normalised to sum 1;
   ``importance_type`` ``"gain"`` (total gain; the simulated active party shares each
   passive party's split gains with it, see README) or ``"split"``. Each party
@@ -79,7 +83,7 @@ from sklearn.utils.validation import _check_sample_weight, column_or_1d, validat
 
 from datasets.errors import InputError
 from datasets.frames import PartyFrame
-from vfl.api import Federation, federation_from_frames
+from vfl.api import Federation, federation_from_frames, split_constraints
 from vfl.objectives import get_objective
 from vfl.params import Objective, TrainParams
 
@@ -154,7 +158,8 @@ class _VerticalBoosting(BaseEstimator):
                  mode=_D("mode"), key_bits=_D("key_bits"), encryption=_D("encryption"),
                  precision_bits=_D("precision_bits"), seed=_D("seed"), id_col="id", importance_type="gain",
                  align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature"),
-                 parties=None, n_parties=2, label_party=None, random_state=None):
+                 parties=None, n_parties=2, label_party=None, random_state=None, categorical=None,
+                 monotone_constraints=None):
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
@@ -182,6 +187,8 @@ class _VerticalBoosting(BaseEstimator):
         self.n_parties = n_parties
         self.label_party = label_party
         self.random_state = random_state
+        self.categorical = categorical
+        self.monotone_constraints = monotone_constraints
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -394,8 +401,14 @@ class _VerticalBoosting(BaseEstimator):
         self._table = not _is_party_form(X)
         items, y = self._labelled_items(X, y, "X", keep)
         id_col = _ROW_ID if self._table else self.id_col
-        fed = federation_from_frames([PartyFrame(name, frame, id_col, _LABEL if i == 0 else None)
-                                      for i, (name, frame) in enumerate(items)])
+        frames = [PartyFrame(name, frame, id_col, _LABEL if i == 0 else None) for i, (name, frame) in enumerate(items)]
+        monotone = None
+        if self.monotone_constraints:       # each constraint goes to the party holding its column
+            per_party = split_constraints(frames, self.monotone_constraints)
+            params = TrainParams.from_dict({**params.to_dict(),
+                                            "monotone_constraints": per_party[frames[0].name] or None})
+            monotone = {f"{n}:{f}": c for n, cs in per_party.items() if n != frames[0].name for f, c in cs.items()}
+        fed = federation_from_frames(frames, categorical=self.categorical, monotone=monotone)
         fed.seed_dp_noise(params.seed)
         validation = None
         if eval_set is not None:
@@ -603,8 +616,8 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                  mode=_D("mode"), key_bits=_D("key_bits"), encryption=_D("encryption"),
                  precision_bits=_D("precision_bits"), seed=_D("seed"), id_col="id", importance_type="gain",
                  align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature"),
-                 parties=None, n_parties=2, label_party=None, random_state=None,
-                 objective=Objective.REGRESSION.value, huber_slope=_D("huber_slope")):
+                 parties=None, n_parties=2, label_party=None, random_state=None, categorical=None,
+                 monotone_constraints=None, objective=Objective.REGRESSION.value, huber_slope=_D("huber_slope")):
         super().__init__(n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate,
                          max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight, gamma=gamma,
                          subsample=subsample, goss=goss, top_rate=top_rate, other_rate=other_rate,
@@ -612,7 +625,8 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                          key_bits=key_bits, encryption=encryption, precision_bits=precision_bits, seed=seed,
                          id_col=id_col, importance_type=importance_type, align=align, epsilon=epsilon,
                          epsilon_per_feature=epsilon_per_feature, parties=parties, n_parties=n_parties,
-                         label_party=label_party, random_state=random_state)
+                         label_party=label_party, random_state=random_state, categorical=categorical,
+                         monotone_constraints=monotone_constraints)
         self.objective = objective
         self.huber_slope = huber_slope
 

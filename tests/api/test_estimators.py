@@ -479,3 +479,37 @@ def test_sample_weight_pass_through_to_the_api(monkeypatch):
     ids, got = seen[-1]
     assert ids.tolist() == parts["bank"]["id"][w > 0].tolist() and np.array_equal(got, w[w > 0])
     assert est.sklearn_expected_failed_checks(VerticalBoostingClassifier()) == {}
+
+
+def test_estimator_takes_categories_and_monotone_constraints_of_both_parties():
+    """Issue 15 in the estimators: a text column is a categorical feature of its party, and
+    monotone constraints on an active and a passive column hold along a dense grid."""
+    rng = np.random.default_rng(0)
+    n = 1500
+    X = pd.DataFrame({"a0": rng.normal(size=n), "a1": rng.normal(size=n), "b0": rng.normal(size=n),
+                      "seg": rng.choice(["north", "south", "east"], size=n)})
+    # increasing in a0 and decreasing in b0 overall, but with a bump against the trend near 0
+    logit = (1.5 * X["a0"] - 3.0 * np.exp(-4 * X["a0"] ** 2) - 1.0 * X["b0"] + 3.0 * np.exp(-4 * X["b0"] ** 2)
+             + X["seg"].map({"north": 1.0, "south": -1.0, "east": 0.0}))
+    y = (logit + 0.5 * rng.normal(size=n) > 0).astype(int).to_numpy()
+    layout = {"bank": ["a0", "a1"], "shop": ["b0", "seg"]}
+    kw = dict(mode="plain", n_estimators=8, max_depth=3, learning_rate=0.3, parties=layout)
+    clf = VerticalBoostingClassifier(monotone_constraints={"a0": 1, "b0": -1}, **kw).fit(X, y)
+    free = VerticalBoostingClassifier(**kw).fit(X, y)
+    grid = np.linspace(-3, 3, 61)
+    bent = 0
+    for col, sign in (("a0", 1), ("b0", -1)):
+        for row in range(5):
+            Z = X.iloc[[row] * len(grid)].reset_index(drop=True)
+            Z[col] = grid
+            p = clf.predict_proba(Z)[:, 1]
+            assert np.all(sign * np.diff(p) >= -1e-12), (col, row)
+            assert np.ptp(p) > 0.05                       # the constrained feature still matters
+            bent += int(np.any(sign * np.diff(free.predict_proba(Z)[:, 1]) < -1e-12))
+    assert bent > 0                                       # without constraints the model is not monotone
+    # the text column is categorical: its three values get different predictions
+    Z = X.iloc[[0, 0, 0]].reset_index(drop=True)
+    Z["seg"] = ["north", "south", "east"]
+    assert len(np.unique(np.round(clf.predict_proba(Z)[:, 1], 9))) == 3
+    with pytest.raises(InputError, match="monotone constraint"):
+        VerticalBoostingClassifier(monotone_constraints={"seg": 1}, **kw).fit(X, y)
