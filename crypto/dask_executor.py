@@ -232,23 +232,6 @@ class DaskExecutor(Executor):
                 cluster.close()
 
     # -- shared slots -------------------------------------------------------
-    def holds(self, slot: str, obj) -> bool:
-        return self._slots.get(slot) is obj and self.started
-
-    def share(self, slot: str, obj, header: dict, blobs: Sequence[bytes] = (), op: str = "put") -> None:
-        with self._lock:
-            if self.holds(slot, obj):
-                return
-            self._slots.pop(slot, None)
-            self.broadcast(dict(header, op=op, slot=slot), blobs)
-            self._slots[slot] = obj
-
-    def _slot_names(self) -> list[str]:
-        return list(self._slots)
-
-    def _forget(self, slot: str) -> None:
-        self._slots.pop(slot, None)
-
     # -- requests ----------------------------------------------------------
     def _submit_on(self, wi: int, header: dict, blobs: Sequence[bytes]):
         if not 0 <= wi < len(self._addresses):

@@ -109,14 +109,24 @@ class Executor(ABC):
         self.close()
 
     # -- named shared state -------------------------------------------------
-    @abstractmethod
+    # implementations keep ``_slots`` ({slot: the local object its workers hold}) and ``_lock``
+    def _slots_valid(self) -> bool:
+        """Whether the workers still hold what ``_slots`` records (they are running)."""
+        return self.started
+
     def holds(self, slot: str, obj) -> bool:
         """Whether every worker's ``slot`` holds this very local object."""
+        return self._slots.get(slot) is obj and self._slots_valid()
 
-    @abstractmethod
     def share(self, slot: str, obj, header: dict, blobs: Sequence[bytes] = (), op: str = "put") -> None:
         """Put ``obj`` (encoded as ``header``/``blobs``, see :mod:`crypto.worker` ``put``) into
         ``slot`` of every worker, unless the slot already holds this very object."""
+        with self._lock:
+            if self.holds(slot, obj):
+                return
+            self._slots.pop(slot, None)
+            self.broadcast(dict(header, op=op, slot=slot), blobs)
+            self._slots[slot] = obj
 
     def share_lazy(self, slot: str, obj, encode: Callable[[], tuple[dict, Sequence[bytes]]]) -> None:
         """Like :meth:`share`, calling ``encode() -> (header, blobs)`` only when needed."""
@@ -161,10 +171,10 @@ class Executor(ABC):
             self._forget(slot)
 
     def _slot_names(self) -> list[str]:
-        return []
+        return list(self._slots)
 
     def _forget(self, slot: str) -> None:
-        pass
+        self._slots.pop(slot, None)
 
     def worker_label(self, index: int) -> str:
         """How messages name worker ``index``."""
@@ -312,17 +322,6 @@ class LocalExecutor(Executor):
             _LIVE.discard(self)
 
     # -- shared slots -------------------------------------------------------
-    def holds(self, slot: str, obj) -> bool:
-        return self._slots.get(slot) is obj and self.started
-
-    def share(self, slot: str, obj, header: dict, blobs: Sequence[bytes] = (), op: str = "put") -> None:
-        with self._lock:
-            if self.holds(slot, obj):
-                return
-            self._slots.pop(slot, None)
-            self.broadcast(dict(header, op=op, slot=slot), blobs)
-            self._slots[slot] = obj
-
     def share_lazy(self, slot: str, obj, encode) -> None:
         with self._lock:
             super().share_lazy(slot, obj, encode)
@@ -420,12 +419,6 @@ class LocalExecutor(Executor):
             sel.close()
             return results
 
-    def _slot_names(self) -> list[str]:
-        return list(self._slots)
-
-    def _forget(self, slot: str) -> None:
-        self._slots.pop(slot, None)
-
     def worker_label(self, index: int) -> str:
         pid = self._workers[index].proc.pid if index < len(self._workers) else "?"
         return f"worker {index} (pid {pid}) of pool {self.name!r}"
@@ -485,16 +478,8 @@ class InlineExecutor(Executor):
     def worker_peaks(self) -> list[dict]:
         return []
 
-    def holds(self, slot: str, obj) -> bool:
-        return self._slots.get(slot) is obj and not self.closed
-
-    def share(self, slot: str, obj, header: dict, blobs: Sequence[bytes] = (), op: str = "put") -> None:
-        with self._lock:
-            if self.holds(slot, obj):
-                return
-            self._slots.pop(slot, None)
-            self.broadcast(dict(header, op=op, slot=slot), blobs)
-            self._slots[slot] = obj
+    def _slots_valid(self) -> bool:
+        return not self.closed            # in this process: valid until closed
 
     def _run(self, header: dict, blobs: Sequence[bytes]) -> Frame:
         self.start()
@@ -518,12 +503,6 @@ class InlineExecutor(Executor):
             if any(wi != 0 for wi, _ in requests):
                 raise WorkerError(f"executor {self.name!r} has one worker")
             return [self._run(h, b) for _, (h, b) in requests]
-
-    def _slot_names(self) -> list[str]:
-        return list(self._slots)
-
-    def _forget(self, slot: str) -> None:
-        self._slots.pop(slot, None)
 
     def worker_label(self, index: int) -> str:
         return f"the process of {self.name!r}"
