@@ -45,17 +45,33 @@ def _temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
 
 
-def _stage(path: Path, data: bytes, mode: int) -> Path:
-    """Write ``data`` to a new temporary file beside ``path`` (O_EXCL, no link followed, ``mode``
-    from the start) and flush it to disk; its name. Nothing is left behind on failure."""
+def _write_error(path: Path, exc: OSError) -> WriteError:
+    return WriteError(f"cannot write {path}: {_describe(exc)}", path, exc.errno)
+
+
+def _open_temp(path: Path, mode: int) -> tuple[Path, int]:
+    """A new temporary file beside ``path`` (O_EXCL, no link followed, exactly ``mode`` whatever
+    the umask): its name and an open descriptor."""
     tmp = _temp_name(path)
     try:
         fd = os.open(tmp, _FLAGS, mode)
     except OSError as exc:
-        raise WriteError(f"cannot write {path}: {_describe(exc)}", path, exc.errno) from None
+        raise _write_error(path, exc) from None
+    try:
+        os.fchmod(fd, mode)
+    except OSError as exc:
+        os.close(fd)
+        _unlink_quietly(tmp)
+        raise _write_error(path, exc) from None
+    return tmp, fd
+
+
+def _stage(path: Path, data: bytes, mode: int) -> Path:
+    """Write ``data`` to a new temporary file beside ``path`` (see :func:`_open_temp`) and flush
+    it to disk; its name. Nothing is left behind on failure."""
+    tmp, fd = _open_temp(path, mode)
     try:
         try:
-            os.fchmod(fd, mode)          # the umask may have removed bits: exactly ``mode``
             view = memoryview(data)
             while view:
                 n = os.write(fd, view)
@@ -66,7 +82,7 @@ def _stage(path: Path, data: bytes, mode: int) -> Path:
     except BaseException as exc:
         _unlink_quietly(tmp)
         if isinstance(exc, OSError):
-            raise WriteError(f"cannot write {path}: {_describe(exc)}", path, exc.errno) from None
+            raise _write_error(path, exc) from None
         raise
     return tmp
 
@@ -94,7 +110,7 @@ def write_files_atomic(files, mode: int = FILE_MODE) -> list[Path]:
                 for t, _ in staged[i:]:
                     _unlink_quietly(t)
                 staged = []
-                raise WriteError(f"cannot write {path}: {_describe(exc)}", path, exc.errno) from None
+                raise _write_error(path, exc) from None
         staged = []
     finally:
         for tmp, _ in staged:
@@ -120,13 +136,8 @@ def atomic_text_writer(path, mode: int = FILE_MODE):
     block ends without an error; on an error the temporary file is removed and the target is
     untouched. Text is UTF-8, written as given (no newline translation)."""
     path = Path(path)
-    tmp = _temp_name(path)
+    tmp, fd = _open_temp(path, mode)
     try:
-        fd = os.open(tmp, _FLAGS, mode)
-    except OSError as exc:
-        raise WriteError(f"cannot write {path}: {_describe(exc)}", path, exc.errno) from None
-    try:
-        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             yield f
             f.flush()
@@ -135,7 +146,7 @@ def atomic_text_writer(path, mode: int = FILE_MODE):
     except BaseException as exc:
         _unlink_quietly(tmp)
         if isinstance(exc, OSError):
-            raise WriteError(f"cannot write {path}: {_describe(exc)}", path, exc.errno) from None
+            raise _write_error(path, exc) from None
         raise
     _fsync_dir(path.parent)
 
