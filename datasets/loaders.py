@@ -129,28 +129,8 @@ def read_party_csv(path: PathLike, name: str, id_col: str, label_col: str | None
     header = _read_header(p, name)
     _check_row_lengths(p, name, len(header))
     dtype = {id_col: str} if id_col in header else None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            frame = pd.read_csv(p, dtype=dtype, index_col=False, low_memory=False, encoding="utf-8-sig")
-        except pd.errors.EmptyDataError:
-            raise InputError(f"file {str(p)!r}{_party_label(name)} is empty") from None
-        except pd.errors.ParserError as exc:
-            msg = str(exc).strip().replace("Error tokenizing data. C error: ", "")
-            raise InputError(f"cannot parse CSV file {str(p)!r}{_party_label(name)}: {msg}") from None
-        except UnicodeDecodeError as exc:
-            raise InputError(f"cannot read {str(p)!r}{_party_label(name)}: not UTF-8 text ({exc.reason})") from None
-        except OSError as exc:
-            raise InputError(f"cannot read {str(p)!r}{_party_label(name)}: {exc.strerror or exc}") from None
-        except (ValueError, TypeError) as exc:
-            raise InputError(f"cannot parse CSV file {str(p)!r}{_party_label(name)}: {exc}") from None
-    for w in caught:
-        if issubclass(w.category, pd.errors.ParserWarning):
-            raise InputError(
-                f"cannot parse CSV file {str(p)!r}{_party_label(name)}: some rows have more fields "
-                f"than the header has columns ({w.message})"
-            )
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    with _csv_reader_errors(p, name):
+        frame = pd.read_csv(p, dtype=dtype, index_col=False, low_memory=False, encoding="utf-8-sig")
     if len(frame) == 0:
         raise InputError(f"file {str(p)!r}{_party_label(name)} has a header but no data rows")
     if id_col in frame.columns:
