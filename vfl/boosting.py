@@ -93,14 +93,22 @@ class Booster:
         self._map(lambda s: s.start_round(gradients), self.sources)
         timing.add("gradients", time.perf_counter() - t0)
         gq, hq = gradients.as_float()
-        grower = TreeGrower(self.sources, self.params, self._map, timing, dp=self._mechanisms)
+        grower = self._grower(timing)
         trees, leaf_pos = grower.grow(r, gq, hq, in_sample)
-        for k, tree in enumerate(trees):
-            values = np.array([nd.value for nd in tree.nodes])
-            raw[:, k] += values[leaf_pos[k]]
+        self._update_scores(grower, trees, leaf_pos, raw)
         timing.add("total", time.perf_counter() - t0)
         self.timings.append(timing)
         return RoundRecord(r, trees, raw, timing)
+
+    def _grower(self, timing: RoundTiming) -> TreeGrower:
+        """The round's tree grower (subclasses grow differently, e.g. over debiased sources)."""
+        return TreeGrower(self.sources, self.params, self._map, timing, dp=self._mechanisms)
+
+    def _update_scores(self, grower: TreeGrower, trees: list[Tree], leaf_pos: np.ndarray, raw: np.ndarray) -> None:
+        """Move every row's training score by its leaf value in each new tree."""
+        for k, tree in enumerate(trees):
+            values = np.array([nd.value for nd in tree.nodes])
+            raw[:, k] += values[leaf_pos[k]]
 
     def _gradients(self, r: int, y: np.ndarray, raw: np.ndarray,
                    timing: RoundTiming) -> tuple[RoundGradients, np.ndarray | None]:

@@ -69,7 +69,7 @@ from vfl.boosting import Booster
 from vfl.dp import INF, BucketSource, check_n_buckets
 from vfl.grower import TreeGrower
 from vfl.params import check_epsilon
-from vfl.rounds import RoundRecord, RoundTiming
+from vfl.rounds import RoundTiming
 from vfl.sampling import node_members
 from vfl.sources import LocalSource
 from vfl.split import MIN_GAIN, SplitInfo, find_best_split, goes_left
@@ -417,18 +417,8 @@ class DPBooster(Booster):
     """:class:`Booster` over debiased sources: :class:`DPGrower`, and training scores move by each
     row's expected leaf value (its true leaf is unknown to the active party)."""
 
-    def _round(self, r: int, y: np.ndarray, raw: np.ndarray) -> RoundRecord:
-        timing = RoundTiming()
-        t0 = time.perf_counter()
-        gradients, in_sample = self._gradients(r, y, raw, timing)
-        for observer in self.observers:
-            observer.round_started(gradients)
-        self._map(lambda s: s.start_round(gradients), self.sources)
-        timing.add("gradients", time.perf_counter() - t0)
-        gq, hq = gradients.as_float()
-        grower = DPGrower(self.sources, self.params, self._map, timing)
-        trees, _ = grower.grow(r, gq, hq, in_sample)
+    def _grower(self, timing: RoundTiming) -> "DPGrower":
+        return DPGrower(self.sources, self.params, self._map, timing)
+
+    def _update_scores(self, grower: "DPGrower", trees, leaf_pos, raw: np.ndarray) -> None:
         raw += grower.expected.T
-        timing.add("total", time.perf_counter() - t0)
-        self.timings.append(timing)
-        return RoundRecord(r, trees, raw, timing)
