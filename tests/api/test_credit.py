@@ -49,7 +49,8 @@ def test_the_active_party_never_receives_a_category_value():
     received = [frame for sender, receiver, frame in fed.transport.log if receiver == "bank"]
     assert received
     blob = b"".join(received)
-    for value in EDUCATION + ["education", "Q7"]:
+    # whole values only: a 2-byte fragment like "Q7" turns up by chance in random id hashes
+    for value in EDUCATION + ["education"]:
         assert value.encode() not in blob
     for frame in received:
         loads(frame)                                 # every frame is a protocol message
