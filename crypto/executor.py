@@ -344,44 +344,14 @@ class LocalExecutor(Executor):
             if not requests:
                 return []
             self._start()
-            results: list = [None] * len(requests)
             pending = list(range(len(requests)))[::-1]
-            sel = selectors.DefaultSelector()
-            try:
-                busy = 0
-                for w in self._workers:
-                    if not pending:
-                        break
-                    i = pending.pop()
-                    self._send(w, encode_frame(*requests[i]))
-                    w.task = i
-                    sel.register(w.proc.stdout, selectors.EVENT_READ, w)
-                    busy += 1
-                while busy:
-                    for key, _ in sel.select():
-                        w = key.data
-                        results[w.task] = self._receive(w)
-                        if pending:
-                            i = pending.pop()
-                            self._send(w, encode_frame(*requests[i]))
-                            w.task = i
-                        else:
-                            sel.unregister(w.proc.stdout)
-                            w.task = None
-                            busy -= 1
-            except BaseException:
-                sel.close()
-                self.close(kill=True)
-                raise
-            sel.close()
-            return results
+            return self._drive(requests, lambda w: pending.pop() if pending else None)
 
     def run_on(self, requests: Sequence[tuple[int, Request]]) -> list[Frame]:
         with self._lock:
             if not requests:
                 return []
             self._start()
-            results: list = [None] * len(requests)
             queues: dict[int, list[int]] = {}
             for i, (wi, _) in enumerate(requests):
                 if not 0 <= wi < len(self._workers):
@@ -389,35 +359,46 @@ class LocalExecutor(Executor):
                 queues.setdefault(wi, []).append(i)
             for q in queues.values():
                 q.reverse()
-            sel = selectors.DefaultSelector()
-            try:
-                busy = 0
-                for wi, q in queues.items():
-                    w = self._workers[wi]
-                    i = q.pop()
-                    self._send(w, encode_frame(*requests[i][1]))
-                    w.task = (wi, i)
-                    sel.register(w.proc.stdout, selectors.EVENT_READ, w)
-                    busy += 1
-                while busy:
-                    for key, _ in sel.select():
-                        w = key.data
-                        wi, i = w.task
-                        results[i] = self._receive(w)
-                        if queues[wi]:
-                            i = queues[wi].pop()
-                            self._send(w, encode_frame(*requests[i][1]))
-                            w.task = (wi, i)
-                        else:
-                            sel.unregister(w.proc.stdout)
-                            w.task = None
-                            busy -= 1
-            except BaseException:
-                sel.close()
-                self.close(kill=True)
-                raise
+            index = {id(w): wi for wi, w in enumerate(self._workers)}
+
+            def next_for(w):
+                q = queues.get(index[id(w)])
+                return q.pop() if q else None
+            return self._drive([r for _, r in requests], next_for)
+
+    def _drive(self, requests: Sequence[Request], next_for) -> list[Frame]:
+        """Keep every worker busy with the request ``next_for(worker)`` names (None: none left for
+        it) until all replies are in; replies in request order. A failure kills the pool."""
+        results: list = [None] * len(requests)
+        sel = selectors.DefaultSelector()
+        try:
+            busy = 0
+            for w in self._workers:
+                i = next_for(w)
+                if i is None:
+                    continue
+                self._send(w, encode_frame(*requests[i]))
+                w.task = i
+                sel.register(w.proc.stdout, selectors.EVENT_READ, w)
+                busy += 1
+            while busy:
+                for key, _ in sel.select():
+                    w = key.data
+                    results[w.task] = self._receive(w)
+                    i = next_for(w)
+                    if i is not None:
+                        self._send(w, encode_frame(*requests[i]))
+                        w.task = i
+                    else:
+                        sel.unregister(w.proc.stdout)
+                        w.task = None
+                        busy -= 1
+        except BaseException:
             sel.close()
-            return results
+            self.close(kill=True)
+            raise
+        sel.close()
+        return results
 
     def worker_label(self, index: int) -> str:
         pid = self._workers[index].proc.pid if index < len(self._workers) else "?"
