@@ -1,5 +1,6 @@
 """Small shared helpers of the test suite (fixtures are in conftest.py)."""
 import copy
+import sys
 
 import numpy as np
 import pandas as pd
@@ -99,3 +100,8 @@ def gradient_messages(messages) -> list:
     ``Gradients`` message carries (reassembled from their streams, see :func:`streamed_gradients`)."""
     return [m.Gradients(start.round_idx, start.encrypted, start.layout, start.values_per_ciphertext,
                         BigInts(values), start.shifts) for start, values in streamed_gradients(messages)]
+
+
+def cli_command(*args) -> list[str]:
+    """The argv of ``vfl ARGS...`` in this interpreter (``python -m cli``)."""
+    return [sys.executable, "-m", "cli", *map(str, args)]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import select
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from credit_support import credit_frames
+from support import cli_command
 
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
 
@@ -23,26 +23,10 @@ pytest.importorskip("grpc")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _cli(*args):
-    return [sys.executable, "-m", "cli", *map(str, args)]
-
-
-@pytest.fixture
-def children():
-    procs = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(timeout=10)
-        if p.stdout:
-            p.stdout.close()
-
-
 def _passive(children, tmp, *extra):
     err = open(tmp / "b.err", "w")
-    p = subprocess.Popen(_cli("party", "passive", "--name", "bureau", "--listen", "127.0.0.1:0", "--data",
-                              tmp / "bureau.csv", "--model-dir", tmp / "m_b", "--insecure", *extra),
+    p = subprocess.Popen(cli_command("party", "passive", "--name", "bureau", "--listen", "127.0.0.1:0", "--data",
+                                     tmp / "bureau.csv", "--model-dir", tmp / "m_b", "--insecure", *extra),
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
     err.close()
     children.append(p)
@@ -63,16 +47,16 @@ def test_network_mode_matches_the_in_memory_federation(tmp_path, children):
     bank.drop(columns=["y"]).to_csv(tmp_path / "new.csv", index=False)
     addr = _passive(children, tmp_path, "--monotone", "days_late=+1")
     out = tmp_path / "train.json"
-    r = subprocess.run(_cli("party", "active", "--name", "bank", "--data", tmp_path / "bank.csv",
-                            "--peer", f"bureau={addr}", "--model-dir", tmp_path / "m_a", "--insecure",
-                            "--mode", "plain", "--quiet", "--trees", 3, "--depth", 3, "--learning-rate", 0.5,
-                            "--min-data-per-group", 5, "--cat-smooth", 1.0, "--categorical", "grade",
-                            "--monotone", "income=-1", "--weight-col", "w", "--output-json", out),
+    r = subprocess.run(cli_command("party", "active", "--name", "bank", "--data", tmp_path / "bank.csv",
+                                   "--peer", f"bureau={addr}", "--model-dir", tmp_path / "m_a", "--insecure",
+                                   "--mode", "plain", "--quiet", "--trees", 3, "--depth", 3, "--learning-rate", 0.5,
+                                   "--min-data-per-group", 5, "--cat-smooth", 1.0, "--categorical", "grade",
+                                   "--monotone", "income=-1", "--weight-col", "w", "--output-json", out),
                        cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
     pred = tmp_path / "pred.csv"
-    r = subprocess.run(_cli("predict", "--model-dir", tmp_path / "m_a", "--data", tmp_path / "new.csv",
-                            "--peer", f"bureau={addr}", "--out", pred, "--insecure"),
+    r = subprocess.run(cli_command("predict", "--model-dir", tmp_path / "m_a", "--data", tmp_path / "new.csv",
+                                   "--peer", f"bureau={addr}", "--out", pred, "--insecure"),
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     model = json.loads(Path(json.loads(out.read_text())["model_path"]).read_text())

@@ -4,12 +4,12 @@ from __future__ import annotations
 import json
 import select
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from support import cli_command
 
 pytest.importorskip("grpc")
 
@@ -21,19 +21,15 @@ pytestmark = pytest.mark.slow   # real party processes
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _cli(*args):
-    return [sys.executable, "-m", "cli", *map(str, args)]
-
-
 @pytest.fixture
 def passives(tmp_path):
     procs = []
 
     def start(name, data, model_dir, *extra):
         err = open(tmp_path / f"{name}.err", "w")
-        p = subprocess.Popen(_cli("party", "passive", "--name", name, "--listen", "127.0.0.1:0", "--data", data,
-                                  "--model-dir", model_dir, *extra), cwd=ROOT, stdout=subprocess.PIPE, stderr=err,
-                             text=True)
+        p = subprocess.Popen(cli_command("party", "passive", "--name", name, "--listen", "127.0.0.1:0", "--data", data,
+                                         "--model-dir", model_dir, *extra),
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
         err.close()
         procs.append(p)
         deadline = time.monotonic() + 60
@@ -68,10 +64,10 @@ def test_party_active_dp_model_over_the_network(passives, tmp_path):
     token.write_text("s3cret-token-for-tests-0123456789\n")
     sec = ["--insecure", "--token-file", token]
     addr = passives("host1", files["host1"], tmp_path / "m1", *sec)
-    r = subprocess.run(_cli("party", "active", "--data", files["guest"], "--peer", f"host1={addr}", *sec,
-                            "--model-dir", tmp_path / "ma", "--mode", "plain", "--trees", 3, "--depth", 2,
-                            "--dp-model", 8, "--dp-trees", "cyclic", "--timeout", 60,
-                            "--output-json", tmp_path / "train.json"),
+    r = subprocess.run(cli_command("party", "active", "--data", files["guest"], "--peer", f"host1={addr}", *sec,
+                                   "--model-dir", tmp_path / "ma", "--mode", "plain", "--trees", 3, "--depth", 2,
+                                   "--dp-model", 8, "--dp-trees", "cyclic", "--timeout", 60,
+                                   "--output-json", tmp_path / "train.json"),
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "privacy (released model): epsilon 8 per training row" in r.stdout
@@ -83,8 +79,8 @@ def test_party_active_dp_model_over_the_network(passives, tmp_path):
     assert model.dp_model == d and all(len(t.leaves()) == 4 for rnd in model.rounds for t in rnd)
     # the passive party's lookup table holds its DP edges; prediction works as for any model
     out = tmp_path / "pred.csv"
-    r = subprocess.run(_cli("predict", "--model-dir", tmp_path / "ma", "--data", tmp_path / "test_guest.csv",
-                            "--peer", f"host1={addr}", *sec, "--out", out),
+    r = subprocess.run(cli_command("predict", "--model-dir", tmp_path / "ma", "--data", tmp_path / "test_guest.csv",
+                                   "--peer", f"host1={addr}", *sec, "--out", out),
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     pred = pd.read_csv(out)

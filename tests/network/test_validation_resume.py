@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import select
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from support import cli_command
 
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
@@ -91,26 +91,10 @@ def test_resume_with_a_validation_set_continues_history_and_early_stopping(tmp_p
 pytest.importorskip("grpc")
 
 
-def _cli(*args):
-    return [sys.executable, "-m", "cli", *map(str, args)]
-
-
-@pytest.fixture
-def children():
-    procs = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(timeout=10)
-        if p.stdout:
-            p.stdout.close()
-
-
 def _passive(children, tmp, name, data, val):
     err = open(tmp / f"{name}.err", "w")
-    p = subprocess.Popen(_cli("party", "passive", "--name", name, "--listen", "127.0.0.1:0", "--data", data,
-                              "--validation-data", val, "--model-dir", tmp / f"m_{name}", "--insecure"),
+    p = subprocess.Popen(cli_command("party", "passive", "--name", name, "--listen", "127.0.0.1:0", "--data", data,
+                                     "--validation-data", val, "--model-dir", tmp / f"m_{name}", "--insecure"),
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
     err.close()
     children.append(p)
@@ -133,18 +117,19 @@ def test_processes_multiclass_string_labels_with_validation_and_predict(tmp_path
         df.to_csv(tmp_path / f, index=False)
     addr = _passive(children, tmp_path, "b", tmp_path / "b.csv", tmp_path / "vb.csv")
     out = tmp_path / "train.json"
-    r = subprocess.run(_cli("party", "active", "--name", "a", "--data", tmp_path / "a.csv", "--peer", f"b={addr}",
-                            "--model-dir", tmp_path / "m_a", "--insecure", "--mode", "plain", "--quiet",
-                            "--objective", "multiclass", "--trees", 30, "--learning-rate", 1.0,
-                            "--validation-data", tmp_path / "va.csv", "--early-stopping-rounds", 2,
-                            "--output-json", out), cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(cli_command("party", "active", "--name", "a", "--data", tmp_path / "a.csv",
+                                   "--peer", f"b={addr}",
+                                   "--model-dir", tmp_path / "m_a", "--insecure", "--mode", "plain", "--quiet",
+                                   "--objective", "multiclass", "--trees", 30, "--learning-rate", 1.0,
+                                   "--validation-data", tmp_path / "va.csv", "--early-stopping-rounds", 2,
+                                   "--output-json", out), cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())
     assert res["classes"] == ["bus", "car", "van"] and res["n_validation"] == 40
     assert res["n_rounds"] == res["best_iteration"] + 3 < 30 and "best iteration" in r.stdout
     pred = tmp_path / "pred.csv"
-    r = subprocess.run(_cli("predict", "--model-dir", tmp_path / "m_a", "--data", tmp_path / "vx.csv",
-                            "--peer", f"b={addr}", "--out", pred, "--insecure"),
+    r = subprocess.run(cli_command("predict", "--model-dir", tmp_path / "m_a", "--data", tmp_path / "vx.csv",
+                                   "--peer", f"b={addr}", "--out", pred, "--insecure"),
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     p = pd.read_csv(pred)
