@@ -19,11 +19,17 @@ Row shards that stay put (:mod:`crypto.shards`):
 * ``fill``: write a piece of a round's gradient values into a shard's slot (range-checked
   ciphertexts); ``get``: a shard's values as bytes; ``drop``: forget slots by prefix.
 * ``pack_encrypt``: pack (and encrypt) a shard's fixed-point gradients into a slot.
+* ``ext``: an operation of a module above this floor that reads a party's own data where its
+  shards live (:data:`EXTENSIONS`: e.g. ``parties.shard_ops`` reads Parquet pieces, bins them,
+  answers the split rule); imported by name in the worker process, so this floor imports nothing
+  of the floors above it. The request names ``module`` (one of :data:`EXTENSIONS`) and ``fn``
+  (a key of that module's ``WORKER_OPS``).
 * ``shard_hist``: the partial histograms of one shard for the nodes of one level, from the
   bit-packed node codes; ``combine``: sum two partials (the tree reduction).
 """
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
@@ -235,10 +241,22 @@ def _combine(req, blobs, st):
     return {}, [ints_to_bytes(acc, w, signed)]
 
 
+#: modules whose ``WORKER_OPS`` the ``ext`` operation may run (a party's own requests only)
+EXTENSIONS = ("parties.shard_ops",)
+
+
+def _ext(req, blobs, st):
+    name = req["module"]
+    if name not in EXTENSIONS:
+        raise ValueError(f"unknown worker extension {name!r} (known: {EXTENSIONS})")
+    ops = importlib.import_module(name).WORKER_OPS
+    return ops[req["fn"]](req, blobs, st)
+
+
 _OPS = {"put": _put, "hist": _hist, "direct": _direct, "compress": _compress,
         "encrypt": _encrypt, "obfuscate": _obfuscate, "decrypt": _decrypt,
         "fill": _fill, "get": _get, "drop": _drop, "pack_encrypt": _pack_encrypt, "shard_hist": _shard_hist,
-        "combine": _combine, "ping": lambda req, blobs, st: ({"pid": os.getpid()}, [])}
+        "combine": _combine, "ext": _ext, "ping": lambda req, blobs, st: ({"pid": os.getpid()}, [])}
 
 
 def run(req: dict, blobs: list[bytes], state: dict | None = None) -> tuple[dict, list[bytes]]:

@@ -24,6 +24,7 @@ import numpy as np
 
 from datasets.errors import InputError, PeerError, WriteError
 from datasets.loaders import DEFAULT_BATCH_ROWS, iter_party_batches, read_party_table
+from datasets.pieces import open_piece_table
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
 from parties.server import PassiveServer
@@ -57,9 +58,11 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     ``categorical``/``monotone``: this party's categorical columns and monotone constraints
     ``{column: +1 | -1}``."""
     check_address(listen, "--listen address")
-    pf = _read_csv(data, name, id_col, categorical=categorical)
+    # a Parquet table of numeric features: ids and the piece plan here, rows read where they are used
+    table = open_piece_table(data, name, id_col, categorical)
+    table = table if table is not None else _read_csv(data, name, id_col, categorical=categorical).frame
     vf = _read_csv(validation_data, name, id_col, categorical=categorical) if validation_data is not None else None
-    service = PassiveServer(name, pf.frame, id_col, model_dir, source=str(data), policy=policy,
+    service = PassiveServer(name, table, id_col, model_dir, source=str(data), policy=policy,
                             validation_frame=vf.frame if vf is not None else None,
                             validation_source=str(validation_data) if vf is not None else None,
                             executor=executor, categorical=categorical, monotone=monotone)

@@ -23,6 +23,8 @@ from crypto.executor import Executor
 from crypto.parallel import resolve_workers
 from datasets.errors import InputError, ProtocolError
 from datasets.frames import party_data
+from datasets.loaders import read_party_table
+from datasets.pieces import PieceTable, open_piece_table
 from parties import dp, passive_align, passive_predict, passive_train
 from parties.passive_state import LookupTable, PassiveState
 from protocols import messages as m
@@ -181,13 +183,31 @@ class PassiveParty:
         resolve_workers(n_jobs)       # validate early
         self._state = PassiveState(str(name), id_col, source, n_jobs)
         self.executor = executor
-        if frame is not None:
+        if isinstance(frame, PieceTable):       # a Parquet table read piece by piece where needed
+            if categorical:
+                raise InputError(f"party {self.name!r}: categorical columns need the table read whole "
+                                 "(read_party_table)")
+            s = self._state
+            s.ids, s.X, s.feature_names, s.categories = frame.ids, frame, list(frame.feature_names), {}
+            s.source = s.source or frame.path
+        elif frame is not None:
             s = self._state
             d = party_data(frame, s.name, id_col, None, source, require_features=True, categorical=categorical)
             s.ids, s.X, s.feature_names, s.categories = d.ids, d.X, d.feature_names, dict(d.categories or {})
         elif categorical:
             raise InputError(f"party {self.name!r}: categorical columns need the party's data")
         self.set_monotone(monotone)
+
+    @classmethod
+    def from_file(cls, name: str, path, id_col: str = "id", **kwargs) -> "PassiveParty":
+        """A party over its table file: a Parquet file or directory with numeric features is kept
+        as a :class:`datasets.pieces.PieceTable` (ids and the piece plan in this process; the
+        training rows are read, binned and split on by the workers holding them, prediction rows
+        read per request), anything else is read whole (:func:`datasets.loaders.read_party_table`)."""
+        from_path = open_piece_table(path, str(name), id_col, kwargs.get("categorical"))
+        if from_path is None:
+            from_path = read_party_table(path, str(name), id_col, categorical=kwargs.get("categorical")).frame
+        return cls(name, from_path, id_col, source=str(path), **kwargs)
 
     def set_monotone(self, monotone: dict | None) -> None:
         """This party's monotone constraints ``{feature: +1 | -1}`` (checked against its features)."""
@@ -261,6 +281,12 @@ class PassiveParty:
     def n_aligned(self) -> int:
         """Number of training rows after alignment."""
         return int(len(self._state.aligned_rows()))
+
+    def training_data_digest(self) -> str | None:
+        """Fingerprint of the aligned training rows made by the workers that read them (a Parquet
+        table read piece by piece); None when the rows are in this process (use
+        ``aligned_features``)."""
+        return self._state.train.data_digest
 
     def aligned_features(self) -> np.ndarray:
         """This party's feature matrix of the aligned training rows, in the aligned order."""

@@ -17,6 +17,7 @@ import pandas as pd
 
 from datasets.errors import InputError, ProtocolError
 from datasets.frames import party_data
+from datasets.pieces import PieceTable
 from parties.passive_state import PassiveState
 from protocols import alignment
 from protocols import messages as m
@@ -36,6 +37,12 @@ def _features(s: PassiveState, frame: pd.DataFrame, source: str | None):
 
 
 def load_prediction_data(s: PassiveState, frame: pd.DataFrame, source: str | None = None) -> None:
+    if isinstance(frame, PieceTable):       # read per session, a batch of rows at a time
+        if s.categories:
+            raise InputError(f"party {s.name!r}: a model with categorical features needs its prediction "
+                             "data read whole (read_party_table)")
+        s.pred_ids, s.pred_X = frame.ids, frame.with_features(list(s.feature_names))
+        return
     ids, X, names = _features(s, frame, source)
     missing = [f for f in s.feature_names if f not in names]
     if missing:

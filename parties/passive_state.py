@@ -41,7 +41,9 @@ class TrainingSession:
     rows: np.ndarray | None = None             # own rows in the aligned order
     mode: str | None = None                    # "he", "plain" or "dp"
     binner: Binner | None = None
-    bin_idx: np.ndarray | None = None          # (aligned rows, features) bin indices
+    bin_idx: np.ndarray | None = None          # (aligned rows, features) bin indices (None: on the workers)
+    reader: object = None                      # parties.shard_ops.ShardReader: workers read a Parquet table
+    data_digest: str | None = None             # with a reader: the workers' fingerprint of the aligned rows
     nsquare: object = None                     # n^2 of the active party's public key (gmpy2)
     round_idx: int | None = None               # the round of the last gradients (kept after TrainEnd)
     grads: ShardedGradients | None = None      # the round's gradients (values on the shards' workers)
@@ -145,7 +147,7 @@ class PassiveState:
     dp_max_epsilon_per_feature: float | None = None
     # own data
     ids: np.ndarray | None = None
-    X: np.ndarray | None = None
+    X: np.ndarray | None = None                # or a datasets.pieces.PieceTable: read where needed
     feature_names: list = field(default_factory=list)
     categories: dict = field(default_factory=dict)     # {categorical feature: its vocabulary}
     monotone: dict = field(default_factory=dict)       # {feature: +1 | -1}, own constraints
@@ -213,6 +215,7 @@ class PassiveState:
     def close_executor(self) -> None:
         shards, self.train.shards = self.train.shards, None
         self.train.grads = None
+        self.train.reader = None
         if shards is not None and not shards.executor.closed:
             try:
                 shards.drop()

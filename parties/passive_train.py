@@ -23,7 +23,9 @@ from crypto.keys import public_key_from_n
 from crypto.packing import PackingLayout
 from crypto.shards import ShardedGradients, ShardSet, value_width
 from datasets.errors import InputError, ProtocolError
+from datasets.pieces import PieceTable
 from parties.passive_state import PassiveState
+from parties.shard_ops import ShardReader
 from protocols import messages as m
 from protocols.serialization import BigInts
 from protocols.transport import check_deadline
@@ -82,7 +84,8 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     t.mode = req.mode
     s.model_id = req.model_id
     s.table.records = []
-    X = s.X[rows]
+    pieces = s.X if isinstance(s.X, PieceTable) and req.mode != Mode.DP and req.dp_binning is None else None
+    X = s.X[rows] if pieces is None else None       # a Parquet table: its shards' workers read their rows
     categorical = np.array([f in s.categories for f in s.feature_names], dtype=bool)
     monotone = np.array([s.monotone.get(f, 0) for f in s.feature_names], dtype=np.int8)
     if req.mode == Mode.DP and (categorical.any() or monotone.any()):
@@ -92,6 +95,18 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     if req.dp_binning is not None and (categorical.any() or monotone.any()):
         raise InputError(f"party {s.name!r}: categorical features and monotone constraints are not supported "
                          "with a DP released model (--dp-model)")
+    t.data_digest = None
+    if pieces is not None:              # bounded driver: rows, edges and bins stay on the workers
+        executor = s.get_executor(work=len(rows) * len(s.feature_names) if t.mode == Mode.HE else -1)
+        t.shards = ShardSet(executor, len(rows), prefix=f"train-{req.model_id}/")
+        reader = ShardReader(t.shards, pieces, s.name)
+        reader.read(rows)
+        t.data_digest = reader.fingerprint()
+        t.binner = reader.fit_binner(req.max_bin)
+        reader.bin(t.binner)
+        t.reader, t.bin_idx = reader, None
+        return m.BinningInfo(t.binner.n_bins, np.zeros(0, dtype=bool),
+                             monotone if monotone.any() else np.zeros(0, dtype=np.int8))
     t.binner = (_binner(req) if req.dp_binning is not None else
                 Binner(req.max_bin, categorical if categorical.any() else None, req.max_cat)).fit(X)
     t.bin_idx = t.binner.transform(X)
@@ -270,7 +285,7 @@ def split_request(s: PassiveState, req: m.SplitRequest) -> m.SplitResponse:
            if not (int(f) < nf and int(b) < binner.missing_bin(int(f)))]
     if bad:
         raise ProtocolError(f"no feature {bad[0][0]} / bin {bad[0][1]} at party {s.name!r}")
-    record_ids, go_left, n_rows = [], [], []
+    record_ids, go_left, n_rows, rules = [], [], [], []
     n_left = req.n_left_bins if len(req.n_left_bins) else np.full(len(req.node_ids), -1, dtype=np.int32)
     if len(n_left) != len(req.node_ids) or int(np.sum(n_left[n_left > 0])) != len(req.left_bins):
         raise ProtocolError("SplitRequest: n_left_bins does not match left_bins")
@@ -290,11 +305,16 @@ def split_request(s: PassiveState, req: m.SplitRequest) -> m.SplitResponse:
                                     "has no bin)")
             rid = s.table.add(s.name, s.feature_names, binner, f, b, dl, int(t.round_idx), int(ti), int(nid))
         rows = members[i]
-        bins = t.bin_idx[rows, f].astype(np.int64)
-        go_left.append(goes_left(bins, b, dl, missing=bins == binner.missing_bin(f),
-                                 categories=None if cats is None else cats.tolist()))
+        if t.bin_idx is None:       # the bins are on the shards' workers: they apply the rule
+            rules.append((f, b, bool(dl), binner.missing_bin(f), None if cats is None else cats.tolist()))
+        else:
+            bins = t.bin_idx[rows, f].astype(np.int64)
+            go_left.append(goes_left(bins, b, dl, missing=bins == binner.missing_bin(f),
+                                     categories=None if cats is None else cats.tolist()))
         n_rows.append(len(rows))
         record_ids.append(rid)
+    if t.bin_idx is None and rules:
+        go_left = t.reader.go_left(rules, members)
     return m.SplitResponse(np.array(record_ids, dtype=np.int64),
                            np.concatenate(go_left) if go_left else np.zeros(0, dtype=bool),
                            np.array(n_rows, dtype=np.int64))

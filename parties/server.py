@@ -190,7 +190,8 @@ class PassiveServer:
         """Fingerprint of the training rows (in aligned order) and feature names: a resumed training
         must see exactly the same data. (No ids and no labels: the same value as the lookup tables
         written before hold, so their trainings still resume.)"""
-        return data_digest((), p.aligned_features(), (), p.feature_names)
+        made = p.training_data_digest()        # a Parquet table read by the workers: their fingerprint
+        return made if made is not None else data_digest((), p.aligned_features(), (), p.feature_names)
 
     # -- entry points -------------------------------------------------------
     def handle_frame(self, frame: bytes, who: str = "?", client: str | None = None) -> bytes:

@@ -47,6 +47,10 @@ FUNCTION_IMPORT_ALLOWED = [
                                                 "party asks for a Dask executor"),
     ("datasets", "datasets.", "lazy package attributes (PEP 562, importlib.import_module): the floors that "
                               "need only datasets.errors do not pay for pandas"),
+    ("datasets.pieces", "pyarrow", "optional extra [parquet]: the Arrow types of a Parquet table's schema, only "
+                                   "when a Parquet table is opened piece by piece"),
+    ("crypto.worker", "crypto.worker.", "the `ext` operation imports one of EXTENSIONS (a module above this floor "
+                                        "whose WORKER_OPS read a party's own data) by name, in the worker only"),
     ("vfl.dp_model", "dp_accounting", "optional extra [dp]: Google's accountant only for --dp-model with dp_delta"),
 ]
 

@@ -31,6 +31,7 @@ import pandas as pd
 from datasets.errors import InputError
 from datasets.frames import PartyFrame, validate_party_frame
 from datasets.loaders import DEFAULT_BATCH_ROWS, iter_party_batches, read_party_table
+from datasets.pieces import open_piece_table
 from datasets.split import _check_int, train_test_split_parties
 from parties.active import ActiveParty
 from parties.channel import ASSUMED_LINK_MBPS
@@ -132,7 +133,10 @@ class Federation:
             if name not in frames:
                 raise InputError(f"prediction data for passive party {name!r} is missing")
             data = frames[name]
-            p.load_prediction_data(read_party_table(data, name, p.id_col).frame if _is_path(data) else data)
+            if _is_path(data):      # a Parquet table of numeric features is read per prediction session
+                table = None if p.categories else open_piece_table(data, name, p.id_col)
+                data = table if table is not None else read_party_table(data, name, p.id_col).frame
+            p.load_prediction_data(data)
         return frames[self.active.name]
 
     def _active_batches(self, data, batch_rows: int | None):
