@@ -318,3 +318,37 @@ def test_party_commands_refuse_a_plain_dask_scheduler_without_the_flag(tmp_path)
                            "--model-dir", str(tmp_path / "m"), "--insecure", "--dask-scheduler",
                            "tcp://127.0.0.1:1"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "is not TLS" in proc.stderr and "--dask-insecure" in proc.stderr
+
+
+# --- Parquet pieces read on the workers (bounded passive drivers) ------------------------
+@pytest.mark.slow
+def test_dask_workers_read_the_parquet_pieces_of_a_passive_party(tmp_path, monkeypatch, real_cluster):
+    """The real cluster's workers (separate processes sharing this filesystem) read telco's Parquet
+    pieces, bin them and answer its splits: the model and predictions equal the in-memory frame's."""
+    pytest.importorskip("pyarrow")
+    from datasets.pieces import PieceTable
+    from protocols import alignment
+    monkeypatch.setattr(alignment, "new_salt", lambda: bytes(range(16)))
+    a, b, c = small_frames(700)
+    b = b.iloc[np.random.default_rng(5).permutation(len(b))].reset_index(drop=True)    # another row order
+    d = tmp_path / "telco"
+    d.mkdir()
+    for i, part in enumerate(np.array_split(np.arange(len(b)), 3)):
+        b.iloc[part].to_parquet(d / f"part-{i}.parquet", index=False, row_group_size=90)
+    params = TrainParams(mode="he", n_estimators=2, max_depth=3, key_bits=KEY_BITS, seed=1)
+    ref = Federation(ActiveParty("bank", a), [PassiveParty("telco", b), PassiveParty("shop", c)])
+    ref_model = ref.fit(params)
+    ex = DaskExecutor(real_cluster.address, name="passive:telco", insecure=True)
+    try:
+        telco = PassiveParty.from_file("telco", d, executor=ex)
+        assert isinstance(telco._state.X, PieceTable)
+        fed = Federation(ActiveParty("bank", a), [telco, PassiveParty("shop", c)])
+        model = fed.fit(params)
+        assert ex.n_workers == 2
+    finally:
+        ex.close()
+    assert _structures(model) == _structures(ref_model)
+    assert [(r["feature"], r["threshold"]) for r in telco.records] == \
+        [(r["feature"], r["threshold"]) for r in ref.passives["telco"].records]
+    pred = {"bank": a.drop(columns="y"), "telco": b, "shop": c}
+    assert np.array_equal(fed.predict_raw({**pred, "telco": d}), ref.predict_raw(pred))
