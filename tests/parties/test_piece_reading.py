@@ -268,3 +268,43 @@ def test_dp_mode_reads_the_aligned_rows_in_the_driver_and_categorical_needs_the_
         PassiveParty("telco", open_piece_table(d, "telco", "id"), categorical=["small"])
     assert isinstance(PassiveParty.from_file("telco", d, categorical=["small"])._state.X, np.ndarray)
     pd.testing.assert_index_equal(pd.Index(party.feature_names), pd.Index(b.columns[1:]))
+
+
+# --- a passive server over a Parquet table: training, interruption, resume ----------------------
+def test_a_passive_server_reading_pieces_resumes_an_interrupted_training(tmp_path, fixed_salt):
+    """The server keeps a PieceTable; its data check on resume is the workers' fingerprint: an
+    interrupted training resumes to the uninterrupted model; a changed table is refused."""
+    from parties.server import PassiveServer
+    from protocols.transport import InMemoryTransport
+
+    a, b = frames(500)
+    d = write_parquet(b, tmp_path / "b")
+    params = TrainParams(mode="plain", n_estimators=3, max_depth=2, seed=1)
+
+    def fit(srv, **kw):
+        t = InMemoryTransport("bank", {"telco": srv.handle_frame})
+        return ActiveParty("bank", a).fit(t, ["telco"], params, **kw)
+
+    full = fit(PassiveServer("telco", open_piece_table(d, "telco", "id"), "id", tmp_path / "full"))
+    ref = fit(PassiveServer("telco", b, "id", tmp_path / "mem"))
+    assert structures(full) == structures(ref)
+    table = open_piece_table(d, "telco", "id")
+    srv = PassiveServer("telco", table, "id", tmp_path / "run")
+    assert srv.n_rows == 500
+    saved = []
+
+    def boom(r, info):
+        if r == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(srv, checkpoint=saved.append, on_round=boom)
+    assert saved and saved[-1].n_rounds == 2
+    resumed = fit(PassiveServer("telco", open_piece_table(d, "telco", "id"), "id", tmp_path / "run"),
+                  resume=saved[-1])
+    assert structures(resumed) == structures(full)
+    changed = b.copy()
+    changed.loc[7, "b1"] += 1.0
+    d2 = write_parquet(changed, tmp_path / "changed")
+    with pytest.raises(InputError, match="its training data changed since model .* cannot resume"):
+        fit(PassiveServer("telco", open_piece_table(d2, "telco", "id"), "id", tmp_path / "run"), resume=saved[-1])
