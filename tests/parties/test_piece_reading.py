@@ -5,12 +5,15 @@ model equals the one trained from the same table in memory (CSV path)."""
 from __future__ import annotations
 
 import gc
+import json
 import tracemalloc
 import types
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support import KEY_BITS, small_frames
 
 pytest.importorskip("pyarrow")
@@ -107,6 +110,36 @@ def test_piece_table_keeps_ids_and_reads_any_rows_from_their_pieces(tmp_path):
     dup.loc[200, "id"] = dup.loc[3, "id"]
     with pytest.raises(InputError, match="duplicated ids"):
         open_piece_table(write_parquet(dup, tmp_path / "dup"), "telco", "id")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 120), files=st.integers(1, 4), group=st.integers(1, 50), seed=st.integers(0, 2 ** 16),
+       take=st.integers(0, 200))
+def test_any_rows_read_from_any_piece_layout_equal_the_table(tmp_path_factory, n, files, group, seed, take):
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"id": rng.permutation(10 * n)[:n], "x": rng.normal(size=n),
+                       "k": rng.integers(-5, 5, n), "f": rng.random(n) < 0.5})
+    df.loc[rng.random(n) < 0.2, "x"] = np.nan
+    d = tmp_path_factory.mktemp("pieces") / "t"
+    write_parquet(df, d, files=min(files, n), row_group_size=group)
+    t = open_piece_table(d, "p", "id")
+    assert np.array_equal(t.ids, df["id"].to_numpy())
+    rows = rng.integers(0, n, take)
+    want = df[["x", "k", "f"]].to_numpy(dtype=np.float64)[rows]
+    assert np.array_equal(t.read(rows), want, equal_nan=True)
+
+
+@settings(max_examples=50, deadline=None)
+@given(cols=st.lists(st.lists(st.floats(-1e6, 1e6) | st.just(float("nan")), max_size=40), max_size=5))
+def test_column_summaries_cross_the_worker_boundary_unchanged(cols):
+    from parties.shard_ops import _summaries_from_frame, _summaries_to_frame
+    from vfl.binning import summarize_column
+
+    summaries = [summarize_column(np.array(c, dtype=np.float64), 256) for c in cols]
+    header, blobs = _summaries_to_frame(summaries)
+    back = _summaries_from_frame(json.loads(json.dumps(header)), [bytes(b) for b in blobs])
+    assert [(s.values.tolist(), s.counts.tolist(), s.exact, s.n_missing) for s in back] == \
+        [(s.values.tolist(), s.counts.tolist(), s.exact, s.n_missing) for s in summaries]
 
 
 def test_text_ids_that_are_integers_follow_the_csv_rule(tmp_path):
