@@ -39,6 +39,9 @@ from vfl.split import goes_left
 MAX_PLAIN_BITS = 16384
 #: target groups (blocks of gradient values) one round's gradients may carry
 MAX_GROUPS = 1024
+#: a Parquet table read by the workers in mode plain: own worker processes (bounded driver) from this
+#: many aligned values (rows x features, 64 MB as float64), below it the party's own process
+PLAIN_WORKERS_FROM = 1 << 23
 #: nodes without rows one request may name (a DP released model's full levels; see _rows_by_node)
 MAX_EMPTY_NODES = 256
 
@@ -97,7 +100,8 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
                          "with a DP released model (--dp-model)")
     t.data_digest = None
     if pieces is not None:              # bounded driver: rows, edges and bins stay on the workers
-        executor = s.get_executor(work=len(rows) * len(s.feature_names) if t.mode == Mode.HE else -1)
+        values = len(rows) * len(s.feature_names)     # mode plain: own workers only for a large table
+        executor = s.get_executor(work=values if t.mode == Mode.HE or values >= PLAIN_WORKERS_FROM else -1)
         t.shards = ShardSet(executor, len(rows), prefix=f"train-{req.model_id}/")
         reader = ShardReader(t.shards, pieces, s.name)
         reader.read(rows)
