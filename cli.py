@@ -272,12 +272,13 @@ def _training_options(f):
         click.option("--dp-clip", type=float, default=_default("dp_clip"),
                      help="With --dp-model: public gradient bound g* (required for objective regression)."),
         click.option("--dp-budget", default=_default("dp_budget"),
-                     help="With --dp-model: relative budget shares 'sketch,splits,leaves' (default 0.1,0,0.9 "
-                          "with --dp-trees cyclic: random splits; 0.1,0.3,0.6 with exponential)."),
+                     help="With --dp-model: relative budget shares 'sketch,splits,leaves' (default 0.1,0.2,0.7 "
+                          "with --dp-trees selected: the splits share buys each tree's feature choice; 0.1,0,0.9 "
+                          "with cyclic; 0.1,0.3,0.6 with exponential)."),
         click.option("--dp-trees", type=click.Choice(DP_TREES), default=_default("dp_trees"), show_default=True,
-                     help="With --dp-model: 'cyclic': each tree splits on one feature, in turn over all parties' "
-                          "features; 'selected': one feature per tree chosen by the exponential mechanism; "
-                          "'exponential': candidates of every feature."),
+                     help="With --dp-model: 'selected': each tree splits on one feature chosen by the exponential "
+                          "mechanism, halving its bins; 'cyclic': one feature per tree in turn over all parties' "
+                          "features; 'exponential': split candidates of every feature."),
         click.option("--dp-bins", type=click.Path(dir_okay=False), default=None,
                      help="With --dp-model: JSON file {column: {\"lo\": x, \"hi\": y} or {\"edges\": [...]}} of "
                           "public bounds or bin edges; those features spend no sketch budget (simulate: any "

@@ -56,14 +56,15 @@ from datasets.errors import InputError, ProtocolError
 from vfl.binning import Binner, _thresholds
 from vfl.split import SplitInfo
 
-#: split candidates of a DP tree: one feature per tree in turn, every feature of every party, or one
-#: feature per tree chosen by the exponential mechanism (over the gains of the halving trees)
-DP_TREES = ("cyclic", "exponential", "selected")
+#: the trees of a DP model (the first is the default): one feature per tree chosen by the exponential
+#: mechanism (over the absolute gradient sums of every feature's halving leaves), then halving splits;
+#: one feature per tree in turn, halving splits; or splits over every feature's candidates
+DP_TREES = ("selected", "cyclic", "exponential")
 #: default relative shares of the budget: sketch (bin edges, base score), splits, leaves, per dp_trees:
-#: cyclic trees split at random (Maddock et al.'s best at epsilon ~ 1), exponential trees choose
-#: selected trees spend the split share on one feature choice per tree
-DEFAULT_BUDGETS = {"cyclic": (0.1, 0.0, 0.9), "exponential": (0.1, 0.3, 0.6), "selected": (0.1, 0.2, 0.7)}
-DEFAULT_BUDGET = DEFAULT_BUDGETS["cyclic"]
+#: selected trees spend the split share on one feature choice per tree; cyclic trees halve (no split
+#: budget: Maddock et al.'s best at epsilon ~ 1); exponential trees choose every split
+DEFAULT_BUDGETS = {"selected": (0.1, 0.2, 0.7), "cyclic": (0.1, 0.0, 0.9), "exponential": (0.1, 0.3, 0.6)}
+DEFAULT_BUDGET = DEFAULT_BUDGETS[DP_TREES[0]]
 #: share of the sketch budget spent on the base score (the rest: the parties' bin edges, evenly)
 BASE_SCORE_SHARE = 0.1
 #: share of a leaf's budget spent on its gradient sum (the rest on its hessian sum, i.e. its count)
@@ -203,7 +204,7 @@ class DPModelPlan:
     tree_epsilon: float = 0.0            # one tree's pure epsilon before amplification (Laplace)
     reported_epsilon: float = math.inf   # what the accountant reports for the whole training
     parties: int = 1
-    trees: str = "cyclic"               # "cyclic": one feature per tree; "exponential": every feature
+    trees: str = DP_TREES[0]            # "selected"/"cyclic": one feature per tree; "exponential": every feature
     n_targets: int = 1
     extra: dict = field(default_factory=dict)
 
@@ -241,7 +242,7 @@ class DPModelPlan:
                           "split_features": {"exponential": "all features",
                                              "cyclic": "one feature per tree, in turn over every party's features",
                                              "selected": "one feature per tree, chosen by the exponential mechanism "
-                                                         "over the gains of every feature's halving tree"
+                                                         "over the absolute gradient sums of the leaves of every feature's halving tree"
                                              }[self.trees]}}
         if self.trees == "selected":
             d["per_tree"]["feature_choice_epsilon"] = self.select_epsilon
@@ -465,19 +466,19 @@ def halving_leaves(n_ordinary: int, depth: int) -> list[tuple[int, int]]:
     return [held for _, held in nodes]
 
 
-def halving_gains(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_offsets: np.ndarray, depth: int,
-                  reg_lambda: float) -> np.ndarray:
-    """Per feature of one party's flat histogram: the gain of its halving tree of ``depth`` levels,
-    ``sum over leaves of G_l^2/(H_l+lambda) - G^2/(H+lambda)`` (``G``, ``H``: the feature's total;
-    NaN for a feature without ordinary bins). A row adds to one leaf and to the total, so the
-    sensitivity is that of one split's gain (:func:`gain_sensitivity`)."""
+def halving_sums(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_offsets: np.ndarray,
+                 depth: int) -> list:
+    """Per feature of one party's flat histogram, the gradient and hessian sums of the leaves of its
+    halving tree of ``depth`` levels (:func:`halving_leaves`; missing values in the last leaf) as
+    ``(G_leaves, H_leaves)``; None for a feature without ordinary bins."""
     offsets = np.asarray(bin_offsets, dtype=np.int64)
     sg = np.asarray(sum_gradients, dtype=np.float64)
     sh = np.asarray(sum_hessians, dtype=np.float64)
-    out = np.full(len(offsets) - 1, np.nan)
-    for f, (start, end) in enumerate(zip(offsets[:-1], offsets[1:])):
+    out = []
+    for start, end in zip(offsets[:-1], offsets[1:]):
         n_ordinary = int(end - start) - 1
         if n_ordinary < 1:
+            out.append(None)
             continue
         g, h = sg[start:end], sh[start:end]
         cg, ch = np.concatenate([[0.0], np.cumsum(g[:-1])]), np.concatenate([[0.0], np.cumsum(h[:-1])])
@@ -486,9 +487,31 @@ def halving_gains(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_offse
         HL = np.array([ch[z + 1] - ch[a] if a <= z else 0.0 for a, z in leaves])
         GL[-1] += g[-1]
         HL[-1] += h[-1]
-        out[f] = float(_score(GL, HL, reg_lambda).sum() - _score(np.float64(g.sum()), np.float64(h.sum()),
-                                                               reg_lambda))
+        out.append((GL, HL))
     return out
+
+
+def halving_gains(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_offsets: np.ndarray, depth: int,
+                  reg_lambda: float) -> np.ndarray:
+    """Per feature: the gain of its halving tree, ``sum over leaves of G_l^2/(H_l+lambda) -
+    G^2/(H+lambda)`` (NaN: no ordinary bins). A row adds to one leaf and to the total, so its
+    sensitivity is that of one split's gain (:func:`gain_sensitivity`)."""
+    return np.array([np.nan if s is None else
+                     float(_score(s[0], s[1], reg_lambda).sum() - _score(np.float64(s[0].sum()),
+                                                                       np.float64(s[1].sum()), reg_lambda))
+                     for s in halving_sums(sum_gradients, sum_hessians, bin_offsets, depth)])
+
+
+def halving_abs_gradients(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_offsets: np.ndarray,
+                          depth: int) -> np.ndarray:
+    """Per feature: ``sum over the leaves of its halving tree of |G_l|`` (NaN: no ordinary bins), the
+    utility of the feature choice of ``dp_trees = "selected"``: how far the feature's partition
+    separates the gradients (the first-order loss decrease of a step of fixed size against each
+    leaf's gradient sign). A row with ``|g| <= g*`` moves one ``|G_l|`` by at most ``g*``: sensitivity
+    ``g*``, against ``4 g*^2 / h*`` for the gain (16 for binary), whose size over its sensitivity is
+    ``n m^2 / 4`` against ``n |m|`` here (``m``: a leaf's mean gradient, well below 1)."""
+    return np.array([np.nan if s is None else float(np.abs(s[0]).sum())
+                     for s in halving_sums(sum_gradients, sum_hessians, bin_offsets, depth)])
 
 
 class TreeMechanisms:
@@ -516,20 +539,19 @@ class TreeMechanisms:
 
     def select_feature(self, histograms: list, bin_offsets: list) -> tuple[int, int] | None:
         """``dp_trees = "selected"``: one tree's feature, by the exponential mechanism
-        (``select_epsilon``) over every party's features with utility the gain of the feature's
-        halving tree (:func:`halving_gains`; sensitivity :func:`gain_sensitivity`, as a row enters
-        one leaf and the root). None: no feature has an ordinary bin."""
+        (``select_epsilon``) over every party's features with utility the absolute gradient sums of
+        the leaves of the feature's halving tree (:func:`halving_abs_gradients`, sensitivity ``g*``).
+        None: no feature has an ordinary bin."""
         feats, gains = [], []
         for si, ((sg, sh), offsets) in enumerate(zip(histograms, bin_offsets)):
-            u = halving_gains(sg, sh, offsets, self.plan.depth, self.reg_lambda)
+            u = halving_abs_gradients(sg, sh, offsets, self.plan.depth)
             for f, g in enumerate(u):
                 if np.isfinite(g):
                     feats.append((si, f))
                     gains.append(g)
         if not feats:
             return None
-        return feats[exponential_mechanism(np.array(gains), self.plan.select_epsilon, self.plan.gain_sensitivity,
-                                           self.rng)]
+        return feats[exponential_mechanism(np.array(gains), self.plan.select_epsilon, self.plan.g_star, self.rng)]
 
     def choose_split(self, node, histograms: list, bin_offsets: list,
                      tree: tuple[int, int] = (0, 0), nodes: list | None = None) -> SplitInfo | None:

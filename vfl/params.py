@@ -112,7 +112,8 @@ class TrainParams:
     dp_delta: float | None = None          # None: pure epsilon (Laplace); else Gaussian leaves, RDP accounting
     dp_clip: float | None = None           # public gradient bound g* (needed for objective regression)
     dp_budget: str | None = None           # relative shares "sketch,splits,leaves" (default: per dp_trees)
-    dp_trees: str = "cyclic"               # split candidates: one feature per tree in turn, or "exponential": all
+    dp_trees: str = "selected"             # one feature per tree chosen by DP ("selected") or in turn ("cyclic"),
+    #                                        or "exponential": split candidates of every feature
     dp_bins: dict | None = None            # public bounds/edges {column: {"lo","hi"} | {"edges"}} (no sketch budget)
     # --- credit-risk options (issue 15); names follow LightGBM / XGBoost ---
     max_cat: int = 64                      # category bins of a categorical feature (the rest pooled)

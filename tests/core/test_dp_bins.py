@@ -92,7 +92,7 @@ def test_gaussian_plan_recounts_the_unspent_sketch_with_dp_accounting():
                          "b": {"epsilon": plan.sketch_epsilon_per_party, "dp_features": 2, "public_features": 0}})
     expected = account_gaussian(gaussian_event(plan.base_epsilon + plan.sketch_epsilon_per_party, 0.0, 2,
                                                plan.leaf_gradients, plan.leaf_hessians, plan.g_star, plan.h_star,
-                                               5), 1e-5)
+                                               5, plan.select_epsilon), 1e-5)
     assert plan.reported_epsilon == pytest.approx(expected, rel=1e-12) and plan.reported_epsilon < full
 
 

@@ -1,5 +1,6 @@
-"""``dp_trees = "selected"``: one feature per tree chosen by the exponential mechanism over the gains
-of every feature's halving tree, then data-independent halving splits (vfl/dp_model.py)."""
+"""``dp_trees = "selected"``: one feature per tree chosen by the exponential mechanism over the absolute
+gradient sums of the leaves of every feature's halving tree, then data-independent halving splits
+(vfl/dp_model.py)."""
 import math
 
 import numpy as np
@@ -14,6 +15,7 @@ from vfl.dp_model import (
     account_pure,
     gain_sensitivity,
     gaussian_plan_event,
+    halving_abs_gradients,
     halving_gains,
     halving_leaves,
     plan_dp_model,
@@ -52,7 +54,8 @@ def _grow_halving(mech, offsets, tree, depth):
 @pytest.mark.parametrize("n_ordinary, depth", [(8, 3), (31, 3), (5, 3), (3, 3), (1, 2), (32, 4)])
 def test_halving_leaves_are_the_leaves_the_cyclic_trees_grow(n_ordinary, depth):
     """halving_leaves (used for the utilities) describes exactly the partition that _halve grows."""
-    plan = plan_dp_model(TrainParams(mode="plain", dp_model=1.0, n_estimators=1, max_depth=depth), 1, 1)
+    plan = plan_dp_model(TrainParams(mode="plain", dp_model=1.0, n_estimators=1, max_depth=depth,
+                                     dp_trees="cyclic"), 1, 1)
     mech = TreeMechanisms(plan, 1.0, np.random.default_rng(0))
     grown = _grow_halving(mech, [np.array([0, n_ordinary + 1])], (0, 0), depth)
     leaves = halving_leaves(n_ordinary, depth)
@@ -72,6 +75,31 @@ def test_halving_gains_by_hand():
     # two features; one without ordinary bins (only the missing slot) has no utility
     two = halving_gains(np.concatenate([sg, [3.0]]), np.concatenate([sh, [1.0]]), np.array([0, 5, 6]), 1, 1.0)
     assert two[0] == pytest.approx(0.5833333, abs=1e-7) and math.isnan(two[1])
+    # the feature choice's utility: |3| + |1| = 4 at depth 1; |1| + |2| + |-1| + |-2 + 4| = 6 at depth 2
+    assert halving_abs_gradients(sg, sh, np.array([0, 5]), 1)[0] == 4.0
+    assert halving_abs_gradients(sg, sh, np.array([0, 5]), 2)[0] == 6.0
+    assert math.isnan(halving_abs_gradients(np.concatenate([sg, [3.0]]), np.concatenate([sh, [1.0]]),
+                                            np.array([0, 5, 6]), 1)[1])
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_halving_abs_gradients_sensitivity_is_g_star_and_reached(depth):
+    """Adding one row with |g| <= g* moves the feature choice's utility by at most g* (and exactly g*
+    when it lands in a leaf whose sum has its sign or is 0)."""
+    rng = np.random.default_rng(6)
+
+    def util(g, bins):
+        return halving_abs_gradients(np.bincount(bins, g, minlength=9), np.bincount(bins, minlength=9) * 0.25,
+                                     np.array([0, 9]), depth)[0]
+
+    worst = 0.0
+    for _ in range(500):
+        n = int(rng.integers(0, 30))
+        g, bins = rng.uniform(-1, 1, n), rng.integers(0, 9, n)
+        worst = max(worst, abs(util(np.append(g, rng.choice([-1.0, 1.0])), np.append(bins, rng.integers(0, 9)))
+                               - util(g, bins)))
+    assert worst <= 1.0 + 1e-12
+    assert util(np.array([1.0]), np.array([0])) - util(np.array([]), np.array([], dtype=int)) == 1.0
 
 
 @pytest.mark.parametrize("h_star, reg_lambda, depth", [(0.25, 1.0, 3), (1.0, 0.0, 2), (0.5, 0.1, 1)])
@@ -101,15 +129,16 @@ def test_halving_gain_sensitivity_bounds_every_neighbour(h_star, reg_lambda, dep
 # --------------------------------------------------------------------------- the feature choice
 def test_feature_choice_frequencies_follow_the_exponential_mechanism():
     """select_feature over fixed histograms picks feature j with probability proportional to
-    exp(eps u_j / (2 Delta)), u_j the halving gains, Delta = 4 g*^2/h*; a wrong Delta fails."""
+    exp(eps u_j / (2 Delta)), u_j the absolute gradient sums of its halving leaves, Delta = g*;
+    a wrong Delta fails."""
     plan = _plan()
-    plan.select_epsilon = 2.0
+    plan.select_epsilon = 0.5
     mech = TreeMechanisms(plan, 1.0, np.random.default_rng(11))
     offsets = [np.array([0, 5, 10]), np.array([0, 5])]
     hists = [(np.array([3.0, 1.0, -1.0, -2.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0]), np.full(10, 4.0)),
              (np.array([5.0, 3.0, -4.0, -5.0, 1.0]), np.full(5, 4.0))]
-    u = np.concatenate([halving_gains(*hists[0], offsets[0], plan.depth, 1.0),
-                        halving_gains(*hists[1], offsets[1], plan.depth, 1.0)])
+    u = np.concatenate([halving_abs_gradients(*hists[0], offsets[0], plan.depth),
+                        halving_abs_gradients(*hists[1], offsets[1], plan.depth)])
     assert u.size == 3 and len(set(np.round(u, 6))) == 3
     feats = [(0, 0), (0, 1), (1, 0)]
     n = 30_000
@@ -122,8 +151,8 @@ def test_feature_choice_frequencies_follow_the_exponential_mechanism():
         return float(((counts - expected) ** 2 / expected).sum())
 
     critical = stats.chi2.ppf(0.999, df=2)
-    delta = plan.gain_sensitivity
-    assert delta == 16.0                                      # binary: g* = 1, h* = 1/4
+    delta = plan.g_star
+    assert delta == 1.0                                       # binary: g* = 1
     assert chi2(delta) < critical
     assert chi2(2 * delta) > critical and chi2(delta / 2) > critical
 
