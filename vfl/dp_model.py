@@ -242,7 +242,8 @@ class DPModelPlan:
                           "split_features": {"exponential": "all features",
                                              "cyclic": "one feature per tree, in turn over every party's features",
                                              "selected": "one feature per tree, chosen by the exponential mechanism "
-                                                         "over the absolute gradient sums of the leaves of every feature's halving tree"
+                                                         "over the absolute gradient sums of the leaves of every "
+                                                         "feature's halving tree"
                                              }[self.trees]}}
         if self.trees == "selected":
             d["per_tree"]["feature_choice_epsilon"] = self.select_epsilon
