@@ -18,21 +18,28 @@ Mechanisms (see docs/dp.md, "DP on the released model"):
   DP bounds; the edges are equally spaced on that scale between them (noisy quantiles need far
   more budget than a sketch share gives at epsilon ~ 1). Each party spends
   90% of the sketch budget / ``n_parties``, split evenly over its features (the base score
-  takes the other 10%).
+  takes the other 10%), except the features it gives public bounds or edges for
+  (``dp_bins``, ``--dp-bins FILE``: :func:`check_dp_bins`), which spend nothing; what each party
+  spent is recorded (:meth:`DPModelPlan.record_binning`).
 * **Base score** (:func:`dp_base_score`): from noisy counts (binary, multiclass) or a noisy
   clipped mean (regression), with a share of the sketch budget.
-* **Split selection** (:class:`TreeMechanisms`): the active party picks each node's split with
-  the exponential mechanism over the gains it computes from (decrypted) histogram sums, every
-  candidate of every party, no data-dependent validity filter, sampled with the Gumbel-max trick
-  (no overflow). Gain sensitivity ``4 g*^2 / h*`` (:func:`gain_sensitivity`). Trees grow to
+* **Trees** (:class:`TreeMechanisms`, ``dp_trees``): ``"selected"`` (default): the active party
+  picks each tree's one feature with the exponential mechanism over every party's features, the
+  utility the absolute gradient sums of the feature's halving leaves from the (decrypted) root
+  histograms (:func:`halving_abs_gradients`, sensitivity ``g*``), then every node halves its bin
+  range of that feature (no data); ``"cyclic"``: the features in turn, halving; ``"exponential"``:
+  each node's split by the exponential mechanism over the gains of every candidate of every
+  party, no data-dependent validity filter, gain sensitivity ``4 g*^2 / h*``
+  (:func:`gain_sensitivity`). Sampling by the Gumbel-max trick (no overflow). Trees grow to
   ``max_depth`` whatever the data (stopping on counts or gains would leak).
 * **Leaves**: noisy gradient and hessian sums (Laplace, or Gaussian with ``dp_delta``),
   sensitivities ``g*`` and ``h*``; weight ``-G~ / (max(H~, floor) + lambda)`` clipped to ``g*/h*``,
   where ``floor`` (``min_child_weight`` or the hessian of as many rows as twice the gradient
   noise scale) shrinks leaves that are mostly noise.
 * **Accounting** (:func:`plan_dp_model`): the budget is split between sketch, splits and leaves
-  (``dp_budget``); the nodes of one level and the leaves of one tree are disjoint (parallel
-  composition); levels, trees, rounds and classes compose sequentially. Pure epsilon: basic
+  (``dp_budget``; selected trees spend the split share on their feature choices); the nodes of
+  one level and the leaves of one tree are disjoint (parallel composition); levels, trees,
+  rounds and classes compose sequentially. Pure epsilon: basic
   composition, with amplification by Poisson row subsampling (``subsample < 1``:
   ``log(1 + q (e^eps - 1))`` per tree; the sample is drawn from secret randomness). With
   ``dp_delta``: Gaussian leaves, everything accounted by Google's ``dp-accounting`` RDP
