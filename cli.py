@@ -30,7 +30,7 @@ from protocols.grpc_transport import Security, parse_peers
 from protocols.units import format_bytes
 from vfl.api import simulate as simulate_federation
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
-from vfl.dp_model import DP_TREES
+from vfl.dp_model import DP_TREES, read_dp_bins
 from vfl.files import check_writable_dir, write_text_atomic
 from vfl.params import (
     ALIGNMENTS,
@@ -141,9 +141,15 @@ def _echo_dp_model(result: dict) -> None:
     leaves = (f"leaf sums epsilon {t['leaf_gradient_epsilon']:.4g} + {t['leaf_hessian_epsilon']:.4g}"
               if d["mechanism"] == "laplace" else
               f"leaf sums sigma {t['leaf_gradient_sigma']:.4g} and {t['leaf_hessian_sigma']:.4g}")
+    sk = d["sketch"]
+    public = {p: r["public_features"] for p, r in sk.get("per_party", {}).items() if r["public_features"]}
+    sketch = (f"sketch {sk['epsilon_spent']:.4g} of {sk['epsilon_total']:.4g} (public bins: "
+              + ", ".join(f"{p} {k}" for p, k in public.items()) + ")") if public else \
+        f"sketch {sk['epsilon_total']:.4g}"
+    choice = (f"feature choice {t['feature_choice_epsilon']:.4g}, " if "feature_choice_epsilon" in t else "")
     click.echo(f"privacy (released model): epsilon {d['epsilon']:.4g}"
                + (f", delta {d['delta']:g}" if d.get("delta") else "") + f" per training row ({d['accounting']}); "
-               f"sketch {d['sketch']['epsilon_total']:.4g}, per tree {d['n_trees']}x: splits "
+               f"{sketch}, per tree {d['n_trees']}x: {choice}splits "
                f"{t['split_epsilon_per_level']:.4g} per level x {t['levels']}, {leaves}")
 
 
@@ -169,6 +175,8 @@ def train_params_from_options(options: dict) -> TrainParams:
     options = {k: v for k, v in options.items() if k not in _DATA_OPTIONS}
     if "monotone" in options:
         options["monotone_constraints"] = parse_monotone(options.pop("monotone"))
+    if options.get("dp_bins") is not None:
+        options["dp_bins"] = read_dp_bins(options["dp_bins"])
     params = TrainParams(**{_OPTION_FIELDS.get(k, k): v for k, v in options.items()})
     if params.mode == Mode.HE:
         check_key_bits(params.key_bits)
@@ -264,11 +272,17 @@ def _training_options(f):
         click.option("--dp-clip", type=float, default=_default("dp_clip"),
                      help="With --dp-model: public gradient bound g* (required for objective regression)."),
         click.option("--dp-budget", default=_default("dp_budget"),
-                     help="With --dp-model: relative budget shares 'sketch,splits,leaves' (default 0.1,0,0.9 "
-                          "with --dp-trees cyclic: random splits; 0.1,0.3,0.6 with exponential)."),
+                     help="With --dp-model: relative budget shares 'sketch,splits,leaves' (default 0.1,0.2,0.7 "
+                          "with --dp-trees selected: the splits share buys each tree's feature choice; 0.1,0,0.9 "
+                          "with cyclic; 0.1,0.3,0.6 with exponential)."),
         click.option("--dp-trees", type=click.Choice(DP_TREES), default=_default("dp_trees"), show_default=True,
-                     help="With --dp-model: 'cyclic': each tree splits on one feature, in turn over all parties' "
-                          "features; 'exponential': candidates of every feature."),
+                     help="With --dp-model: 'selected': each tree splits on one feature chosen by the exponential "
+                          "mechanism, halving its bins; 'cyclic': one feature per tree in turn over all parties' "
+                          "features; 'exponential': split candidates of every feature."),
+        click.option("--dp-bins", type=click.Path(dir_okay=False), default=None,
+                     help="With --dp-model: JSON file {column: {\"lo\": x, \"hi\": y} or {\"edges\": [...]}} of "
+                          "public bounds or bin edges; those features spend no sketch budget (simulate: any "
+                          "party's columns, PARTY:COLUMN allowed; party active: its own)."),
         click.option("--trees", default=_default("n_estimators"), show_default=True,
                      help="Boosting rounds (n_estimators)."),
         click.option("--depth", default=_default("max_depth"), show_default=True, help="max_depth."),
@@ -592,17 +606,21 @@ def party():
               help="Mode dp: refuse a noisy release with a larger budget per feature.")
 @click.option("--validation-data", type=click.Path(),
               help="The id column and this party's features of the validation rows (CSV or Parquet).")
+@click.option("--dp-bins", type=click.Path(dir_okay=False), default=None,
+              help="For --dp-model trainings: JSON file {column: {\"lo\": x, \"hi\": y} or {\"edges\": [...]}} "
+                   "of this party's public bounds or bin edges (no sketch budget spent on them).")
 @_net_options
 @_dask_options
 @lambda f: _credit_options(f, active=False)
 def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_align, allow_prediction,
                   dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
                   validation_data=None, dask_scheduler=None, dask_tls_dir=None, dask_insecure=False,
-                  categorical=(), monotone=()):
+                  categorical=(), monotone=(), dp_bins=None):
     """Serve training sessions and prediction requests of an active party."""
     _setup_logging(log_level)
     sec = _security(name, tls_dir, insecure, token_file, allow_clients)
     host = listen.rsplit(":", 1)[0]
+    dp_bins = read_dp_bins(dp_bins) if dp_bins is not None else None
 
     def ready(port):
         click.echo(f"{name}: listening on {host}:{port}")
@@ -615,7 +633,7 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
     try:
         serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready,
                       policy=policy, validation_data=validation_data, executor=executor,
-                      categorical=list(categorical), monotone=parse_monotone(monotone))
+                      categorical=list(categorical), monotone=parse_monotone(monotone), dp_bins=dp_bins)
     finally:
         if executor is not None:
             executor.close()

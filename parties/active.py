@@ -30,7 +30,7 @@ from parties.remote import RemoteSource, end_prediction, leaf_mask_fetcher, sour
 from protocols import alignment
 from protocols import messages as m
 from protocols.transport import Transport
-from vfl.dp_model import plan_dp_model
+from vfl.dp_model import plan_dp_model, public_columns
 from vfl.leafmask import DEFAULT_PREDICTION, PREDICTIONS
 from vfl.model import BoostedModel
 from vfl.objectives import check_sample_weight, get_objective
@@ -183,6 +183,7 @@ class ActiveParty:
             tracker = CheckpointTracker(self.name, peers, params, salt, model_id, self.ids[rows], X, y,
                                         self.feature_names, resume, checkpoint)
         self.dp_plan = plan_dp_model(params, objective.n_targets, len(peers) + bool(self.feature_names))
+        self._dp_public = self._public_bins(params)
         if resume is not None and self.dp_plan.private:
             raise InputError("a --dp-model training cannot be resumed: new DP bin edges would spend budget "
                              "again and disagree with the finished rounds")
@@ -205,6 +206,10 @@ class ActiveParty:
             sources = self._sources(transport, peers, infos, params, model_id, X,
                                     objective.gradients(y, np.tile(objective.base_score(y), (len(y), 1)))
                                     if params.mode == Mode.DP and params.dp_select else None, rows)
+            if self.dp_plan.private:    # what each party's bin edges spent (public bins: nothing)
+                self.dp_plan.record_binning(
+                    ({self.name: sources[0].binner.report()} if self.feature_names else {})
+                    | {p: infos[p].dp_binning for p in peers})
             monitor = TrainingMonitor(objective, params, y)
             round_observers = [self.channel, RoundBytes(transport), monitor]
             round_observers += [tracker] if tracker is not None else []
@@ -247,6 +252,17 @@ class ActiveParty:
         self.label_mapping = dict(objective.mapping) if getattr(objective, "classes", None) else None
         return self.model
 
+    def _public_bins(self, params: TrainParams) -> dict:
+        """``{own feature index: entry}`` of ``params.dp_bins`` (public bounds/edges, --dp-bins)."""
+        spec = params.dp_bins or {}
+        bad = [c for c in spec if c in self.categories]
+        if bad:
+            raise InputError(f"dp_bins on {bad[0]!r}, a categorical feature of party {self.name!r} (public bins "
+                             "are for numeric features)")
+        return public_columns(spec, self.feature_names, self.name,
+                              " (each passive party gives its own: PassiveParty(dp_bins=...), "
+                              "vfl party passive --dp-bins)")
+
     def _align(self, transport: Transport, peers: list[str], params: TrainParams, salt: bytes) -> np.ndarray:
         """Own rows of the ids every party holds, in the canonical (salted hash) order."""
         session_id = secrets.token_hex(8)
@@ -275,7 +291,8 @@ class ActiveParty:
                             if f in self.categories}
             sources.append(LocalSource(self.name, X, self.feature_names, params.max_bin, categorical, monotone,
                                        params.max_cat, n_categories,
-                                       binner=self.dp_plan.binner(params.max_bin) if self.dp_plan.private else None))
+                                       binner=self.dp_plan.binner(params.max_bin, self._dp_public, self.name)
+                                       if self.dp_plan.private else None))
         self.dp_report = {}
         if params.mode == Mode.DP:
             dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(X), root_gradients,

@@ -49,14 +49,15 @@ def _read_csv(path, name, id_col, label_col=None, allow_text_label=False, catego
 def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security,
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, on_ready=None, stop_event=None,
                   policy: dict | None = None, validation_data=None, executor=None, categorical=None,
-                  monotone: dict | None = None) -> None:
+                  monotone: dict | None = None, dp_bins: dict | None = None) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop_event``). ``on_ready(port)`` is called once listening;
     ``policy``: :class:`PassiveServer` policy attributes (``allowed_align``, ...);
     ``validation_data``: CSV of this party's features of the validation rows (if the active party
     trains with a validation set); ``executor``: the party's compute for the ciphertext kernels and
     its row shards (e.g. a Dask cluster, :func:`crypto.executor.dask_executor`);
     ``categorical``/``monotone``: this party's categorical columns and monotone constraints
-    ``{column: +1 | -1}``."""
+    ``{column: +1 | -1}``; ``dp_bins``: its public bounds/edges for a DP released model
+    (:func:`vfl.dp_model.check_dp_bins`)."""
     check_address(listen, "--listen address")
     # a Parquet table of numeric features: ids and the piece plan here, rows read where they are used
     table = open_piece_table(data, name, id_col, categorical)
@@ -65,7 +66,7 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     service = PassiveServer(name, table, id_col, model_dir, source=str(data), policy=policy,
                             validation_frame=vf.frame if vf is not None else None,
                             validation_source=str(validation_data) if vf is not None else None,
-                            executor=executor, categorical=categorical, monotone=monotone)
+                            executor=executor, categorical=categorical, monotone=monotone, dp_bins=dp_bins)
     server = PartyServer(name, service.handle_frame, listen, security, max_frame_bytes=max_frame_bytes)
     port = server.start()
     stop = stop_event or threading.Event()

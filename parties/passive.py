@@ -29,6 +29,7 @@ from parties import dp, passive_align, passive_predict, passive_train
 from parties.passive_state import LookupTable, PassiveState
 from protocols import messages as m
 from protocols.serialization import check_message
+from vfl.dp_model import check_dp_bins, public_columns
 from vfl.files import write_json_atomic
 from vfl.model import content_hash, read_model_json
 from vfl.params import check_monotone
@@ -179,7 +180,7 @@ class PassiveParty:
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
                  source: str | None = None, n_jobs: int | None = None, executor: Executor | None = None,
-                 categorical=None, monotone: dict | None = None):
+                 categorical=None, monotone: dict | None = None, dp_bins: dict | None = None):
         resolve_workers(n_jobs)       # validate early
         self._state = PassiveState(str(name), id_col, source, n_jobs)
         self.executor = executor
@@ -197,6 +198,21 @@ class PassiveParty:
         elif categorical:
             raise InputError(f"party {self.name!r}: categorical columns need the party's data")
         self.set_monotone(monotone)
+        self.set_dp_bins(dp_bins)
+
+    def set_dp_bins(self, dp_bins: dict | None) -> None:
+        """This party's public bounds or bin edges per feature for a DP released model (``--dp-model``;
+        :func:`vfl.dp_model.check_dp_bins`): those features spend none of its sketch budget. Not
+        used by other trainings (exact quantile bins)."""
+        s = self._state
+        where = f"party {s.name!r}" + (f" (file {s.source})" if s.source else "")
+        spec = check_dp_bins(dp_bins, f"{where}: dp_bins")
+        public_columns(spec, s.feature_names, s.name, " (its public bins name only its own features)")
+        bad = [c for c in spec if c in s.categories]
+        if bad:
+            raise InputError(f"{where}: dp_bins on {bad[0]!r}, a categorical feature (public bins are for "
+                             "numeric features)")
+        s.dp_bins = spec
 
     @classmethod
     def from_file(cls, name: str, path, id_col: str = "id", **kwargs) -> "PassiveParty":

@@ -151,6 +151,7 @@ class PassiveState:
     feature_names: list = field(default_factory=list)
     categories: dict = field(default_factory=dict)     # {categorical feature: its vocabulary}
     monotone: dict = field(default_factory=dict)       # {feature: +1 | -1}, own constraints
+    dp_bins: dict = field(default_factory=dict)        # --dp-model: own public bounds/edges {feature: entry}
     pred_ids: np.ndarray | None = None         # new rows to predict on (else the training rows)
     pred_X: np.ndarray | None = None
     val_ids: np.ndarray | None = None          # validation rows

@@ -30,7 +30,7 @@ from protocols import messages as m
 from protocols.serialization import BigInts
 from protocols.transport import check_deadline
 from vfl.binning import Binner
-from vfl.dp_model import DPBinner
+from vfl.dp_model import DPBinner, public_columns
 from vfl.params import Mode
 from vfl.sampling import leaf_positions
 from vfl.split import goes_left
@@ -111,7 +111,7 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
         t.reader, t.bin_idx = reader, None
         return m.BinningInfo(t.binner.n_bins, np.zeros(0, dtype=bool),
                              monotone if monotone.any() else np.zeros(0, dtype=np.int8))
-    t.binner = (_binner(req) if req.dp_binning is not None else
+    t.binner = (_binner(req, s) if req.dp_binning is not None else
                 Binner(req.max_bin, categorical if categorical.any() else None, req.max_cat)).fit(X)
     t.bin_idx = t.binner.transform(X)
     if t.mode != Mode.DP:               # the rows' shards stay on the workers for the whole training
@@ -120,18 +120,23 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
         t.shards = ShardSet(executor, len(rows), prefix=f"train-{req.model_id}/")
         t.shards.place_array("bins", t.bin_idx)
     return m.BinningInfo(t.binner.n_bins, categorical if categorical.any() else np.zeros(0, dtype=bool),
-                         monotone if monotone.any() else np.zeros(0, dtype=np.int8))
+                         monotone if monotone.any() else np.zeros(0, dtype=np.int8),
+                         t.binner.report() if isinstance(t.binner, DPBinner) else None)
 
 
-def _binner(req: m.TrainSetup) -> Binner:
-    """Exact quantile bins, or DP bin edges with the budget the active party gave (``--dp-model``)."""
+def _binner(req: m.TrainSetup, s: PassiveState | None = None) -> Binner:
+    """Exact quantile bins, or DP bin edges with the budget the active party gave (``--dp-model``),
+    except on the features this party gave public bounds or edges for (``s.dp_bins``: no budget)."""
     if req.dp_binning is None:
         return Binner(req.max_bin)
     eps = req.dp_binning.get("epsilon")
     if set(req.dp_binning) != {"epsilon"} or isinstance(eps, bool) or not isinstance(eps, (int, float)) \
             or not eps > 0:      # NaN fails too
         raise ProtocolError(f"dp_binning must be {{'epsilon': a number > 0}}, got {req.dp_binning!r}")
-    return DPBinner(req.max_bin, float(eps))
+    if s is None:
+        return DPBinner(req.max_bin, float(eps))
+    return DPBinner(req.max_bin, float(eps), public=public_columns(s.dp_bins, s.feature_names, s.name),
+                    party=s.name)
 
 
 def public_key(s: PassiveState, req: m.PublicKey) -> m.Ack:

@@ -96,12 +96,12 @@ class PassiveServer:
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
                  source: str | None = None, policy: dict | None = None,
                  validation_frame: pd.DataFrame | None = None, validation_source: str | None = None,
-                 executor=None, categorical=None, monotone: dict | None = None):
-        """``categorical``/``monotone``: this party's categorical columns and monotone constraints
-        (see :class:`PassiveParty`), used by every training it serves; ``executor``: its compute."""
+                 executor=None, categorical=None, monotone: dict | None = None, dp_bins: dict | None = None):
+        """``categorical``/``monotone``/``dp_bins``: this party's categorical columns, monotone constraints
+        and public bins (see :class:`PassiveParty`), used by every training it serves; ``executor``: its compute."""
         self.name, self.frame, self.id_col, self.source = str(name), frame, id_col, source
         self.executor = executor        # the party's own compute (e.g. its Dask cluster) for every training
-        self.categorical, self.monotone = categorical, monotone
+        self.categorical, self.monotone, self.dp_bins = categorical, monotone, dp_bins
         # this party's features of validation rows, for trainings that use a validation set
         self.validation_frame, self.validation_source = validation_frame, validation_source
         self.policy = dict(policy or {})
@@ -132,7 +132,7 @@ class PassiveServer:
 
     def _new_party(self) -> PassiveParty:
         return PassiveParty(self.name, self.frame, self.id_col, self.source, categorical=self.categorical,
-                            monotone=self.monotone)
+                            monotone=self.monotone, dp_bins=self.dp_bins)
 
     def _configure(self, party: PassiveParty) -> PassiveParty:
         for k, v in self.policy.items():

@@ -120,6 +120,7 @@ class BinningInfo:
     n_bins: np.ndarray = array("int", 1, min=1)
     categorical: np.ndarray = array("bool", 1, empty_default="bool")      # bool per feature
     monotone: np.ndarray = array("int", 1, min=-1, empty_default="int8")  # int8 per feature (-1/0/+1)
+    dp_binning: dict | None = None      # --dp-model: what the DP bin edges spent {"epsilon", "dp_features", ...}
 
     def validate(self) -> None:
         for name in ("categorical", "monotone"):

@@ -38,6 +38,7 @@ from parties.channel import ASSUMED_LINK_MBPS
 from parties.passive import PassiveParty
 from protocols.transport import InMemoryTransport, frame_handler
 from vfl import metrics
+from vfl.dp_model import check_dp_bins
 from vfl.files import check_writable_dir, json_bytes, write_files_atomic
 from vfl.model import BoostedModel, read_model_json
 from vfl.objectives import check_sample_weight, get_objective
@@ -359,6 +360,16 @@ def split_constraints(party_frames, monotone: dict | None, weight_col: str | Non
     return out
 
 
+def split_dp_bins(party_frames, dp_bins: dict | None) -> dict:
+    """``{party name: {feature: entry}}``: each public bounds/edges entry of ``dp_bins`` (any party's
+    features, ``PARTY:FEATURE`` where several parties use the name) goes to the party that holds it."""
+    out: dict = {pf.name: {} for pf in party_frames}
+    for column, entry in (check_dp_bins(dp_bins, "parameter dp_bins") or {}).items():
+        party, name = _owner(party_frames, column, "dp_bins on")
+        out[party][name] = entry
+    return out
+
+
 def split_categorical(party_frames, categorical) -> dict:
     """``{party name: [its categorical columns]}`` of column names (``PARTY:FEATURE`` allowed)."""
     categorical = [] if categorical is None else ([categorical] if isinstance(categorical, str) else list(categorical))
@@ -372,7 +383,7 @@ def split_categorical(party_frames, categorical) -> dict:
 
 def federation_from_frames(party_frames, record: bool = False, link_mbps: float | None = None,
                            executor_for=None, categorical=None, monotone: dict | None = None,
-                           weight_col: str | None = None) -> Federation:
+                           weight_col: str | None = None, dp_bins: dict | None = None) -> Federation:
     """Build a federation from ``datasets.PartyFrame`` objects (the first one holds the label).
 
     ``executor_for(name)`` (optional): each party's own executor (e.g. a Dask cluster per party);
@@ -380,7 +391,9 @@ def federation_from_frames(party_frames, record: bool = False, link_mbps: float 
     name) to treat as categorical; ``monotone``: ``{feature: +1 | -1}`` over the passive parties'
     features (``PARTY:FEATURE`` allowed), each goes to its party (the active party's come from
     ``TrainParams.monotone_constraints`` at fit, see :func:`simulate`); ``weight_col``: a column
-    of the active party's frame holding sample weights."""
+    of the active party's frame holding sample weights; ``dp_bins``: public bounds/edges
+    (:func:`vfl.dp_model.check_dp_bins`) of the passive parties' features for ``--dp-model``
+    (``PARTY:FEATURE`` allowed; the active party's come from ``TrainParams.dp_bins``)."""
     if not party_frames:
         raise InputError("no party data given")
     first, rest = party_frames[0], party_frames[1:]
@@ -391,11 +404,14 @@ def federation_from_frames(party_frames, record: bool = False, link_mbps: float 
     if per_party[first.name]:
         raise InputError(f"monotone constraints on the active party's features {sorted(per_party[first.name])} "
                          "go in TrainParams.monotone_constraints")
+    bins = split_dp_bins(party_frames, dp_bins)
+    if bins[first.name]:
+        raise InputError(f"dp_bins on the active party's features {sorted(bins[first.name])} go in TrainParams.dp_bins")
     ex = executor_for or (lambda name: None)
     active = ActiveParty(first.name, first.frame, first.id_col, first.label_col, first.source,
                          executor=ex(first.name), categorical=cats[first.name], weight_col=weight_col)
     passives = [PassiveParty(pf.name, pf.frame, pf.id_col, pf.source, executor=ex(pf.name), categorical=cats[pf.name],
-                             monotone=per_party[pf.name] or None) for pf in rest]
+                             monotone=per_party[pf.name] or None, dp_bins=bins[pf.name] or None) for pf in rest]
     return Federation(active, passives, record=record, link_mbps=link_mbps)
 
 
@@ -458,13 +474,17 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         train, val = train_test_split_parties(train, test_size=validation_size, seed=seed)
         validation = {pf.name: pf.frame for pf in val}
     per_party = split_constraints(party_frames, params.monotone_constraints, weight_col)
+    bins = split_dp_bins(party_frames, params.dp_bins)
     active_params = TrainParams.from_dict({**params.to_dict(),
-                                           "monotone_constraints": per_party[party_frames[0].name] or None})
+                                           "monotone_constraints": per_party[party_frames[0].name] or None,
+                                           "dp_bins": bins[party_frames[0].name] or None})
     fed = federation_from_frames(train, record=record, link_mbps=link_mbps, executor_for=executor_for,
                                  categorical=categorical,
                                  monotone={f"{name}:{f}": c for name, cs in per_party.items()
                                            if name != party_frames[0].name for f, c in cs.items()},
-                                 weight_col=weight_col)
+                                 weight_col=weight_col,
+                                 dp_bins={f"{name}:{f}": e for name, es in bins.items()
+                                          if name != party_frames[0].name for f, e in es.items()})
     if validation is not None and weight_col is not None:
         validation[party_frames[0].name] = validation[party_frames[0].name].drop(columns=weight_col)
     user_params, params = params, active_params

@@ -490,7 +490,7 @@ def plot_dp_model(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: P
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     path = out_dir / f"{dataset}_dp_model_auc_vs_epsilon.png"
-    fig.savefig(path)
+    _save_figure(fig, path)         # the one atomic 0600 writer, like every other file
     plt.close(fig)
     return [path]
 

@@ -18,21 +18,28 @@ Mechanisms (see docs/dp.md, "DP on the released model"):
   DP bounds; the edges are equally spaced on that scale between them (noisy quantiles need far
   more budget than a sketch share gives at epsilon ~ 1). Each party spends
   90% of the sketch budget / ``n_parties``, split evenly over its features (the base score
-  takes the other 10%).
+  takes the other 10%), except the features it gives public bounds or edges for
+  (``dp_bins``, ``--dp-bins FILE``: :func:`check_dp_bins`), which spend nothing; what each party
+  spent is recorded (:meth:`DPModelPlan.record_binning`).
 * **Base score** (:func:`dp_base_score`): from noisy counts (binary, multiclass) or a noisy
   clipped mean (regression), with a share of the sketch budget.
-* **Split selection** (:class:`TreeMechanisms`): the active party picks each node's split with
-  the exponential mechanism over the gains it computes from (decrypted) histogram sums, every
-  candidate of every party, no data-dependent validity filter, sampled with the Gumbel-max trick
-  (no overflow). Gain sensitivity ``4 g*^2 / h*`` (:func:`gain_sensitivity`). Trees grow to
+* **Trees** (:class:`TreeMechanisms`, ``dp_trees``): ``"selected"`` (default): the active party
+  picks each tree's one feature with the exponential mechanism over every party's features, the
+  utility the absolute gradient sums of the feature's halving leaves from the (decrypted) root
+  histograms (:func:`halving_abs_gradients`, sensitivity ``g*``), then every node halves its bin
+  range of that feature (no data); ``"cyclic"``: the features in turn, halving; ``"exponential"``:
+  each node's split by the exponential mechanism over the gains of every candidate of every
+  party, no data-dependent validity filter, gain sensitivity ``4 g*^2 / h*``
+  (:func:`gain_sensitivity`). Sampling by the Gumbel-max trick (no overflow). Trees grow to
   ``max_depth`` whatever the data (stopping on counts or gains would leak).
 * **Leaves**: noisy gradient and hessian sums (Laplace, or Gaussian with ``dp_delta``),
   sensitivities ``g*`` and ``h*``; weight ``-G~ / (max(H~, floor) + lambda)`` clipped to ``g*/h*``,
   where ``floor`` (``min_child_weight`` or the hessian of as many rows as twice the gradient
   noise scale) shrinks leaves that are mostly noise.
 * **Accounting** (:func:`plan_dp_model`): the budget is split between sketch, splits and leaves
-  (``dp_budget``); the nodes of one level and the leaves of one tree are disjoint (parallel
-  composition); levels, trees, rounds and classes compose sequentially. Pure epsilon: basic
+  (``dp_budget``; selected trees spend the split share on their feature choices); the nodes of
+  one level and the leaves of one tree are disjoint (parallel composition); levels, trees,
+  rounds and classes compose sequentially. Pure epsilon: basic
   composition, with amplification by Poisson row subsampling (``subsample < 1``:
   ``log(1 + q (e^eps - 1))`` per tree; the sample is drawn from secret randomness). With
   ``dp_delta``: Gaussian leaves, everything accounted by Google's ``dp-accounting`` RDP
@@ -45,21 +52,26 @@ All noise comes from fresh OS entropy (``numpy.random.default_rng()`` with no se
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from datasets.errors import InputError
+from datasets.errors import InputError, ProtocolError
 from vfl.binning import Binner, _thresholds
 from vfl.split import SplitInfo
 
-#: split candidates of a DP tree: every feature of every party, or one feature per tree in turn
-DP_TREES = ("cyclic", "exponential")
+#: the trees of a DP model (the first is the default): one feature per tree chosen by the exponential
+#: mechanism (over the absolute gradient sums of every feature's halving leaves), then halving splits;
+#: one feature per tree in turn, halving splits; or splits over every feature's candidates
+DP_TREES = ("selected", "cyclic", "exponential")
 #: default relative shares of the budget: sketch (bin edges, base score), splits, leaves, per dp_trees:
-#: cyclic trees split at random (Maddock et al.'s best at epsilon ~ 1), exponential trees choose
-DEFAULT_BUDGETS = {"cyclic": (0.1, 0.0, 0.9), "exponential": (0.1, 0.3, 0.6)}
-DEFAULT_BUDGET = DEFAULT_BUDGETS["cyclic"]
+#: selected trees spend the split share on one feature choice per tree; cyclic trees halve (no split
+#: budget: Maddock et al.'s best at epsilon ~ 1); exponential trees choose every split
+DEFAULT_BUDGETS = {"selected": (0.1, 0.2, 0.7), "cyclic": (0.1, 0.0, 0.9), "exponential": (0.1, 0.3, 0.6)}
+DEFAULT_BUDGET = DEFAULT_BUDGETS[DP_TREES[0]]
 #: share of the sketch budget spent on the base score (the rest: the parties' bin edges, evenly)
 BASE_SCORE_SHARE = 0.1
 #: share of a leaf's budget spent on its gradient sum (the rest on its hessian sum, i.e. its count)
@@ -131,11 +143,12 @@ def de_amplified(epsilon: float, q: float) -> float:
 
 
 def account_pure(sketch: float, level: float, depth: int, leaf_gradients: float, leaf_hessians: float,
-                 n_trees: int, q: float = 1.0) -> float:
-    """Total epsilon by basic composition: the sketch, then ``n_trees`` trees of ``depth`` levels
-    (the nodes of a level are disjoint: one ``level`` each) and one leaf release (the gradient
-    and hessian sums of the disjoint leaves), each tree amplified by Poisson sampling of rate q."""
-    tree = depth * level + leaf_gradients + leaf_hessians
+                 n_trees: int, q: float = 1.0, select: float = 0.0) -> float:
+    """Total epsilon by basic composition: the sketch, then ``n_trees`` trees of one feature choice
+    (``select``, ``dp_trees = "selected"``), ``depth`` levels (the nodes of a level are disjoint:
+    one ``level`` each) and one leaf release (the gradient and hessian sums of the disjoint
+    leaves), each tree amplified by Poisson sampling of rate q."""
+    tree = select + depth * level + leaf_gradients + leaf_hessians
     return sketch + n_trees * amplified(tree, q)
 
 
@@ -152,14 +165,16 @@ def _accounting():
 
 
 def gaussian_event(sketch_epsilon: float, level_epsilon: float, depth: int, sigma_gradients: float,
-                   sigma_hessians: float, g_star: float, h_star: float, n_trees: int):
+                   sigma_hessians: float, g_star: float, h_star: float, n_trees: int, select_epsilon: float = 0.0):
     """The whole training as a ``dp_accounting`` event: the pure-DP sketch (``eps^2/2``-zCDP),
-    per tree ``depth`` exponential mechanisms (``eps^2/8``-zCDP each, Cesar and Rogers 2021) and
-    the Gaussian leaf sums (noise multipliers ``sigma / sensitivity``)."""
+    per tree one feature choice and ``depth`` exponential mechanisms (``eps^2/8``-zCDP each,
+    Cesar and Rogers 2021) and the Gaussian leaf sums (noise multipliers ``sigma / sensitivity``)."""
     dp_event, _ = _accounting()
     tree = [dp_event.GaussianDpEvent(sigma_gradients / g_star), dp_event.GaussianDpEvent(sigma_hessians / h_star)]
     if level_epsilon > 0:
         tree.append(dp_event.SelfComposedDpEvent(dp_event.ZCDpEvent(level_epsilon ** 2 / 8.0), depth))
+    if select_epsilon > 0:
+        tree.append(dp_event.ZCDpEvent(select_epsilon ** 2 / 8.0))
     return dp_event.ComposedDpEvent([dp_event.ZCDpEvent(sketch_epsilon ** 2 / 2.0),
                                      dp_event.SelfComposedDpEvent(dp_event.ComposedDpEvent(tree), n_trees)])
 
@@ -190,12 +205,13 @@ class DPModelPlan:
     sketch_epsilon_per_party: float = 0.0
     base_epsilon: float = 0.0            # the base score's share of the sketch budget
     level_epsilon: float = 0.0           # the exponential mechanism at every node of one level
+    select_epsilon: float = 0.0          # dp_trees "selected": the exponential mechanism choosing a tree's feature
     leaf_gradients: float = 0.0          # Laplace: epsilon; Gaussian: sigma of the gradient sums
     leaf_hessians: float = 0.0           # Laplace: epsilon; Gaussian: sigma of the hessian sums
     tree_epsilon: float = 0.0            # one tree's pure epsilon before amplification (Laplace)
     reported_epsilon: float = math.inf   # what the accountant reports for the whole training
     parties: int = 1
-    trees: str = "cyclic"               # "cyclic": one feature per tree; "exponential": every feature
+    trees: str = DP_TREES[0]            # "selected"/"cyclic": one feature per tree; "exponential": every feature
     n_targets: int = 1
     extra: dict = field(default_factory=dict)
 
@@ -226,10 +242,18 @@ class DPModelPlan:
                         "mechanism": "laplace histogram per feature (DP bounds), edges equally spaced on the "
                                      "symmetric log scale"},
              "per_tree": {"split_epsilon_per_level": self.level_epsilon, "levels": self.depth,
-                          "split_mechanism": ("uniform (totally random splits)" if self.level_epsilon == 0
+                          "split_mechanism": ("halving each node's bin range of the tree's feature (no data)"
+                                              if self.level_epsilon == 0 and self.trees != "exponential"
+                                              else "uniform (totally random splits)" if self.level_epsilon == 0
                                               else "exponential (Gumbel-max)"),
-                          "split_features": ("all features" if self.trees == "exponential" else
-                                             "one feature per tree, in turn over every party's features")}}
+                          "split_features": {"exponential": "all features",
+                                             "cyclic": "one feature per tree, in turn over every party's features",
+                                             "selected": "one feature per tree, chosen by the exponential mechanism "
+                                                         "over the absolute gradient sums of the leaves of every "
+                                                         "feature's halving tree"
+                                             }[self.trees]}}
+        if self.trees == "selected":
+            d["per_tree"]["feature_choice_epsilon"] = self.select_epsilon
         if self.mechanism == "laplace":
             d["per_tree"].update({"leaf_gradient_epsilon": self.leaf_gradients,
                                   "leaf_hessian_epsilon": self.leaf_hessians,
@@ -238,7 +262,13 @@ class DPModelPlan:
         else:
             d["per_tree"].update({"leaf_gradient_sigma": self.leaf_gradients,
                                   "leaf_hessian_sigma": self.leaf_hessians, "leaf_mechanism": "gaussian"})
-        d.update(self.extra)
+        extra = dict(self.extra)
+        if "sketch_parties" in extra:       # what each party's bin edges spent (public bins: nothing)
+            d["sketch"]["per_party"] = extra.pop("sketch_parties")
+            d["sketch"]["epsilon_spent"] = extra.pop("sketch_epsilon_spent")
+            d["sketch"]["public_bins"] = ("user-given public bounds or edges spend no budget; the reported "
+                                          "epsilon counts what the parties' DP edges spent")
+        d.update(extra)
         return d
 
     # -- what the parties use ---------------------------------------------------
@@ -246,8 +276,40 @@ class DPModelPlan:
         """The DP settings a passive party needs at setup (``TrainSetup.dp_binning``)."""
         return {"epsilon": self.sketch_epsilon_per_party} if self.private else None
 
-    def binner(self, max_bin: int) -> Binner:
-        return DPBinner(max_bin, self.sketch_epsilon_per_party) if self.private else Binner(max_bin)
+    def binner(self, max_bin: int, public: dict | None = None, party: str = "") -> Binner:
+        """A party's binner: DP edges with its sketch share, except on ``public`` features
+        (``{feature index: entry}``, user-given bounds or edges: no budget)."""
+        return DPBinner(max_bin, self.sketch_epsilon_per_party, public=public, party=party) if self.private \
+            else Binner(max_bin)
+
+    def record_binning(self, reports: dict) -> None:
+        """What each party's bin edges spent (``{party: DPBinner.report()}``, a passive party's from its
+        ``BinningInfo``): a party whose every feature has public bins spends none of its share, and
+        the reported epsilon drops by what was not spent (the plan's other parts are unchanged)."""
+        if not self.private:
+            return
+        checked = {}
+        for party, r in reports.items():
+            ok = isinstance(r, dict) and set(r) == {"epsilon", "dp_features", "public_features"} and all(
+                not isinstance(r[k], bool) and isinstance(r[k], (int, float)) and math.isfinite(r[k]) and r[k] >= 0
+                for k in r) and r["epsilon"] <= self.sketch_epsilon_per_party * (1 + 1e-9)
+            if not ok:
+                raise ProtocolError(f"party {party!r} reported its DP binning as {r!r}: expected "
+                                    f"{{'epsilon': at most {self.sketch_epsilon_per_party}, 'dp_features': n, "
+                                    "'public_features': n}")
+            checked[party] = {"epsilon": float(r["epsilon"]), "dp_features": int(r["dp_features"]),
+                              "public_features": int(r["public_features"])}
+        self.extra["sketch_parties"] = checked
+        spent = self.base_epsilon + sum(r["epsilon"] for r in checked.values())
+        self.extra["sketch_epsilon_spent"] = spent
+        if self.mechanism == "laplace":
+            self.reported_epsilon = account_pure(spent, self.level_epsilon, self.depth, self.leaf_gradients,
+                                                 self.leaf_hessians, self.n_trees, self.subsample,
+                                                 self.select_epsilon)
+        else:
+            self.reported_epsilon = account_gaussian(
+                gaussian_event(spent, self.level_epsilon, self.depth, self.leaf_gradients, self.leaf_hessians,
+                               self.g_star, self.h_star, self.n_trees, self.select_epsilon), self.delta)
 
     def bound_gradients(self, g: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Clip ``g`` to ``[-g*, g*]`` and replace every hessian by ``h*``."""
@@ -286,11 +348,14 @@ def plan_dp_model(params, n_targets: int, n_parties: int) -> DPModelPlan:
         plan.tree_epsilon = de_amplified(tree_amp, q)
         split_part = plan.tree_epsilon * shares[1] / (shares[1] + shares[2])
         leaf_part = plan.tree_epsilon - split_part
-        plan.level_epsilon = split_part / D
+        if params.dp_trees == "selected":       # the split share buys one feature choice per tree
+            plan.select_epsilon = split_part
+        else:
+            plan.level_epsilon = split_part / D
         plan.leaf_gradients = LEAF_GRADIENT_SHARE * leaf_part
         plan.leaf_hessians = leaf_part - plan.leaf_gradients
         plan.reported_epsilon = account_pure(plan.sketch_epsilon, plan.level_epsilon, D, plan.leaf_gradients,
-                                             plan.leaf_hessians, T, q)
+                                             plan.leaf_hessians, T, q, plan.select_epsilon)
     else:
         _calibrate_gaussian(plan, eps, params.dp_delta, shares)
     plan.base_epsilon = BASE_SCORE_SHARE * plan.sketch_epsilon
@@ -302,7 +367,10 @@ def _gaussian_parts(plan: DPModelPlan, rho: float, shares) -> None:
     """Parameters of every mechanism when the training spends ``rho`` (zCDP) in total."""
     T, D = plan.n_trees, plan.depth
     plan.sketch_epsilon = math.sqrt(2.0 * shares[0] * rho)
-    plan.level_epsilon = math.sqrt(8.0 * shares[1] * rho / (T * D))
+    if plan.trees == "selected":
+        plan.select_epsilon = math.sqrt(8.0 * shares[1] * rho / T)
+    else:
+        plan.level_epsilon = math.sqrt(8.0 * shares[1] * rho / (T * D))
     leaf = shares[2] * rho / T
     rho_g, rho_h = LEAF_GRADIENT_SHARE * leaf, (1 - LEAF_GRADIENT_SHARE) * leaf
     plan.leaf_gradients = plan.g_star / math.sqrt(2.0 * rho_g)
@@ -311,7 +379,7 @@ def _gaussian_parts(plan: DPModelPlan, rho: float, shares) -> None:
 
 def gaussian_plan_event(plan: DPModelPlan):
     return gaussian_event(plan.sketch_epsilon, plan.level_epsilon, plan.depth, plan.leaf_gradients,
-                          plan.leaf_hessians, plan.g_star, plan.h_star, plan.n_trees)
+                          plan.leaf_hessians, plan.g_star, plan.h_star, plan.n_trees, plan.select_epsilon)
 
 
 def _calibrate_gaussian(plan: DPModelPlan, eps: float, delta: float, shares) -> None:
@@ -389,6 +457,71 @@ def candidate_gains(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_off
     return tuple(np.concatenate(lst) for lst in out)
 
 
+def halving_leaves(n_ordinary: int, depth: int) -> list[tuple[int, int]]:
+    """The leaves of the halving tree over ``n_ordinary`` ordinary bins (what
+    :meth:`TreeMechanisms._halve` grows): each node of bin range ``[lo, hi]`` splits at
+    ``b = (lo + hi) // 2`` (bins ``<= b`` go left). Returns, left to right, the bins each leaf
+    holds as ``(first, last)`` (``first > last``: an empty leaf); missing values go right at every
+    node, so they end in the last leaf."""
+    nodes = [((0, n_ordinary - 1), (0, n_ordinary - 1))]       # (nominal range, bins actually held)
+    for _ in range(depth):
+        nxt = []
+        for (lo, hi), (a, z) in nodes:
+            b = (lo + hi) // 2
+            nxt.append(((lo, b), (a, min(z, b))))
+            nxt.append((((b + 1, hi) if b < hi else (hi, hi)), (max(a, b + 1), z)))
+        nodes = nxt
+    return [held for _, held in nodes]
+
+
+def halving_sums(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_offsets: np.ndarray,
+                 depth: int) -> list:
+    """Per feature of one party's flat histogram, the gradient and hessian sums of the leaves of its
+    halving tree of ``depth`` levels (:func:`halving_leaves`; missing values in the last leaf) as
+    ``(G_leaves, H_leaves)``; None for a feature without ordinary bins."""
+    offsets = np.asarray(bin_offsets, dtype=np.int64)
+    sg = np.asarray(sum_gradients, dtype=np.float64)
+    sh = np.asarray(sum_hessians, dtype=np.float64)
+    out = []
+    for start, end in zip(offsets[:-1], offsets[1:]):
+        n_ordinary = int(end - start) - 1
+        if n_ordinary < 1:
+            out.append(None)
+            continue
+        g, h = sg[start:end], sh[start:end]
+        cg, ch = np.concatenate([[0.0], np.cumsum(g[:-1])]), np.concatenate([[0.0], np.cumsum(h[:-1])])
+        leaves = halving_leaves(n_ordinary, depth)
+        GL = np.array([cg[z + 1] - cg[a] if a <= z else 0.0 for a, z in leaves])
+        HL = np.array([ch[z + 1] - ch[a] if a <= z else 0.0 for a, z in leaves])
+        GL[-1] += g[-1]
+        HL[-1] += h[-1]
+        out.append((GL, HL))
+    return out
+
+
+def halving_gains(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_offsets: np.ndarray, depth: int,
+                  reg_lambda: float) -> np.ndarray:
+    """Per feature: the gain of its halving tree, ``sum over leaves of G_l^2/(H_l+lambda) -
+    G^2/(H+lambda)`` (NaN: no ordinary bins). A row adds to one leaf and to the total, so its
+    sensitivity is that of one split's gain (:func:`gain_sensitivity`)."""
+    return np.array([np.nan if s is None else
+                     float(_score(s[0], s[1], reg_lambda).sum() - _score(np.float64(s[0].sum()),
+                                                                       np.float64(s[1].sum()), reg_lambda))
+                     for s in halving_sums(sum_gradients, sum_hessians, bin_offsets, depth)])
+
+
+def halving_abs_gradients(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_offsets: np.ndarray,
+                          depth: int) -> np.ndarray:
+    """Per feature: ``sum over the leaves of its halving tree of |G_l|`` (NaN: no ordinary bins), the
+    utility of the feature choice of ``dp_trees = "selected"``: how far the feature's partition
+    separates the gradients (the first-order loss decrease of a step of fixed size against each
+    leaf's gradient sign). A row with ``|g| <= g*`` moves one ``|G_l|`` by at most ``g*``: sensitivity
+    ``g*``, against ``4 g*^2 / h*`` for the gain (16 for binary), whose size over its sensitivity is
+    ``n m^2 / 4`` against ``n |m|`` here (``m``: a leaf's mean gradient, well below 1)."""
+    return np.array([np.nan if s is None else float(np.abs(s[0]).sum())
+                     for s in halving_sums(sum_gradients, sum_hessians, bin_offsets, depth)])
+
+
 class TreeMechanisms:
     """The grower's DP seam (:class:`vfl.grower.TreeGrower` ``dp=``): which nodes split (all, to
     ``max_depth``), each node's split (exponential mechanism), each leaf's weight (noisy sums),
@@ -399,14 +532,34 @@ class TreeMechanisms:
         self.reg_lambda = float(reg_lambda)
         self.min_child_weight = float(min_child_weight)
         self._ranges: dict = {}          # cyclic halving: (round, target, node, side) -> bin range
+        self._features: dict = {}        # selected trees: (round, target) -> (source, feature)
         self.rng = np.random.default_rng() if rng is None else rng      # fresh OS entropy
 
     def tree_feature(self, bin_offsets: list, tree: tuple[int, int]) -> tuple[int, int]:
         """``dp_trees = "cyclic"``: the one ``(source, feature)`` tree ``(round, target)`` splits on,
-        in turn over every party's features (a public, data-independent choice)."""
+        in turn over every party's features (a public, data-independent choice); ``"selected"``:
+        the feature the exponential mechanism chose at the tree's root (:meth:`select_feature`)."""
+        if self.plan.trees == "selected":
+            return self._features[tuple(tree)]
         features = [(si, f) for si, off in enumerate(bin_offsets) for f in range(len(off) - 1)]
         round_idx, k = tree
         return features[(round_idx * self.plan.n_targets + k) % len(features)]
+
+    def select_feature(self, histograms: list, bin_offsets: list) -> tuple[int, int] | None:
+        """``dp_trees = "selected"``: one tree's feature, by the exponential mechanism
+        (``select_epsilon``) over every party's features with utility the absolute gradient sums of
+        the leaves of the feature's halving tree (:func:`halving_abs_gradients`, sensitivity ``g*``).
+        None: no feature has an ordinary bin."""
+        feats, gains = [], []
+        for si, ((sg, sh), offsets) in enumerate(zip(histograms, bin_offsets)):
+            u = halving_abs_gradients(sg, sh, offsets, self.plan.depth)
+            for f, g in enumerate(u):
+                if np.isfinite(g):
+                    feats.append((si, f))
+                    gains.append(g)
+        if not feats:
+            return None
+        return feats[exponential_mechanism(np.array(gains), self.plan.select_epsilon, self.plan.g_star, self.rng)]
 
     def choose_split(self, node, histograms: list, bin_offsets: list,
                      tree: tuple[int, int] = (0, 0), nodes: list | None = None) -> SplitInfo | None:
@@ -415,7 +568,15 @@ class TreeMechanisms:
 
         ``dp_trees = "cyclic"`` with no split budget: no data at all, the node's range of bins of
         the tree's feature is halved (a balanced partition into equal-width bins on the symmetric
-        log scale; missing values go right)."""
+        log scale; missing values go right). ``"selected"``: the root chooses the tree's feature
+        (:meth:`select_feature`), then every node halves as in cyclic trees."""
+        if self.plan.trees == "selected":
+            if node.parent < 0 or nodes is None:
+                chosen = self.select_feature(histograms, bin_offsets)
+                if chosen is None:
+                    return None
+                self._features[tuple(tree)] = chosen
+            return self._halve(node, self._features[tuple(tree)], bin_offsets, tree, nodes)
         only = self.tree_feature(bin_offsets, tree) if self.plan.trees == "cyclic" else None
         if only is not None and self.plan.level_epsilon == 0:
             return self._halve(node, only, bin_offsets, tree, nodes)
@@ -572,16 +733,107 @@ def dp_thresholds(col: np.ndarray, max_bin: int, epsilon: float, rng) -> np.ndar
     return np.unique(_symexp(inner))
 
 
-class DPBinner(Binner):
-    """A party's bins from DP histograms: ``epsilon`` for all its features together (split evenly);
-    ``inf``: the exact quantile bins of :class:`vfl.binning.Binner`."""
+# --------------------------------------------------------------------------- user-given public bins
+def read_dp_bins(path) -> dict:
+    """A ``--dp-bins`` file: JSON ``{column: {"lo": x, "hi": y} | {"edges": [...]}}`` of public
+    bounds or bin edges, checked (:func:`check_dp_bins`); errors name the file (line, column of a
+    JSON syntax error) and the column."""
+    where = f"--dp-bins file {str(path)!r}"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{where}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{where}: cannot be read ({exc})") from None
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise InputError(f"{where}: nested too deeply") from None
+    return check_dp_bins(spec, where)
 
-    def __init__(self, max_bin: int = 32, epsilon: float = math.inf, rng=None):
+
+def _finite_number(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def check_dp_bins(spec, where: str = "dp_bins") -> dict:
+    """Public bins per column, checked and normalised: ``{column: {"lo": float, "hi": float}}``
+    (public bounds, ``lo < hi``: the edges are then placed as the DP ones, equally spaced on the
+    symmetric log scale) or ``{column: {"edges": [floats]}}`` (strictly increasing, finite; a value
+    ``x <= edges[i]`` falls in bin ``i`` or lower)."""
+    if spec is None:
+        return {}
+    if not isinstance(spec, dict):
+        raise InputError(f"{where}: expected an object {{column: {{\"lo\": x, \"hi\": y}} or {{\"edges\": [...]}}}}, "
+                         f"got {type(spec).__name__}")
+    out = {}
+    for col, entry in spec.items():
+        at = f"{where}, column {col!r}"
+        if not isinstance(col, str) or not col:
+            raise InputError(f"{where}: column names must be non-empty strings, got {col!r}")
+        if not isinstance(entry, dict) or set(entry) not in ({"lo", "hi"}, {"edges"}):
+            raise InputError(f"{at}: expected {{\"lo\": x, \"hi\": y}} or {{\"edges\": [...]}}, got {entry!r}")
+        if "edges" in entry:
+            edges = entry["edges"]
+            if not isinstance(edges, (list, tuple)) or not edges:
+                raise InputError(f"{at}: \"edges\" must be a non-empty list of numbers, got {edges!r}")
+            bad = [e for e in edges if not _finite_number(e)]
+            if bad:
+                raise InputError(f"{at}: \"edges\" must be finite numbers, got {bad[0]!r}")
+            e = np.asarray(edges, dtype=np.float64)
+            if np.any(np.diff(e) <= 0):
+                i = int(np.flatnonzero(np.diff(e) <= 0)[0])
+                raise InputError(f"{at}: \"edges\" must be strictly increasing ({edges[i]!r} then {edges[i + 1]!r})")
+            out[col] = {"edges": [float(x) for x in e]}
+            continue
+        lo, hi = entry["lo"], entry["hi"]
+        if not (_finite_number(lo) and _finite_number(hi)):
+            raise InputError(f"{at}: \"lo\" and \"hi\" must be finite numbers, got {lo!r} and {hi!r}")
+        if not lo < hi:
+            raise InputError(f"{at}: \"lo\" must be below \"hi\", got {lo!r} and {hi!r}")
+        out[col] = {"lo": float(lo), "hi": float(hi)}
+    return out
+
+
+def public_thresholds(entry: dict, max_bin: int, where: str = "dp_bins") -> np.ndarray:
+    """The bin edges of one column's public bins (:func:`check_dp_bins`): the given edges (at most
+    ``max_bin - 1``), or ``max_bin - 1`` edges equally spaced on the symmetric log scale between the
+    public bounds (as :func:`dp_thresholds` between DP ones). No data, no budget."""
+    if "edges" in entry:
+        e = np.asarray(entry["edges"], dtype=np.float64)
+        if e.size > max_bin - 1:
+            raise InputError(f"{where}: {e.size} edges make {e.size + 1} bins, more than max_bin = {max_bin}")
+        return e
+    lo, hi = _symlog(np.float64(entry["lo"])), _symlog(np.float64(entry["hi"]))
+    return np.unique(_symexp(np.linspace(lo, hi, max_bin + 1)[1:-1]))
+
+
+def public_columns(spec: dict, feature_names: list, party: str, hint: str = "") -> dict:
+    """``{feature index: entry}`` of a party's public bins; a column the party does not hold is an error."""
+    unknown = [c for c in spec if c not in feature_names]
+    if unknown:
+        raise InputError(f"dp_bins: column {unknown[0]!r} is not a feature column of party {party!r}{hint}")
+    return {feature_names.index(c): e for c, e in spec.items()}
+
+
+class DPBinner(Binner):
+    """A party's bins from DP histograms: ``epsilon`` for all its features together (split evenly
+    over the features that need DP edges); ``public``: ``{feature index: entry}`` of user-given
+    public bounds or edges (:func:`check_dp_bins`), which spend no budget; ``inf``: the exact
+    quantile bins of :class:`vfl.binning.Binner` (public bins ignored: the non-private training)."""
+
+    def __init__(self, max_bin: int = 32, epsilon: float = math.inf, rng=None, public: dict | None = None,
+                 party: str = ""):
         super().__init__(max_bin)
         if not (isinstance(epsilon, (int, float)) and epsilon > 0) or math.isnan(epsilon):
             raise InputError(f"DP binning needs an epsilon > 0, got {epsilon!r}")
         self.epsilon = float(epsilon)
+        self.public = dict(public or {})
+        self.party = party
         self.rng = np.random.default_rng() if rng is None else rng
+        self.spent = 0.0
 
     def fit(self, X) -> "DPBinner":
         X = np.asarray(X, dtype=np.float64)
@@ -589,6 +841,19 @@ class DPBinner(Binner):
         if math.isinf(self.epsilon):
             self.thresholds_ = [_thresholds(X[:, j], self.max_bin) for j in range(n_features)]
             return self
-        per = self.epsilon / max(n_features, 1)
-        self.thresholds_ = [dp_thresholds(X[:, j], self.max_bin, per, self.rng) for j in range(n_features)]
+        bad = [j for j in self.public if not (isinstance(j, (int, np.integer)) and 0 <= j < n_features)]
+        if bad:
+            raise InputError(f"public bins of party {self.party!r}: no feature {bad[0]!r}")
+        n_dp = n_features - len(self.public)
+        per = self.epsilon / max(n_dp, 1)
+        self.thresholds_ = [public_thresholds(self.public[j], self.max_bin, f"public bins of party "
+                                              f"{self.party!r}, feature {j}")
+                            if j in self.public else dp_thresholds(X[:, j], self.max_bin, per, self.rng)
+                            for j in range(n_features)]
+        self.spent = self.epsilon if n_dp > 0 else 0.0
         return self
+
+    def report(self) -> dict:
+        """What the binning spent: ``{"epsilon", "dp_features", "public_features"}``."""
+        n = len(self.thresholds_ or [])
+        return {"epsilon": self.spent, "dp_features": n - len(self.public), "public_features": len(self.public)}

@@ -15,7 +15,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 import numpy as np
 
 from datasets.errors import InputError
-from vfl.dp_model import DP_TREES, gradient_bounds, parse_budget
+from vfl.dp_model import DP_TREES, check_dp_bins, gradient_bounds, parse_budget
 from vfl.objectives import OBJECTIVE_ALIASES
 
 
@@ -112,7 +112,9 @@ class TrainParams:
     dp_delta: float | None = None          # None: pure epsilon (Laplace); else Gaussian leaves, RDP accounting
     dp_clip: float | None = None           # public gradient bound g* (needed for objective regression)
     dp_budget: str | None = None           # relative shares "sketch,splits,leaves" (default: per dp_trees)
-    dp_trees: str = "cyclic"               # split candidates: one feature per tree in turn, or "exponential": all
+    dp_trees: str = "selected"             # one feature per tree chosen by DP ("selected") or in turn ("cyclic"),
+    #                                        or "exponential": split candidates of every feature
+    dp_bins: dict | None = None            # public bounds/edges {column: {"lo","hi"} | {"edges"}} (no sketch budget)
     # --- credit-risk options (issue 15); names follow LightGBM / XGBoost ---
     max_cat: int = 64                      # category bins of a categorical feature (the rest pooled)
     cat_smooth: float = 10.0               # categorical splits: G/(H + cat_smooth) orders the bins
@@ -238,7 +240,7 @@ class TrainParams:
             self.dp_select = int(float(k))
     def _validate_dp_model(self):
         """``dp_model`` and its companions (see :mod:`vfl.dp_model`)."""
-        extra = [n for n in ("dp_delta", "dp_clip", "dp_budget") if getattr(self, n) is not None]
+        extra = [n for n in ("dp_delta", "dp_clip", "dp_budget", "dp_bins") if getattr(self, n) is not None]
         extra += ["dp_trees"] if self.dp_trees != DP_TREES[0] else []
         if self.dp_model is None:
             if extra:
@@ -263,6 +265,8 @@ class TrainParams:
             self.dp_clip = float(c)
         if self.dp_budget is not None:
             self.dp_budget = ",".join(f"{s:.6g}" for s in parse_budget(self.dp_budget))
+        if self.dp_bins is not None:
+            self.dp_bins = check_dp_bins(self.dp_bins, "parameter dp_bins") or None
         if self.dp_trees not in DP_TREES:
             raise InputError(f"parameter dp_trees must be one of {DP_TREES}, got {self.dp_trees!r}")
         if math.isinf(self.dp_model):

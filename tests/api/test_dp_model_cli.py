@@ -92,7 +92,7 @@ def test_cyclic_trees_split_on_one_feature_each_in_turn_over_all_parties():
     a, b, c = small_frames(300)
     frames = [PartyFrame("a", a, "id", "y"), PartyFrame("b", b, "id"), PartyFrame("c", c, "id")]
     fed = federation_from_frames(frames)
-    fed.fit(TrainParams(mode="plain", n_estimators=7, max_depth=2, dp_model=20.0))
+    fed.fit(TrainParams(mode="plain", n_estimators=7, max_depth=2, dp_model=20.0, dp_trees="cyclic"))
     order = [("a", "a0"), ("a", "a1"), ("b", None), ("b", None), ("c", None), ("c", None), ("a", "a0")]
     records = {p: {r["record_id"]: r["feature"] for r in fed.passives[p].records} for p in ("b", "c")}
     for (party, feature), rnd, j in zip(order, fed.model.rounds, range(7)):
@@ -100,6 +100,25 @@ def test_cyclic_trees_split_on_one_feature_each_in_turn_over_all_parties():
         assert len(internal) == 3 and {n.owner for n in internal} == {party}
         features = {n.feature if party == "a" else records[party][n.record_id] for n in internal}
         assert features == {feature or f"{party}{j % 2}"}
+
+
+def test_selected_trees_choose_the_informative_features():
+    """The default dp_trees "selected": each tree splits on one feature, chosen by the exponential
+    mechanism; y depends on a0, b0 and c0 only, so at a large epsilon every tree picks one of them
+    (cyclic trees would take a1, b1, c1 in turn as well)."""
+    a, b, c = small_frames(2000)
+    frames = [PartyFrame("a", a, "id", "y"), PartyFrame("b", b, "id"), PartyFrame("c", c, "id")]
+    fed = federation_from_frames(frames)
+    fed.fit(TrainParams(mode="plain", n_estimators=6, max_depth=2, dp_model=300.0))
+    assert fed.model.dp_model["per_tree"]["feature_choice_epsilon"] > 0
+    records = {p: {r["record_id"]: r["feature"] for r in fed.passives[p].records} for p in ("b", "c")}
+    chosen = []
+    for rnd in fed.model.rounds:
+        internal = [n for n in rnd[0].nodes if not n.is_leaf]
+        features = {n.feature if n.owner == "a" else records[n.owner][n.record_id] for n in internal}
+        assert len(internal) == 3 and len(features) == 1
+        chosen += features
+    assert set(chosen) <= {"a0", "b0", "c0"}, chosen
 
 
 def test_passive_parties_receive_their_sketch_budget_at_setup_and_nothing_else_new():
@@ -175,6 +194,7 @@ def test_compare_dp_model_figure(tmp_path):
     doc = run_comparison(cfg, tmp_path)
     assert str(tmp_path / "breast_cancer_dp_model_auc_vs_epsilon.png") in doc["files"]
     assert (tmp_path / "breast_cancer_dp_model_auc_vs_epsilon.png").stat().st_size > 1000
+    assert (tmp_path / "breast_cancer_dp_model_auc_vs_epsilon.png").stat().st_mode & 0o777 == 0o600
 
 
 def test_dp_setup_message_round_trips_and_bad_budgets_are_refused():

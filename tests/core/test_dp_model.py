@@ -152,7 +152,7 @@ def test_pure_accounting_by_hand_one_tree_depth_3():
 @pytest.mark.parametrize("subsample", [1.0, 0.5])
 def test_plan_of_one_tree_depth_3_reports_the_hand_computed_epsilon(subsample):
     params = TrainParams(mode="plain", n_estimators=1, max_depth=3, dp_model=1.0, subsample=subsample,
-                         dp_budget="0.1,0.3,0.6")
+                         dp_budget="0.1,0.3,0.6", dp_trees="cyclic")
     plan = plan_dp_model(params, 1, 2)
     # by hand: 0.1 to the sketch (0.01 for the base score, 0.045 per party); the tree gets 0.9 after sampling
     tree = 0.9 if subsample == 1 else math.log(1 + (math.exp(0.9) - 1) / 0.5)   # 1.3658951...
@@ -352,7 +352,7 @@ def test_dp_base_scores():
 def test_cyclic_random_trees_halve_the_bin_range_without_looking_at_data():
     """dp_trees cyclic with no split budget: each node halves its bin range of the tree's feature
     (no histogram is read: None is passed for them), missing values to the right."""
-    plan = _plan(n_estimators=4)
+    plan = _plan(n_estimators=4, dp_trees="cyclic")
     assert plan.trees == "cyclic" and plan.level_epsilon == 0
     mech = TreeMechanisms(plan, 1.0, np.random.default_rng(0))
     offsets = [np.array([0, 9, 12]), np.array([0, 5])]      # source 0: 8 + 2 ordinary bins; source 1: 4
