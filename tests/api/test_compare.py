@@ -190,3 +190,15 @@ def test_compare_runs_the_dp_arms_and_plots_them(tmp_path):
         runs[("dp_select", "inf")]["test_auc"]
     assert all(r["epsilon_scope"] == "party" for r in doc["runs"] if r["mode"] != "local")
     assert (tmp_path / "breast_cancer_auc_vs_epsilon.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_summary_lists_epsilon_per_feature_per_seed_when_the_pilot_picks_different_k():
+    from vfl.compare import summarize
+
+    def run(seed, eps_f):
+        return {"dataset": "d", "mode": "dp", "epsilon": 8.0, "seed": seed, "test_auc": 0.7, "train_seconds": 1.0,
+                "train_bytes": 1, "total_bytes": 1, "epsilon_per_feature": {"host": eps_f}}
+    same = summarize([run(1, 4.0), run(0, 4.0)])["d"]["entries"][0]
+    assert same["epsilon_per_feature"] == {"host": 4.0}
+    differ = summarize([run(1, 8 / 3), run(0, 4.0)])["d"]["entries"][0]
+    assert differ["epsilon_per_feature"] == [{"host": 4.0}, {"host": 8 / 3}]       # seed order
