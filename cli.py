@@ -261,8 +261,9 @@ def _training_options(f):
                      help="Mode dp: the active party debiases the noisy release (post-processing)."),
         click.option("--dp-select", default=_default("dp_select"), show_default=True,
                      help="Mode dp: release only K features per passive party (each at its epsilon / K), "
-                          "chosen on a pilot of disjoint rows; 'auto': K = epsilon / 2 (at least 1; no "
-                          "selection when the pilot is too small); 'none': release every feature."),
+                          "chosen on a pilot of disjoint rows; 'auto': the pilot also picks K, from its gains and "
+                          "each feature's channel at epsilon / K (no selection when the pilot is too "
+                          "small); 'none': release every feature."),
         click.option("--dp-model", type=float, default=_default("dp_model"),
                      help="Modes he/plain: train a differentially private released model with this total "
                           "epsilon per training row (inf: the non-private model); see docs/dp.md."),

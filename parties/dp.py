@@ -22,8 +22,6 @@ privacy guarantee.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from datasets.errors import InputError, PeerError, ProtocolError
@@ -31,7 +29,7 @@ from parties.passive_state import PassiveState
 from protocols import messages as m
 from vfl.boosting import Booster
 from vfl.dp import BucketSource, check_epsilon, epsilon_budget, json_epsilon, release_buckets, stay_probability
-from vfl.dp_debias import DebiasedBucketSource, DPBooster, auto_buckets, coarse_buckets, root_gains
+from vfl.dp_debias import DebiasedBucketSource, DPBooster, auto_buckets, auto_select, coarse_buckets, root_gains
 from vfl.params import Mode
 
 #: what a passive party training in mode dp refuses to answer
@@ -208,30 +206,40 @@ def release_buckets_wanted(n_bins: np.ndarray, epsilon_per_feature: float, dp_bu
     return None if np.all(want >= np.maximum(values, 2)) else want
 
 
-#: ``--dp-select auto``: release as many features as get at least this epsilon each
-SELECT_EPSILON_PER_FEATURE = 2.0
-
-
 #: ``--dp-select auto`` selects only when its pilot has at least this many rows per feature of the
 #: party (fewer cannot rank the features: the pick would be noise and could hurt)
 MIN_PILOT_ROWS_PER_FEATURE = 200
 
+#: ``selected_count``'s answer when the pilot decides how many features (``--dp-select auto``)
+AUTO = "auto"
 
-def selected_count(dp_select, n_features: int, epsilon_per_party: float, n_samples: int | None = None) -> int | None:
+
+def selected_count(dp_select, n_features: int, epsilon_per_party: float,
+                   n_samples: int | None = None) -> int | str | None:
     """How many features a party releases under ``dp_select``: ``None`` (no selection: every
     feature; also at ``epsilon = inf``, where there is no noise to concentrate), an integer
-    ``k``, or ``"auto"``: ``floor(eps_row / SELECT_EPSILON_PER_FEATURE)``, at least 1 and at most
-    the party's features (so 1 feature at eps < 4, 2 at 4 to 6, 4 at 8, ...); ``"auto"`` selects nothing
-    when the pilot (``PILOT_FRACTION`` of ``n_samples`` aligned rows) would have fewer than
-    ``MIN_PILOT_ROWS_PER_FEATURE`` rows per feature of the party."""
+    ``k``, or ``AUTO`` (``"auto"``): a pilot ranks the features and
+    :func:`vfl.dp_debias.auto_select` picks how many from their pilot gains. ``"auto"`` selects
+    nothing (``None``) for a party of one feature, or when the pilot (``PILOT_FRACTION`` of
+    ``n_samples`` aligned rows) would have fewer than ``MIN_PILOT_ROWS_PER_FEATURE`` rows per
+    feature of the party."""
     if dp_select is None or epsilon_per_party == float("inf"):
         return None
-    if dp_select == "auto":
-        if n_samples is not None and n_features > 1 \
-                and pilot_size(n_samples) < MIN_PILOT_ROWS_PER_FEATURE * n_features:
+    if dp_select == AUTO:
+        if n_features < 2 or (n_samples is not None
+                              and pilot_size(n_samples) < MIN_PILOT_ROWS_PER_FEATURE * n_features):
             return None
-        return int(min(n_features, max(1, math.floor(epsilon_per_party / SELECT_EPSILON_PER_FEATURE))))
+        return AUTO
     return int(dp_select)
+
+
+def buckets_at(n_bins, epsilon_per_feature: float, dp_buckets) -> np.ndarray:
+    """The value buckets each feature (``n_bins``: its training bins + the missing slot) is released
+    in at ``epsilon_per_feature`` under ``dp_buckets``: what :func:`release_buckets_wanted` asks
+    for, never more than the feature's values."""
+    values = np.asarray(n_bins, dtype=np.int64) - 1
+    wanted = release_buckets_wanted(n_bins, epsilon_per_feature, dp_buckets)
+    return values if wanted is None else np.minimum(np.asarray(wanted, dtype=np.int64), values)
 
 
 #: share of the aligned rows a ``--dp-select`` pilot releases (all features; disjoint from the rest)
@@ -294,7 +302,7 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
             raise InputError(f"dp_select={k} releases {k} features per passive party, but "
                              + ", ".join(f"party {p!r} has {d}" for p, d in small.items()))
     ks = {p: selected_count(k, n_features[p], budget["epsilon_per_party"][p], n_samples) for p in peers}
-    select = {p: ks[p] is not None and ks[p] < n_features[p] for p in peers}
+    select = {p: ks[p] == AUTO or (ks[p] is not None and ks[p] < n_features[p]) for p in peers}
     if any(select.values()) and root_gradients is None:
         raise InputError("dp_select needs the first round's gradients to score its pilot")
     pilot = pilot_rows(n_samples, params.seed, own_rows) if any(select.values()) else None
@@ -302,6 +310,7 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
     if pilot is not None:
         chosen = _select_features(transport, [p for p in peers if select[p]], infos, params, model_id,
                                   budget, pilot, root_gradients, ks)
+    ks.update({p: chosen[p]["k"] for p in chosen})      # auto: the pilot decided
     eps_f = {p: budget["epsilon_per_party"][p] / ks[p] if select[p] else budget["epsilon_per_feature"][p]
              for p in peers}
     feats = {p: chosen[p]["features"] if select[p] else None for p in peers}
@@ -359,9 +368,10 @@ def _select_features(transport, peers, infos, params, model_id, budget, pilot, r
     """``--dp-select``: the pilot rows are split at random into one group per feature of a
     selecting party; each group releases its one feature at the party's whole per-row budget
     ``eps_row`` (buckets chosen for that epsilon). The active party keeps the ``k`` features of
-    largest debiased root gain per pilot row. Every pilot row is released once (one feature at
-    ``eps_row``), every other row once in the main release (``k`` features at ``eps_row / k``):
-    parallel composition, ``eps_row`` per row."""
+    largest debiased root gain per pilot row (``k = "auto"``: :func:`vfl.dp_debias.auto_select`
+    picks ``k`` from those gains and the channel each feature would get). Every pilot row is
+    released once (one feature at ``eps_row``), every other row once in the main release (``k``
+    features at ``eps_row / k``): parallel composition, ``eps_row`` per row."""
     g, h = (np.asarray(a, dtype=np.float64) for a in root_gradients)
     g, h = (a.reshape(len(a), -1) for a in (g, h))
     rng = np.random.default_rng([int(params.seed), 0x91107])
@@ -380,8 +390,12 @@ def _select_features(transport, peers, infos, params, model_id, budget, pilot, r
                                                      np.array([j], dtype=np.int32)))
             _check_release(p, r, rows.size, 1, slots, wanted, eps_row)
             gains[j] = root_gains(r.buckets, r.n_bins, r.rr_domain, eps_row, g[rows], h[rows], params)[0] / rows.size
+        rule = None
+        if k == AUTO:
+            k, signal = auto_select(gains, lambda e: buckets_at(infos[p].n_bins, e, params.dp_buckets), eps_row)
+            rule = {"k_rule": AUTO, "k_score": [float(x) for x in signal]}
         features = np.sort(np.argsort(-gains, kind="stable")[:k])
-        out[p] = {"k": int(k), "features": features, "pilot_rows": int(pilot.size),
+        out[p] = {"k": int(k), **(rule or {}), "features": features, "pilot_rows": int(pilot.size),
                   "pilot_epsilon_per_feature": json_epsilon(eps_row),
                   "pilot_epsilon_per_row": json_epsilon(eps_row),
                   "release_epsilon_per_feature": json_epsilon(eps_row / k),

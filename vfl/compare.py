@@ -276,6 +276,13 @@ def _key(run) -> tuple:
     return (run["mode"], run["epsilon"] if run["mode"] in DP_ARMS or run["mode"] == Arm.DP_MODEL else None)
 
 
+def _per_feature(rs: list[dict]):
+    """The runs' shared epsilon per feature, or one per run (seed order) when they differ (``--dp-select
+    auto``: the pilot picks how many features share a party's budget, seed by seed)."""
+    values = [r["epsilon_per_feature"] for r in sorted(rs, key=lambda r: r["seed"])]
+    return values[0] if all(v == values[0] for v in values) else values
+
+
 def summarize(runs: list[dict]) -> dict:
     """Per data set: one entry per (mode, epsilon) with AUC mean/std/min/max, seconds, bytes."""
     out: dict[str, list] = {}
@@ -296,7 +303,7 @@ def summarize(runs: list[dict]) -> dict:
                 "train_seconds_mean": float(np.mean([r["train_seconds"] for r in rs])),
                 "train_bytes_mean": float(np.mean([r["train_bytes"] for r in rs])),
                 "total_bytes_mean": float(np.mean([r["total_bytes"] for r in rs])),
-                "epsilon_per_feature": rs[0]["epsilon_per_feature"]})
+                "epsilon_per_feature": _per_feature(rs)})
         # HE grows plain's trees bit for bit: check it on the seeds where both ran
         he = {r["seed"]: r["test_auc"] for r in runs if r["dataset"] == ds and r["mode"] == "he"}
         plain = {r["seed"]: r["test_auc"] for r in runs if r["dataset"] == ds and r["mode"] == "plain"}

@@ -115,6 +115,50 @@ def auto_buckets(epsilon: float, n_values: int, max_buckets: int = 256) -> int:
     return int(qs[int(np.argmax(signal))])
 
 
+def split_signal(epsilon: float, n_buckets: int) -> float:
+    """``lambda(q) * (1 - 1/q)``: the debiased split signal of a feature released in ``q = n_buckets``
+    buckets at ``epsilon`` (the criterion :func:`auto_buckets` maximises over ``q``). A debiased
+    gain's noise has a standard deviation proportional to ``1/lambda``, so at a fixed number of
+    rows a split's detectability (its gain over that noise) scales with ``lambda``; ``1 - 1/q`` is
+    the share of a ranked feature's spread the buckets keep. 0 for a feature of one bucket."""
+    q = int(n_buckets)
+    if q < 2:
+        return 0.0
+    return rr_channel(epsilon, q)[2] * (1.0 - 1.0 / q)
+
+
+def auto_select(gains, n_buckets_at, epsilon_per_party: float) -> tuple[int, np.ndarray]:
+    """``--dp-select auto``: how many features ``K`` a party releases, from its pilot.
+
+    ``gains[f]``: feature ``f``'s debiased root gain per pilot row (:func:`root_gains`; negative
+    estimates count as 0). ``n_buckets_at(eps)``: the buckets each feature would be released in
+    at ``eps`` per feature (an array over the features). Releasing the top ``K`` features by gain
+    at ``eps_row / K`` each scores
+
+        S(K) = sum over the top K features f of max(gain_f, 0) * split_signal(eps_row / K, q_f)
+
+    (each selected feature's signal weighed by what its channel lets through: more features
+    share the budget, each gets a noisier channel). Returns ``(K, S)`` with ``K = argmax S``
+    (the smallest on ties; 1 when no gain is positive) and ``S[K - 1]`` for ``K = 1..d``."""
+    eps = check_epsilon(epsilon_per_party)
+    if eps == INF:
+        raise InputError("automatic feature selection needs a finite epsilon (with no noise every feature "
+                         "is released)")
+    g = np.maximum(np.asarray(gains, dtype=np.float64), 0.0)
+    if g.ndim != 1 or g.size == 0 or not np.all(np.isfinite(g)):
+        raise InputError(f"auto_select needs a finite gain per feature, got {np.asarray(gains).tolist()}")
+    order = np.argsort(-g, kind="stable")
+    scores = np.zeros(g.size)
+    for k in range(1, g.size + 1):
+        q = np.asarray(n_buckets_at(eps / k), dtype=np.int64).reshape(-1)
+        if q.shape != g.shape:
+            raise InputError(f"auto_select: {q.size} bucket counts for {g.size} features")
+        top = order[:k]
+        scores[k - 1] = float(sum(g[f] * split_signal(eps / k, int(q[f])) for f in top.tolist()))
+    best = int(np.argmax(scores)) + 1 if scores.max() > 0 else 1
+    return best, scores
+
+
 def coarse_buckets(counts, n_buckets: int) -> np.ndarray:
     """Merge ordered fine bins (``counts`` rows each) into at most ``n_buckets`` buckets of
     near-equal size; returns the bucket of every fine bin (non-decreasing, from 0).

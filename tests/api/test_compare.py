@@ -106,6 +106,7 @@ def test_cli_compare_bad_input(tmp_path, args, msg):
 
 
 def test_give_credit_is_split_four_six_for_compare(shared_dir):
+    from parties.dp import pilot_size
     from vfl.api import simulate
     from vfl.params import TrainParams
     frames = load_dataset("give_credit")
@@ -114,11 +115,14 @@ def test_give_credit_is_split_four_six_for_compare(shared_dir):
         _, res, _, _ = simulate(frames, TrainParams(mode="dp", epsilon=6.0, n_estimators=1, max_depth=2,
                                                     dp_select=None))
     assert res["epsilon_per_feature"] == {"host": 1.0} and res["epsilon_per_party"] == {"host": 6.0}
-    # the default (--dp-select auto): 3 of the 6 features at 2 each, picked on a pilot of 24,000 rows
+    # the default (--dp-select auto): the pilot (4,800 of 24,000 rows) picks K (its scores' argmax) features
     with warnings.catch_warnings():
         _, res, _, _ = simulate(frames, TrainParams(mode="dp", epsilon=6.0, n_estimators=1, max_depth=2))
-    assert res["epsilon_per_feature"] == {"host": 2.0} and res["epsilon_per_party"] == {"host": 6.0}
-    assert res["dp_select"]["host"]["k"] == 3 and len(res["dp_select"]["host"]["features"]) == 3
+    sel = res["dp_select"]["host"]
+    k = sel["k"]
+    assert sel["k_rule"] == "auto" and k == 1 + sel["k_score"].index(max(sel["k_score"])) and 1 <= k < 6
+    assert res["epsilon_per_feature"] == {"host": 6.0 / k} and res["epsilon_per_party"] == {"host": 6.0}
+    assert len(sel["features"]) == k and sel["pilot_rows"] == pilot_size(res["n_train"]) == 4800
     assert 0.5 < res["test_auc"] < 1
 
 
@@ -186,3 +190,15 @@ def test_compare_runs_the_dp_arms_and_plots_them(tmp_path):
         runs[("dp_select", "inf")]["test_auc"]
     assert all(r["epsilon_scope"] == "party" for r in doc["runs"] if r["mode"] != "local")
     assert (tmp_path / "breast_cancer_auc_vs_epsilon.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_summary_lists_epsilon_per_feature_per_seed_when_the_pilot_picks_different_k():
+    from vfl.compare import summarize
+
+    def run(seed, eps_f):
+        return {"dataset": "d", "mode": "dp", "epsilon": 8.0, "seed": seed, "test_auc": 0.7, "train_seconds": 1.0,
+                "train_bytes": 1, "total_bytes": 1, "epsilon_per_feature": {"host": eps_f}}
+    same = summarize([run(1, 4.0), run(0, 4.0)])["d"]["entries"][0]
+    assert same["epsilon_per_feature"] == {"host": 4.0}
+    differ = summarize([run(1, 8 / 3), run(0, 4.0)])["d"]["entries"][0]
+    assert differ["epsilon_per_feature"] == [{"host": 4.0}, {"host": 8 / 3}]       # seed order

@@ -12,7 +12,14 @@ from support import small_frames
 
 from cli import main
 from parties.active import ActiveParty
-from parties.dp import MIN_PILOT_ROWS_PER_FEATURE, PILOT_FRACTION, pilot_rows, pilot_size, selected_count
+from parties.dp import (
+    MIN_PILOT_ROWS_PER_FEATURE,
+    PILOT_FRACTION,
+    buckets_at,
+    pilot_rows,
+    pilot_size,
+    selected_count,
+)
 from parties.passive import PassiveParty
 from protocols import messages as m
 from protocols.serialization import loads
@@ -22,11 +29,13 @@ from vfl.dp import randomized_response
 from vfl.dp_debias import (
     DebiasedBucketSource,
     auto_buckets,
+    auto_select,
     coarse_buckets,
     debias,
     prefix_variance,
     root_gains,
     rr_channel,
+    split_signal,
 )
 from vfl.errors import InputError
 from vfl.params import TrainParams
@@ -334,13 +343,75 @@ def test_cli_dp_options(tmp_path):
 
 
 def test_dp_select_auto_rule():
-    assert [selected_count("auto", 10, e) for e in (0.5, 1, 2, 3.9, 4, 5.9, 6, 8, 9, 40)] == \
-        [1, 1, 1, 1, 2, 2, 3, 4, 4, 10]
-    assert selected_count("auto", 3, 40.0) == 3                    # never more than the party's features
+    """auto leaves K to the pilot (selected_count says AUTO); an explicit k, none and inf as before."""
+    assert [selected_count("auto", 10, e) for e in (0.5, 1, 2, 8, 40)] == ["auto"] * 5
     assert selected_count(2, 10, 1.0) == 2 and selected_count(None, 10, 1.0) is None
     assert selected_count("auto", 10, INF) is None and selected_count(2, 10, INF) is None   # no noise
     assert TrainParams(mode="dp", epsilon=1.0, dp_select="AUTO").dp_select == "auto"
     assert TrainParams(mode="dp", epsilon=1.0, dp_select="3").dp_select == 3
+
+
+def test_split_signal_is_the_auto_bucket_criterion():
+    for eps in (0.5, 1.0, 2.0, 4.0, 8.0):
+        lam = {q: rr_channel(eps, q)[2] for q in range(2, 33)}
+        assert all(split_signal(eps, q) == pytest.approx(lam[q] * (1 - 1 / q)) for q in lam)
+        q = auto_buckets(eps, 32)
+        assert split_signal(eps, q) == max(split_signal(eps, x) for x in range(2, 33))
+    assert split_signal(3.0, 1) == 0.0                              # one bucket: no split
+    assert split_signal(INF, 4) == pytest.approx(0.75)               # no noise: lambda = 1
+
+
+def _auto_select_by_hand(gains, q_at, eps):
+    """S(K) = sum over the top K features of max(gain, 0) * lambda(eps/K, q) * (1 - 1/q), by hand."""
+    g = np.maximum(np.asarray(gains, float), 0)
+    order = sorted(range(len(g)), key=lambda f: (-g[f], f))
+    out = []
+    for k in range(1, len(g) + 1):
+        e = eps / k
+        total = 0.0
+        for f in order[:k]:
+            q = int(q_at(e)[f])
+            p_stay = math.exp(e) / (math.exp(e) + q - 1)
+            r = 1 / (math.exp(e) + q - 1)
+            total += g[f] * (p_stay - r) * (1 - 1 / q)
+        out.append(total)
+    return out
+
+
+@pytest.mark.parametrize("gains, eps, k", [
+    ([1561, 27, 32, 5, 84, 1179, 903, 819, 516, 545], 8.0, 3),   # default_credit's pilot at 8, seed 0
+    ([1561, 27, 32, 5, 84, 1179, 903, 819, 516, 545], 4.0, 2),
+    ([1561, 27, 32, 5, 84, 1179, 903, 819, 516, 545], 1.0, 1),   # a small budget: one feature
+    ([100, 100, 100, 100], 40.0, 4),                              # equal signal, a large budget: all
+    ([-3.0, 0.0, -1.0], 8.0, 1),                                  # no positive gain: one feature
+])
+def test_auto_select_follows_its_formula(gains, eps, k):
+    n_bins = np.array([82, 3, 8, 5, 57, 12, 12, 12, 12, 11][:len(gains)]) if len(gains) == 10 \
+        else np.full(len(gains), 33)
+    q_at = lambda e: buckets_at(n_bins, e, "auto")          # noqa: E731
+    got_k, scores = auto_select(gains, q_at, eps)
+    want = _auto_select_by_hand(gains, q_at, eps)
+    assert scores == pytest.approx(want, rel=1e-12)
+    assert got_k == k
+    if max(want) > 0:
+        assert got_k == 1 + int(np.argmax(want))
+
+
+def test_auto_select_bad_input():
+    with pytest.raises(InputError, match="finite gain per feature"):
+        auto_select([1.0, float("nan")], lambda e: np.array([4, 4]), 2.0)
+    with pytest.raises(InputError, match="2 bucket counts for 3 features"):
+        auto_select([1.0, 2.0, 3.0], lambda e: np.array([4, 4]), 2.0)
+    with pytest.raises(InputError, match="needs a finite epsilon"):
+        auto_select([1.0, 2.0], lambda e: np.array([4, 4]), INF)     # no noise: nothing to select
+
+
+def test_buckets_at_is_what_the_release_asks_for():
+    n_bins = np.array([33, 12, 3, 2])                # 32, 11, 2 and 1 values (+ the missing slot)
+    assert buckets_at(n_bins, 2.0, "auto").tolist() == [4, 4, 2, 1]
+    assert buckets_at(n_bins, 8.0, "auto").tolist() == [32, 11, 2, 1]
+    assert buckets_at(n_bins, INF, "auto").tolist() == [32, 11, 2, 1]
+    assert buckets_at(n_bins, 2.0, 16).tolist() == [16, 11, 2, 1]
 
 
 def test_dp_select_auto_is_the_default_and_needs_a_pilot_that_can_rank():
@@ -353,10 +424,10 @@ def test_dp_select_auto_is_the_default_and_needs_a_pilot_that_can_rank():
     need = MIN_PILOT_ROWS_PER_FEATURE * 10                       # pilot rows a 10-feature party needs
     n_ok = int(math.ceil(need / PILOT_FRACTION))
     assert pilot_size(n_ok) >= need and pilot_size(n_ok - 10) < need
-    assert selected_count("auto", 10, 8.0, n_ok) == 4 and selected_count("auto", 10, 8.0, n_ok - 10) is None
+    assert selected_count("auto", 10, 8.0, n_ok) == "auto" and selected_count("auto", 10, 8.0, n_ok - 10) is None
     assert selected_count(2, 10, 8.0, 100) == 2                  # an explicit k is the user's choice
     assert selected_count("auto", 15, 8.0, 455) is None          # breast cancer: 91 pilot rows for 15
-    assert selected_count("auto", 1, 8.0, 10) == 1               # one feature: nothing to rank
+    assert selected_count("auto", 1, 8.0, 10 ** 6) is None       # one feature: nothing to rank
 
 
 def test_default_dp_on_a_small_table_releases_every_feature():
@@ -391,3 +462,44 @@ def test_dp_select_training_is_reproducible_in_simulation():
     _, r1, _, pr1 = simulate(frames, p)
     _, r2, _, pr2 = simulate(frames, p)
     assert r1["dp_select"] == r2["dp_select"] and np.array_equal(pr1, pr2)
+
+
+def test_auto_select_on_a_pilot_picks_k_by_its_scores_and_the_accounting_adds_up():
+    """Default --dp-select auto on a table large enough for the pilot: K = argmax of the reported
+    scores (the informative feature alone here: b0 and c0 carry the signal, b1 and c1 are noise),
+    and every row is released exactly once at the party's epsilon."""
+    frames = small_frames(2500, seed=4)
+    fed = _fed(frames, record=True)
+    eps = 4.0
+    fed.fit(TrainParams(mode="dp", epsilon=eps, n_estimators=2, max_depth=2))
+    rep = fed.active.dp_report
+    for name in ("b", "c"):
+        sel = rep["dp_select"][name]
+        assert sel["k_rule"] == "auto" and len(sel["k_score"]) == 2
+        assert sel["k"] == 1 + int(np.argmax(sel["k_score"])) == 1 and sel["features"] == [0]
+        assert sel["pilot_root_gain_per_row"][0] > 3 * max(sel["pilot_root_gain_per_row"][1], 0)
+        assert rep["epsilon_per_feature"][name] == eps / sel["k"]
+        info = fed.passives[name].dp_release_info()
+        assert info["epsilon_per_party"] == eps and info["n_samples"] == 2500
+        assert sum(r["n_samples"] for r in info["releases"]) == 2500
+        assert all(r["epsilon_per_party"] == eps for r in info["releases"])
+    json.dumps(rep)
+
+
+def test_auto_select_of_every_feature_still_releases_the_pilot_rows_once(monkeypatch):
+    """When the pilot's scores favour every feature (K = d), the main release holds every feature
+    of the non-pilot rows only: the pilot rows were released already."""
+    import parties.dp as pdp
+    monkeypatch.setattr(pdp, "auto_select", lambda gains, q_at, eps: (len(gains), np.ones(len(gains))))
+    frames = small_frames(2500, seed=4)
+    fed = _fed(frames)
+    fed.fit(TrainParams(mode="dp", epsilon=4.0, n_estimators=2, max_depth=2))
+    rep = fed.active.dp_report
+    for name in ("b", "c"):
+        assert rep["dp_select"][name]["k"] == 2 and rep["dp_select"][name]["features"] == [0, 1]
+        assert rep["epsilon_per_feature"][name] == 2.0
+        *pilots, main = fed.passives[name].dp_release_info()["releases"]
+        assert main["n_features"] == 2 and main["epsilon_per_party"] == 4.0
+        assert main["n_samples"] == 2500 - pilot_size(2500) == 2500 - sum(r["n_samples"] for r in pilots)
+    p = fed.predict_proba({k: f for k, f in zip("abc", frames)})
+    assert p.shape == (2500,)
