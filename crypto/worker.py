@@ -33,7 +33,7 @@ import traceback
 import gmpy2
 import numpy as np
 
-from crypto.compress import compress, direct_block, shifted_plaintexts
+from crypto.compress import compress, direct_block, shifted_plaintexts, stride_for
 from crypto.framing import read_frame, write_frame
 from crypto.histogram import block_sums
 from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
@@ -172,7 +172,7 @@ def _pack_encrypt(req, blobs, st):
         packed = pack(g if rows is None else g[rows], h if rows is None else h[rows], layout)
     shifts = int(req["shifts"])
     if shifts > 1:
-        packed = shifted_plaintexts(packed, int(req["value_bits"]), shifts)
+        packed = shifted_plaintexts(packed, int(req["value_bits"]), shifts, int(req.get("stride", 1)))
     enc = st[req["encryptor"]].encrypt(packed) if req["encrypt"] and packed else packed
     if rows is None:
         st[req["slot"]] = list(enc)
@@ -204,6 +204,7 @@ def _shard_hist(req, blobs, st):
     out = [one] * int(req["n_out"])
     block = shifts * n
     stats: dict = {}
+    stride = stride_for(per, shifts)          # accumulators per output ciphertext (shifts > 1)
     for i, (p, c, j) in enumerate(req["nodes"]):
         rows = np.flatnonzero(codes[p] == c)
         if not len(rows):
@@ -213,8 +214,8 @@ def _shard_hist(req, blobs, st):
             vals = [vals_j[r] for r in rows.tolist()]
             out[i * total:(i + 1) * total] = block_sums(vals, bins[rows], n_bins, m, req["joint"], stats)
         else:
-            c0, accs = direct_block(vals_j, n, rows, bins[rows], i * total, n_bins, per, m)
-            for k, a in enumerate(accs, start=c0):
+            c0, accs = direct_block(vals_j, n, rows, bins[rows], i * total, n_bins, per, m, stride)
+            for k, a in enumerate(accs, start=c0 * stride):
                 if m is None:
                     out[k] += a
                 else:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from crypto.compress import choose_shifts, squaring_seconds
+from crypto.compress import choose_shifts, shift_choices, squaring_seconds
 from crypto.executor import Executor, InlineExecutor, LocalExecutor
 from crypto.intcodec import int_width
 from crypto.keys import generate_keypair
@@ -151,14 +151,18 @@ class GradientChannel(RoundObserver):
 
     def _shifts(self, n_samples: int, layout: PackingLayout, per: int, n_trees: int = 1,
                 n_groups: int = 1, frame_rows: int | None = None) -> int:
-        """1, or ``per`` pre-shifted copies of every value (see :mod:`crypto.compress`).
+        """How many pre-shifted copies of every value to send, 1..``per`` (see :mod:`crypto.compress`).
 
         ``n_samples`` rows are encrypted and summed; the message carries ``frame_rows``
-        values per copy and group (all rows: unsampled ones as full-width placeholders)."""
+        values per copy and group (all rows: unsampled ones as full-width placeholders).
+        ``preshift`` True/False: all ``per`` copies / none; an integer ``k``: the largest useful
+        count (:func:`crypto.compress.shift_choices`) not above ``k``; "auto": the cost model."""
         if self.mode != Mode.HE or per <= 1 or self.preshift is False:
             return 1
         if self.preshift is True:
             return per
+        if isinstance(self.preshift, int):
+            return max(k for k in shift_choices(per) if k <= max(1, self.preshift))
         return choose_shifts(n_samples, self.n_bins, per, layout.value_bits, self.max_depth,
                              n_trees=n_trees, n_groups=n_groups, wire_seconds_per_byte=self.wire_seconds_per_byte(),
                              cipher_bytes=(2 * self.key_bits + 7) // 8, squaring_seconds=self.squaring_seconds())
@@ -209,7 +213,7 @@ class GradientChannel(RoundObserver):
         shards = ShardSet(self.executor, n, max_rows=max_rows, prefix="grad/")
         values = ShardedEncryption(shards, n_groups, shifts, width, signed)
         values.fill(np.asarray(rg.g), np.asarray(rg.h), None if used is None else np.asarray(used, dtype=bool),
-                    glayout.to_dict(), G, he, glayout.value_bits)
+                    glayout.to_dict(), G, he, glayout.value_bits, per=per)
         rg.timing.add("encrypt", time.perf_counter() - t0)
         start = m.GradientsStart(rg.round_idx, he, glayout.to_dict(), per, shifts, n_groups, n, width, signed)
         return RoundCrypto(rg.round_idx, start, values, glayout, per, G, shifts, rg.timing)
