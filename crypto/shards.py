@@ -243,8 +243,10 @@ class ShardedEncryption:
         self.width, self.signed = int(width), bool(signed)
 
     def fill(self, g_int: np.ndarray, h_int: np.ndarray, used: np.ndarray | None, layout: dict, group_size: int,
-             encrypt: bool, value_bits: int, per: int | None = None) -> None:
-        """Pack (and encrypt) every shard on its worker: one task per shard and target group."""
+             encrypt: bool, value_bits: int, per: int | None = None) -> dict:
+        """Pack (and encrypt) every shard on its worker: one task per shard and target group.
+        Returns how many obfuscators came from the workers' stocks and how many were made on
+        the spot (``{"from_stock", "on_spot"}``)."""
         K = g_int.shape[1]
         G = int(group_size)
         reqs = []
@@ -262,7 +264,8 @@ class ShardedEncryption:
                                                        "stride": stride_for(per or self.shifts, self.shifts),
                                                        "encrypt": bool(encrypt), "encryptor": "encryptor",
                                                        "masked": mask is not None}, blobs)))
-        self.shards.executor.run_on(reqs)
+        replies = self.shards.executor.run_on(reqs)
+        return {k: sum(int(h.get(k, 0)) for h, _ in replies) for k in ("from_stock", "on_spot")}
 
     def shard_bytes(self, k: int) -> bytes:
         """The values of shard ``k`` in message order (group, shift, row), fetched from its worker."""

@@ -12,13 +12,16 @@ closes. The operations (:func:`run`, the vocabulary of every executor's requests
 * ``direct``: one unit of the pre-shifted histogram of
   :func:`crypto.compress.compressed_histogram`.
 * ``compress``, ``encrypt``, ``decrypt``: a chunk of that batch operation.
-* ``obfuscate``: fresh obfuscators for :class:`crypto.obfuscators.ObfuscatorStore`.
+* ``obfuscate``: fresh obfuscators returned to the caller (:class:`crypto.obfuscators.ObfuscatorStore`).
+* ``obf_fill``: fresh obfuscators into the stock of this worker's encryptor
+  (:class:`crypto.paillier.ObfuscatorStock`; they never leave the worker), ``obf_stats``: its counters.
 
 Row shards that stay put (:mod:`crypto.shards`):
 
 * ``fill``: write a piece of a round's gradient values into a shard's slot (range-checked
   ciphertexts); ``get``: a shard's values as bytes; ``drop``: forget slots by prefix.
-* ``pack_encrypt``: pack (and encrypt) a shard's fixed-point gradients into a slot.
+* ``pack_encrypt``: pack (and encrypt) a shard's fixed-point gradients into a slot, taking
+  obfuscators from the worker's stock first and making the rest on the spot (both counted).
 * ``shard_hist``: the partial histograms of one shard for the nodes of one level, from the
   bit-packed node codes; ``combine``: sum two partials (the tree reduction).
 """
@@ -173,7 +176,11 @@ def _pack_encrypt(req, blobs, st):
     shifts = int(req["shifts"])
     if shifts > 1:
         packed = shifted_plaintexts(packed, int(req["value_bits"]), shifts, int(req.get("stride", 1)))
-    enc = st[req["encryptor"]].encrypt(packed) if req["encrypt"] and packed else packed
+    from_stock = on_spot = 0
+    if req["encrypt"] and packed:       # obfuscators from this worker's stock first (one product each)
+        enc, from_stock, on_spot = st[req["encryptor"]].encrypt_stocked(packed)
+    else:
+        enc = packed
     if rows is None:
         st[req["slot"]] = list(enc)
     else:   # rows no tree of the round uses: trivial placeholders (never summed)
@@ -186,7 +193,20 @@ def _pack_encrypt(req, blobs, st):
                 block[i] = v
             out.extend(block)
         st[req["slot"]] = out
-    return {}, []
+    return {"from_stock": from_stock, "on_spot": on_spot}, []
+
+
+def _obf_fill(req, blobs, st):
+    """Make up to ``count`` obfuscators into the stock of the encryptor in ``slot`` (never more
+    than ``target`` in stock); the obfuscators stay in this process."""
+    stock = st[req["slot"]].stock
+    made = stock.fill(int(req["count"]), int(req["target"]) if "target" in req else None)
+    return {**stock.stats(), "added": made}, []
+
+
+def _obf_stats(req, blobs, st):
+    enc = st.get(req["slot"])
+    return (enc.stock.stats() if enc is not None else {"stock": 0, "made": 0, "taken": 0}), []
 
 
 def _shard_hist(req, blobs, st):
@@ -237,7 +257,8 @@ def _combine(req, blobs, st):
 
 
 _OPS = {"put": _put, "hist": _hist, "direct": _direct, "compress": _compress,
-        "encrypt": _encrypt, "obfuscate": _obfuscate, "decrypt": _decrypt,
+        "encrypt": _encrypt, "obfuscate": _obfuscate, "decrypt": _decrypt, "obf_fill": _obf_fill,
+        "obf_stats": _obf_stats,
         "fill": _fill, "get": _get, "drop": _drop, "pack_encrypt": _pack_encrypt, "shard_hist": _shard_hist,
         "combine": _combine, "ping": lambda req, blobs, st: ({"pid": os.getpid()}, [])}
 
