@@ -55,6 +55,22 @@ class RoundBytes(RoundObserver):
         self.last = total
 
 
+class WhileWaiting(RoundObserver):
+    """Another observer whose ``round_finished`` waits for the peers (the validation's leaf masks
+    between trees): the executor's workers make obfuscators meanwhile
+    (:meth:`parties.channel.GradientChannel.waiting`)."""
+
+    def __init__(self, inner: RoundObserver, channel: GradientChannel):
+        self.inner, self.channel = inner, channel
+
+    def round_started(self, gradients) -> None:
+        self.inner.round_started(gradients)
+
+    def round_finished(self, record: RoundRecord) -> bool | None:
+        with self.channel.waiting():
+            return self.inner.round_finished(record)
+
+
 class ActiveParty:
     """The label holder. ``frame`` has the id column, the label column and zero or more features.
 
@@ -213,7 +229,9 @@ class ActiveParty:
                                     objective.gradients(y, np.tile(objective.base_score(y), (len(y), 1)))
                                     if params.mode == Mode.DP and params.dp_select else None, rows)
             monitor = TrainingMonitor(objective, params, y)
-            round_observers = [self.channel, RoundBytes(transport), monitor]
+            # between trees, validation asks the peers for leaf masks: a wait like any other
+            round_observers = [self.channel, RoundBytes(transport),
+                               monitor if val is None else WhileWaiting(monitor, self.channel)]
             round_observers += [tracker] if tracker is not None else []
             round_observers += list(observers or [])
             round_observers += [CallbackObserver(on_round)] if on_round is not None else []

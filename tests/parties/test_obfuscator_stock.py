@@ -151,3 +151,23 @@ def test_dask_workers_keep_their_own_stocks(always_parallel):
             assert all(s == {"stock": 0, "made": 0, "taken": 0, "cpu": s["cpu"]} for s in keeper.worker_stats())
         finally:
             ex.close()
+
+
+def test_validation_between_trees_counts_as_waiting(monkeypatch):
+    """The leaf masks of the validation rows come from the peers between trees: the stock is
+    filled meanwhile (the keeper is in its waiting state during every validation round)."""
+    from parties.monitor import TrainingMonitor
+    seen = []
+    real = TrainingMonitor._validate_round
+
+    def validate(self, r, trees):
+        seen.append(fed.active.channel.stock._waiting)
+        return real(self, r, trees)
+
+    monkeypatch.setattr(TrainingMonitor, "_validate_round", validate)
+    a, b, c = small_frames(200)
+    fed = Federation(ActiveParty("bank", a[:150], n_jobs=1),
+                     [PassiveParty("telco", b[:150], n_jobs=1), PassiveParty("shop", c[:150], n_jobs=1)])
+    val = {"bank": a[150:], "telco": b[150:], "shop": c[150:]}
+    fed.fit(TrainParams(mode="he", n_estimators=2, max_depth=2, key_bits=KEY_BITS), validation=val)
+    assert seen == [1, 1]
