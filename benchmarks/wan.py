@@ -22,7 +22,9 @@ Prints one JSON object ``{"runs": [...]}``, one entry per profile:
   passive party's process tree read from ``/proc`` before and after), i.e. how long each
   party sat idle waiting for the other or for the link.
 * ``encrypt_critical_seconds``: seconds the active party spent encrypting gradients while
-  the passive party had nothing to work on (the ``encrypt`` stage of its per-round timings).
+  the passive party had nothing to work on (the ``encrypt`` stage of its per-round timings);
+  ``encrypt_background_seconds``: seconds its executor spent making obfuscators ahead while it
+  waited for the passive party (stage ``obfuscate_bg``: off the critical path).
 * ``auc``: test AUC of ``vfl predict`` on the held-out rows (split as ``vfl simulate`` does).
 """
 from __future__ import annotations
@@ -132,13 +134,14 @@ def one_run(profile: str, args, files: dict, sec: list, params: list, tmp: Path,
         link.close()
     n_trees = int(summary["n_trees"])
     encrypt = sum(float(t.get("encrypt", 0.0)) for t in summary["timings"])
+    background = sum(float(t.get("obfuscate_bg", 0.0)) for t in summary["timings"])
     return {
         "profile": profile, "rate_mbps": PROFILES[profile][0], "delay_ms": PROFILES[profile][1],
         "wall_seconds": round(train, 3), "seconds_per_tree": round(train / max(n_trees, 1), 3),
         "bytes_sent": up, "bytes_received": down,
         "active_wait_seconds": round(max(0.0, train - float(summary["train_cpu_seconds"])), 3),
         "passive_wait_seconds": round(max(0.0, train - min(p_cpu, train)), 3),
-        "encrypt_critical_seconds": round(encrypt, 3),
+        "encrypt_critical_seconds": round(encrypt, 3), "encrypt_background_seconds": round(background, 3),
         "encrypt_share_of_tree": round(encrypt / train, 4) if train else None,
         "auc": score, "n_trees": n_trees, "active_cpu_seconds": round(a_cpu, 3),
         "passive_cpu_seconds": round(p_cpu, 3), "active_start_up_seconds": round(start_up, 3),

@@ -1,4 +1,14 @@
-"""Precomputed Paillier randomness: a store of fresh obfuscators made ahead of use.
+"""Precomputed Paillier randomness: fresh obfuscators made ahead of use.
+
+Training uses :class:`StockKeeper`: every executor worker (a local worker process, a Dask
+worker, or the driver itself for the inline executor) keeps a stock of obfuscators of the
+current key in its own memory (:class:`crypto.paillier.ObfuscatorStock`), filled by small
+``obf_fill`` requests that the keeper's background thread sends only while the party waits
+for its peers (:meth:`StockKeeper.waiting`). A round's ``pack_encrypt`` takes from the
+worker's stock and makes the rest on the spot, counting both. No obfuscator ever crosses a
+process boundary, so the only bytes are the tiny requests. :class:`ObfuscatorStore` (below)
+is the other design, obfuscators made on workers and kept by the driver; kept for callers
+that encrypt in the driver with :meth:`crypto.paillier.Encryptor.encrypt_with`.
 
 Encrypting ``m`` is ``(1 + m n) * r^n mod n^2``; the expensive part, ``r^n`` (``hs^a`` with
 the ``fast`` method), does not depend on ``m``. The key holder can make obfuscators while it
@@ -25,11 +35,16 @@ obfuscators in the driver would hold the GIL the party needs.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 
+from crypto.executor import InlineExecutor
 from crypto.intcodec import bytes_to_ints, int_width
+
+log = logging.getLogger("vfl.crypto")
 
 #: obfuscators per worker and background request (a few milliseconds of work at 2048 bits)
 BATCH_PER_WORKER = 64
@@ -143,3 +158,139 @@ class ObfuscatorStore:
     def stats(self) -> dict:
         return {"produced": self.produced, "taken": self.taken, "on_demand": self.on_demand,
                 "stock": len(self), "background_seconds": round(self.background_seconds, 3)}
+
+
+# --- per-worker stocks, filled while the party waits ----------------------------------
+#: obfuscators per worker and fill request: the most a foreground request waits for (about
+#: 0.1 ms each at 2048 bits, so ~3 ms in the driver and ~6 ms on a worker process)
+FILL_BATCH_INLINE = 32
+FILL_BATCH_WORKER = 64
+#: rounds of values each worker keeps ahead (its last round's values times this)
+ROUNDS_AHEAD = 1.5
+#: bytes of obfuscators one worker may hold
+MAX_STOCK_BYTES = 64 << 20
+
+
+class StockKeeper:
+    """Keeps every worker's stock of one key's obfuscators near its target, in the background,
+    only while the party waits for its peers (:meth:`waiting`).
+
+    Targets follow the rounds (:meth:`plan`: the values each worker encrypted last round, times
+    :data:`ROUNDS_AHEAD`, capped at :data:`MAX_STOCK_BYTES`). Counters: ``made`` (by the
+    background fill), ``from_stock`` and ``on_spot`` (what rounds' encryptions took from the
+    stocks and made themselves, :meth:`note_round`), ``background_seconds``. Seconds of
+    background fill are added to the current round's timing as stage ``obfuscate_bg``
+    (:attr:`timing`), or to ``before_training_seconds`` before the first round."""
+
+    SLOT = "encryptor"
+
+    def __init__(self, executor, encryptor, max_bytes: int = MAX_STOCK_BYTES, batch: int | None = None):
+        self.executor = executor
+        self.encryptor = encryptor
+        self.cap = max(1, int(max_bytes) // int_width(encryptor.nsquare))
+        inline = isinstance(executor, InlineExecutor)
+        self.batch = int(batch or (FILL_BATCH_INLINE if inline else FILL_BATCH_WORKER))
+        self.targets = [0] * executor.n_workers
+        self._full = [True] * executor.n_workers
+        self._cond = threading.Condition()
+        self._waiting = 0
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.timing = None
+        self.made = self.from_stock = self.on_spot = self.batches = 0
+        self.background_seconds = self.before_training_seconds = 0.0
+        self.error: BaseException | None = None
+
+    # -- what to keep -------------------------------------------------------------
+    def plan(self, per_worker) -> None:
+        """Keep about :data:`ROUNDS_AHEAD` times ``per_worker[i]`` obfuscators on worker ``i``."""
+        with self._cond:
+            n = len(self.targets)
+            vals = [0] * n
+            for i, v in enumerate(list(per_worker)[:n]):
+                vals[i] = int(v)
+            self.targets = [min(self.cap, int(ROUNDS_AHEAD * v)) for v in vals]
+            self._full = [t <= 0 for t in self.targets]
+            self._cond.notify_all()
+
+    def note_round(self, counts: dict) -> None:
+        """A round's encryption took ``counts["from_stock"]`` and made ``counts["on_spot"]``."""
+        with self._cond:
+            self.from_stock += int(counts.get("from_stock", 0))
+            self.on_spot += int(counts.get("on_spot", 0))
+            self._full = [t <= 0 for t in self.targets]      # the stocks were drawn on
+            self._cond.notify_all()
+
+    # -- when ---------------------------------------------------------------------------
+    @contextmanager
+    def waiting(self):
+        """The party waits for its peers: fill in the background until the block ends (the
+        batch in flight then finishes: a foreground request waits for one batch at most)."""
+        with self._cond:
+            self._waiting += 1
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._waiting -= 1
+
+    def start(self) -> "StockKeeper":
+        if self._thread is None and not self._stop:
+            self._thread = threading.Thread(target=self._run, name="obfuscator-stock", daemon=True)
+            self._thread.start()
+        return self
+
+    def _short(self) -> list[int]:
+        return [i for i, full in enumerate(self._full) if not full]
+
+    def _run(self) -> None:
+        enc, ex = self.encryptor, self.executor
+        while True:
+            with self._cond:
+                while not self._stop and not (self._waiting and self._short()):
+                    self._cond.wait()
+                if self._stop:
+                    return
+                reqs = [(i, ({"op": "obf_fill", "slot": self.SLOT, "count": self.batch, "target": self.targets[i]},
+                             [])) for i in self._short()]
+            t0 = time.perf_counter()
+            try:
+                ex.share(self.SLOT, enc, {"kind": "encryptor", "state": enc.state()})
+                replies = ex.run_on(reqs)
+            except Exception as exc:      # the foreground notices a broken executor itself
+                if not self._stop:
+                    self.error = exc
+                    log.warning("background obfuscators stopped: %s", exc)
+                return
+            dt = time.perf_counter() - t0
+            with self._cond:
+                for (i, (req, _)), (h, _) in zip(reqs, replies):
+                    self.made += int(h.get("added", 0))
+                    if int(h.get("stock", 0)) >= req["target"] or not int(h.get("added", 0)):
+                        self._full[i] = True
+                self.batches += 1
+                self.background_seconds += dt
+                timing = self.timing
+                if timing is None:
+                    self.before_training_seconds += dt
+            if timing is not None:
+                timing.add("obfuscate_bg", dt)
+
+    def close(self) -> None:
+        """Stop the background thread (waits for the batch in flight)."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._thread = None
+
+    def worker_stats(self) -> list[dict]:
+        """Every worker's stock counters (``stock``, ``made``, ``taken``), from the workers."""
+        return [h for h, _ in self.executor.broadcast({"op": "obf_stats", "slot": self.SLOT})]
+
+    def stats(self) -> dict:
+        return {"made": self.made, "from_stock": self.from_stock, "on_spot": self.on_spot,
+                "batches": self.batches, "background_seconds": round(self.background_seconds, 3),
+                "before_training_seconds": round(self.before_training_seconds, 3)}

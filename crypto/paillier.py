@@ -24,6 +24,8 @@ workers draw their own randomness from the OS (``secrets``).
 from __future__ import annotations
 
 import secrets
+import threading
+from collections import deque
 from typing import Sequence
 
 import gmpy2
@@ -133,6 +135,7 @@ class Encryptor:
         self._tables = None            # built at the first use (workers build their own)
         if method == "fast":
             self.hs = mpz(_hs) if _hs is not None else self._pow(self._random_unit(), self.n)
+        self.stock = ObfuscatorStock(self)   # fresh obfuscators of this key, in this process only
 
     @property
     def tables(self) -> tuple:
@@ -209,6 +212,16 @@ class Encryptor:
             out.append((1 + (mpz(m) % n) * n) * r % n2)
         return out
 
+    def encrypt_stocked(self, plaintexts: Sequence[int]) -> tuple[list, int, int]:
+        """Encrypt with obfuscators from :attr:`stock` (one multiplication per value), the rest the
+        usual way; returns ``(ciphertexts, from stock, made on the spot)``."""
+        obf = self.stock.take(len(plaintexts))
+        k = len(obf)
+        out = self.encrypt_with(plaintexts[:k], obf) if k else []
+        if k < len(plaintexts):
+            out.extend(self.encrypt(plaintexts[k:]))
+        return out, k, len(plaintexts) - k
+
     def encrypt(self, plaintexts: Sequence[int], executor=None) -> list:
         """Encrypt signed integers with ``|m| < n/2`` (negative ``m`` is taken mod ``n``).
 
@@ -260,6 +273,52 @@ class Encryptor:
                                  [ints_to_bytes(plaintexts[i:i + step], width, signed=True)])
                                 for i in range(0, len(plaintexts), step)])
         return [v for _, blobs in replies for v in bytes_to_ints(blobs[0], w2)]
+
+
+class ObfuscatorStock:
+    """Fresh obfuscators of one key (an :class:`Encryptor`'s), made ahead in the process that
+    will encrypt with them (an executor worker, or the driver for the inline executor).
+
+    Each is handed out once (:meth:`take` removes what it returns and nothing else keeps a
+    reference); they live in this process's memory only (never encoded, sent or written);
+    they go with the encryptor object (a new key is a new encryptor: the old stock is
+    garbage). Thread-safe. Counters: ``made`` (by :meth:`fill`), ``taken``."""
+
+    def __init__(self, encryptor: "Encryptor"):
+        self._enc = encryptor
+        self._items: deque = deque()
+        self._lock = threading.Lock()
+        self.made = 0
+        self.taken = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def fill(self, count: int, target: int | None = None) -> int:
+        """Make up to ``count`` more (no more than ``target`` in stock); returns how many were made."""
+        count = int(count) if target is None else min(int(count), int(target) - len(self._items))
+        if count <= 0:
+            return 0
+        made = self._enc.obfuscators(count)
+        with self._lock:
+            self._items.extend(made)
+            self.made += len(made)
+        return len(made)
+
+    def take(self, count: int) -> list:
+        """Up to ``count`` obfuscators, removed from the stock (fewer when it runs short)."""
+        with self._lock:
+            k = min(int(count), len(self._items))
+            out = [self._items.popleft() for _ in range(k)]
+            self.taken += k
+        return out
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def stats(self) -> dict:
+        return {"stock": len(self._items), "made": self.made, "taken": self.taken}
 
 
 class Decryptor:

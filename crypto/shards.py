@@ -30,6 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
+from crypto.compress import stride_for
 from crypto.intcodec import bytes_to_ints, int_width
 from datasets.errors import ProtocolError
 
@@ -206,7 +207,8 @@ class ShardSet:
         group = (tree_idx // g.layout.n_targets).tolist() if g.groups > 1 else [0] * len(nodes)
         mhex = format(int(modulus), "x") if modulus is not None else None
         total = int(sum(n_bins))
-        n_out = len(nodes) * total if g.shifts == 1 else -(-total * len(nodes) // g.per)
+        # shifts == 1: flat bin sums; else ``stride`` accumulators per output ciphertext (1: the outputs)
+        n_out = len(nodes) * total if g.shifts == 1 else -(-total * len(nodes) // g.per) * stride_for(g.per, g.shifts)
         width, signed = (g.width, g.signed)
         reqs = []
         for k, (a, b) in enumerate(self.bounds):
@@ -241,8 +243,10 @@ class ShardedEncryption:
         self.width, self.signed = int(width), bool(signed)
 
     def fill(self, g_int: np.ndarray, h_int: np.ndarray, used: np.ndarray | None, layout: dict, group_size: int,
-             encrypt: bool, value_bits: int) -> None:
-        """Pack (and encrypt) every shard on its worker: one task per shard and target group."""
+             encrypt: bool, value_bits: int, per: int | None = None) -> dict:
+        """Pack (and encrypt) every shard on its worker: one task per shard and target group.
+        Returns how many obfuscators came from the workers' stocks and how many were made on
+        the spot (``{"from_stock", "on_spot"}``)."""
         K = g_int.shape[1]
         G = int(group_size)
         reqs = []
@@ -257,9 +261,11 @@ class ShardedEncryption:
                 reqs.append((self.shards.workers[k], ({"op": "pack_encrypt", "slot": self.shards.slot(f"ct:{j}", k),
                                                        "n_rows": b - a, "group_size": G, "layout": layout,
                                                        "shifts": self.shifts, "value_bits": int(value_bits),
+                                                       "stride": stride_for(per or self.shifts, self.shifts),
                                                        "encrypt": bool(encrypt), "encryptor": "encryptor",
                                                        "masked": mask is not None}, blobs)))
-        self.shards.executor.run_on(reqs)
+        replies = self.shards.executor.run_on(reqs)
+        return {k: sum(int(h.get(k, 0)) for h, _ in replies) for k in ("from_stock", "on_spot")}
 
     def shard_bytes(self, k: int) -> bytes:
         """The values of shard ``k`` in message order (group, shift, row), fetched from its worker."""

@@ -12,13 +12,16 @@ closes. The operations (:func:`run`, the vocabulary of every executor's requests
 * ``direct``: one unit of the pre-shifted histogram of
   :func:`crypto.compress.compressed_histogram`.
 * ``compress``, ``encrypt``, ``decrypt``: a chunk of that batch operation.
-* ``obfuscate``: fresh obfuscators for :class:`crypto.obfuscators.ObfuscatorStore`.
+* ``obfuscate``: fresh obfuscators returned to the caller (:class:`crypto.obfuscators.ObfuscatorStore`).
+* ``obf_fill``: fresh obfuscators into the stock of this worker's encryptor
+  (:class:`crypto.paillier.ObfuscatorStock`; they never leave the worker), ``obf_stats``: its counters.
 
 Row shards that stay put (:mod:`crypto.shards`):
 
 * ``fill``: write a piece of a round's gradient values into a shard's slot (range-checked
   ciphertexts); ``get``: a shard's values as bytes; ``drop``: forget slots by prefix.
-* ``pack_encrypt``: pack (and encrypt) a shard's fixed-point gradients into a slot.
+* ``pack_encrypt``: pack (and encrypt) a shard's fixed-point gradients into a slot, taking
+  obfuscators from the worker's stock first and making the rest on the spot (both counted).
 * ``ext``: an operation of a module above this floor that reads a party's own data where its
   shards live (:data:`EXTENSIONS`: e.g. ``parties.shard_ops`` reads Parquet pieces, bins them,
   answers the split rule); imported by name in the worker process, so this floor imports nothing
@@ -39,7 +42,7 @@ import traceback
 import gmpy2
 import numpy as np
 
-from crypto.compress import compress, direct_block, shifted_plaintexts
+from crypto.compress import compress, direct_block, shifted_plaintexts, stride_for
 from crypto.framing import read_frame, write_frame
 from crypto.histogram import block_sums
 from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
@@ -178,8 +181,12 @@ def _pack_encrypt(req, blobs, st):
         packed = pack(g if rows is None else g[rows], h if rows is None else h[rows], layout)
     shifts = int(req["shifts"])
     if shifts > 1:
-        packed = shifted_plaintexts(packed, int(req["value_bits"]), shifts)
-    enc = st[req["encryptor"]].encrypt(packed) if req["encrypt"] and packed else packed
+        packed = shifted_plaintexts(packed, int(req["value_bits"]), shifts, int(req.get("stride", 1)))
+    from_stock = on_spot = 0
+    if req["encrypt"] and packed:       # obfuscators from this worker's stock first (one product each)
+        enc, from_stock, on_spot = st[req["encryptor"]].encrypt_stocked(packed)
+    else:
+        enc = packed
     if rows is None:
         st[req["slot"]] = list(enc)
     else:   # rows no tree of the round uses: trivial placeholders (never summed)
@@ -192,7 +199,20 @@ def _pack_encrypt(req, blobs, st):
                 block[i] = v
             out.extend(block)
         st[req["slot"]] = out
-    return {}, []
+    return {"from_stock": from_stock, "on_spot": on_spot}, []
+
+
+def _obf_fill(req, blobs, st):
+    """Make up to ``count`` obfuscators into the stock of the encryptor in ``slot`` (never more
+    than ``target`` in stock); the obfuscators stay in this process."""
+    stock = st[req["slot"]].stock
+    made = stock.fill(int(req["count"]), int(req["target"]) if "target" in req else None)
+    return {**stock.stats(), "added": made}, []
+
+
+def _obf_stats(req, blobs, st):
+    enc = st.get(req["slot"])
+    return (enc.stock.stats() if enc is not None else {"stock": 0, "made": 0, "taken": 0}), []
 
 
 def _shard_hist(req, blobs, st):
@@ -210,6 +230,7 @@ def _shard_hist(req, blobs, st):
     out = [one] * int(req["n_out"])
     block = shifts * n
     stats: dict = {}
+    stride = stride_for(per, shifts)          # accumulators per output ciphertext (shifts > 1)
     for i, (p, c, j) in enumerate(req["nodes"]):
         rows = np.flatnonzero(codes[p] == c)
         if not len(rows):
@@ -219,8 +240,8 @@ def _shard_hist(req, blobs, st):
             vals = [vals_j[r] for r in rows.tolist()]
             out[i * total:(i + 1) * total] = block_sums(vals, bins[rows], n_bins, m, req["joint"], stats)
         else:
-            c0, accs = direct_block(vals_j, n, rows, bins[rows], i * total, n_bins, per, m)
-            for k, a in enumerate(accs, start=c0):
+            c0, accs = direct_block(vals_j, n, rows, bins[rows], i * total, n_bins, per, m, stride)
+            for k, a in enumerate(accs, start=c0 * stride):
                 if m is None:
                     out[k] += a
                 else:
@@ -254,7 +275,8 @@ def _ext(req, blobs, st):
 
 
 _OPS = {"put": _put, "hist": _hist, "direct": _direct, "compress": _compress,
-        "encrypt": _encrypt, "obfuscate": _obfuscate, "decrypt": _decrypt,
+        "encrypt": _encrypt, "obfuscate": _obfuscate, "decrypt": _decrypt, "obf_fill": _obf_fill,
+        "obf_stats": _obf_stats,
         "fill": _fill, "get": _get, "drop": _drop, "pack_encrypt": _pack_encrypt, "shard_hist": _shard_hist,
         "combine": _combine, "ext": _ext, "ping": lambda req, blobs, st: ({"pid": os.getpid()}, [])}
 

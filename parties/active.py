@@ -55,6 +55,22 @@ class RoundBytes(RoundObserver):
         self.last = total
 
 
+class WhileWaiting(RoundObserver):
+    """Another observer whose ``round_finished`` waits for the peers (the validation's leaf masks
+    between trees): the executor's workers make obfuscators meanwhile
+    (:meth:`parties.channel.GradientChannel.waiting`)."""
+
+    def __init__(self, inner: RoundObserver, channel: GradientChannel):
+        self.inner, self.channel = inner, channel
+
+    def round_started(self, gradients) -> None:
+        self.inner.round_started(gradients)
+
+    def round_finished(self, record: RoundRecord) -> bool | None:
+        with self.channel.waiting():
+            return self.inner.round_finished(record)
+
+
 class ActiveParty:
     """The label holder. ``frame`` has the id column, the label column and zero or more features.
 
@@ -187,19 +203,26 @@ class ActiveParty:
         if resume is not None and self.dp_plan.private:
             raise InputError("a --dp-model training cannot be resumed: new DP bin edges would spend budget "
                              "again and disagree with the finished rounds")
-        infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id,
-                                                     self.dp_plan.binning_setup(), params.max_cat)
-                                     for p in peers})
-        booster_params = params
-        if resume is not None:
-            acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds, resume.records.get(p, 0))
-                                        for p in peers})
-            if any(isinstance(getattr(a, "info", None), dict) and a.info.get("completed") for a in acks.values()):
-                # the passive parties were told the training finished (our final write then failed):
-                # the checkpoint holds every round; only the last step (TrainEnd, the model file) is left
-                booster_params = dataclasses.replace(params, n_estimators=resume.n_rounds)
+        # the key first: the workers then make obfuscators while the passive parties bin their features
         self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.n_jobs, len(rows),
                                        executor=self.executor, name=self.name)
+        booster_params = params
+        try:
+            with self.channel.waiting():
+                infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id,
+                                                             self.dp_plan.binning_setup(), params.max_cat)
+                                             for p in peers})
+                if resume is not None:
+                    acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds,
+                                                                 resume.records.get(p, 0)) for p in peers})
+                    if any(isinstance(getattr(a, "info", None), dict) and a.info.get("completed")
+                           for a in acks.values()):
+                        # the passive parties were told the training finished (our final write then failed):
+                        # the checkpoint holds every round; only the last step (TrainEnd, the model file) is left
+                        booster_params = dataclasses.replace(params, n_estimators=resume.n_rounds)
+        except BaseException:
+            self.channel.close()
+            raise
         booster, completed, ends = None, False, {}
         try:   # from here on, workers and passive parties are released whatever happens
             self._plan_channel(transport, peers, infos, params)
@@ -211,14 +234,17 @@ class ActiveParty:
                     ({self.name: sources[0].binner.report()} if self.feature_names else {})
                     | {p: infos[p].dp_binning for p in peers})
             monitor = TrainingMonitor(objective, params, y)
-            round_observers = [self.channel, RoundBytes(transport), monitor]
+            # between trees, validation asks the peers for leaf masks: a wait like any other
+            round_observers = [self.channel, RoundBytes(transport),
+                               monitor if val is None else WhileWaiting(monitor, self.channel)]
             round_observers += [tracker] if tracker is not None else []
             round_observers += list(observers or [])
             round_observers += [CallbackObserver(on_round)] if on_round is not None else []
             booster = booster_class(sources)(sources, objective, booster_params, round_observers,
                                              map_sources=source_map(transport, sources), dp=self.dp_plan)
             if val is not None:
-                monitor.start_validation(transport, peers, model_id, salt, self.name, self.feature_names, *val)
+                with self.channel.waiting():
+                    monitor.start_validation(transport, peers, model_id, salt, self.name, self.feature_names, *val)
             if resume is not None:
                 monitor.restore(resume.rounds, resume.history)
             w = None if weights is None else weights[rows]
@@ -278,7 +304,8 @@ class ActiveParty:
         self.channel.plan(sum(int(np.sum(infos[p].n_bins)) for p in peers), params.max_depth, self.preshift,
                           min(caps) if caps else None, peers=peers, link_mbps=self.link_mbps)
         if params.mode == Mode.HE:
-            transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
+            with self.channel.waiting():
+                transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
 
     def _sources(self, transport: Transport, peers: list[str], infos: dict, params: TrainParams,
                  model_id: str, X: np.ndarray, root_gradients=None, own_rows=None) -> list[HistogramSource]:

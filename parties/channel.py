@@ -21,18 +21,20 @@ measured on the previous gradient stream, else :data:`ASSUMED_LINK_MBPS`.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from crypto.compress import choose_shifts, squaring_seconds
+from crypto.compress import choose_shifts, shift_choices, squaring_seconds
 from crypto.executor import Executor, InlineExecutor, LocalExecutor
 from crypto.intcodec import int_width
 from crypto.keys import generate_keypair
+from crypto.obfuscators import StockKeeper
 from crypto.packing import PackingLayout, decode_sums
 from crypto.paillier import Decryptor, Encryptor
 from crypto.parallel import resolve_workers
-from crypto.shards import ShardedEncryption, ShardSet, plain_width
+from crypto.shards import ShardedEncryption, ShardSet, plain_width, plan_shards
 from datasets.errors import InputError
 from protocols import messages as m
 from vfl.params import Mode
@@ -76,11 +78,17 @@ class GradientChannel(RoundObserver):
                     self.executor.start()
             else:
                 self.executor = InlineExecutor(name=f"active:{name}")
+        self.stock: StockKeeper | None = None     # obfuscators made ahead on the workers (``he``)
         if mode == Mode.HE:
             try:
                 self.public_key, self.private_key = generate_keypair(key_bits)
                 self.encryptor = Encryptor(self.public_key, self.private_key, method=encryption)
                 self.decryptor = Decryptor(self.private_key)
+                self.stock = StockKeeper(self.executor, self.encryptor).start()
+                if n_samples:       # before the first round: one value per row
+                    bounds = plan_shards(n_samples, self.executor.n_workers)
+                    self.stock.plan(self._per_worker(bounds, [k % self.executor.n_workers for k in range(len(bounds))],
+                                                     None, 1, 1))
             except BaseException:
                 self.close()
                 raise
@@ -135,9 +143,25 @@ class GradientChannel(RoundObserver):
             self._squaring = squaring_seconds(self.encryptor.nsquare)
         return self._squaring
 
+    def waiting(self):
+        """A context in which the party waits for its peers: the workers fill their obfuscator
+        stocks meanwhile (``he``; a no-op otherwise)."""
+        return self.stock.waiting() if self.stock is not None else nullcontext()
+
+    @staticmethod
+    def _per_worker(bounds, workers, used, groups: int, shifts: int) -> list[int]:
+        """Values each worker encrypts in a round of these shards."""
+        out = [0] * (max(workers[:len(bounds)], default=0) + 1)
+        for k, (a, b) in enumerate(bounds):
+            rows = (b - a) if used is None else int(np.count_nonzero(used[a:b]))
+            out[workers[k]] += rows * groups * shifts
+        return out
+
     def close(self) -> None:
-        """Stop the worker processes (end of training); a caller's executor only forgets the
-        round's shards."""
+        """Stop the background obfuscators and the worker processes (end of training); a caller's
+        executor only forgets the round's shards and the key (with its workers' obfuscator stocks)."""
+        if self.stock is not None:
+            self.stock.close()
         executor, self.executor = self.executor, None
         if executor is None:
             return
@@ -146,19 +170,24 @@ class GradientChannel(RoundObserver):
         elif not executor.closed:
             try:
                 executor.drop("grad/")
+                executor.drop(StockKeeper.SLOT)
             except Exception:        # a lost worker: its slots are gone anyway
                 pass
 
     def _shifts(self, n_samples: int, layout: PackingLayout, per: int, n_trees: int = 1,
                 n_groups: int = 1, frame_rows: int | None = None) -> int:
-        """1, or ``per`` pre-shifted copies of every value (see :mod:`crypto.compress`).
+        """How many pre-shifted copies of every value to send, 1..``per`` (see :mod:`crypto.compress`).
 
         ``n_samples`` rows are encrypted and summed; the message carries ``frame_rows``
-        values per copy and group (all rows: unsampled ones as full-width placeholders)."""
+        values per copy and group (all rows: unsampled ones as full-width placeholders).
+        ``preshift`` True/False: all ``per`` copies / none; an integer ``k``: the largest useful
+        count (:func:`crypto.compress.shift_choices`) not above ``k``; "auto": the cost model."""
         if self.mode != Mode.HE or per <= 1 or self.preshift is False:
             return 1
         if self.preshift is True:
             return per
+        if isinstance(self.preshift, int):
+            return max(k for k in shift_choices(per) if k <= max(1, self.preshift))
         return choose_shifts(n_samples, self.n_bins, per, layout.value_bits, self.max_depth,
                              n_trees=n_trees, n_groups=n_groups, wire_seconds_per_byte=self.wire_seconds_per_byte(),
                              cipher_bytes=(2 * self.key_bits + 7) // 8, squaring_seconds=self.squaring_seconds())
@@ -208,9 +237,15 @@ class GradientChannel(RoundObserver):
             raise RuntimeError("the frame cap is too small for one row of gradients")
         shards = ShardSet(self.executor, n, max_rows=max_rows, prefix="grad/")
         values = ShardedEncryption(shards, n_groups, shifts, width, signed)
-        values.fill(np.asarray(rg.g), np.asarray(rg.h), None if used is None else np.asarray(used, dtype=bool),
-                    glayout.to_dict(), G, he, glayout.value_bits)
-        rg.timing.add("encrypt", time.perf_counter() - t0)
+        used = None if used is None else np.asarray(used, dtype=bool)
+        if self.stock is not None:
+            self.stock.timing = rg.timing        # background fill from now on counts for this round
+        counts = values.fill(np.asarray(rg.g), np.asarray(rg.h), used, glayout.to_dict(), G, he,
+                             glayout.value_bits, per=per)
+        rg.timing.add("encrypt", time.perf_counter() - t0)      # on the critical path
+        if self.stock is not None:
+            self.stock.note_round(counts)
+            self.stock.plan(self._per_worker(shards.bounds, shards.workers, used, n_groups, shifts))
         start = m.GradientsStart(rg.round_idx, he, glayout.to_dict(), per, shifts, n_groups, n, width, signed)
         return RoundCrypto(rg.round_idx, start, values, glayout, per, G, shifts, rg.timing)
 

@@ -16,7 +16,7 @@ import time
 import gmpy2
 import numpy as np
 
-from crypto.compress import compress
+from crypto.compress import check_shifts, compress, stride_for
 from crypto.executor import WorkerError
 from crypto.intcodec import ints_to_bytes
 from crypto.keys import public_key_from_n
@@ -160,8 +160,9 @@ def _start_round(s: PassiveState, round_idx: int, encrypted: bool, layout: dict,
         raise ProtocolError("values_per_ciphertext must be positive")
     if shifts < 1 or (n_values is not None and (n_values == 0 or n_values % (shifts * n))):
         raise ProtocolError(f"got {n_values} gradient values for {n} samples (shifts={shifts})")
-    if shifts not in (1, per):
-        raise ProtocolError(f"shifts must be 1 or values_per_ciphertext={per}, got {shifts}")
+    why = check_shifts(shifts, per)
+    if why is not None:
+        raise ProtocolError(why)
     groups = n_values // (shifts * n) if groups is None else int(groups)
     if groups < 1:
         raise ProtocolError(f"the gradients must hold at least one target group, got {groups}")
@@ -269,9 +270,10 @@ def histogram_request(s: PassiveState, req: m.HistogramRequest) -> m.HistogramRe
     sums, _ = t.shards.histograms(g, a, tree_idx.tolist(), np.asarray(req.node_ids).tolist(), n_bins, modulus)
     t1 = time.perf_counter()
     check_deadline("histograms")
-    if g.shifts == 1:
-        packed = compress(sums, g.layout.value_bits, g.per, modulus, executor=t.shards.executor)
-    else:       # the key holder sent pre-shifted copies: the shards summed straight into the output slots
+    if g.shifts < g.per:    # Horner over the slots no pre-shifted copy reached (all of them when shifts == 1)
+        packed = compress(sums, g.layout.value_bits, stride_for(g.per, g.shifts), modulus,
+                          executor=t.shards.executor)
+    else:       # the key holder sent a copy per slot: the shards summed straight into the output slots
         packed = sums
     t2 = time.perf_counter()
     return m.HistogramResponse(n_values, BigInts(packed), {"histogram": int((t1 - t0) * 1e6),

@@ -66,9 +66,10 @@ class RemoteSource(HistogramSource):
         self.channel.observe_send(self.party, self.transport.bytes_sent[key] - sent0, time.perf_counter() - t0)
 
     def build(self, round_idx, tree_idx, node_ids, assignment):
-        reply = self.transport.call(self.party, m.HistogramRequest(
-            round_idx=round_idx, tree_idx=np.asarray(tree_idx, np.int32),
-            node_ids=np.asarray(node_ids, np.int32), assignment=np.asarray(assignment, np.int32)))
+        with self.channel.waiting():      # the workers make obfuscators while the peer builds
+            reply = self.transport.call(self.party, m.HistogramRequest(
+                round_idx=round_idx, tree_idx=np.asarray(tree_idx, np.int32),
+                node_ids=np.asarray(node_ids, np.int32), assignment=np.asarray(assignment, np.int32)))
         n_flat = int(self.bin_offsets[-1])
         total = len(node_ids) * n_flat
         if reply.n_values != total:
@@ -90,8 +91,9 @@ class RemoteSource(HistogramSource):
         categories = [None] * len(node_ids) if categories is None else list(categories)
         n_left = np.array([-1 if c is None else len(c) for c in categories], dtype=np.int32)
         left_bins = np.array([b for c in categories if c is not None for b in c], dtype=np.int32)
-        reply = self.transport.call(self.party, m.SplitRequest(
-            round_idx, node_ids, tree_idx, feature_idx, bin_idx, default_left, n_left, left_bins))
+        with self.channel.waiting():
+            reply = self.transport.call(self.party, m.SplitRequest(
+                round_idx, node_ids, tree_idx, feature_idx, bin_idx, default_left, n_left, left_bins))
         if len(reply.record_ids) != len(node_ids) or len(reply.n_rows) != len(node_ids) \
                 or int(reply.n_rows.sum()) != len(reply.go_left):
             raise PeerError(f"party {self.party!r} sent a malformed split response")

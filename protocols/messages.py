@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from crypto.compress import check_shifts
 from crypto.packing import PackingLayout
 from datasets.errors import ProtocolError
 from protocols.serialization import BigInts, array, count, number, register, text
@@ -159,8 +160,8 @@ class Gradients:
     layout: dict = field()              # crypto.packing.PackingLayout.to_dict()
     values_per_ciphertext: int = count(1)   # bin sums per returned ciphertext (compression)
     values: BigInts = field()
-    shifts: int = count(1, default=1)   # 1, or values_per_ciphertext: values[s * n_samples + i] is sample
-    #                                     i's value shifted by s slots (the key holder did the shifts)
+    shifts: int = count(1, default=1)   # 1..values_per_ciphertext: values[a * n_samples + i] is sample i's
+    #   value shifted by a * stride slots (crypto.compress.stride_for; the key holder did those shifts)
 
     def packing_layout(self) -> PackingLayout:
         """The layout as an object (checked by :meth:`validate`)."""
@@ -177,9 +178,9 @@ class Gradients:
             raise ProtocolError(f"Gradients.layout: {exc}") from None
         if layout.n_targets < 1 or layout.max_rows < 1 or layout.g_bits < 1 or layout.h_bits < 1:
             raise ProtocolError("Gradients.layout: n_targets, max_rows, g_bits and h_bits must be positive")
-        if self.shifts not in (1, self.values_per_ciphertext):
-            raise ProtocolError(f"Gradients.shifts: must be 1 or values_per_ciphertext="
-                                f"{self.values_per_ciphertext}, got {self.shifts}")
+        why = check_shifts(self.shifts, self.values_per_ciphertext)
+        if why is not None:
+            raise ProtocolError(f"Gradients.shifts: {why}")
 
 
 @register
@@ -192,7 +193,7 @@ class GradientsStart:
     encrypted: bool
     layout: dict              # crypto.packing.PackingLayout.to_dict()
     values_per_ciphertext: int
-    shifts: int               # 1, or values_per_ciphertext (see Gradients)
+    shifts: int               # pre-shifted copies, 1..values_per_ciphertext (see Gradients)
     groups: int               # target groups (one block of values each, see Gradients)
     n_samples: int
     width: int

@@ -11,7 +11,15 @@ import pytest
 from support import alive
 
 from crypto import parallel
-from crypto.compress import choose_shifts, compress, compressed_histogram, direct_block, shifted_plaintexts
+from crypto.compress import (
+    choose_shifts,
+    compress,
+    compressed_histogram,
+    direct_block,
+    shift_choices,
+    shifted_plaintexts,
+    stride_for,
+)
 from crypto.executor import Executor, LocalExecutor, WorkerError
 from crypto.histogram import _units, block_sums, histogram, plan_groups, reference_histogram
 from crypto.intcodec import bytes_to_ints, ints_to_bytes
@@ -353,8 +361,10 @@ def test_direct_block_partials_merge_across_row_ranges():
 
 
 def test_choose_shifts_prefers_copies_for_small_data_and_horner_for_large():
-    # breast-like: 455 rows, 660 passive slots per node, depth 4, 12 sums per ciphertext
-    assert choose_shifts(455, 660, 12, 81, 4) == 12
+    # breast-like: 455 rows, 660 passive slots per node, depth 4, 12 sums per ciphertext: some copies
+    # (a few remove most squarings; all 12 only when encryption is cheap enough)
+    assert choose_shifts(455, 660, 12, 81, 4) == 6
+    assert choose_shifts(455, 660, 12, 81, 4, encrypt_cost=1) == 12
     # default_credit-like: 24,000 rows, 330 slots, depth 3
     assert choose_shifts(24_000, 330, 10, 93, 3) == 1
     assert choose_shifts(455, 660, 1, 81, 4) == 1
@@ -444,3 +454,22 @@ def test_joint_bins_perform_fewer_additions_than_the_textbook_count():
     assert one["additions"] == textbook
     # pairs: n - C + 2 (C - 33) per pair instead of 2 (n - 33)
     assert auto["additions"] < 0.6 * textbook
+
+
+@pytest.mark.parametrize("per", [6, 7])
+def test_fewer_copies_then_horner_equal_one_copy_per_slot(per):
+    """``k`` copies with stride ``s``: rows go into ``s`` accumulators per output, Horner joins them;
+    the outputs equal those of a copy per slot (and of no copy at all), for every useful ``k``,
+    at any slot offset of the request."""
+    plain, bins, offsets, nodes, layout = _problem(n=200)
+    w = 50
+    rows = nodes[0]
+    nb = np.diff(offsets).tolist()
+    for slot0 in (0, 5, 2 * per + 3):
+        c_ref, ref = direct_block(shifted_plaintexts(plain, w, per), 200, rows, bins[rows], slot0, nb, per)
+        for k in shift_choices(per):
+            s = stride_for(per, k)
+            copies = shifted_plaintexts(plain, w, k, s)
+            c0, accs = direct_block(copies, 200, rows, bins[rows], slot0, nb, per, None, s)
+            assert c0 == c_ref and len(accs) == len(ref) * s
+            assert compress(accs, w, s) == ref

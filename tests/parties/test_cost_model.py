@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crypto.compress import choose_shifts, squaring_seconds
+from crypto.compress import check_shifts, choose_shifts, shift_choices, squaring_seconds, stride_for
 from datasets.errors import InputError
 from parties.active import ActiveParty
 from parties.channel import ASSUMED_LINK_MBPS
@@ -24,23 +24,47 @@ def _per_byte(mbps):
     return 8 / (mbps * 1e6)
 
 
-@pytest.mark.parametrize("mbps, expected", [(None, 25), (100_000.0, 25), (100.0, 1), (10.0, 1)])
+@pytest.mark.parametrize("mbps, expected", [(None, 5), (100_000.0, 5), (100.0, 5), (10.0, 2), (1.0, 1)])
 def test_the_choice_flips_with_bandwidth(mbps, expected):
+    # a few copies remove most of Horner's squarings; a slow link makes every copy dear
     wire = 0.0 if mbps is None else _per_byte(mbps)
     assert choose_shifts(**BREAST, wire_seconds_per_byte=wire, cipher_bytes=512, squaring_seconds=2.5e-6) == expected
 
 
+def test_all_copies_when_encryption_is_nearly_free_and_bytes_are_free():
+    assert choose_shifts(**BREAST, encrypt_cost=0.5) == 25
+    assert choose_shifts(**BREAST, encrypt_cost=1e6) == 1
+
+
+def test_the_choice_is_the_cheapest_useful_count():
+    """Brute force: no number of copies costs less than the one chosen (same cost formula as the
+    docstring), and only counts whose copies all fit the ciphertext are ever chosen."""
+    built = 1 + 1 + 2 + 4
+    for per in (2, 7, 12, 25):
+        for wire in (0.0, _per_byte(1000.0), _per_byte(10.0)):
+            args = dict(BREAST, per=per)
+            k = choose_shifts(**args, wire_seconds_per_byte=wire, cipher_bytes=512, squaring_seconds=2.5e-6)
+            assert k in shift_choices(per) and check_shifts(k, per) is None
+
+            def cost(c):
+                copy = 455 * (24.0 + 512 * wire / 2.5e-6)
+                return built * 495 / per * (stride_for(per, c) - 1) * 81 + (c - 1) * copy
+            assert all(cost(k) <= cost(c) + 1e-6 for c in range(1, per + 1) if check_shifts(c, per) is None)
+    assert shift_choices(25) == [1, 2, 3, 4, 5, 7, 9, 13, 25]
+    assert check_shifts(24, 25) is not None and check_shifts(0, 25) is not None
+
+
 def test_slower_squarings_make_bytes_relatively_cheaper():
     wire = _per_byte(1000.0)        # 1 Gbit/s
-    assert choose_shifts(**BREAST, wire_seconds_per_byte=wire, cipher_bytes=512, squaring_seconds=1e-7) == 1
-    assert choose_shifts(**BREAST, wire_seconds_per_byte=wire, cipher_bytes=512, squaring_seconds=1e-5) == 25
+    assert choose_shifts(**BREAST, wire_seconds_per_byte=wire, cipher_bytes=512, squaring_seconds=1e-7) == 3
+    assert choose_shifts(**BREAST, wire_seconds_per_byte=wire, cipher_bytes=512, squaring_seconds=1e-5) == 5
 
 
 def test_several_peers_pay_once_each():
     one = _per_byte(2000.0)
-    # at 2 Gbit/s one peer's copies are still worth it, eight peers' over the same uplink are not
-    assert choose_shifts(**BREAST, wire_seconds_per_byte=one, cipher_bytes=512, squaring_seconds=2.5e-6) == 25
-    assert choose_shifts(**BREAST, wire_seconds_per_byte=8 * one, cipher_bytes=512, squaring_seconds=2.5e-6) == 1
+    # at 2 Gbit/s one peer's copies cost little, forty peers' over the same uplink make fewer worth it
+    assert choose_shifts(**BREAST, wire_seconds_per_byte=one, cipher_bytes=512, squaring_seconds=2.5e-6) == 5
+    assert choose_shifts(**BREAST, wire_seconds_per_byte=40 * one, cipher_bytes=512, squaring_seconds=2.5e-6) == 3
 
 
 def test_bad_link_figures_are_refused():

@@ -50,7 +50,7 @@ def _structures(model):
     return [t.structure() for rnd in model.rounds for t in rnd]
 
 
-@pytest.mark.parametrize("preshift", [False, True, "auto"])
+@pytest.mark.parametrize("preshift", [False, True, "auto", 3])
 def test_he_equals_plain_with_every_fast_path_on_two_passive_pools(always_parallel, started_pids, preshift,
                                                                   monkeypatch):
     monkeypatch.setattr(ActiveParty, "preshift", preshift)
@@ -60,6 +60,9 @@ def test_he_equals_plain_with_every_fast_path_on_two_passive_pools(always_parall
     fed = _federation()
     m_he = fed.fit(TrainParams(mode="he", **params))
     assert _structures(m_plain) == _structures(m_he)
+    if preshift == 3:       # an intermediate number of copies: some Horner on the passive side too
+        cur = fed.active.channel.current
+        assert 1 < cur.shifts < cur.per and cur.shifts <= 3
     assert np.array_equal(plain.predict_raw(), fed.predict_raw())
     owners = {n.owner for rnd in m_he.rounds for t in rnd for n in t.nodes if not n.is_leaf}
     assert {"telco", "shop"} & owners

@@ -18,13 +18,13 @@ def _federation():
 
 def test_each_round_is_encrypted_once_for_all_passive_parties(monkeypatch):
     batches = []
-    real = Encryptor.encrypt
+    real = Encryptor.encrypt_stocked     # the stock's obfuscators first, the rest made on the spot
 
     def counting(self, plaintexts, *args, **kwargs):
         batches.append(len(plaintexts))
         return real(self, plaintexts, *args, **kwargs)
 
-    monkeypatch.setattr(Encryptor, "encrypt", counting)
+    monkeypatch.setattr(Encryptor, "encrypt_stocked", counting)
     fed = _federation()
     fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=3, max_depth=2))
     assert len(batches) == 3                       # one batch per round, not one per passive party
