@@ -56,9 +56,10 @@ def overlap_enabled() -> bool:
     return os.environ.get(OVERLAP_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-def stream_rows(n_rows: int) -> int:
-    """The most rows of one shard when the round overlaps (:data:`STREAM_SHARDS` pieces at least)."""
-    return max(MIN_SHARD_ROWS, -(-int(n_rows) // STREAM_SHARDS))
+def stream_rows(n_rows: int, n_workers: int = 1) -> int:
+    """The most rows of one shard when the round overlaps: at least :data:`STREAM_SHARDS` pieces,
+    and four per worker (a wave of shards, one per worker, is then a quarter of the round)."""
+    return max(MIN_SHARD_ROWS, -(-int(n_rows) // max(STREAM_SHARDS, 4 * max(1, int(n_workers)))))
 
 
 def plan_shards(n_rows: int, n_workers: int, max_rows: int | None = None) -> list[tuple[int, int]]:
@@ -378,11 +379,12 @@ class EncryptionStream:
     A producer thread packs and encrypts the next wave of shards (one per worker, in row order;
     :meth:`ShardedEncryption.requests`) and fetches their bytes in the same pinned requests, while
     the senders (one per passive party, :meth:`take`) put the previous shards on the wire. It
-    runs at most ``ahead`` shards ahead of the leading sender, and keeps a shard's bytes only until
-    every sender took it (or, for a sender far behind, e.g. the second passive party of a
-    sequential transport, until ``ahead`` newer shards are kept: that sender fetches it again from
-    its worker's slot); so the driver holds a few shards, never the round. Every shard is
-    encrypted once, whatever the number of senders.
+    runs at most ``ahead`` shards (one wave) ahead of the leading sender, and keeps a shard's
+    bytes only until every sender took it, and never more than ``ahead + n_workers`` shards (a
+    sender far behind, e.g. the second passive party of a sequential transport, fetches an
+    evicted shard again from its worker's slot); with the round cut into four shards per worker
+    (:func:`stream_rows`) the driver holds at most half of it, and usually two shards. Every
+    shard is encrypted once, whatever the number of senders.
 
     ``on_wait(seconds)`` hears the wall time during which at least one sender waited for an
     encryption: the encryption on the critical path (what neither the wire nor the passive
@@ -394,7 +396,7 @@ class EncryptionStream:
         self.job = job              # (g_int, h_int, used, layout, group_size, encrypt, value_bits)
         self.n = len(values.shards)
         self.n_workers = max(1, int(values.shards.executor.n_workers))
-        self.ahead = max(2, 2 * self.n_workers) if ahead is None else max(1, int(ahead))
+        self.ahead = self.n_workers if ahead is None else max(1, int(ahead))
         self.consumers = max(1, int(consumers))
         self.on_wait = on_wait
         self.cond = threading.Condition()

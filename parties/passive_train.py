@@ -38,8 +38,9 @@ from vfl.split import goes_left
 
 log = logging.getLogger("vfl.passive")
 
-#: gradient shard messages the passive party's intake may queue while it is busy (issue 12)
-INTAKE_BACKLOG = 4
+#: gradient shard messages the passive party's intake may queue while it is busy (issue 12): the
+#: driver holds at most this many messages and the one being written to the workers
+INTAKE_BACKLOG = 2
 #: in mode plain there is no key: the largest plaintext a layout may fill, in bits
 MAX_PLAIN_BITS = 16384
 #: target groups (blocks of gradient values) one round's gradients may carry
@@ -106,7 +107,7 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
         # plain sums are cheap: own worker processes only for ciphertexts (a caller's executor always)
         executor = s.get_executor(work=len(rows) * X.shape[1] if t.mode == Mode.HE else -1)
         t.shards = ShardSet(executor, len(rows), prefix=f"train-{req.model_id}/",
-                            max_rows=stream_rows(len(rows)) if overlap_enabled() else None)
+                            max_rows=stream_rows(len(rows), executor.n_workers) if overlap_enabled() else None)
         t.shards.place_array("bins", t.bin_idx)
     return m.BinningInfo(t.binner.n_bins, categorical if categorical.any() else np.zeros(0, dtype=bool),
                          monotone if monotone.any() else np.zeros(0, dtype=np.int8))

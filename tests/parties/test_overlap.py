@@ -19,6 +19,7 @@ from crypto.shards import (
     plan_shards,
     stream_rows,
 )
+from parties import passive_train
 from protocols import messages as m
 from protocols.serialization import loads
 from protocols.transport import frame_handler
@@ -98,7 +99,9 @@ def test_overlap_on_and_off_grow_identical_models(monkeypatch, mode, kw):
 
 def test_the_root_partials_are_ready_before_the_request_and_acks_do_not_wait(monkeypatch):
     """Every partial's computation is held back until the round's first HistogramRequest arrives:
-    all GradientShard acknowledgements came back before (they do not wait for the partials);
+    all GradientShard acknowledgements came back before (they do not wait for the partials, as
+    long as no more than INTAKE_BACKLOG messages wait: then the next one waits, bounding what the
+    driver holds);
     then, once the partials may run, they are all done before the request is answered, summed
     from the shards as they came in (the passive party's event log shows their order)."""
     gate = threading.Event()
@@ -109,6 +112,7 @@ def test_the_root_partials_are_ready_before_the_request_and_acks_do_not_wait(mon
         return real_partial(self, *a, **kw)
 
     monkeypatch.setattr(ShardSet, "root_partial", held)
+    monkeypatch.setattr(passive_train, "INTAKE_BACKLOG", 8)   # all of a round's messages may wait here
     acks_before_gate, orders = [], []
 
     def wrap(fed, real, req):
