@@ -193,7 +193,7 @@ class GradientChannel(RoundObserver):
             yield m.GradientShard(round_idx, start, stop, cur.stream.take(k))
 
     def _end_stream(self) -> None:
-        cur = self.current
+        cur = getattr(self, "current", None)      # None: closed before the first round (or during __init__)
         if cur is not None and cur.stream is not None:
             cur.stream.close()
 
