@@ -10,10 +10,16 @@ import numpy as np
 import pytest
 from support import KEY_BITS, small_frames
 
+from crypto.executor import InlineExecutor
+from crypto.intcodec import int_width
+from crypto.keys import generate_keypair
+from crypto.packing import PackingLayout
+from crypto.paillier import Encryptor
 from crypto.shards import (
     OVERLAP_ENV,
     STREAM_SHARDS,
     EncryptionStream,
+    ShardedEncryption,
     ShardSet,
     overlap_enabled,
     plan_shards,
@@ -185,13 +191,6 @@ def test_a_root_request_that_does_not_match_falls_back(monkeypatch):
 def test_the_stream_encrypts_each_shard_once_for_several_senders_and_counts_only_waits():
     """Two senders, one far behind the other: each shard's pack_encrypt runs once; the late
     sender refetches evicted shards from the workers; the waits are what on_wait heard."""
-    from crypto.executor import InlineExecutor
-    from crypto.intcodec import int_width
-    from crypto.keys import generate_keypair
-    from crypto.packing import PackingLayout
-    from crypto.paillier import Encryptor
-    from crypto.shards import ShardedEncryption
-
     pk, sk = generate_keypair(KEY_BITS)
     enc = Encryptor(pk, sk)
     ex = InlineExecutor()
