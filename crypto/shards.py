@@ -56,10 +56,19 @@ def overlap_enabled() -> bool:
     return os.environ.get(OVERLAP_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-def stream_rows(n_rows: int, n_workers: int = 1) -> int:
+#: a streamed gradient shard message carries at least this many bytes (unless the frame cap is
+#: lower): every message costs a round trip, which on a slow link must stay small next to its bytes
+MIN_STREAM_SHARD_BYTES = 1 << 20
+
+
+def stream_rows(n_rows: int, n_workers: int = 1, bytes_per_row: int = 0) -> int:
     """The most rows of one shard when the round overlaps: at least :data:`STREAM_SHARDS` pieces,
-    and four per worker (a wave of shards, one per worker, is then a quarter of the round)."""
-    return max(MIN_SHARD_ROWS, -(-int(n_rows) // max(STREAM_SHARDS, 4 * max(1, int(n_workers)))))
+    and four per worker (a wave of shards, one per worker, is then a quarter of the round), but
+    with ``bytes_per_row`` (gradient messages) no message under :data:`MIN_STREAM_SHARD_BYTES`."""
+    rows = max(MIN_SHARD_ROWS, -(-int(n_rows) // max(STREAM_SHARDS, 4 * max(1, int(n_workers)))))
+    if bytes_per_row > 0:
+        rows = max(rows, -(-MIN_STREAM_SHARD_BYTES // int(bytes_per_row)))
+    return rows
 
 
 def plan_shards(n_rows: int, n_workers: int, max_rows: int | None = None) -> list[tuple[int, int]]:

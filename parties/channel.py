@@ -227,7 +227,7 @@ class GradientChannel(RoundObserver):
             raise RuntimeError("the frame cap is too small for one row of gradients")
         overlap = overlap_enabled()
         if overlap:        # pieces small enough to overlap encryption, the wire and the passive party
-            rows = stream_rows(n, self.executor.n_workers)
+            rows = stream_rows(n, self.executor.n_workers, n_groups * shifts * width)
             max_rows = rows if max_rows is None else min(max_rows, rows)
         shards = ShardSet(self.executor, n, max_rows=max_rows, prefix="grad/")
         values = ShardedEncryption(shards, n_groups, shifts, width, signed)

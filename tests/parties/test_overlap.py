@@ -16,6 +16,7 @@ from crypto.keys import generate_keypair
 from crypto.packing import PackingLayout
 from crypto.paillier import Encryptor
 from crypto.shards import (
+    MIN_STREAM_SHARD_BYTES,
     OVERLAP_ENV,
     STREAM_SHARDS,
     EncryptionStream,
@@ -78,6 +79,9 @@ def test_the_switch_reads_the_environment(monkeypatch):
     # a streamed round is cut finer than the shards of one worker, at least STREAM_SHARDS pieces
     assert len(plan_shards(24_000, 1)) == 2 and len(plan_shards(24_000, 1, stream_rows(24_000))) == STREAM_SHARDS
     assert len(plan_shards(600, 1, stream_rows(600))) == 3          # but of MIN_SHARD_ROWS rows at least
+    assert stream_rows(24_000, 1, 512) == 3000                          # 1.5 MB messages at 2048 bits
+    assert stream_rows(2000, 1, 256) == MIN_STREAM_SHARD_BYTES // 256   # and of 1 MiB (a round trip each)
+    assert stream_rows(100_000, 8) == 100_000 // 32                     # four per worker
 
 
 @pytest.mark.slow
