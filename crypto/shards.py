@@ -397,10 +397,12 @@ class EncryptionStream:
 
     ``on_wait(seconds)`` hears the wall time during which at least one sender waited for an
     encryption: the encryption on the critical path (what neither the wire nor the passive
-    parties hid)."""
+    parties hid). ``on_done(counts)`` is called (in the producer thread) once every shard is
+    encrypted, with the integer fields of the ``pack_encrypt`` replies summed (e.g. where the
+    obfuscators came from)."""
 
     def __init__(self, values: ShardedEncryption, job: tuple, consumers: int = 1, ahead: int | None = None,
-                 on_wait=None):
+                 on_wait=None, on_done=None):
         self.values = values
         self.job = job              # (g_int, h_int, used, layout, group_size, encrypt, value_bits)
         self.n = len(values.shards)
@@ -408,6 +410,8 @@ class EncryptionStream:
         self.ahead = self.n_workers if ahead is None else max(1, int(ahead))
         self.consumers = max(1, int(consumers))
         self.on_wait = on_wait
+        self.on_done = on_done      # on_done(counts): every shard is encrypted (producer thread)
+        self.counts: dict[str, int] = {}    # numeric fields of the pack_encrypt replies, summed
         self.cond = threading.Condition()
         self.done = 0               # shards 0 .. done - 1 are encrypted
         self.lead = 0               # the furthest shard a sender asked for
@@ -436,6 +440,12 @@ class EncryptionStream:
                     gets.append(len(reqs))
                     reqs.append(self.values.get_request(kk))
                 replies = executor.run_on(reqs)
+                gi = set(gets)
+                for i, (header, _) in enumerate(replies):
+                    if i not in gi:
+                        for key, v in header.items():
+                            if key != "cpu" and isinstance(v, int) and not isinstance(v, bool):
+                                self.counts[key] = self.counts.get(key, 0) + v
                 with self.cond:
                     for kk, i in zip(wave, gets):
                         self.buf[kk] = [replies[i][1][0], self.consumers]
@@ -445,6 +455,8 @@ class EncryptionStream:
                         del self.buf[old]          # a sender far behind fetches it again
                     self.cond.notify_all()
                 k = wave[-1] + 1
+            if self.on_done is not None:
+                self.on_done(dict(self.counts))
         except BaseException as exc:       # handed to the senders
             with self.cond:
                 self.error = exc

@@ -215,8 +215,9 @@ def test_the_stream_encrypts_each_shard_once_for_several_senders_and_counts_only
 
     ex.run_on = run_on
     waits = []
+    done = []
     stream = EncryptionStream(values, (g, h, None, layout.to_dict(), 1, True, layout.value_bits), consumers=2,
-                              on_wait=waits.append)
+                              on_wait=waits.append, on_done=done.append)
     first = [stream.take(k) for k in range(len(shards))]
     second = [stream.take(k) for k in range(len(shards))]
     stream.close()
@@ -224,3 +225,4 @@ def test_the_stream_encrypts_each_shard_once_for_several_senders_and_counts_only
     assert calls.count("pack_encrypt") == 10                     # once per shard, for both senders
     assert len(stream.buf) == 0 and calls.count("get") > 10      # the late sender fetched evicted shards
     assert waits and all(w >= 0 for w in waits)
+    assert len(done) == 1 and isinstance(done[0], dict)         # once, when the last wave is in
