@@ -25,6 +25,9 @@ kernels themselves are :func:`crypto.histogram.block_sums` and
 """
 from __future__ import annotations
 
+import os
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -38,6 +41,35 @@ from datasets.errors import ProtocolError
 SHARDS_PER_WORKER = 2
 #: rows below which a shard is not cut further
 MIN_SHARD_ROWS = 256
+#: with overlap a round's rows are cut into at least this many shards (of at least MIN_SHARD_ROWS
+#: rows): the active party encrypts shard k + 1 while shard k is on the wire and the passive party
+#: sums the root level of the shards already in (issue 12)
+STREAM_SHARDS = 8
+#: the environment variable that turns the overlap off ("0"): both parties then work as before
+#: issue 12 (the whole round encrypted, then sent; the passive party starts at the first request);
+#: for tests and benchmarks: the models are the same either way
+OVERLAP_ENV = "VFL_OVERLAP"
+
+
+def overlap_enabled() -> bool:
+    """Whether rounds overlap encryption, the wire and the passive party's first level (default:
+    yes; ``VFL_OVERLAP=0`` turns it off in the process that reads it, active or passive)."""
+    return os.environ.get(OVERLAP_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+#: a streamed gradient shard message carries at least this many bytes (unless the frame cap is
+#: lower): every message costs a round trip, which on a slow link must stay small next to its bytes
+MIN_STREAM_SHARD_BYTES = 1 << 20
+
+
+def stream_rows(n_rows: int, n_workers: int = 1, bytes_per_row: int = 0) -> int:
+    """The most rows of one shard when the round overlaps: at least :data:`STREAM_SHARDS` pieces,
+    and four per worker (a wave of shards, one per worker, is then a quarter of the round), but
+    with ``bytes_per_row`` (gradient messages) no message under :data:`MIN_STREAM_SHARD_BYTES`."""
+    rows = max(MIN_SHARD_ROWS, -(-int(n_rows) // max(STREAM_SHARDS, 4 * max(1, int(n_workers)))))
+    if bytes_per_row > 0:
+        rows = max(rows, -(-MIN_STREAM_SHARD_BYTES // int(bytes_per_row)))
+    return rows
 
 
 def plan_shards(n_rows: int, n_workers: int, max_rows: int | None = None) -> list[tuple[int, int]]:
@@ -170,6 +202,12 @@ class ShardSet:
     def forward(self, g: ShardedGradients, start: int, stop: int, data: bytes, modulus_hex: str | None) -> None:
         """One gradient shard message (rows ``[start, stop)``, values ordered (group, shift, row))
         into the ``grad:k`` slots of the workers holding those rows; the driver keeps none."""
+        self.accept(g, start, stop, data)
+        self.fill(g, start, stop, data, modulus_hex)
+
+    def accept(self, g: ShardedGradients, start: int, stop: int, data: bytes) -> None:
+        """Check a gradient shard message's size and rows (not yet received this round) and mark
+        its rows received (:meth:`fill` then writes its values to the workers)."""
         blocks = g.groups * g.shifts
         m = stop - start
         w = g.width
@@ -180,6 +218,14 @@ class ShardSet:
             raise ProtocolError(f"gradient shard rows {start}:{stop} are outside the {self.n_rows} samples")
         if g.received[start:stop].any():
             raise ProtocolError(f"gradient shard rows {start}:{stop} were already received this round")
+        g.received[start:stop] = True
+
+    def fill(self, g: ShardedGradients, start: int, stop: int, data: bytes, modulus_hex: str | None) -> list[int]:
+        """Write an accepted gradient shard message's values into the ``grad:k`` slots of the
+        workers holding those rows; returns the shards it touched."""
+        blocks = g.groups * g.shifts
+        m = stop - start
+        w = g.width
         view = memoryview(data)
         reqs = []
         for k, lo, hi in self.pieces(start, stop):
@@ -195,7 +241,7 @@ class ShardSet:
                                             "modulus": modulus_hex, "round": g.round_idx},
                                            [b"".join(parts)])))
         self.executor.run_on(reqs)
-        g.received[start:stop] = True
+        return [k for k, _, _ in self.pieces(start, stop)]
 
     def histograms(self, g: ShardedGradients, assignment: np.ndarray, tree_idx, node_ids, n_bins: Sequence[int],
                    modulus, joint="auto") -> tuple[list, dict]:
@@ -228,6 +274,56 @@ class ShardSet:
                                                        "signed": signed})
         return bytes_to_ints(blobs[0], width, signed), header
 
+    # -- the root level while the gradients arrive (overlap, issue 12) ---------------------
+    def root_partial(self, g: ShardedGradients, k: int, n_bins: Sequence[int], modulus, joint="auto",
+                     n_nodes: int | None = None) -> np.ndarray:
+        """Shard ``k``'s partial root histogram over *all* its rows, kept in slot ``root:k`` of its
+        worker (:meth:`root_histograms` sums them), computed as soon as the shard's gradient values
+        are in. Rows no tree of the round samples carry placeholders that add nothing (``1`` for
+        ciphertexts, ``0`` in mode ``plain``), so over all rows is over the sampled ones; the reply
+        says which rows hold such an identity value (``(groups, rows of k)`` bools), so the caller
+        can check that a request's root really is "every row that carries a value".
+
+        One partial per target group (``shifts == 1``: node ``j`` of the output is group ``j``'s
+        sums, whichever trees ask for it); with pre-shifted copies the compressed output slots
+        depend on each node's position in the request, so the partial is for the ``n_nodes`` root
+        nodes ``(tree t, node 0)``, ``t = 0 .. n_nodes - 1`` in that order."""
+        a, b = self.bounds[k]
+        n = b - a
+        total = int(sum(n_bins))
+        if g.shifts == 1:
+            nodes = [[0, 1, j] for j in range(g.groups)]
+            n_out = g.groups * total
+        else:
+            nodes = [[0, 1, (t // g.layout.n_targets) if g.groups > 1 else 0] for t in range(int(n_nodes))]
+            n_out = -(-total * len(nodes) // g.per)
+        bits, codes = pack_codes(np.ones(n, dtype=np.int64), 2)
+        mhex = format(int(modulus), "x") if modulus is not None else None
+        ((_, blobs),) = self.executor.run_on([(self.workers[k], (
+            {"op": "root_partial", "bins": self.slot("bins", k), "values": self.slot("grad", k),
+             "out": self.slot("root", k), "n_rows": n, "bits": [bits], "nodes": nodes, "groups": g.groups,
+             "shifts": g.shifts, "per": g.per, "n_bins": [int(x) for x in n_bins], "modulus": mhex,
+             "width": g.width, "signed": g.signed, "joint": joint, "n_out": n_out}, [codes]))])
+        bits_ = np.unpackbits(np.frombuffer(blobs[0], dtype=np.uint8))[:g.groups * n]
+        return bits_.reshape(g.groups, n).astype(bool)
+
+    def root_histograms(self, g: ShardedGradients, node_groups: Sequence[int], n_bins: Sequence[int],
+                        modulus) -> tuple[list, dict]:
+        """The root request's histograms from the partials of :meth:`root_partial` (every shard's,
+        summed in a tree reduction), in the layout :meth:`histograms` returns: ``node_groups[i]``
+        is the target group of request node ``i`` (``shifts == 1``), or with pre-shifted copies
+        the request is the ``n_nodes`` root nodes the partials were computed for."""
+        mhex = format(int(modulus), "x") if modulus is not None else None
+        reqs = [(self.workers[k], ({"op": "take", "slot": self.slot("root", k)}, ()))
+                for k in range(len(self.bounds))]
+        header, blobs = self.executor.reduce_on(reqs, {"op": "combine", "modulus": mhex, "width": g.width,
+                                                       "signed": g.signed})
+        sums = bytes_to_ints(blobs[0], g.width, g.signed)
+        if g.shifts == 1:
+            total = int(sum(n_bins))
+            sums = [v for j in node_groups for v in sums[int(j) * total:(int(j) + 1) * total]]
+        return sums, header
+
     def drop(self) -> None:
         """Forget every slot of these shards on every worker."""
         self.executor.drop(self.prefix)
@@ -247,34 +343,169 @@ class ShardedEncryption:
         """Pack (and encrypt) every shard on its worker: one task per shard and target group.
         Returns how many obfuscators came from the workers' stocks and how many were made on
         the spot (``{"from_stock", "on_spot"}``)."""
+        reqs = []
+        for k in range(len(self.shards)):
+            reqs.extend(self.requests(k, g_int, h_int, used, layout, group_size, encrypt, value_bits, per))
+        return stock_counts(self.shards.executor.run_on(reqs))
+
+    def requests(self, k: int, g_int: np.ndarray, h_int: np.ndarray, used: np.ndarray | None, layout: dict,
+                 group_size: int, encrypt: bool, value_bits: int, per: int | None = None) -> list:
+        """The pinned ``pack_encrypt`` requests of shard ``k`` (one per target group)."""
         K = g_int.shape[1]
         G = int(group_size)
+        a, b = self.shards.bounds[k]
+        mask = None if used is None else np.ascontiguousarray(used[a:b], dtype=np.uint8)
         reqs = []
-        for k, (a, b) in enumerate(self.shards.bounds):
-            mask = None if used is None else np.ascontiguousarray(used[a:b], dtype=np.uint8)
-            for j, start in enumerate(range(0, K, G)):
-                stop = min(K, start + G)
-                gj = np.zeros((b - a, G), dtype=np.int64)
-                hj = np.zeros((b - a, G), dtype=np.int64)
-                gj[:, :stop - start], hj[:, :stop - start] = g_int[a:b, start:stop], h_int[a:b, start:stop]
-                blobs = [gj.tobytes(), hj.tobytes()] + ([mask.tobytes()] if mask is not None else [])
-                reqs.append((self.shards.workers[k], ({"op": "pack_encrypt", "slot": self.shards.slot(f"ct:{j}", k),
-                                                       "n_rows": b - a, "group_size": G, "layout": layout,
-                                                       "shifts": self.shifts, "value_bits": int(value_bits),
-                                                       "stride": stride_for(per or self.shifts, self.shifts),
-                                                       "encrypt": bool(encrypt), "encryptor": "encryptor",
-                                                       "masked": mask is not None}, blobs)))
-        replies = self.shards.executor.run_on(reqs)
-        return {k: sum(int(h.get(k, 0)) for h, _ in replies) for k in ("from_stock", "on_spot")}
+        for j, start in enumerate(range(0, K, G)):
+            stop = min(K, start + G)
+            gj = np.zeros((b - a, G), dtype=np.int64)
+            hj = np.zeros((b - a, G), dtype=np.int64)
+            gj[:, :stop - start], hj[:, :stop - start] = g_int[a:b, start:stop], h_int[a:b, start:stop]
+            blobs = [gj.tobytes(), hj.tobytes()] + ([mask.tobytes()] if mask is not None else [])
+            reqs.append((self.shards.workers[k], ({"op": "pack_encrypt", "slot": self.shards.slot(f"ct:{j}", k),
+                                                   "n_rows": b - a, "group_size": G, "layout": layout,
+                                                   "shifts": self.shifts, "value_bits": int(value_bits),
+                                                   "stride": stride_for(per or self.shifts, self.shifts),
+                                                   "encrypt": bool(encrypt), "encryptor": "encryptor",
+                                                   "masked": mask is not None}, blobs)))
+        return reqs
+
+    def get_request(self, k: int):
+        """The pinned request whose reply is shard ``k``'s values in message order."""
+        slots = [self.shards.slot(f"ct:{j}", k) for j in range(self.groups)]
+        return (self.shards.workers[k], ({"op": "get", "slots": slots, "width": self.width, "signed": self.signed},
+                                         ()))
 
     def shard_bytes(self, k: int) -> bytes:
         """The values of shard ``k`` in message order (group, shift, row), fetched from its worker."""
-        slots = [self.shards.slot(f"ct:{j}", k) for j in range(self.groups)]
-        ((_, blobs),) = self.shards.executor.run_on([(self.shards.workers[k], (
-            {"op": "get", "slots": slots, "width": self.width, "signed": self.signed}, ()))])
+        ((_, blobs),) = self.shards.executor.run_on([self.get_request(k)])
         return blobs[0]
 
     def stream(self):
         """``(start, stop, bytes)`` per shard, one at a time (the caller sends and drops each)."""
         for k, (a, b) in enumerate(self.shards.bounds):
             yield a, b, self.shard_bytes(k)
+
+
+def stock_counts(replies) -> dict:
+    """Obfuscators the ``pack_encrypt`` replies took from their workers' stocks and made on the spot."""
+    return {k: sum(int(h.get(k, 0)) for h, _ in replies) for k in ("from_stock", "on_spot")}
+
+
+class EncryptionStream:
+    """One round's gradients encrypted shard by shard *while* they are sent (issue 12, overlap).
+
+    A producer thread packs and encrypts the next wave of shards (one per worker, in row order;
+    :meth:`ShardedEncryption.requests`) and fetches their bytes in the same pinned requests, while
+    the senders (one per passive party, :meth:`take`) put the previous shards on the wire. It
+    runs at most ``ahead`` shards (one wave) ahead of the leading sender, and keeps a shard's
+    bytes only until every sender took it, and never more than ``ahead + n_workers`` shards (a
+    sender far behind, e.g. the second passive party of a sequential transport, fetches an
+    evicted shard again from its worker's slot); with the round cut into four shards per worker
+    (:func:`stream_rows`) the driver holds at most half of it, and usually two shards. Every
+    shard is encrypted once, whatever the number of senders.
+
+    ``on_wait(seconds)`` hears the wall time during which at least one sender waited for an
+    encryption: the encryption on the critical path (what neither the wire nor the passive
+    parties hid). ``on_done(counts)`` is called (in the producer thread) once every shard is
+    encrypted, with the integer fields of the ``pack_encrypt`` replies summed (e.g. where the
+    obfuscators came from)."""
+
+    def __init__(self, values: ShardedEncryption, job: tuple, consumers: int = 1, ahead: int | None = None,
+                 on_wait=None, on_done=None):
+        self.values = values
+        self.job = job              # (g_int, h_int, used, layout, group_size, encrypt, value_bits)
+        self.n = len(values.shards)
+        self.n_workers = max(1, int(values.shards.executor.n_workers))
+        self.ahead = self.n_workers if ahead is None else max(1, int(ahead))
+        self.consumers = max(1, int(consumers))
+        self.on_wait = on_wait
+        self.on_done = on_done      # on_done(counts): every shard is encrypted (producer thread)
+        self.counts: dict[str, int] = {}    # numeric fields of the pack_encrypt replies, summed
+        self.cond = threading.Condition()
+        self.done = 0               # shards 0 .. done - 1 are encrypted
+        self.lead = 0               # the furthest shard a sender asked for
+        self.buf: dict[int, list] = {}    # shard -> [bytes, senders still to take it]
+        self.error: BaseException | None = None
+        self.cancelled = False
+        self.waiting = 0
+        self._wait_t0 = 0.0
+        self.thread = threading.Thread(target=self._produce, name="vfl-encrypt-stream", daemon=True)
+        self.thread.start()
+
+    def _produce(self) -> None:
+        executor = self.values.shards.executor
+        k = 0
+        try:
+            while k < self.n:
+                with self.cond:
+                    while not self.cancelled and k > self.lead + self.ahead:
+                        self.cond.wait()
+                    if self.cancelled:
+                        return
+                wave = list(range(k, min(self.n, k + self.n_workers)))
+                reqs, gets = [], []
+                for kk in wave:
+                    reqs.extend(self.values.requests(kk, *self.job))
+                    gets.append(len(reqs))
+                    reqs.append(self.values.get_request(kk))
+                replies = executor.run_on(reqs)
+                gi = set(gets)
+                for i, (header, _) in enumerate(replies):
+                    if i not in gi:
+                        for key, v in header.items():
+                            if key != "cpu" and isinstance(v, int) and not isinstance(v, bool):
+                                self.counts[key] = self.counts.get(key, 0) + v
+                with self.cond:
+                    for kk, i in zip(wave, gets):
+                        self.buf[kk] = [replies[i][1][0], self.consumers]
+                    replies = None
+                    self.done = wave[-1] + 1
+                    for old in sorted(self.buf)[:max(0, len(self.buf) - self.ahead - self.n_workers)]:
+                        del self.buf[old]          # a sender far behind fetches it again
+                    self.cond.notify_all()
+                k = wave[-1] + 1
+            if self.on_done is not None:
+                self.on_done(dict(self.counts))
+        except BaseException as exc:       # handed to the senders
+            with self.cond:
+                self.error = exc
+                self.cond.notify_all()
+
+    def take(self, k: int) -> bytes:
+        """Shard ``k``'s values in message order (waits for its encryption)."""
+        with self.cond:
+            if k > self.lead:
+                self.lead = k
+                self.cond.notify_all()
+            if self.done <= k and self.error is None and not self.cancelled:
+                if self.waiting == 0:
+                    self._wait_t0 = time.perf_counter()
+                self.waiting += 1
+                try:
+                    while self.done <= k and self.error is None and not self.cancelled:
+                        self.cond.wait()
+                finally:
+                    self.waiting -= 1
+                    if self.waiting == 0 and self.on_wait is not None:
+                        self.on_wait(time.perf_counter() - self._wait_t0)
+            if self.error is not None:
+                raise self.error
+            if self.cancelled:
+                raise RuntimeError("the round's gradient stream was cancelled")
+            entry = self.buf.get(k)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del self.buf[k]
+                return entry[0]
+        return self.values.shard_bytes(k)
+
+    def close(self) -> None:
+        """Stop producing (the round is over or abandoned) and wait for the producer."""
+        with self.cond:
+            self.cancelled = True
+            self.buf.clear()
+            self.cond.notify_all()
+        if self.thread is not threading.current_thread():
+            self.thread.join()

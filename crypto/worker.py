@@ -29,6 +29,8 @@ Row shards that stay put (:mod:`crypto.shards`):
   (a key of that module's ``WORKER_OPS``).
 * ``shard_hist``: the partial histograms of one shard for the nodes of one level, from the
   bit-packed node codes; ``combine``: sum two partials (the tree reduction).
+* ``root_partial``: a shard's partial root histogram over all its rows, computed while the rest of
+  the round's gradients are still arriving (kept in a slot); ``take``: such a kept partial.
 """
 from __future__ import annotations
 
@@ -249,6 +251,26 @@ def _shard_hist(req, blobs, st):
     return {"additions": stats.get("additions", 0)}, [ints_to_bytes(out, int(req["width"]), bool(req["signed"]))]
 
 
+def _root_partial(req, blobs, st):
+    """A shard's partial root histogram (``shard_hist`` with every row at the node) kept in slot
+    ``out``; replies which rows hold an identity value (a placeholder) in every copy of each group."""
+    header, (out,) = _shard_hist(req, blobs, st)
+    st[req["out"]] = out
+    values = st[req["values"]]
+    n, shifts, groups = int(req["n_rows"]), int(req["shifts"]), int(req["groups"])
+    one = 1 if req.get("modulus") else 0
+    ident = np.ones((groups, n), dtype=bool)
+    for j in range(groups):
+        for s in range(shifts):
+            base = (j * shifts + s) * n
+            ident[j] &= np.fromiter((v == one for v in values[base:base + n]), dtype=bool, count=n)
+    return header, [np.packbits(ident.ravel()).tobytes()]
+
+
+def _take(req, blobs, st):
+    return {}, [st[req["slot"]]]
+
+
 def _combine(req, blobs, st):
     w, signed = int(req["width"]), bool(req.get("signed"))
     parts = [bytes_to_ints(b, w, signed) for b in blobs]
@@ -278,7 +300,8 @@ _OPS = {"put": _put, "hist": _hist, "direct": _direct, "compress": _compress,
         "encrypt": _encrypt, "obfuscate": _obfuscate, "decrypt": _decrypt, "obf_fill": _obf_fill,
         "obf_stats": _obf_stats,
         "fill": _fill, "get": _get, "drop": _drop, "pack_encrypt": _pack_encrypt, "shard_hist": _shard_hist,
-        "combine": _combine, "ext": _ext, "ping": lambda req, blobs, st: ({"pid": os.getpid()}, [])}
+        "root_partial": _root_partial, "take": _take, "combine": _combine, "ext": _ext,
+        "ping": lambda req, blobs, st: ({"pid": os.getpid()}, [])}
 
 
 def run(req: dict, blobs: list[bytes], state: dict | None = None) -> tuple[dict, list[bytes]]:

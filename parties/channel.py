@@ -7,12 +7,17 @@ it turns the learner's fixed-point integers, bounds and precision
 (:mod:`crypto.packing`), and the party's executor workers pack (g, h) pairs,
 optionally pre-shift them (:mod:`crypto.compress`) and encrypt them, shard by
 shard (:class:`crypto.shards.ShardedEncryption`: the values stay in the
-workers), before any passive party is sent the round. The round then travels to
-each passive party as a stream (:meth:`GradientChannel.messages`): one
-``GradientsStart``, then one ``GradientShard`` per row shard, each fetched from
-its worker when it is sent and under the frame cap; the driver never holds the
-whole vector. Its seconds go into the round's timing record (stages
-``encrypt`` and ``decrypt``).
+workers). The round travels to each passive party as a stream
+(:meth:`GradientChannel.messages`): one ``GradientsStart``, then one
+``GradientShard`` per row shard, under the frame cap; the driver never holds the
+whole vector. With overlap (the default, :func:`crypto.shards.overlap_enabled`) the round is
+cut into at least :data:`crypto.shards.STREAM_SHARDS` shards and a producer thread encrypts
+shard k + 1 while shard k is on the wire (and while the passive parties start
+their first level on it): :class:`crypto.shards.EncryptionStream`, each shard
+encrypted once for all passive parties; without, the whole round is encrypted
+before the first shard is sent. Its seconds go into the round's timing record
+(stages ``encrypt`` and ``decrypt``): ``encrypt`` counts only the encryption
+on the critical path (the preparation, and the time a sender waited for a shard).
 
 Whether to send pre-shifted copies (:func:`crypto.compress.choose_shifts`) weighs their
 extra bytes by each passive party's link: the user's ``--link-mbps``, else the throughput
@@ -34,7 +39,15 @@ from crypto.obfuscators import StockKeeper
 from crypto.packing import PackingLayout, decode_sums
 from crypto.paillier import Decryptor, Encryptor
 from crypto.parallel import resolve_workers
-from crypto.shards import ShardedEncryption, ShardSet, plain_width, plan_shards
+from crypto.shards import (
+    EncryptionStream,
+    ShardedEncryption,
+    ShardSet,
+    overlap_enabled,
+    plain_width,
+    plan_shards,
+    stream_rows,
+)
 from datasets.errors import InputError
 from protocols import messages as m
 from vfl.params import Mode
@@ -55,6 +68,7 @@ class RoundCrypto:
     group_size: int           # targets per packed value (see m.Gradients)
     shifts: int               # pre-shifted copies per value (see m.Gradients)
     timing: RoundTiming
+    stream: EncryptionStream | None = None    # overlap: encrypting while the shards are sent
 
 
 class GradientChannel(RoundObserver):
@@ -158,8 +172,10 @@ class GradientChannel(RoundObserver):
         return out
 
     def close(self) -> None:
-        """Stop the background obfuscators and the worker processes (end of training); a caller's
-        executor only forgets the round's shards and the key (with its workers' obfuscator stocks)."""
+        """Stop the background obfuscators, the round's encryption stream and the worker processes
+        (end of training); a caller's executor only forgets the round's shards and the key (with its
+        workers' obfuscator stocks)."""
+        self._end_stream()
         if self.stock is not None:
             self.stock.close()
         executor, self.executor = self.executor, None
@@ -194,18 +210,30 @@ class GradientChannel(RoundObserver):
 
     # -- the round ------------------------------------------------------------
     def round_started(self, gradients: RoundGradients) -> None:
-        """Pack and encrypt the round's gradients, once for every passive party."""
+        """Prepare the round (layout, shifts, shards, header) and start encrypting it, once for every
+        passive party: with overlap (:func:`crypto.shards.overlap_enabled`) shard by shard while the previous
+        shards are on the wire (:class:`crypto.shards.EncryptionStream`), else all of it now."""
+        self._end_stream()
         self.current = self._encrypt_round(gradients)
 
     def messages(self, round_idx: int):
         """The round's gradient stream: a ``GradientsStart``, then one ``GradientShard`` per row shard
-        (fetched from its worker only when the caller asks for it: send it, drop it)."""
+        (encrypted, or fetched from its worker, only when the caller asks for it: send it, drop it)."""
         if self.current is None or self.current.round_idx != round_idx:
             raise RuntimeError(f"round {round_idx} was not encrypted: the channel must observe the booster")
         cur = self.current
         yield cur.start
-        for start, stop, data in cur.values.stream():
-            yield m.GradientShard(round_idx, start, stop, data)
+        if cur.stream is None:
+            for start, stop, data in cur.values.stream():
+                yield m.GradientShard(round_idx, start, stop, data)
+            return
+        for k, (start, stop) in enumerate(cur.values.shards.bounds):
+            yield m.GradientShard(round_idx, start, stop, cur.stream.take(k))
+
+    def _end_stream(self) -> None:
+        cur = getattr(self, "current", None)      # None: closed before the first round (or during __init__)
+        if cur is not None and cur.stream is not None:
+            cur.stream.close()
 
     def shard_rows(self, bytes_per_row: int) -> int | None:
         """The most rows one gradient shard message may carry under the frame cap (None: no cap)."""
@@ -235,19 +263,33 @@ class GradientChannel(RoundObserver):
         max_rows = self.shard_rows(n_groups * shifts * width)
         if max_rows is not None and max_rows < 1:
             raise RuntimeError("the frame cap is too small for one row of gradients")
+        overlap = overlap_enabled()
+        if overlap:        # pieces small enough to overlap encryption, the wire and the passive party
+            rows = stream_rows(n, self.executor.n_workers, n_groups * shifts * width)
+            max_rows = rows if max_rows is None else min(max_rows, rows)
         shards = ShardSet(self.executor, n, max_rows=max_rows, prefix="grad/")
         values = ShardedEncryption(shards, n_groups, shifts, width, signed)
         used = None if used is None else np.asarray(used, dtype=bool)
         if self.stock is not None:
             self.stock.timing = rg.timing        # background fill from now on counts for this round
-        counts = values.fill(np.asarray(rg.g), np.asarray(rg.h), used, glayout.to_dict(), G, he,
-                             glayout.value_bits, per=per)
-        rg.timing.add("encrypt", time.perf_counter() - t0)      # on the critical path
-        if self.stock is not None:
-            self.stock.note_round(counts)
-            self.stock.plan(self._per_worker(shards.bounds, shards.workers, used, n_groups, shifts))
+        stock_plan = self._per_worker(shards.bounds, shards.workers, used, n_groups, shifts)
+
+        def encrypted(counts: dict) -> None:     # every shard is encrypted: size the next stock
+            if self.stock is not None:
+                self.stock.note_round(counts)
+                self.stock.plan(stock_plan)
+
+        job = (np.asarray(rg.g), np.asarray(rg.h), used, glayout.to_dict(), G, he, glayout.value_bits, per)
+        stream = None
+        if overlap:
+            rg.timing.add("encrypt", time.perf_counter() - t0)
+            stream = EncryptionStream(values, job, consumers=max(1, len(self.peers)),
+                                      on_wait=lambda sec: rg.timing.add("encrypt", sec), on_done=encrypted)
+        else:
+            encrypted(values.fill(*job))
+            rg.timing.add("encrypt", time.perf_counter() - t0)      # on the critical path
         start = m.GradientsStart(rg.round_idx, he, glayout.to_dict(), per, shifts, n_groups, n, width, signed)
-        return RoundCrypto(rg.round_idx, start, values, glayout, per, G, shifts, rg.timing)
+        return RoundCrypto(rg.round_idx, start, values, glayout, per, G, shifts, rg.timing, stream)
 
     def decode(self, values, total: int):
         """Decrypt (``he``) and unpack ``total`` bin sums of the current round."""

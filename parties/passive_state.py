@@ -50,6 +50,15 @@ class TrainingSession:
     shards: ShardSet | None = None             # the aligned rows' shards on the executor's workers
     assignment: np.ndarray | None = None       # node of every row, per tree, of the last histogram request
     dp_released: np.ndarray | None = None      # mode dp: the aligned rows already released (bool)
+    intake: object = None                      # the round's parties.passive_train.RoundIntake (overlap)
+    overlap: dict = field(default_factory=lambda: {"eager": 0, "fallback": 0, "partials": 0,
+                                                   "partials_before_request": 0})   # root levels, for tests
+
+    def end_intake(self) -> None:
+        """Stop the round's intake thread (a new round, the end of training)."""
+        intake, self.intake = self.intake, None
+        if intake is not None:
+            intake.close()
 
 
 class LookupTable:
@@ -214,6 +223,7 @@ class PassiveState:
         return self.executor
 
     def close_executor(self) -> None:
+        self.train.end_intake()
         shards, self.train.shards = self.train.shards, None
         self.train.grads = None
         self.train.reader = None

@@ -11,6 +11,9 @@ table, rows sent left), and at the end ``TrainEnd`` -> ``Ack``. A resumed traini
 """
 from __future__ import annotations
 
+import logging
+import queue
+import threading
 import time
 
 import gmpy2
@@ -21,7 +24,7 @@ from crypto.executor import WorkerError
 from crypto.intcodec import ints_to_bytes
 from crypto.keys import public_key_from_n
 from crypto.packing import PackingLayout
-from crypto.shards import ShardedGradients, ShardSet, value_width
+from crypto.shards import ShardedGradients, ShardSet, overlap_enabled, stream_rows, value_width
 from datasets.errors import InputError, ProtocolError
 from datasets.pieces import PieceTable
 from parties.passive_state import PassiveState
@@ -35,6 +38,11 @@ from vfl.params import Mode
 from vfl.sampling import leaf_positions
 from vfl.split import goes_left
 
+log = logging.getLogger("vfl.passive")
+
+#: gradient shard messages the passive party's intake may queue while it is busy (issue 12): the
+#: driver holds at most this many messages and the one being written to the workers
+INTAKE_BACKLOG = 2
 #: in mode plain there is no key: the largest plaintext a layout may fill, in bits
 MAX_PLAIN_BITS = 16384
 #: target groups (blocks of gradient values) one round's gradients may carry
@@ -117,7 +125,8 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     if t.mode != Mode.DP:               # the rows' shards stay on the workers for the whole training
         # plain sums are cheap: own worker processes only for ciphertexts (a caller's executor always)
         executor = s.get_executor(work=len(rows) * X.shape[1] if t.mode == Mode.HE else -1)
-        t.shards = ShardSet(executor, len(rows), prefix=f"train-{req.model_id}/")
+        t.shards = ShardSet(executor, len(rows), prefix=f"train-{req.model_id}/",
+                            max_rows=stream_rows(len(rows), executor.n_workers) if overlap_enabled() else None)
         t.shards.place_array("bins", t.bin_idx)
     return m.BinningInfo(t.binner.n_bins, categorical if categorical.any() else np.zeros(0, dtype=bool),
                          monotone if monotone.any() else np.zeros(0, dtype=np.int8),
@@ -151,6 +160,7 @@ def _start_round(s: PassiveState, round_idx: int, encrypted: bool, layout: dict,
     t = s.train
     s.need("setup", t.binner)
     shards = s.need("setup", t.shards)
+    t.end_intake()
     n = len(t.rows)
     if encrypted != (t.mode == Mode.HE):
         raise ProtocolError(f"mode {t.mode!r} does not match encrypted={encrypted}")
@@ -188,6 +198,131 @@ def _start_round(s: PassiveState, round_idx: int, encrypted: bool, layout: dict,
     return t.grads
 
 
+class RoundIntake:
+    """The passive party's side of the overlap (issue 12): a round's gradient shards are taken in
+    while the first level is already being summed.
+
+    The handler of a ``GradientShard`` only checks it (:meth:`crypto.shards.ShardSet.accept`) and
+    queues it, so its acknowledgement does not wait; a background thread writes each message into
+    the workers holding its rows and, once a shard of this party's rows is complete, computes that
+    shard's partial root histogram over all its rows (:meth:`crypto.shards.ShardSet.root_partial`).
+    Rows no tree of the round samples carry placeholders that add nothing (``1`` / ``0``), so the
+    sums over all rows are the sums over the sampled rows; the partial's reply says which rows hold
+    such an identity value. At most :data:`INTAKE_BACKLOG` messages wait (a slower party slows
+    the sender down instead of holding the round).
+
+    The first ``HistogramRequest`` of the round waits for the thread (:meth:`finish`), then
+    :meth:`root_groups` decides whether the partials answer it: every node is a root (node 0),
+    and for every tree asked about, each row not at the root holds an identity value (so the sum
+    over the root's rows is the sum over all rows; this covers subsampling and GOSS, whose
+    unsampled rows are placeholders, and the multi-tree rounds of several targets: one partial
+    per target group). Else (another assignment, e.g. trees of one round sampling different
+    rows, or a later request), today's path answers it. With pre-shifted copies the compressed
+    output depends on the position of each node in the request: the partials are for the root of
+    every target of every group in order, and another request falls back. The one-message
+    ``Gradients``, mode ``dp`` and ``VFL_OVERLAP=0`` do not use the intake. Joint bins, plain
+    mode and any executor (local pool, Dask) work as in :meth:`crypto.shards.ShardSet.histograms`:
+    the same kernel, over all rows."""
+
+    def __init__(self, party: str, shards: ShardSet, g: ShardedGradients, modulus, n_bins: list[int]):
+        self.party, self.shards, self.g = party, shards, g
+        self.modulus = modulus
+        self.mhex = format(int(modulus), "x") if modulus is not None else None
+        self.n_bins = [int(x) for x in n_bins]
+        self.n_nodes = g.groups * g.layout.n_targets      # the roots the partials are for (shifts > 1)
+        self.filled = np.zeros(len(shards), dtype=np.int64)
+        self.ident = np.zeros((g.groups, shards.n_rows), dtype=bool)
+        self.partials = np.zeros(len(shards), dtype=bool)
+        self.events: list[tuple] = []          # ("partial", shard, seconds), ("request", ...): their order
+        self.error: BaseException | None = None
+        self.used = False
+        self.queue: queue.Queue = queue.Queue(maxsize=INTAKE_BACKLOG)
+        self.idle = threading.Event()
+        self.idle.set()
+        self.thread = threading.Thread(target=self._run, name=f"vfl-intake-{party}", daemon=True)
+        self.thread.start()
+
+    def put(self, start: int, stop: int, data: bytes) -> None:
+        """Check and queue one gradient shard message (an earlier message's failure is raised here)."""
+        self._raise()
+        self.shards.accept(self.g, start, stop, data)
+        self.idle.clear()
+        self.queue.put((start, stop, data))
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                self.idle.set()
+                return
+            if self.error is None:
+                try:
+                    self._take(*item)
+                except BaseException as exc:       # raised to the next handler
+                    self.error = exc
+            item = None
+            if self.queue.empty():
+                self.idle.set()
+
+    def _take(self, start: int, stop: int, data: bytes) -> None:
+        self.shards.fill(self.g, start, stop, data, self.mhex)
+        for k, lo, hi in self.shards.pieces(start, stop):
+            self.filled[k] += hi - lo
+            a, b = self.shards.bounds[k]
+            if self.filled[k] == b - a:
+                self.ident[:, a:b] = self.shards.root_partial(self.g, k, self.n_bins, self.modulus,
+                                                              n_nodes=self.n_nodes)
+                self.partials[k] = True
+                self.events.append(("partial", k, time.perf_counter()))
+                log.debug("party %s, round %d: root partial of shard %d ready", self.party, self.g.round_idx, k)
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            exc = self.error
+            if isinstance(exc, WorkerError) and "out of range" in str(exc):
+                raise ProtocolError("a ciphertext is out of range") from None
+            raise exc
+
+    def finish(self) -> None:
+        """Wait until every queued message is in the workers (and their partials are summed)."""
+        if self.thread.is_alive():
+            self.queue.put(None)
+            self.thread.join()
+        self._raise()
+
+    def close(self) -> None:
+        """Stop (the round is over or abandoned); errors are forgotten."""
+        if self.thread.is_alive():
+            self.error = self.error or ProtocolError("round abandoned")
+            self.queue.put(None)
+            self.thread.join()
+
+    def root_groups(self, tree_idx: np.ndarray, node_ids: np.ndarray, assignment: np.ndarray):
+        """The target group of each request node when the partials answer this request, else None
+        (with the reason logged); only the round's first request may use them."""
+        g = self.g
+        first, self.used = not self.used, True
+        if not first:
+            return None
+        why = None
+        if not self.partials.all():
+            why = "not every shard's partial is ready"
+        elif node_ids.size == 0 or np.any(node_ids != 0):
+            why = "the request is not the root level"
+        elif g.shifts > 1 and not np.array_equal(tree_idx, np.arange(self.n_nodes)):
+            why = f"with pre-shifted copies the partials are for trees 0..{self.n_nodes - 1} in order"
+        groups = (tree_idx // g.layout.n_targets) if g.groups > 1 else np.zeros(len(tree_idx), dtype=np.int64)
+        if why is None:
+            for t, j in zip(tree_idx.tolist(), groups.tolist()):
+                if not self.ident[j][assignment[t] != 0].all():
+                    why = f"tree {t}: a row outside the root carries a gradient"
+                    break
+        if why is not None:
+            log.debug("party %s, round %d: root partials not used (%s)", self.party, g.round_idx, why)
+            return None
+        return groups.tolist()
+
+
 def _modulus_hex(s: PassiveState):
     t = s.train
     return format(int(t.nsquare), "x") if t.mode == Mode.HE else None
@@ -219,12 +354,19 @@ def gradients_start(s: PassiveState, req: m.GradientsStart) -> m.Ack:
     if (req.width, req.signed) != (g.width, g.signed):
         raise ProtocolError(f"gradient values of {req.width} bytes (signed={req.signed}), expected {g.width} "
                             f"(signed={g.signed})")
+    t = s.train
+    if overlap_enabled():          # the first level starts as the shards arrive
+        t.intake = RoundIntake(s.name, t.shards, g, t.nsquare if t.mode == Mode.HE else None,
+                               np.diff(t.binner.bin_offsets).tolist())
     return m.Ack()
 
 
 def gradient_shard(s: PassiveState, req: m.GradientShard) -> m.Ack:
     g = s.need("gradients", s.train.grads)
     _check_round(s, req.round_idx)
+    if s.train.intake is not None and s.train.intake.g is g:
+        s.train.intake.put(int(req.start), int(req.stop), req.values)
+        return m.Ack()
     try:
         s.train.shards.forward(g, int(req.start), int(req.stop), req.values, _modulus_hex(s))
     except WorkerError as exc:
@@ -244,6 +386,11 @@ def histogram_request(s: PassiveState, req: m.HistogramRequest) -> m.HistogramRe
     t = s.train
     g = s.need("gradients", t.grads)
     _check_round(s, req.round_idx)
+    intake = t.intake if t.intake is not None and t.intake.g is g and not t.intake.used else None
+    if intake is not None:
+        ready = int(intake.partials.sum())        # partials computed before the request arrived
+        intake.events.append(("request", ready, time.perf_counter()))
+        intake.finish()
     if not g.complete():
         raise ProtocolError(f"party {s.name!r} received the gradients of only {int(g.received.sum())} of "
                             f"{len(g.received)} samples of round {g.round_idx}")
@@ -267,7 +414,15 @@ def histogram_request(s: PassiveState, req: m.HistogramRequest) -> m.HistogramRe
     n_bins = np.diff(offsets).tolist()
     n_values = len(req.node_ids) * int(offsets[-1])
     t0 = time.perf_counter()
-    sums, _ = t.shards.histograms(g, a, tree_idx.tolist(), np.asarray(req.node_ids).tolist(), n_bins, modulus)
+    groups = intake.root_groups(tree_idx, np.asarray(req.node_ids), a) if intake is not None else None
+    if groups is not None:         # the root level, summed while the gradients arrived
+        sums, _ = t.shards.root_histograms(g, groups, n_bins, modulus)
+        t.overlap["eager"] += 1
+        t.overlap["partials_before_request"] += ready
+        t.overlap["partials"] += len(t.shards)
+    else:
+        t.overlap["fallback"] += intake is not None
+        sums, _ = t.shards.histograms(g, a, tree_idx.tolist(), np.asarray(req.node_ids).tolist(), n_bins, modulus)
     t1 = time.perf_counter()
     check_deadline("histograms")
     if g.shifts < g.per:    # Horner over the slots no pre-shifted copy reached (all of them when shifts == 1)

@@ -56,14 +56,18 @@ class RemoteSource(HistogramSource):
             raise PeerError(f"party {peer!r} declared invalid monotone constraints")
 
     def start_round(self, gradients: RoundGradients) -> None:
-        """Stream the round's gradients: a header, then one shard message at a time (each fetched
-        from the active party's worker holding it, sent, and dropped). The bytes and seconds of the
-        stream are the link's measured throughput (:meth:`GradientChannel.observe_send`)."""
+        """Stream the round's gradients: a header, then one shard message at a time (each encrypted,
+        or fetched from the active party's worker holding it, when asked for, sent, and dropped;
+        with overlap the next shard is being encrypted meanwhile). The bytes and the seconds spent
+        in the calls (not waiting for an encryption) are the link's measured throughput
+        (:meth:`GradientChannel.observe_send`)."""
         key = (self.transport.local_name, self.party)
-        sent0, t0 = self.transport.bytes_sent[key], time.perf_counter()
-        for message in self.channel.messages(gradients.round_idx):
+        sent0, wire = self.transport.bytes_sent[key], 0.0
+        for message in self.channel.messages(gradients.round_idx):    # may wait for the shard's encryption
+            t0 = time.perf_counter()
             self.transport.call(self.party, message)
-        self.channel.observe_send(self.party, self.transport.bytes_sent[key] - sent0, time.perf_counter() - t0)
+            wire += time.perf_counter() - t0
+        self.channel.observe_send(self.party, self.transport.bytes_sent[key] - sent0, wire)
 
     def build(self, round_idx, tree_idx, node_ids, assignment):
         with self.channel.waiting():      # the workers make obfuscators while the peer builds

@@ -1,0 +1,228 @@
+"""Overlapped rounds (issue 12, item 2): the active party encrypts shard k + 1 while shard k is on
+the wire, the passive party sums the root level of the shards already in. Switched by
+``VFL_OVERLAP`` (crypto.shards.overlap_enabled): on and off grow bit-identical models, in every
+setting the eager root path meets (subsampling, GOSS, several trees a round, pre-shifted copies,
+plain mode, two passive parties), and the passive party's partials are computed before (and
+without delaying) the requests; a root request that does not match falls back."""
+import threading
+
+import numpy as np
+import pytest
+from support import KEY_BITS, small_frames
+
+from crypto.executor import InlineExecutor
+from crypto.intcodec import int_width
+from crypto.keys import generate_keypair
+from crypto.packing import PackingLayout
+from crypto.paillier import Encryptor
+from crypto.shards import (
+    MIN_STREAM_SHARD_BYTES,
+    OVERLAP_ENV,
+    STREAM_SHARDS,
+    EncryptionStream,
+    ShardedEncryption,
+    ShardSet,
+    overlap_enabled,
+    plan_shards,
+    stream_rows,
+)
+from parties import passive_train
+from protocols import messages as m
+from protocols.serialization import loads
+from protocols.transport import frame_handler
+from vfl import ActiveParty, Federation, PassiveParty, TrainParams
+
+N = 600
+
+
+def _frames(n=N, classes=2):
+    a, b, c = small_frames(n)
+    if classes > 2:
+        a["y"] = (np.digitize(b["b0"] + a["a0"], [-0.7, 0.7])).astype(int)
+    return a, b, c
+
+
+def _fit(monkeypatch, overlap, mode="he", classes=2, preshift="auto", wrap=None, **kw):
+    monkeypatch.setenv(OVERLAP_ENV, "1" if overlap else "0")
+    a, b, c = _frames(classes=classes)
+    fed = Federation(ActiveParty("bank", a), [PassiveParty("telco", b), PassiveParty("shop", c)], record=True)
+    fed.active.preshift = preshift
+    if wrap is not None:
+        real = fed.passives["telco"].handle
+        fed.transport.handlers["telco"] = frame_handler(lambda req: wrap(fed, real, req))
+    params = dict(mode=mode, n_estimators=3, max_depth=3, key_bits=KEY_BITS, learning_rate=0.5)
+    model = fed.fit(TrainParams(**dict(params, **kw)))
+    raw = fed.predict_raw({"bank": a, "telco": b, "shop": c})
+    return fed, model, raw
+
+
+def _structures(model):
+    return [[t.structure() for t in rnd] for rnd in model.rounds]
+
+
+def _stats(fed, party):
+    return dict(fed.passives[party]._state.train.overlap)
+
+
+def _shard_messages(fed, peer):
+    return [loads(f) for _, r, f in fed.transport.log if r == peer and b"GradientShard" in f[:200]]
+
+
+def test_the_switch_reads_the_environment(monkeypatch):
+    monkeypatch.delenv(OVERLAP_ENV, raising=False)
+    assert overlap_enabled()
+    for off in ("0", "off", "no", "false"):
+        monkeypatch.setenv(OVERLAP_ENV, off)
+        assert not overlap_enabled()
+    monkeypatch.setenv(OVERLAP_ENV, "1")
+    assert overlap_enabled()
+    # a streamed round is cut finer than the shards of one worker, at least STREAM_SHARDS pieces
+    assert len(plan_shards(24_000, 1)) == 2 and len(plan_shards(24_000, 1, stream_rows(24_000))) == STREAM_SHARDS
+    assert len(plan_shards(600, 1, stream_rows(600))) == 3          # but of MIN_SHARD_ROWS rows at least
+    assert stream_rows(24_000, 1, 512) == 3000                          # 1.5 MB messages at 2048 bits
+    assert stream_rows(2000, 1, 256) == MIN_STREAM_SHARD_BYTES // 256   # and of 1 MiB (a round trip each)
+    assert stream_rows(100_000, 8) == 100_000 // 32                     # four per worker
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode,kw", [("he", {}), ("plain", {}), ("he", {"subsample": 0.6}),
+                                     ("plain", {"goss": True, "top_rate": 0.3, "other_rate": 0.2}),
+                                     ("he", {"objective": "multiclass", "classes": 3}),
+                                     ("he", {"preshift": True})],
+                         ids=["he", "plain", "he-subsample", "plain-goss", "he-multiclass", "he-preshifted"])
+def test_overlap_on_and_off_grow_identical_models(monkeypatch, mode, kw):
+    kw = dict(kw)
+    classes, preshift = kw.pop("classes", 2), kw.pop("preshift", "auto")
+    fed_off, model_off, raw_off = _fit(monkeypatch, False, mode, classes, preshift, **kw)
+    fed_on, model_on, raw_on = _fit(monkeypatch, True, mode, classes, preshift, **kw)
+    assert _structures(model_on) == _structures(model_off)
+    assert np.array_equal(raw_on, raw_off)          # to the last bit
+    for party in ("telco", "shop"):                 # two passive parties, each summed its roots early
+        on, off = _stats(fed_on, party), _stats(fed_off, party)
+        assert on["eager"] == 3 and on["fallback"] == 0 and on["partials"] >= 3 * 2
+        assert off["eager"] == off["fallback"] == off["partials"] == 0
+    assert len(_shard_messages(fed_on, "telco")) >= len(_shard_messages(fed_off, "telco")) >= 3 * 2
+    starts = [loads(f) for _, r, f in fed_on.transport.log if r == "telco" and b"GradientsStart" in f[:200]]
+    assert len(starts) == 3 and (preshift is not True or all(s.shifts > 1 for s in starts))
+    assert all(s.groups == 1 and s.layout["n_targets"] == (3 if classes == 3 else 1) for s in starts)
+
+
+def test_the_root_partials_are_ready_before_the_request_and_acks_do_not_wait(monkeypatch):
+    """Every partial's computation is held back until the round's first HistogramRequest arrives:
+    all GradientShard acknowledgements came back before (they do not wait for the partials, as
+    long as no more than INTAKE_BACKLOG messages wait: then the next one waits, bounding what the
+    driver holds);
+    then, once the partials may run, they are all done before the request is answered, summed
+    from the shards as they came in (the passive party's event log shows their order)."""
+    gate = threading.Event()
+    real_partial = ShardSet.root_partial
+
+    def held(self, *a, **kw):
+        assert gate.wait(60)
+        return real_partial(self, *a, **kw)
+
+    monkeypatch.setattr(ShardSet, "root_partial", held)
+    monkeypatch.setattr(passive_train, "INTAKE_BACKLOG", 8)   # all of a round's messages may wait here
+    acks_before_gate, orders = [], []
+
+    def wrap(fed, real, req):
+        t = fed.passives["telco"]._state.train
+        if isinstance(req, m.HistogramRequest) and t.intake is not None and not t.intake.used:
+            if not gate.is_set():
+                acks_before_gate.append(sum(1 for _, r, f in fed.transport.log
+                                            if r == "telco" and b"GradientShard" in f[:200]))
+                gate.set()
+            intake = t.intake
+            assert intake.idle.wait(60)            # the partials finish without the request
+            reply = real(req)
+            orders.append(list(intake.events))
+            return reply
+        return real(req)
+
+    fed, model, raw = _fit(monkeypatch, True, wrap=wrap)
+    n_shards = len(fed.passives["telco"]._state.train.shards or []) or None
+    assert acks_before_gate and acks_before_gate[0] >= 2       # every shard of round 0 was acknowledged
+    assert len(orders) == 3
+    for events in orders:
+        kinds = [e[0] for e in events]
+        assert kinds[-1] == "request" and set(kinds[:-1]) == {"partial"} and len(kinds) >= 3
+        assert events[-1][1] == len(kinds) - 1       # all partials were done when the request arrived
+        assert [e[1] for e in events[:-1]] == sorted(e[1] for e in events[:-1])     # in row order
+    stats = _stats(fed, "telco")
+    assert stats["eager"] == 3 and stats["partials_before_request"] == stats["partials"] > 0
+    assert n_shards is None or n_shards > 1
+    monkeypatch.setattr(ShardSet, "root_partial", real_partial)
+    _, model_off, raw_off = _fit(monkeypatch, False)
+    assert _structures(model) == _structures(model_off) and np.array_equal(raw, raw_off)
+
+
+def test_a_root_request_that_does_not_match_falls_back(monkeypatch):
+    """The first request of every round moves the rows of even id out of the root of tree 0 (as
+    riding rows): the partials, summed over every row carrying a gradient, no longer answer
+    it, so the passive party uses the level path. Its replies equal, to the bit, those of the
+    party without overlap that got the same requests, and differ from the replies to the
+    unmodified requests (so the change did reach the sums); the models are equal too."""
+    def recorder(modify):
+        replies = []
+
+        def wrap(fed, real, req):
+            root = isinstance(req, m.HistogramRequest) and np.all(req.node_ids == 0)
+            if root and modify:
+                a = req.assignment.copy()
+                st = fed.passives["telco"]._state
+                even = st.ids[st.train.rows] % 2 == 0     # the same rows whatever the (salted) row order
+                a[0, (a[0] == 0) & even] = -2  # riding at the root: not summed
+                req = m.HistogramRequest(req.round_idx, req.tree_idx, req.node_ids, a)
+            reply = real(req)
+            if root:
+                replies.append([int(v) for v in reply.values.values])
+            return reply
+        return wrap, replies
+
+    wrap_on, on = recorder(True)
+    fed_on, model_on, raw_on = _fit(monkeypatch, True, mode="plain", wrap=wrap_on)
+    wrap_off, off = recorder(True)
+    _, model_off, raw_off = _fit(monkeypatch, False, mode="plain", wrap=wrap_off)
+    wrap_plain, unmodified = recorder(False)
+    fed_plain, _, _ = _fit(monkeypatch, True, mode="plain", wrap=wrap_plain)
+    assert len(on) == 3 and on == off and on[0] != unmodified[0]
+    assert _structures(model_on) == _structures(model_off) and np.array_equal(raw_on, raw_off)
+    assert _stats(fed_on, "telco") == {"eager": 0, "fallback": 3, "partials": 0, "partials_before_request": 0}
+    assert _stats(fed_on, "shop")["eager"] == 3         # the unmodified party still used its partials
+    assert _stats(fed_plain, "telco")["eager"] == 3
+
+
+def test_the_stream_encrypts_each_shard_once_for_several_senders_and_counts_only_waits():
+    """Two senders, one far behind the other: each shard's pack_encrypt runs once; the late
+    sender refetches evicted shards from the workers; the waits are what on_wait heard."""
+    pk, sk = generate_keypair(KEY_BITS)
+    enc = Encryptor(pk, sk)
+    ex = InlineExecutor()
+    ex.share("encryptor", enc, {"kind": "encryptor", "state": enc.state()})
+    n = 3000
+    rng = np.random.default_rng(1)
+    g = rng.integers(-1000, 1000, size=(n, 1)).astype(np.int64)
+    h = rng.integers(0, 1000, size=(n, 1)).astype(np.int64)
+    layout = PackingLayout.for_bounds(1000, 1000, max_rows=n, n_targets=1, precision_bits=0)
+    shards = ShardSet(ex, n, max_rows=300, prefix="grad/")
+    values = ShardedEncryption(shards, 1, 1, int_width(enc.nsquare), False)
+    calls = []
+    real_run = ex.run_on
+
+    def run_on(reqs):
+        calls.extend(h["op"] for _, (h, _) in reqs)
+        return real_run(reqs)
+
+    ex.run_on = run_on
+    waits = []
+    done = []
+    stream = EncryptionStream(values, (g, h, None, layout.to_dict(), 1, True, layout.value_bits), consumers=2,
+                              on_wait=waits.append, on_done=done.append)
+    first = [stream.take(k) for k in range(len(shards))]
+    second = [stream.take(k) for k in range(len(shards))]
+    stream.close()
+    assert len(shards) == 10 and first == second
+    assert calls.count("pack_encrypt") == 10                     # once per shard, for both senders
+    assert len(stream.buf) == 0 and calls.count("get") > 10      # the late sender fetched evicted shards
+    assert waits and all(w >= 0 for w in waits)
+    assert len(done) == 1 and isinstance(done[0], dict)         # once, when the last wave is in
