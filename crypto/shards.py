@@ -296,7 +296,7 @@ class ShardSet:
             n_out = g.groups * total
         else:
             nodes = [[0, 1, (t // g.layout.n_targets) if g.groups > 1 else 0] for t in range(int(n_nodes))]
-            n_out = -(-total * len(nodes) // g.per)
+            n_out = -(-total * len(nodes) // g.per) * stride_for(g.per, g.shifts)
         bits, codes = pack_codes(np.ones(n, dtype=np.int64), 2)
         mhex = format(int(modulus), "x") if modulus is not None else None
         ((_, blobs),) = self.executor.run_on([(self.workers[k], (
