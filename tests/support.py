@@ -1,6 +1,10 @@
 """Small shared helpers of the test suite (fixtures are in conftest.py)."""
 import copy
+import select
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -105,3 +109,21 @@ def gradient_messages(messages) -> list:
 def cli_command(*args) -> list[str]:
     """The argv of ``vfl ARGS...`` in this interpreter (``python -m cli``)."""
     return [sys.executable, "-m", "cli", *map(str, args)]
+
+
+def start_passive(children: list, tmp, name: str, *args, env=None, cwd=None) -> str:
+    """Start ``vfl party passive --name NAME --listen 127.0.0.1:0 ARGS...`` (appended to ``children``,
+    stderr in ``tmp/NAME.err``) and return the address it prints once it listens."""
+    err_path = Path(tmp) / f"{name}.err"
+    with open(err_path, "w") as err:
+        p = subprocess.Popen(cli_command("party", "passive", "--name", name, "--listen", "127.0.0.1:0", *args),
+                             cwd=cwd or Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, stderr=err,
+                             text=True, env=env)
+    children.append(p)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert p.poll() is None, err_path.read_text()
+        ready, _, _ = select.select([p.stdout], [], [], 0.2)
+        if ready and "listening on" in (line := p.stdout.readline()):
+            return line.strip().rsplit(" ", 1)[1]
+    raise AssertionError(f"passive {name} did not start: {err_path.read_text()}")

@@ -4,16 +4,14 @@ passive --categorical/--monotone`, `vfl party active --categorical/--monotone/--
 from __future__ import annotations
 
 import json
-import select
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from credit_support import credit_frames
-from support import cli_command
+from support import cli_command, start_passive
 
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
 
@@ -23,29 +21,14 @@ pytest.importorskip("grpc")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _passive(children, tmp, *extra):
-    err = open(tmp / "b.err", "w")
-    p = subprocess.Popen(cli_command("party", "passive", "--name", "bureau", "--listen", "127.0.0.1:0", "--data",
-                                     tmp / "bureau.csv", "--model-dir", tmp / "m_b", "--insecure", *extra),
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
-    err.close()
-    children.append(p)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert p.poll() is None, (tmp / "b.err").read_text()
-        ready, _, _ = select.select([p.stdout], [], [], 0.2)
-        if ready and "listening on" in (line := p.stdout.readline()):
-            return line.strip().rsplit(" ", 1)[1]
-    raise AssertionError((tmp / "b.err").read_text())
-
-
 def test_network_mode_matches_the_in_memory_federation(tmp_path, children):
     bank, bureau = credit_frames(300)
     bank["grade"] = (np.arange(300) % 5).astype(float)        # a numeric column declared categorical
     bank.to_csv(tmp_path / "bank.csv", index=False)
     bureau.to_csv(tmp_path / "bureau.csv", index=False)
     bank.drop(columns=["y"]).to_csv(tmp_path / "new.csv", index=False)
-    addr = _passive(children, tmp_path, "--monotone", "days_late=+1")
+    addr = start_passive(children, tmp_path, "bureau", "--data", tmp_path / "bureau.csv",
+                         "--model-dir", tmp_path / "m_b", "--insecure", "--monotone", "days_late=+1")
     out = tmp_path / "train.json"
     r = subprocess.run(cli_command("party", "active", "--name", "bank", "--data", tmp_path / "bank.csv",
                                    "--peer", f"bureau={addr}", "--model-dir", tmp_path / "m_a", "--insecure",

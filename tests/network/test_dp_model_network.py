@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import json
-import select
 import subprocess
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from support import cli_command
+from support import cli_command, start_passive
 
 pytest.importorskip("grpc")
 
@@ -26,21 +24,7 @@ def passives(tmp_path):
     procs = []
 
     def start(name, data, model_dir, *extra):
-        err = open(tmp_path / f"{name}.err", "w")
-        p = subprocess.Popen(cli_command("party", "passive", "--name", name, "--listen", "127.0.0.1:0", "--data", data,
-                                         "--model-dir", model_dir, *extra),
-                             cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
-        err.close()
-        procs.append(p)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert p.poll() is None, (tmp_path / f"{name}.err").read_text()
-            ready, _, _ = select.select([p.stdout], [], [], 0.2)
-            if ready:
-                line = p.stdout.readline()
-                if "listening on" in line:
-                    return line.strip().rsplit(" ", 1)[1]
-        raise AssertionError(f"passive {name} did not start")
+        return start_passive(procs, tmp_path, name, "--data", data, "--model-dir", model_dir, *extra)
 
     try:
         yield start

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from support import KEY_BITS, cli_command, small_frames
+from support import KEY_BITS, cli_command, small_frames, start_passive
 
 pytestmark = pytest.mark.slow   # real party processes
 pytest.importorskip("grpc")
@@ -26,22 +24,6 @@ def _env(overlap: bool) -> dict:
     return env
 
 
-def _passive(children, tmp: Path, name: str, data: Path, env: dict) -> str:
-    err = open(tmp / f"{name}.err", "w")
-    p = subprocess.Popen(cli_command("party", "passive", "--name", name, "--listen", "127.0.0.1:0", "--data", data,
-                                     "--model-dir", tmp / f"m_{name}", "--insecure"),
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
-    err.close()
-    children.append(p)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert p.poll() is None, (tmp / f"{name}.err").read_text()
-        ready, _, _ = select.select([p.stdout], [], [], 0.2)
-        if ready and "listening on" in (line := p.stdout.readline()):
-            return line.strip().rsplit(" ", 1)[1]
-    raise AssertionError((tmp / f"{name}.err").read_text())
-
-
 def _train_and_predict(children, tmp: Path, overlap: bool):
     tmp.mkdir()
     a, b, c = small_frames(700)
@@ -51,7 +33,9 @@ def _train_and_predict(children, tmp: Path, overlap: bool):
     env = _env(overlap)
     peers = []
     for name in ("telco", "shop"):
-        peers += ["--peer", f"{name}={_passive(children, tmp, name, tmp / f'{name}.csv', env)}"]
+        addr = start_passive(children, tmp, name, "--data", tmp / f"{name}.csv", "--model-dir", tmp / f"m_{name}",
+                             "--insecure", env=env)
+        peers += ["--peer", f"{name}={addr}"]
     r = subprocess.run(cli_command("party", "active", "--name", "bank", "--data", tmp / "bank.csv", *peers,
                                    "--model-dir", tmp / "m_bank", "--insecure", "--mode", "he", "--key-bits",
                                    KEY_BITS, "--trees", 3, "--depth", 3, "--subsample", 0.8, "--quiet",

@@ -4,15 +4,13 @@ multiclass string labels and regression."""
 from __future__ import annotations
 
 import json
-import select
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from support import cli_command
+from support import cli_command, start_passive
 
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
@@ -91,31 +89,14 @@ def test_resume_with_a_validation_set_continues_history_and_early_stopping(tmp_p
 pytest.importorskip("grpc")
 
 
-def _passive(children, tmp, name, data, val):
-    err = open(tmp / f"{name}.err", "w")
-    p = subprocess.Popen(cli_command("party", "passive", "--name", name, "--listen", "127.0.0.1:0", "--data", data,
-                                     "--validation-data", val, "--model-dir", tmp / f"m_{name}", "--insecure"),
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
-    err.close()
-    children.append(p)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert p.poll() is None, (tmp / f"{name}.err").read_text()
-        ready, _, _ = select.select([p.stdout], [], [], 0.2)
-        if ready:
-            line = p.stdout.readline()
-            if "listening on" in line:
-                return line.strip().rsplit(" ", 1)[1]
-    raise AssertionError((tmp / f"{name}.err").read_text())
-
-
 def test_processes_multiclass_string_labels_with_validation_and_predict(tmp_path, children):
     (a, b), (va, vb) = frames(n=160)
     # the passive party's data holds all its rows (training and validation ids): it scores them later
     for df, f in ((a, "a.csv"), (pd.concat([b, vb]), "b.csv"), (va, "va.csv"), (vb, "vb.csv"),
                   (va.drop(columns="y"), "vx.csv")):
         df.to_csv(tmp_path / f, index=False)
-    addr = _passive(children, tmp_path, "b", tmp_path / "b.csv", tmp_path / "vb.csv")
+    addr = start_passive(children, tmp_path, "b", "--data", tmp_path / "b.csv",
+                         "--validation-data", tmp_path / "vb.csv", "--model-dir", tmp_path / "m_b", "--insecure")
     out = tmp_path / "train.json"
     r = subprocess.run(cli_command("party", "active", "--name", "a", "--data", tmp_path / "a.csv",
                                    "--peer", f"b={addr}",
