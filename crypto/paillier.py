@@ -193,7 +193,7 @@ class Encryptor:
 
     def obfuscators(self, count: int) -> list:
         """``count`` fresh obfuscators ``r^n mod n^2`` (``hs^a`` for ``fast``), each from its own
-        randomness: what :class:`crypto.obfuscators.ObfuscatorStore` keeps ahead of use."""
+        randomness: what a worker's :class:`ObfuscatorStock` keeps ahead of use."""
         if self.method == "fast" and self._crt is not None:
             return self._encrypt_fast_crt([0] * count)      # (1 + 0 n) hs^a = hs^a
         return [self.obfuscator() for _ in range(count)]

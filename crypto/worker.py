@@ -12,7 +12,6 @@ closes. The operations (:func:`run`, the vocabulary of every executor's requests
 * ``direct``: one unit of the pre-shifted histogram of
   :func:`crypto.compress.compressed_histogram`.
 * ``compress``, ``encrypt``, ``decrypt``: a chunk of that batch operation.
-* ``obfuscate``: fresh obfuscators returned to the caller (:class:`crypto.obfuscators.ObfuscatorStore`).
 * ``obf_fill``: fresh obfuscators into the stock of this worker's encryptor
   (:class:`crypto.paillier.ObfuscatorStock`; they never leave the worker), ``obf_stats``: its counters.
 
@@ -125,11 +124,6 @@ def _encrypt(req, blobs, st):
     enc = st[req["slot"]]
     plain = bytes_to_ints(blobs[0], int(req["width"]), signed=True)
     return {}, [ints_to_bytes(enc.encrypt(plain), int_width(enc.nsquare))]
-
-
-def _obfuscate(req, blobs, st):
-    enc = st[req["slot"]]
-    return {}, [ints_to_bytes(enc.obfuscators(int(req["count"])), int_width(enc.nsquare))]
 
 
 def _decrypt(req, blobs, st):
@@ -297,7 +291,7 @@ def _ext(req, blobs, st):
 
 
 _OPS = {"put": _put, "hist": _hist, "direct": _direct, "compress": _compress,
-        "encrypt": _encrypt, "obfuscate": _obfuscate, "decrypt": _decrypt, "obf_fill": _obf_fill,
+        "encrypt": _encrypt, "decrypt": _decrypt, "obf_fill": _obf_fill,
         "obf_stats": _obf_stats,
         "fill": _fill, "get": _get, "drop": _drop, "pack_encrypt": _pack_encrypt, "shard_hist": _shard_hist,
         "root_partial": _root_partial, "take": _take, "combine": _combine, "ext": _ext,

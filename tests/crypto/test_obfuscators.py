@@ -8,7 +8,7 @@ import pytest
 from phe import paillier
 
 from crypto.executor import InlineExecutor, LocalExecutor
-from crypto.obfuscators import BATCH_PER_WORKER, ObfuscatorStore, StockKeeper
+from crypto.obfuscators import StockKeeper
 from crypto.packing import PackingLayout
 from crypto.paillier import Encryptor
 from crypto.shards import ShardedEncryption, ShardSet
@@ -40,44 +40,6 @@ def test_encrypt_with_checks_its_inputs(keys):
         enc.encrypt_with([1, 2], enc.obfuscators(1))
     with pytest.raises(OverflowError):
         enc.encrypt_with([int(pub.n)], enc.obfuscators(1))
-
-
-def test_store_hands_each_obfuscator_out_once(keys):
-    pub, priv = keys
-    store = ObfuscatorStore(Encryptor(pub, priv))
-    store.fill(50)
-    first = store.take(30)
-    second = store.take(40)                 # 20 from stock, 20 made on the spot
-    assert len(first) == 30 and len(second) == 40
-    assert len({int(v) for v in first + second}) == 70      # no value handed out twice
-    assert store.stats() == {"produced": 70, "taken": 70, "on_demand": 20, "stock": 0, "background_seconds": 0.0}
-    assert len(store) == 0
-
-
-def test_background_filler_on_workers(keys):
-    pub, priv = keys
-    enc = Encryptor(pub, priv)
-    with LocalExecutor(2, name="obf-test") as ex:
-        store = ObfuscatorStore(enc, ex).start()
-        store.plan(per_round=3 * BATCH_PER_WORKER)
-        deadline = time.monotonic() + 60
-        while len(store) < 6 * BATCH_PER_WORKER and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(store) >= 6 * BATCH_PER_WORKER, "the filler did not reach its target"
-        seen = set()
-        for _ in range(3):
-            batch = store.take(2 * BATCH_PER_WORKER)
-            ints = {int(v) for v in batch}
-            assert len(ints) == len(batch) and not ints & seen
-            seen |= ints
-            values = list(range(len(batch)))
-            cts = enc.encrypt_with(values, batch)
-            assert [priv.raw_decrypt(int(c)) for c in cts[:5]] == values[:5]
-        store.close()
-        st = store.stats()
-        assert st["taken"] == 6 * BATCH_PER_WORKER and st["stock"] == 0
-        assert st["produced"] >= st["taken"] and st["on_demand"] == 0
-        assert store.error is None
 
 
 # --- per-worker stocks (what training uses) -----------------------------------------
