@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from protocols import messages as m
 from protocols.serialization import BigInts
+from vfl.tree import Node
 
 KEY_BITS = 1024   # tests use 1024-bit keys unless they are about key size
 
@@ -127,3 +128,15 @@ def start_passive(children: list, tmp, name: str, *args, env=None, cwd=None) -> 
         if ready and "listening on" in (line := p.stdout.readline()):
             return line.strip().rsplit(" ", 1)[1]
     raise AssertionError(f"passive {name} did not start: {err_path.read_text()}")
+
+
+def halving_levels(mech, root_hists, child_hists, offsets, tree=(0, 0)):
+    """Grow the first two levels of one DP-model tree with ``mech`` (a ``TreeMechanisms``): the
+    root's split and the bin indices its left and right children split at."""
+    root = Node(0, 0)
+    nodes = [root]
+    split = mech.choose_split(root, root_hists, offsets, tree, nodes)
+    root.left, root.right = 1, 2
+    nodes += [Node(1, 1, parent=0), Node(2, 1, parent=0)]
+    return (split, mech.choose_split(nodes[1], child_hists, offsets, tree, nodes).bin_idx,
+            mech.choose_split(nodes[2], child_hists, offsets, tree, nodes).bin_idx)

@@ -6,7 +6,7 @@ import pytest
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import stats
-from support import small_frames
+from support import halving_levels, small_frames
 
 from datasets.errors import InputError
 from datasets.frames import PartyFrame
@@ -356,14 +356,9 @@ def test_cyclic_random_trees_halve_the_bin_range_without_looking_at_data():
     assert plan.trees == "cyclic" and plan.level_epsilon == 0
     mech = TreeMechanisms(plan, 1.0, np.random.default_rng(0))
     offsets = [np.array([0, 9, 12]), np.array([0, 5])]      # source 0: 8 + 2 ordinary bins; source 1: 4
-    root = Node(0, 0)
-    nodes = [root]
-    s = mech.choose_split(root, [None, None], offsets, (0, 0), nodes)
+    s, left_bin, right_bin = halving_levels(mech, [None, None], [None, None], offsets)
     assert (s.source_idx, s.feature_idx, s.bin_idx, s.default_left) == (0, 0, 3, False)
-    root.left, root.right = 1, 2
-    nodes += [Node(1, 1, parent=0), Node(2, 1, parent=0)]
-    assert mech.choose_split(nodes[1], [None, None], offsets, (0, 0), nodes).bin_idx == 1
-    assert mech.choose_split(nodes[2], [None, None], offsets, (0, 0), nodes).bin_idx == 5
+    assert (left_bin, right_bin) == (1, 5)
     # the next trees take the next features in turn: source 0 feature 1, then source 1 feature 0
     assert (mech.choose_split(Node(0, 0), [None, None], offsets, (1, 0), [Node(0, 0)]).feature_idx,
             mech.choose_split(Node(0, 0), [None, None], offsets, (2, 0), [Node(0, 0)]).source_idx) == (1, 1)

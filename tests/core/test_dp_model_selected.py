@@ -8,6 +8,7 @@ import pytest
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import stats
+from support import halving_levels
 
 from vfl.dp_model import (
     TreeMechanisms,
@@ -166,15 +167,10 @@ def test_selected_tree_halves_the_chosen_feature():
     offsets = [np.array([0, 5]), np.array([0, 9])]             # source 1's feature: 8 ordinary bins
     flat = (np.zeros(5), np.full(5, 2.0))
     signal = (np.array([9.0, 9.0, 9.0, 9.0, -9.0, -9.0, -9.0, -9.0, 0.0]), np.full(9, 2.0))
-    root = Node(0, 0)
-    nodes = [root]
-    s = mech.choose_split(root, [flat, signal], offsets, (0, 0), nodes)
+    # the children do not choose again (histograms are not even looked at: None)
+    s, left_bin, right_bin = halving_levels(mech, [flat, signal], None, offsets)
     assert (s.source_idx, s.feature_idx, s.bin_idx, s.default_left) == (1, 0, 3, False)
-    root.left, root.right = 1, 2
-    nodes += [Node(1, 1, parent=0), Node(2, 1, parent=0)]
-    # the children do not choose again (histograms are not even looked at)
-    assert mech.choose_split(nodes[1], None, offsets, (0, 0), nodes).bin_idx == 1
-    assert mech.choose_split(nodes[2], None, offsets, (0, 0), nodes).bin_idx == 5
+    assert (left_bin, right_bin) == (1, 5)
     assert mech.tree_feature(offsets, (0, 0)) == (1, 0)
     s = mech.choose_split(Node(0, 0), [flat, (np.zeros(9), np.full(9, 2.0))],
                           [np.array([0, 5]), np.array([0, 9])], (1, 0), [Node(0, 0)])
