@@ -229,6 +229,7 @@ class ActiveParty:
             sources = self._sources(transport, peers, infos, params, model_id, X,
                                     objective.gradients(y, np.tile(objective.base_score(y), (len(y), 1)))
                                     if params.mode == Mode.DP and params.dp_select else None, rows)
+            X = None          # the sources keep the bins they need, not the aligned feature copy
             if self.dp_plan.private:    # what each party's bin edges spent (public bins: nothing)
                 self.dp_plan.record_binning(
                     ({self.name: sources[0].binner.report()} if self.feature_names else {})

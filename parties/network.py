@@ -141,6 +141,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     pf = _read_csv(data, name, id_col, label_col, allow_text_label=True, categorical=categorical)
     active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data), executor=executor,
                          categorical=categorical, weight_col=weight_col)
+    pf = None         # the party holds its own arrays; the file's frame is not kept through training
     active.link_mbps = link_mbps
     vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True, categorical=categorical) \
         if validation_data is not None else None

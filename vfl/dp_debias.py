@@ -291,15 +291,12 @@ class DebiasedBucketSource(BucketSource):
 
     def build(self, round_idx, tree_idx, node_ids, assignment):
         n_flat = int(self.bin_offsets[-1])
-        F = self.bin_idx.shape[1]
         sg = np.zeros((len(node_ids), n_flat))
         sh = np.zeros((len(node_ids), 2, n_flat))
         for i, (t, nid) in enumerate(zip(tree_idx, node_ids)):
             rows = np.flatnonzero(assignment[t] == nid)
-            idx = self._flat[rows].ravel()
-            sg[i] = np.bincount(idx, np.repeat(self._gu[rows, t], F), minlength=n_flat)
-            sh[i, 0] = np.bincount(idx, np.repeat(self._hu[rows, t], F), minlength=n_flat)
-            sh[i, 1] = np.bincount(idx, np.repeat(self._g2[rows, t], F), minlength=n_flat)
+            sg[i], sh[i, 0], sh[i, 1] = self._bin_sums(rows, [self._gu[rows, t], self._hu[rows, t],
+                                                              self._g2[rows, t]])
         return sg, sh
 
     def best_split(self, sum_gradients, stacked, G: float, H: float, params, source_idx: int,

@@ -81,25 +81,37 @@ class LocalSource(HistogramSource):
     def _set_bins(self, bin_idx: np.ndarray, n_bins: np.ndarray) -> None:
         """``bin_idx`` of every sample; ``n_bins[f]`` slots of feature f, the last for missing."""
         self.n_bins = np.asarray(n_bins, dtype=np.int64)
-        self.bin_idx = np.asarray(bin_idx).astype(np.uint16)
+        # one byte per value when every feature has at most 256 slots (the driver's per-row memory)
+        small = len(self.n_bins) == 0 or int(self.n_bins.max()) <= 256
+        self.bin_idx = np.asarray(bin_idx).astype(np.uint8 if small else np.uint16)
         self.missing_bin = self.n_bins - 1          # the last slot of every feature
         self.bin_offsets = np.concatenate([[0], np.cumsum(self.n_bins)]).astype(np.int64)
-        self._flat = self.bin_idx.astype(np.int64) + self.bin_offsets[:-1][None, :]
         self._g = self._h = None
+
+    def _bin_sums(self, rows: np.ndarray, weights: list[np.ndarray]) -> list[np.ndarray]:
+        """Per weight vector (one value per row of ``rows``), its sums over the flat (feature, bin)
+        slots. One feature at a time, so the temporaries are one column of ``rows`` long; each slot
+        adds its rows in row order, as a single bincount over all features would."""
+        n_flat = int(self.bin_offsets[-1])
+        out = [np.zeros(n_flat) for _ in weights]
+        sub = self.bin_idx[rows]
+        for f in range(sub.shape[1]):
+            lo, hi = int(self.bin_offsets[f]), int(self.bin_offsets[f + 1])
+            col = sub[:, f].astype(np.intp)
+            for o, w in zip(out, weights):
+                o[lo:hi] = np.bincount(col, w, minlength=hi - lo)
+        return out
 
     def start_round(self, gradients):
         self._g, self._h = gradients.as_float()
 
     def build(self, round_idx, tree_idx, node_ids, assignment):
         n_flat = int(self.bin_offsets[-1])
-        F = self.bin_idx.shape[1]
         sg = np.zeros((len(node_ids), n_flat))
         sh = np.zeros((len(node_ids), n_flat))
         for i, (t, nid) in enumerate(zip(tree_idx, node_ids)):
             rows = np.flatnonzero(assignment[t] == nid)
-            idx = self._flat[rows].ravel()
-            sg[i] = np.bincount(idx, np.repeat(self._g[rows, t], F), minlength=n_flat)
-            sh[i] = np.bincount(idx, np.repeat(self._h[rows, t], F), minlength=n_flat)
+            sg[i], sh[i] = self._bin_sums(rows, [self._g[rows, t], self._h[rows, t]])
         return sg, sh
 
     def _refs(self, feature_idx, bin_idx, default_left, categories=None) -> list[SplitRef]:
