@@ -24,6 +24,7 @@ from crypto.keys import WeakKeyWarning, check_key_bits
 from datasets import SHARED_TASKS, load_guest_host, load_named
 from datasets.errors import InputError, VFLError
 from datasets.loaders import DEFAULT_BATCH_ROWS
+from parties.memory import return_freed_memory
 from parties.network import check_prediction, load_active_model, predict_active, serve_passive, train_active
 from protocols.certs import make_certs
 from protocols.grpc_transport import Security, parse_peers
@@ -543,22 +544,25 @@ def _dask_options(f):
         click.option("--dask-insecure", is_flag=True,
                      help="Allow a non-TLS Dask scheduler (the cluster carries this party's plaintext data: "
                           "a private network only)."),
+        click.option("--dask-via-scheduler", is_flag=True,
+                     help="Relay payloads and results through the Dask scheduler (for a party process that "
+                          "reaches the scheduler but not the workers; slower). Default: to the workers directly."),
     ]
     for opt in reversed(opts):
         f = opt(f)
     return f
 
 
-def _party_executor(name: str, scheduler, tls_dir, insecure, role: str):
+def _party_executor(name: str, scheduler, tls_dir, insecure, role: str, via_scheduler: bool = False):
     """The party's Dask executor, or None (its own worker processes)."""
     if not scheduler:
-        if tls_dir or insecure:
-            raise click.UsageError("--dask-tls-dir and --dask-insecure need --dask-scheduler")
+        if tls_dir or insecure or via_scheduler:
+            raise click.UsageError("--dask-tls-dir, --dask-insecure and --dask-via-scheduler need --dask-scheduler")
         return None
     if scheduler.strip().startswith("local"):
         raise click.UsageError("--dask-scheduler takes a scheduler address; for a local cluster use "
                                "`vfl simulate --dask local:N`")
-    return dask_executor(scheduler, f"{role}:{name}", tls_dir=tls_dir, insecure=insecure)
+    return dask_executor(scheduler, f"{role}:{name}", tls_dir=tls_dir, insecure=insecure, direct=not via_scheduler)
 
 
 def _max_bytes(mb: float) -> int:
@@ -616,9 +620,10 @@ def party():
 def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_align, allow_prediction,
                   dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
                   validation_data=None, dask_scheduler=None, dask_tls_dir=None, dask_insecure=False,
-                  categorical=(), monotone=(), dp_bins=None):
+                  dask_via_scheduler=False, categorical=(), monotone=(), dp_bins=None):
     """Serve training sessions and prediction requests of an active party."""
     _setup_logging(log_level)
+    return_freed_memory()         # a long-lived driver: freed memory goes back to the system
     sec = _security(name, tls_dir, insecure, token_file, allow_clients)
     host = listen.rsplit(":", 1)[0]
     dp_bins = read_dp_bins(dp_bins) if dp_bins is not None else None
@@ -630,7 +635,7 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
     policy = {k: v for k, v in (("allowed_align", tuple(allow_align)),
                                 ("allowed_prediction", tuple(allow_prediction)),
                                 ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature)) if v}
-    executor = _party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive")
+    executor = _party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive", dask_via_scheduler)
     try:
         serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready,
                       policy=policy, validation_data=validation_data, executor=executor,
@@ -672,9 +677,10 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
 def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,
                  output_json, quiet, validation_data, link_mbps, tls_dir, insecure, token_file, max_message_mb,
                  log_level, categorical=(), weight_col=None, dask_scheduler=None, dask_tls_dir=None,
-                 dask_insecure=False, **train_options):
+                 dask_insecure=False, dask_via_scheduler=False, **train_options):
     """Train with passive parties over the network (checkpoint after every tree)."""
     _setup_logging(log_level)
+    return_freed_memory()         # a long-lived driver: freed memory goes back to the system
     peers = parse_peers(peer_specs)
     sec = _security(name, tls_dir, insecure, token_file)
     params = train_params_from_options(train_options)
@@ -686,7 +692,7 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
             bar.n = r + 1
             bar.refresh()
 
-        executor = _party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "active")
+        executor = _party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "active", dask_via_scheduler)
         try:
             result = train_active(data, id_col, label_col, name, peers, params, model_dir, sec, timeout=timeout,
                                   resume=resume, force=force, align=params.align,
@@ -737,6 +743,7 @@ def predict(model_dir, data, id_col, peer_specs, out, prediction, align, timeout
             batch_rows, tls_dir, insecure, token_file, max_message_mb, log_level):
     """Score new rows with a model trained by `vfl party active` (passive parties must be serving)."""
     _setup_logging(log_level)
+    return_freed_memory()         # a long-lived driver: freed memory goes back to the system
     check_prediction(prediction)
     peers = parse_peers(peer_specs)
     model = load_active_model(model_dir)

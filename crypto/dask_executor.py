@@ -12,6 +12,8 @@ the party's driver and its workers, never between parties.
 * ``share``/``broadcast``: one task pinned to each worker.
 * ``run_on``: one task pinned to the worker holding the shard (``workers=[address]``,
   ``allow_other_workers=False``); payloads above 1 MB are ``scatter``-ed to that worker first.
+* Payloads and results travel between the driver and the workers directly
+  (``direct_to_workers``), not through the scheduler: it carries task metadata only.
 * ``reduce_on``: pinned partial tasks, then pairwise ``combine`` tasks on the workers (a tree
   reduction); only the final sum comes back to the driver.
 * ``map``: unpinned tasks (the slots they read are on every worker).
@@ -129,12 +131,16 @@ class DaskExecutor(Executor):
     ``scheduler``: ``"local:N"`` (a private ``LocalCluster`` of ``N`` processes) or an address
     (``tls://host:8786``; ``tcp://`` only with ``insecure=True``). ``security``: a Dask
     ``Security`` (or ``tls_dir``, see :func:`security_from_dir`). ``n_workers``: wait for that
-    many workers at start (default: those connected, at least one)."""
+    many workers at start (default: those connected, at least one). ``direct``: the driver sends
+    payloads to and takes results from the workers directly (the default: the scheduler then
+    carries only task metadata); ``False`` relays them through the scheduler, for a driver that
+    can reach the scheduler but not the workers."""
 
     def __init__(self, scheduler: str = "local:2", *, name: str = "dask", security: Security | None = None,
                  tls_dir=None, insecure: bool = False, n_workers: int | None = None,
-                 timeout: float = 60.0):
+                 timeout: float = 60.0, direct: bool = True):
         self.name = str(name)
+        self.direct = bool(direct)
         self.spec, local = parse_spec(scheduler)
         self._local_workers = local
         if local is None:
@@ -173,9 +179,10 @@ class DaskExecutor(Executor):
                                                  # loopback port (not 8787, which another cluster may hold)
                                                  scheduler_kwargs={"dashboard": False,
                                                                    "dashboard_address": "127.0.0.1:0"})
-                self._client = Client(self._cluster, timeout=self.timeout)
+                self._client = Client(self._cluster, timeout=self.timeout, direct_to_workers=self.direct)
             else:
-                self._client = Client(self.spec, security=self.security, timeout=self.timeout)
+                self._client = Client(self.spec, security=self.security, timeout=self.timeout,
+                                      direct_to_workers=self.direct)
             self._client.wait_for_workers(self._want or 1, timeout=self.timeout)
         except (OSError, TimeoutError, distributed.TimeoutError) as exc:
             client, self._client = self._client, None

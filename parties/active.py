@@ -392,7 +392,7 @@ class ActiveParty:
         else:
             salt = bytes.fromhex(model.salt)
             hashes = alignment.hash_ids(ids, salt)
-            alignment.check_unique(alignment.hashes_to_keys(hashes), self.name)
+            alignment.check_unique_hashes(hashes, self.name)
             session_id = secrets.token_hex(8)
             transport.call_many({p: m.PredictStart(model.model_id, session_id, hashes,
                                                    model.party_hashes.get(p, ""))

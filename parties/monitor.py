@@ -74,7 +74,7 @@ class TrainingMonitor(RoundObserver):
             transport.call_many({p: m.PsiResult(session_id, held) for p, held in match.held.items()})
         else:
             hashes = alignment.hash_ids(val_ids, salt)
-            alignment.check_unique(alignment.hashes_to_keys(hashes), active_name, "validation ids")
+            alignment.check_unique_hashes(hashes, active_name, "validation ids")
             transport.call_many({p: m.EvalStart(model_id, session_id, hashes) for p in peers})
         K = self.loss.n_targets
         self._val = {"fetch_masks": leaf_mask_fetcher(transport, session_id), "X": X_val, "y": y,

@@ -23,7 +23,7 @@ def align_request(s: PassiveState, req: m.AlignRequest) -> m.IdHashes:
     s.reset_training()
     s.salt = req.salt
     s.train.hashes = alignment.hash_ids(s.ids, req.salt)
-    alignment.check_unique(alignment.hashes_to_keys(s.train.hashes), s.name)
+    alignment.check_unique_hashes(s.train.hashes, s.name)
     return m.IdHashes(s.train.hashes)
 
 

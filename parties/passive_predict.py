@@ -81,7 +81,7 @@ def eval_start(s: PassiveState, req: m.EvalStart) -> m.Ack:
     s.check_model(req.model_id, "is not training model")
     ids, X = s.validation_data()
     own = alignment.hash_ids(ids, s.salt)
-    alignment.check_unique(alignment.hashes_to_keys(own), s.name, "validation ids")
+    alignment.check_unique_hashes(own, s.name, "validation ids")
     try:
         rows = alignment.positions(own, req.hashes, s.name)
     except InputError as exc:

@@ -163,10 +163,13 @@ def test_a_scheduler_that_is_not_there_is_a_clear_error():
 def test_same_model_on_local_pool_local_cluster_and_real_cluster(mode, always_parallel, local_cluster, real_cluster):
     ref_model, ref_raw = _fit(_fed(n_jobs=2), mode)
     for address in (local_cluster.scheduler_address, real_cluster.address):
-        executors = [DaskExecutor(address, name=n, insecure=True) for n in ("bank", "telco", "shop")]
+        # payloads and results go to the workers directly, or (telco) through the scheduler
+        executors = [DaskExecutor(address, name=n, insecure=True, direct=n != "telco")
+                     for n in ("bank", "telco", "shop")]
         try:
             model, raw = _fit(_fed(executors), mode)
             assert all(ex.n_workers == 2 for ex in executors)
+            assert [ex.client.direct_to_workers for ex in executors] == [True, False, True]
         finally:
             for ex in executors:
                 ex.close()
