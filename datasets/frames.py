@@ -418,8 +418,8 @@ def party_data(frame, party: str, id_col: str, label_col: str | None = None,
     vocab = {c: (list(categories[c]) if categories and c in categories else _vocabulary(pf, c)) for c in cats}
     numeric = [c for c in names if c not in vocab]
     X = np.zeros((len(frame), len(names)))
-    if numeric:
-        X[:, [names.index(c) for c in numeric]] = frame[numeric].to_numpy(dtype=np.float64, na_value=np.nan)
+    for c in numeric:           # a column at a time: no second rows x features copy
+        X[:, names.index(c)] = frame[c].to_numpy(dtype=np.float64, na_value=np.nan)
     for c in cats:
         X[:, names.index(c)] = _encode_categories(frame[c], vocab[c])
     y = None

@@ -184,14 +184,25 @@ def parquet_pieces(path, name: str | None = None) -> list[tuple[str, int, int]]:
 def _to_pandas(table) -> pd.DataFrame:
     """An Arrow table as a DataFrame, pandas metadata ignored; a bool column with nulls and an
     all-null column become float64 (NaN), as their CSV equivalents read."""
+    return _convert([table])
+
+
+def _convert(holder: list) -> pd.DataFrame:
+    """:func:`_to_pandas` of the one table in ``holder``, taken out of it: when the caller keeps no
+    other reference, each Arrow column is freed as soon as it is converted (``self_destruct``), so
+    the table and its frame are not both held whole (bounded memory while a driver reads)."""
     import pyarrow as pa
 
+    table = holder.pop()
     keep = [c for c in table.column_names if not _INDEX_COLUMN.fullmatch(c)]
     table = table.select(keep)
     for i, field in enumerate(table.schema):
         if pa.types.is_null(field.type) or (pa.types.is_boolean(field.type) and table.column(i).null_count):
             table = table.set_column(i, field.name, table.column(i).cast(pa.float64()))
-    return table.to_pandas(ignore_metadata=True)
+    frame = table.to_pandas(ignore_metadata=True, self_destruct=True, split_blocks=True)
+    del table
+    pa.default_memory_pool().release_unused()     # what the pool keeps of the freed columns
+    return frame
 
 
 def read_parquet_piece(file, name: str | None = None, row_group: int | None = None,
@@ -250,8 +261,9 @@ def read_parquet_frame(schema: ParquetSchema, name: str | None, columns: list[st
             raise
         except Exception as exc:
             raise InputError(f"cannot read Parquet file {str(f)!r}{_party(name)}: {exc}") from None
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    return _to_pandas(table)
+    holder = [pa.concat_tables(tables) if len(tables) > 1 else tables[0]]
+    del tables
+    return _convert(holder)
 
 
 def check_party_columns(schema: ParquetSchema, name: str, id_col: str, label_col: str | None,

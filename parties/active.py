@@ -193,11 +193,10 @@ class ActiveParty:
             salt, model_id = bytes.fromhex(resume.salt), resume.model_id
         rows = self._align(transport, peers, params, salt)
         y = objective.check_labels(self.y_raw[rows], self.name, self.label_col, ids=self.ids[rows])
-        X = self.X[rows]
         tracker = None
         if checkpoint is not None or resume is not None:
-            tracker = CheckpointTracker(self.name, peers, params, salt, model_id, self.ids[rows], X, y,
-                                        self.feature_names, resume, checkpoint)
+            tracker = CheckpointTracker(self.name, peers, params, salt, model_id, self.ids[rows], self.X, y,
+                                        self.feature_names, resume, checkpoint, rows=rows)
         self.dp_plan = plan_dp_model(params, objective.n_targets, len(peers) + bool(self.feature_names))
         self._dp_public = self._public_bins(params)
         if resume is not None and self.dp_plan.private:
@@ -226,10 +225,9 @@ class ActiveParty:
         booster, completed, ends = None, False, {}
         try:   # from here on, workers and passive parties are released whatever happens
             self._plan_channel(transport, peers, infos, params)
-            sources = self._sources(transport, peers, infos, params, model_id, X,
+            sources = self._sources(transport, peers, infos, params, model_id,
                                     objective.gradients(y, np.tile(objective.base_score(y), (len(y), 1)))
                                     if params.mode == Mode.DP and params.dp_select else None, rows)
-            X = None          # the sources keep the bins they need, not the aligned feature copy
             if self.dp_plan.private:    # what each party's bin edges spent (public bins: nothing)
                 self.dp_plan.record_binning(
                     ({self.name: sources[0].binner.report()} if self.feature_names else {})
@@ -309,21 +307,22 @@ class ActiveParty:
                 transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
 
     def _sources(self, transport: Transport, peers: list[str], infos: dict, params: TrainParams,
-                 model_id: str, X: np.ndarray, root_gradients=None, own_rows=None) -> list[HistogramSource]:
-        """This party's own features first, then every passive party's: remote (``he``/``plain``)
-        or its one noisy release (``dp``, then trained locally)."""
+                 model_id: str, root_gradients=None, own_rows=None) -> list[HistogramSource]:
+        """This party's own features first (its rows ``own_rows`` of ``self.X``, binned without a
+        copy of them), then every passive party's: remote (``he``/``plain``) or its one noisy
+        release (``dp``, then trained locally)."""
         sources: list[HistogramSource] = []
         if self.feature_names:
             categorical, monotone = self._feature_settings(params)
             n_categories = {j: len(self.categories[f]) for j, f in enumerate(self.feature_names)
                             if f in self.categories}
-            sources.append(LocalSource(self.name, X, self.feature_names, params.max_bin, categorical, monotone,
+            sources.append(LocalSource(self.name, self.X, self.feature_names, params.max_bin, categorical, monotone,
                                        params.max_cat, n_categories,
                                        binner=self.dp_plan.binner(params.max_bin, self._dp_public, self.name)
-                                       if self.dp_plan.private else None))
+                                       if self.dp_plan.private else None, rows=own_rows))
         self.dp_report = {}
         if params.mode == Mode.DP:
-            dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(X), root_gradients,
+            dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(own_rows), root_gradients,
                                             own_rows)
             return sources + dp
         for p in peers:

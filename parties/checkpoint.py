@@ -51,14 +51,19 @@ RESUMABLE_CHANGES = ("n_estimators", "key_bits", "encryption")
 _DIGEST_CHUNK = 65_536
 
 
-def data_digest(ids, X, y, feature_names) -> str:
-    """Fingerprint of the aligned training data (order matters)."""
+def data_digest(ids, X, y, feature_names, rows=None) -> str:
+    """Fingerprint of the aligned training data (order matters): ``X``, or ``X[rows]`` hashed a
+    chunk of rows at a time."""
     h = hashlib.sha256(json.dumps(list(feature_names)).encode())
     # the ids joined by NUL, a chunk of ids at a time; the arrays hashed in place (no copies)
     for start in range(0, max(len(ids), 1), _DIGEST_CHUNK):
         text = "\x00".join(alignment.normalize_ids(ids[start:start + _DIGEST_CHUNK]))
         h.update((text if start == 0 else "\x00" + text).encode())
-    h.update(np.ascontiguousarray(X, dtype=np.float64))
+    if rows is None:
+        h.update(np.ascontiguousarray(X, dtype=np.float64))
+    else:
+        for start in range(0, len(rows), _DIGEST_CHUNK):
+            h.update(np.ascontiguousarray(X[rows[start:start + _DIGEST_CHUNK]], dtype=np.float64))
     h.update(np.ascontiguousarray(y, dtype=np.float64))
     return h.hexdigest()
 
@@ -250,9 +255,9 @@ class CheckpointTracker(RoundObserver):
     checkpoint after every round."""
 
     def __init__(self, active_party: str, passive_parties, params, salt: bytes, model_id: str, ids, X, y,
-                 feature_names, resume: Checkpoint | None = None, save=None):
+                 feature_names, resume: Checkpoint | None = None, save=None, rows=None):
         self.save = save
-        digest = data_digest(ids, X, y, feature_names)
+        digest = data_digest(ids, X, y, feature_names, rows)
         if resume is not None:
             resume.check_resume(active_party, passive_parties, params.to_dict(), digest, len(y))
             resume.check_features(len(feature_names))

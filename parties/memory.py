@@ -5,10 +5,11 @@ handlers, the gradient intake, the encryption stream): with glibc's default sett
 gets its own malloc arena and freed blocks stay in the process, so its peak RSS counts memory it
 no longer uses. :func:`return_freed_memory` sets what Dask's nanny sets for its workers through
 ``MALLOC_TRIM_THRESHOLD_`` and a little more: two arenas, blocks from 64 KiB up mapped on their
-own (given back when freed), the heap's free top trimmed from 64 KiB. The ``vfl party`` and
+own (given back when freed), the heap's free top trimmed from 64 KiB; Arrow (Parquet reads)
+allocates from that malloc too instead of its own pool. The ``vfl party`` and
 ``vfl predict`` commands call it; a library caller decides for its own process. Settings the user
 gives in the environment (``MALLOC_ARENA_MAX``, ``MALLOC_TRIM_THRESHOLD_``,
-``MALLOC_MMAP_THRESHOLD_``) win. Elsewhere than glibc on Linux it does nothing.
+``MALLOC_MMAP_THRESHOLD_``, ``ARROW_DEFAULT_MEMORY_POOL``) win. Elsewhere than glibc on Linux it does nothing.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ ENV = {M_ARENA_MAX: "MALLOC_ARENA_MAX", M_TRIM_THRESHOLD: "MALLOC_TRIM_THRESHOLD
        M_MMAP_THRESHOLD: "MALLOC_MMAP_THRESHOLD_"}
 
 
-def return_freed_memory(threshold: int = 64 * 1024, arenas: int = 2) -> dict[str, int]:
+def return_freed_memory(threshold: int = 64 * 1024, arenas: int = 2) -> dict[str, int | str]:
     """Apply the settings to this process; returns those applied (``{}`` where malloc is not glibc's)."""
     if not sys.platform.startswith("linux"):
         return {}
@@ -31,6 +32,10 @@ def return_freed_memory(threshold: int = 64 * 1024, arenas: int = 2) -> dict[str
     except (OSError, AttributeError):
         return {}
     applied = {}
+    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ and "pyarrow" not in sys.modules:
+        # Arrow's buffers (a Parquet read) from malloc too, so they are given back the same way
+        os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
+        applied["ARROW_DEFAULT_MEMORY_POOL"] = "system"
     for param, value in ((M_ARENA_MAX, arenas), (M_TRIM_THRESHOLD, threshold), (M_MMAP_THRESHOLD, threshold)):
         if ENV[param] in os.environ:
             continue

@@ -54,20 +54,46 @@ def _checked(hashes) -> np.ndarray:
     return h
 
 
-def _words(hashes) -> np.ndarray:
-    """``(n, 2)`` uint64: each hash's bytes 0-7 and 8-15 read big-endian, so ordering the rows by
+def _words(hashes) -> tuple[np.ndarray, np.ndarray]:
+    """Each hash's bytes 0-7 and 8-15 read big-endian, as two uint64 vectors: ordering by
     (first, second) word is ordering the hashes as byte strings."""
     h = _checked(hashes)
-    return h.view(">u8").reshape(len(h), 2).astype(np.uint64)
+    w = h.view(">u8").reshape(len(h), 2)
+    return w[:, 0].astype(np.uint64), w[:, 1].astype(np.uint64)
 
 
-def _sort_words(w: np.ndarray) -> np.ndarray:
-    """Row order of ``w`` by (first, second) word."""
-    return np.lexsort((w[:, 1], w[:, 0]))
+class _Sorted:
+    """Hashes sorted by value (``hi``, ``lo`` words), with each one's row (``order``); :meth:`find`
+    looks hashes up by binary search (no Python object per row)."""
 
+    def __init__(self, hashes):
+        hi, lo = _words(hashes)
+        self.order = np.lexsort((lo, hi))
+        self.hi, self.lo = hi[self.order], lo[self.order]
 
-def _same_as_next(w_sorted: np.ndarray) -> np.ndarray:
-    return (w_sorted[1:, 0] == w_sorted[:-1, 0]) & (w_sorted[1:, 1] == w_sorted[:-1, 1])
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def duplicates(self) -> int:
+        return int(((self.hi[1:] == self.hi[:-1]) & (self.lo[1:] == self.lo[:-1])).sum())
+
+    def find(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """Sorted position of every hash ``(hi, lo)`` (-1: absent); this set holds no duplicate."""
+        out = np.full(len(hi), -1, dtype=np.int64)
+        if not len(self) or not len(hi):
+            return out
+        left = np.searchsorted(self.hi, hi, side="left")
+        right = np.searchsorted(self.hi, hi, side="right")
+        one = right - left == 1         # the usual case: the first word alone decides
+        pos = np.minimum(left, len(self) - 1)
+        ok = one & (self.lo[pos] == lo)
+        out[ok] = left[ok]
+        for j in np.flatnonzero(right - left > 1):      # equal first words (rare): search the second
+            a, b = int(left[j]), int(right[j])
+            k = a + int(np.searchsorted(self.lo[a:b], lo[j]))
+            if k < b and self.lo[k] == lo[j]:
+                out[j] = k
+        return out
 
 
 def check_unique(keys: list, party: str, what: str = "ids") -> None:
@@ -79,8 +105,7 @@ def check_unique(keys: list, party: str, what: str = "ids") -> None:
 
 def check_unique_hashes(hashes, party: str, what: str = "ids") -> None:
     """:func:`check_unique` of an ``(n, 16)`` array of hashed ids, without a Python object per row."""
-    w = _words(hashes)
-    dup = int(_same_as_next(w[_sort_words(w)]).sum())
+    dup = _Sorted(hashes).duplicates()
     if dup:
         _duplicates(dup, party, what)
 
@@ -91,48 +116,34 @@ def _duplicates(n: int, party: str, what: str) -> None:
 
 def intersect(hash_sets: dict[str, np.ndarray]) -> np.ndarray:
     """Intersection of every party's hashes, sorted by hash value; error if empty."""
-    common = None
+    hi = lo = None
     for party, hashes in hash_sets.items():
-        w = _words(hashes)
-        w = w[_sort_words(w)]
-        if _same_as_next(w).any():
-            _duplicates(int(_same_as_next(w).sum()), party, "ids")
-        if common is None:
-            common = w
-            continue
-        both = np.concatenate([common, w])          # each side unique: a hash in both appears twice
-        both = both[_sort_words(both)]
-        common = both[:-1][_same_as_next(both)]
-        del both
-    if common is None or not len(common):
+        s = _Sorted(hashes)
+        dup = s.duplicates()
+        if dup:
+            _duplicates(dup, party, "ids")
+        if hi is None:
+            hi, lo = s.hi, s.lo
+        else:                            # the common hashes stay sorted
+            keep = s.find(hi, lo) >= 0
+            hi, lo = hi[keep], lo[keep]
+    if hi is None or not len(hi):
         raise InputError("the parties have no sample id in common: nothing to train on "
                          f"(rows per party: { {p: len(h) for p, h in hash_sets.items()} })")
-    return np.ascontiguousarray(common.astype(">u8")).view(np.uint8).reshape(len(common), 16)
+    out = np.empty((len(hi), 2), dtype=">u8")
+    out[:, 0], out[:, 1] = hi, lo
+    return out.view(np.uint8).reshape(len(hi), 16)
 
 
 def positions(own_hashes: np.ndarray, target_hashes: np.ndarray, party: str) -> np.ndarray:
     """Row index in ``own_hashes`` of every hash of ``target_hashes`` (error if one is missing).
-    ``own_hashes`` are unique (checked by the caller); vectorized: one sort of both sets."""
-    own, target = _words(own_hashes), _words(target_hashes)
-    n_own = len(own)
-    both = np.concatenate([own, target])
-    # equal hashes: the own row first (the flag), so each target row follows the own row it matches
-    flag = np.concatenate([np.zeros(n_own, dtype=np.int8), np.ones(len(target), dtype=np.int8)])
-    order = np.lexsort((flag, both[:, 1], both[:, 0]))
-    del flag
-    is_own = order < n_own
-    last_own = np.maximum.accumulate(np.where(is_own, np.arange(len(order)), -1))
-    tpos = np.flatnonzero(~is_own)
-    prev = last_own[tpos]
-    found = prev >= 0
-    cand = np.where(found, order[np.maximum(prev, 0)], 0)
-    tidx = order[tpos] - n_own
-    if n_own:
-        found &= (own[cand, 0] == target[tidx, 0]) & (own[cand, 1] == target[tidx, 1])
-    missing = int(len(target) - found.sum())
+    ``own_hashes`` are unique (checked by the caller); binary search in the sorted own hashes."""
+    own = _Sorted(own_hashes)
+    hi, lo = _words(target_hashes)
+    pos = own.find(hi, lo)
+    del hi, lo
+    missing = int((pos < 0).sum())
     if missing:
         raise InputError(f"party {party!r} has no row for {missing} of the {len(target_hashes)} "
                          "requested sample ids")
-    out = np.empty(len(target), dtype=np.int64)
-    out[tidx] = cand
-    return out
+    return own.order[pos]

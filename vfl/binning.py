@@ -80,6 +80,10 @@ def _kept_codes(col: np.ndarray, max_cat: int) -> np.ndarray:
     return np.sort(order[:max_cat])
 
 
+def _column(X: np.ndarray, j: int, rows=None) -> np.ndarray:
+    return X[:, j] if rows is None else X[rows, j]
+
+
 class Binner:
     """Fits per-feature thresholds (numeric) or category bins (categorical) and maps values to
     ``bin_idx``."""
@@ -94,18 +98,21 @@ class Binner:
     def is_categorical(self, feature_idx: int) -> bool:
         return self.categorical is not None and bool(self.categorical[feature_idx])
 
-    def fit(self, X) -> "Binner":
+    def fit(self, X, rows=None) -> "Binner":
+        """Edges of every column of ``X``, or of its rows ``rows`` (read a column at a time: the
+        row subset is never copied whole)."""
         X = np.asarray(X, dtype=np.float64)
         if self.categorical is not None and self.categorical.shape != (X.shape[1],):
             raise ValueError(f"categorical mask of {self.categorical.shape} for {X.shape[1]} features")
         self.thresholds_, self.categories_ = [], {}
         for j in range(X.shape[1]):
+            col = _column(X, j, rows)
             if self.is_categorical(j):
-                kept = _kept_codes(X[:, j], self.max_cat)
+                kept = _kept_codes(col, self.max_cat)
                 self.categories_[j] = kept
                 self.thresholds_.append(np.arange(len(kept), dtype=np.float64))   # bin count only
             else:
-                self.thresholds_.append(_thresholds(X[:, j], self.max_bin))
+                self.thresholds_.append(_thresholds(col, self.max_bin))
         return self
 
     def other_bin(self, feature_idx: int) -> int:
@@ -143,11 +150,12 @@ class Binner:
     def bin_offsets(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.n_bins)]).astype(np.int64)
 
-    def transform(self, X) -> np.ndarray:
+    def transform(self, X, rows=None) -> np.ndarray:
+        """Bins of ``X`` (or of its rows ``rows``, a column at a time)."""
         X = np.asarray(X, dtype=np.float64)
-        out = np.empty(X.shape, dtype=np.uint16)
+        out = np.empty((X.shape[0] if rows is None else len(rows), X.shape[1]), dtype=np.uint16)
         for j, t in enumerate(self.thresholds_):
-            col = X[:, j]
+            col = _column(X, j, rows)
             if self.is_categorical(j):
                 out[:, j] = self.category_bins(j, col)
                 continue

@@ -64,19 +64,26 @@ class LocalSource(HistogramSource):
 
     def __init__(self, party: str, X: np.ndarray, feature_names: list[str], max_bin: int,
                  categorical: np.ndarray | None = None, monotone: np.ndarray | None = None,
-                 max_cat: int = 64, n_categories: dict[int, int] | None = None, binner: Binner | None = None):
+                 max_cat: int = 64, n_categories: dict[int, int] | None = None, binner: Binner | None = None,
+                 rows: np.ndarray | None = None):
         """``categorical``: bool per feature (``X`` holds category codes there, see
         :mod:`vfl.binning`); ``n_categories[f]``: the vocabulary size of categorical feature f;
         ``monotone``: -1/0/+1 per feature; ``binner``: an unfitted binner to use instead of
-        ``Binner(max_bin, ...)`` (e.g. DP bin edges)."""
+        ``Binner(max_bin, ...)`` (e.g. DP bin edges); ``rows``: the rows of ``X`` to use, in
+        order (default all): binned a column at a time, without a copy of ``X[rows]``."""
         self.party = party
         self.feature_names = list(feature_names)
         self.categorical = None if categorical is None or not np.any(categorical) else \
             np.asarray(categorical, dtype=bool)
         self.monotone = None if monotone is None or not np.any(monotone) else np.asarray(monotone, dtype=np.int8)
         self.n_categories = dict(n_categories or {})
-        self.binner = (Binner(max_bin, self.categorical, max_cat) if binner is None else binner).fit(X)
-        self._set_bins(self.binner.transform(X), self.binner.n_bins)
+        if binner is None:
+            self.binner = Binner(max_bin, self.categorical, max_cat).fit(X, rows)
+            self._set_bins(self.binner.transform(X, rows), self.binner.n_bins)
+        else:
+            X = X if rows is None else X[rows]
+            self.binner = binner.fit(X)
+            self._set_bins(self.binner.transform(X), self.binner.n_bins)
 
     def _set_bins(self, bin_idx: np.ndarray, n_bins: np.ndarray) -> None:
         """``bin_idx`` of every sample; ``n_bins[f]`` slots of feature f, the last for missing."""

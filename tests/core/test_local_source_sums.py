@@ -41,3 +41,20 @@ def test_more_than_256_slots_keep_two_byte_bins():
     src = LocalSource("a", X, ["x"], 256)
     assert src.n_bins.max() == 257 and src.bin_idx.dtype == np.uint16
     assert src.bin_idx.max() == 256
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 200), F=st.integers(1, 4), seed=st.integers(0, 2**31 - 1), cat=st.booleans())
+def test_binning_the_rows_of_x_equals_binning_the_copy_x_rows(n, F, seed, cat):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, F)).round(1)
+    X[rng.random((n, F)) < 0.1] = np.nan
+    categorical = np.zeros(F, dtype=bool)
+    if cat:
+        X[:, 0] = np.where(np.isnan(X[:, 0]), np.nan, rng.integers(0, 5, n))
+        categorical[0] = True
+    rows = rng.permutation(n)[:rng.integers(1, n + 1)]
+    a = LocalSource("a", X, [f"x{j}" for j in range(F)], 16, categorical, rows=rows)
+    b = LocalSource("a", X[rows], [f"x{j}" for j in range(F)], 16, categorical)
+    assert np.array_equal(a.bin_idx, b.bin_idx) and a.bin_idx.dtype == b.bin_idx.dtype
+    assert all(np.array_equal(s, t) for s, t in zip(a.binner.thresholds_, b.binner.thresholds_))

@@ -28,3 +28,16 @@ def test_the_chunked_data_digest_is_the_digest_of_all_ids_joined(n, chunk, text)
         assert checkpoint.data_digest(ids, X, y, ["a", "b"]) == whole.hexdigest()
     finally:
         checkpoint._DIGEST_CHUNK = saved
+
+
+def test_the_digest_of_x_rows_hashed_by_chunks_equals_the_digest_of_the_copy():
+    rng = np.random.default_rng(3)
+    X, rows = rng.normal(size=(50, 3)), rng.permutation(50)[:37]
+    y, ids = rng.random(37), np.arange(37)
+    saved = checkpoint._DIGEST_CHUNK
+    checkpoint._DIGEST_CHUNK = 4
+    try:
+        assert checkpoint.data_digest(ids, X, y, ["a"], rows) == checkpoint.data_digest(ids, X[rows], y, ["a"])
+        assert checkpoint.data_digest(ids, X, y, ["a"], rows[::-1]) != checkpoint.data_digest(ids, X[rows], y, ["a"])
+    finally:
+        checkpoint._DIGEST_CHUNK = saved

@@ -37,7 +37,8 @@ def _probe(mode: str, env=None) -> dict:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc settings")
 def test_freed_blocks_go_back_to_the_system_with_the_settings():
     on, off = _probe("on"), _probe("off")
-    assert on["applied"] == {"MALLOC_ARENA_MAX": 2, "MALLOC_TRIM_THRESHOLD_": 65536, "MALLOC_MMAP_THRESHOLD_": 65536}
+    assert on["applied"] == {"MALLOC_ARENA_MAX": 2, "MALLOC_TRIM_THRESHOLD_": 65536, "MALLOC_MMAP_THRESHOLD_": 65536,
+                             "ARROW_DEFAULT_MEMORY_POOL": "system"}
     assert on["growth_mb"] < 60, (on, off)           # ~30 MB kept of 300 MB allocated
     assert off["growth_mb"] > on["growth_mb"] + 100, (on, off)
 
