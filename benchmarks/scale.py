@@ -217,7 +217,8 @@ def _fingerprint(passive_dir: Path, predictions: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def run_one(dirs: dict, n: int, executor: str, workers: int, work: Path, batch_rows: int) -> dict:
+def run_one(dirs: dict, n: int, executor: str, workers: int, work: Path, batch_rows: int,
+            via_scheduler: bool = False) -> dict:
     watch = Watch().start()
     clusters, passive = [], None
     model_dir, passive_models = work / f"{executor}-active", work / f"{executor}-passive"
@@ -230,7 +231,8 @@ def run_one(dirs: dict, n: int, executor: str, workers: int, work: Path, batch_r
         if executor == "dask":
             for role in ("active", "passive"):
                 clusters.append(DaskCluster(workers, watch, role))
-                dask[role] = ["--dask-scheduler", clusters[-1].address, "--dask-insecure"]
+                dask[role] = ["--dask-scheduler", clusters[-1].address, "--dask-insecure"] + \
+                    (["--dask-via-scheduler"] if via_scheduler else [])
         passive = _spawn(["-m", "cli", "party", "passive", "--name", "host", "--listen", "127.0.0.1:0",
                           "--data", dirs["passive"], "--model-dir", passive_models, "--insecure",
                           "--log-level", "warning", *dask.get("passive", [])],
@@ -306,6 +308,8 @@ def main(argv=None):
     ap.add_argument("--batch-rows", type=int, default=10_000, help="vfl predict --batch-rows")
     ap.add_argument("--workdir", help="where the Parquet tables go (default: a temporary directory, removed)")
     ap.add_argument("--write-only", action="store_true", help="write the tables and stop (a dry run of the data)")
+    ap.add_argument("--dask-via-scheduler", action="store_true",
+                    help="Dask runs relay payloads and results through the scheduler (the pre-direct transport)")
     args = ap.parse_args(argv)
     rows = args.rows or list(DEFAULT_ROWS)
     kinds = args.executor or ["local", "dask"]
@@ -325,7 +329,7 @@ def main(argv=None):
             by_kind = {}
             for kind in kinds:
                 try:
-                    res = run_one(dirs, n, kind, args.dask_workers, work, args.batch_rows)
+                    res = run_one(dirs, n, kind, args.dask_workers, work, args.batch_rows, args.dask_via_scheduler)
                     res["throughput"] = throughput(res)
                 except Exception as exc:            # report and go on with the next run
                     res = {"rows": n, "executor": kind, "error": str(exc)}
@@ -346,6 +350,7 @@ def main(argv=None):
         if not args.workdir:
             shutil.rmtree(base, ignore_errors=True)
     print(json.dumps({"cores": _common.cores(), "features": list(FEATURES), "key_bits": 1024, "depth": 3,
+                      "dask_via_scheduler": args.dask_via_scheduler,
                       "results": results, "summary": summary}))
 
 
