@@ -97,6 +97,16 @@ def _children() -> dict[int, list[int]]:
     return out
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (``/proc/PID/stat``)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _hwm_kb(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -134,8 +144,9 @@ class Watch:
                 if kb is None:
                     continue
                 rec = self.peaks.setdefault(pid, {"pid": pid, "role": role if d == 0 else f"{role}/worker",
-                                                  "peak_kb": 0})
+                                                  "peak_kb": 0, "cpu": 0.0})
                 rec["peak_kb"] = max(rec["peak_kb"], kb)
+                rec["cpu"] = max(rec["cpu"], _cpu_seconds(pid) or 0.0)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
@@ -149,8 +160,8 @@ class Watch:
         self.sample()
         self._stop.set()
         self._thread.join()
-        return [{"role": r["role"], "pid": r["pid"], "peak_mb": round(r["peak_kb"] / 1024, 1)}
-                for r in self.peaks.values()]
+        return [{"role": r["role"], "pid": r["pid"], "peak_mb": round(r["peak_kb"] / 1024, 1),
+                 "cpu_seconds": round(r["cpu"], 1)} for r in self.peaks.values()]
 
 
 def _env() -> dict:
@@ -272,13 +283,16 @@ def run_one(dirs: dict, n: int, executor: str, workers: int, work: Path, batch_r
     result = json.loads(summary.read_text())
     timing = result["timings"][0] if result.get("timings") else {}
     drivers = {r["role"]: r["peak_mb"] for r in peaks if r["role"] in ("active", "passive")}
+    cpu: dict[str, float] = {}          # CPU seconds by role (drivers, schedulers, workers summed)
+    for r in peaks:
+        cpu[r["role"]] = round(cpu.get(r["role"], 0.0) + r["cpu_seconds"], 1)
     worker_peaks = [r for r in peaks if r["role"] not in ("active", "passive")]
     return {"rows": n, "executor": executor,
             "workers_per_party": workers if executor == "dask" else _common.cores(),
             "seconds_per_tree": round(float(result["train_seconds"]), 3),
             "stages": {k: round(float(timing.get(k, 0.0)), 3) for k in STAGES},
             "active_driver_peak_rss_mb": drivers.get("active"), "passive_driver_peak_rss_mb": drivers.get("passive"),
-            "worker_peak_rss_mb": worker_peaks, "bytes_sent": result.get("bytes_sent"),
+            "worker_peak_rss_mb": worker_peaks, "cpu_seconds_by_role": cpu, "bytes_sent": result.get("bytes_sent"),
             "predict_seconds": json.loads(pred_json.read_text()).get("predict_seconds"),
             "model": _fingerprint(passive_models, preds), "wall_seconds_train": round(wall, 2)}
 

@@ -136,6 +136,10 @@ class DaskExecutor(Executor):
     carries only task metadata); ``False`` relays them through the scheduler, for a driver that
     can reach the scheduler but not the workers."""
 
+    #: a task costs the scheduler, the client and the worker about a millisecond of CPU each:
+    #: background requests (obfuscator fills) carry about 0.1 s of work
+    task_seconds = 0.1
+
     def __init__(self, scheduler: str = "local:2", *, name: str = "dask", security: Security | None = None,
                  tls_dir=None, insecure: bool = False, n_workers: int | None = None,
                  timeout: float = 60.0, direct: bool = True):

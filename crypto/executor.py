@@ -86,6 +86,9 @@ class Executor(ABC):
     n_workers: int
     closed: bool
     cpu_seconds: float
+    #: the least work worth one request (seconds): background work is batched to about this
+    #: long (0: requests are cheap, as over a local pipe)
+    task_seconds: float = 0.0
 
     # -- lifecycle --------------------------------------------------------
     @abstractmethod

@@ -9,7 +9,8 @@ splits, between trees) and then encrypts a round with one multiplication per val
 the driver itself for the inline executor) keeps a stock of obfuscators of the current key in
 its own memory (:class:`crypto.paillier.ObfuscatorStock`), filled by small ``obf_fill``
 requests that the keeper's background thread sends only while the party waits for its peers
-(:meth:`StockKeeper.waiting`). A round's ``pack_encrypt`` takes from the worker's stock and
+(:meth:`StockKeeper.waiting`; on an executor whose requests cost scheduling time, Dask, the
+requests grow to about its ``task_seconds`` of work). A round's ``pack_encrypt`` takes from the worker's stock and
 makes the rest on the spot, counting both. Each obfuscator is handed out once, never leaves
 the process that made it (the only bytes are the tiny requests) and is never written anywhere.
 """
@@ -30,6 +31,8 @@ log = logging.getLogger("vfl.crypto")
 #: 0.1 ms each at 2048 bits, so ~3 ms in the driver and ~6 ms on a worker process)
 FILL_BATCH_INLINE = 32
 FILL_BATCH_WORKER = 64
+#: the largest fill request, in obfuscators per worker
+MAX_FILL_BATCH = 16384
 #: rounds of values each worker keeps ahead (its last round's values times this)
 ROUNDS_AHEAD = 1.5
 #: bytes of obfuscators one worker may hold
@@ -55,6 +58,11 @@ class StockKeeper:
         self.cap = max(1, int(max_bytes) // int_width(encryptor.nsquare))
         inline = isinstance(executor, InlineExecutor)
         self.batch = int(batch or (FILL_BATCH_INLINE if inline else FILL_BATCH_WORKER))
+        # an executor whose requests cost milliseconds of scheduling (Dask: the scheduler, the
+        # client and the worker each spend CPU per task) asks for about that long a batch: the
+        # batch doubles (or halves) until one fill request takes about ``task_seconds``
+        self.task_seconds = float(getattr(executor, "task_seconds", 0.0) or 0.0)
+        self._min_batch = self.batch
         self.targets = [0] * executor.n_workers
         self._full = [True] * executor.n_workers
         self._cond = threading.Condition()
@@ -136,11 +144,21 @@ class StockKeeper:
                         self._full[i] = True
                 self.batches += 1
                 self.background_seconds += dt
+                self._resize(dt)
                 timing = self.timing
                 if timing is None:
                     self.before_training_seconds += dt
             if timing is not None:
                 timing.add("obfuscate_bg", dt)
+
+    def _resize(self, seconds: float) -> None:
+        """Fit the next batch to the executor's ``task_seconds`` (a batch that took ``seconds``)."""
+        if self.task_seconds <= 0:
+            return
+        if seconds < self.task_seconds / 2:
+            self.batch = min(MAX_FILL_BATCH, 2 * self.batch)
+        elif seconds > 2 * self.task_seconds:
+            self.batch = max(self._min_batch, self.batch // 2)
 
     def close(self) -> None:
         """Stop the background thread (waits for the batch in flight)."""

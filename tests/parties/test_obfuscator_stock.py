@@ -171,3 +171,34 @@ def test_validation_between_trees_counts_as_waiting(monkeypatch):
     val = {"bank": a[150:], "telco": b[150:], "shop": c[150:]}
     fed.fit(TrainParams(mode="he", n_estimators=2, max_depth=2, key_bits=KEY_BITS), validation=val)
     assert seen == [1, 1]
+
+
+def test_fill_requests_grow_to_the_executors_task_time():
+    """On an executor whose requests cost scheduling time (Dask: ``task_seconds``), the background
+    fill asks for batches of about that much work instead of the cheap-pipe default of 32/64."""
+    import time
+
+    from crypto.executor import InlineExecutor
+    from crypto.keys import generate_keypair
+    from crypto.obfuscators import StockKeeper
+    from crypto.paillier import Encryptor
+
+    pub, priv = generate_keypair(KEY_BITS)
+    ex = InlineExecutor(name="bank")
+    ex.task_seconds = 0.02
+    keeper = StockKeeper(ex, Encryptor(pub, priv))
+    first = keeper.batch
+    keeper.plan([100_000])
+    keeper.start()
+    try:
+        with keeper.waiting():
+            deadline = time.monotonic() + 20
+            while keeper.batches < 8 and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        keeper.close()
+    assert keeper.batches >= 8 and keeper.batch > 2 * first
+    assert keeper.background_seconds / keeper.batches > 0.004      # not milliseconds of work each
+    plain = StockKeeper(InlineExecutor(name="bank2"), Encryptor(pub, priv))
+    plain._resize(0.0)
+    assert plain.batch == first                                     # a cheap executor keeps its batch
