@@ -60,15 +60,21 @@ def overlap_enabled() -> bool:
 #: a streamed gradient shard message carries at least this many bytes (unless the frame cap is
 #: lower): every message costs a round trip, which on a slow link must stay small next to its bytes
 MIN_STREAM_SHARD_BYTES = 1 << 20
+#: ... and at most this many (issue 11): the drivers hold a few messages at a time (the active
+#: party's stream keeps about two waves, the passive party's intake a backlog of two), so capping
+#: a message keeps both drivers' memory flat in the number of rows; more rows, more messages
+MAX_STREAM_SHARD_BYTES = 8 << 20
 
 
 def stream_rows(n_rows: int, n_workers: int = 1, bytes_per_row: int = 0) -> int:
     """The most rows of one shard when the round overlaps: at least :data:`STREAM_SHARDS` pieces,
     and four per worker (a wave of shards, one per worker, is then a quarter of the round), but
-    with ``bytes_per_row`` (gradient messages) no message under :data:`MIN_STREAM_SHARD_BYTES`."""
+    with ``bytes_per_row`` (gradient messages) no message under :data:`MIN_STREAM_SHARD_BYTES`
+    nor over :data:`MAX_STREAM_SHARD_BYTES` (a large round is cut into more messages)."""
     rows = max(MIN_SHARD_ROWS, -(-int(n_rows) // max(STREAM_SHARDS, 4 * max(1, int(n_workers)))))
     if bytes_per_row > 0:
         rows = max(rows, -(-MIN_STREAM_SHARD_BYTES // int(bytes_per_row)))
+        rows = min(rows, max(1, MAX_STREAM_SHARD_BYTES // int(bytes_per_row)))
     return rows
 
 
@@ -401,8 +407,9 @@ class EncryptionStream:
     runs at most ``ahead`` shards (one wave) ahead of the leading sender, and keeps a shard's
     bytes only until every sender took it, and never more than ``ahead + n_workers`` shards (a
     sender far behind, e.g. the second passive party of a sequential transport, fetches an
-    evicted shard again from its worker's slot); with the round cut into four shards per worker
-    (:func:`stream_rows`) the driver holds at most half of it, and usually two shards. Every
+    evicted shard again from its worker's slot); with the round cut into four shards per worker,
+    each at most :data:`MAX_STREAM_SHARD_BYTES` (:func:`stream_rows`), the driver holds at most
+    ``ahead + n_workers`` shards, whatever the number of rows, and usually two. Every
     shard is encrypted once, whatever the number of senders.
 
     ``on_wait(seconds)`` hears the wall time during which at least one sender waited for an

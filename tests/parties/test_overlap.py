@@ -16,6 +16,7 @@ from crypto.keys import generate_keypair
 from crypto.packing import PackingLayout
 from crypto.paillier import Encryptor
 from crypto.shards import (
+    MAX_STREAM_SHARD_BYTES,
     MIN_STREAM_SHARD_BYTES,
     OVERLAP_ENV,
     STREAM_SHARDS,
@@ -82,6 +83,11 @@ def test_the_switch_reads_the_environment(monkeypatch):
     assert stream_rows(24_000, 1, 512) == 3000                          # 1.5 MB messages at 2048 bits
     assert stream_rows(2000, 1, 256) == MIN_STREAM_SHARD_BYTES // 256   # and of 1 MiB (a round trip each)
     assert stream_rows(100_000, 8) == 100_000 // 32                     # four per worker
+    # and of at most 8 MiB: the drivers' message buffers do not grow with the rows
+    assert stream_rows(2_000_000, 2, 284) == MAX_STREAM_SHARD_BYTES // 284
+    assert len(plan_shards(2_000_000, 2, stream_rows(2_000_000, 2, 284))) == 68
+    for n in (10**5, 10**6, 10**7):
+        assert stream_rows(n, 2, 512) * 512 <= MAX_STREAM_SHARD_BYTES
 
 
 @pytest.mark.slow
