@@ -63,7 +63,7 @@ MIN_STREAM_SHARD_BYTES = 1 << 20
 #: ... and at most this many (issue 11): the drivers hold a few messages at a time (the active
 #: party's stream keeps about two waves, the passive party's intake a backlog of two), so capping
 #: a message keeps both drivers' memory flat in the number of rows; more rows, more messages
-MAX_STREAM_SHARD_BYTES = 8 << 20
+MAX_STREAM_SHARD_BYTES = 16 << 20
 
 
 def stream_rows(n_rows: int, n_workers: int = 1, bytes_per_row: int = 0) -> int:

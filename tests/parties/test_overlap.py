@@ -83,9 +83,9 @@ def test_the_switch_reads_the_environment(monkeypatch):
     assert stream_rows(24_000, 1, 512) == 3000                          # 1.5 MB messages at 2048 bits
     assert stream_rows(2000, 1, 256) == MIN_STREAM_SHARD_BYTES // 256   # and of 1 MiB (a round trip each)
     assert stream_rows(100_000, 8) == 100_000 // 32                     # four per worker
-    # and of at most 8 MiB: the drivers' message buffers do not grow with the rows
+    # and of at most 16 MiB: the drivers' message buffers do not grow with the rows
     assert stream_rows(2_000_000, 2, 284) == MAX_STREAM_SHARD_BYTES // 284
-    assert len(plan_shards(2_000_000, 2, stream_rows(2_000_000, 2, 284))) == 68
+    assert len(plan_shards(2_000_000, 2, stream_rows(2_000_000, 2, 284))) == 34
     for n in (10**5, 10**6, 10**7):
         assert stream_rows(n, 2, 512) * 512 <= MAX_STREAM_SHARD_BYTES
 
