@@ -199,10 +199,7 @@ def _convert(holder: list) -> pd.DataFrame:
     for i, field in enumerate(table.schema):
         if pa.types.is_null(field.type) or (pa.types.is_boolean(field.type) and table.column(i).null_count):
             table = table.set_column(i, field.name, table.column(i).cast(pa.float64()))
-    frame = table.to_pandas(ignore_metadata=True, self_destruct=True, split_blocks=True)
-    del table
-    pa.default_memory_pool().release_unused()     # what the pool keeps of the freed columns
-    return frame
+    return table.to_pandas(ignore_metadata=True, self_destruct=True, split_blocks=True)
 
 
 def read_parquet_piece(file, name: str | None = None, row_group: int | None = None,
@@ -263,7 +260,9 @@ def read_parquet_frame(schema: ParquetSchema, name: str | None, columns: list[st
             raise InputError(f"cannot read Parquet file {str(f)!r}{_party(name)}: {exc}") from None
     holder = [pa.concat_tables(tables) if len(tables) > 1 else tables[0]]
     del tables
-    return _convert(holder)
+    frame = _convert(holder)
+    pa.default_memory_pool().release_unused()     # once per whole-table read: what the pool kept
+    return frame
 
 
 def check_party_columns(schema: ParquetSchema, name: str, id_col: str, label_col: str | None,

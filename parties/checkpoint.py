@@ -56,9 +56,9 @@ def data_digest(ids, X, y, feature_names, rows=None) -> str:
     chunk of rows at a time."""
     h = hashlib.sha256(json.dumps(list(feature_names)).encode())
     # the ids joined by NUL, a chunk of ids at a time; the arrays hashed in place (no copies)
-    for start in range(0, max(len(ids), 1), _DIGEST_CHUNK):
-        text = "\x00".join(alignment.normalize_ids(ids[start:start + _DIGEST_CHUNK]))
-        h.update((text if start == 0 else "\x00" + text).encode())
+    for i, keys in enumerate(alignment.normalized_chunks(ids, _DIGEST_CHUNK)):
+        text = "\x00".join(keys)
+        h.update((text if i == 0 else "\x00" + text).encode())
     if rows is None:
         h.update(np.ascontiguousarray(X, dtype=np.float64))
     else:

@@ -31,14 +31,22 @@ def normalize_ids(ids) -> list[str]:
 HASH_CHUNK = 65_536
 
 
+def normalized_chunks(ids, size: int | None = None):
+    """:func:`normalize_ids` of ``ids`` a chunk of ``size`` (default :data:`HASH_CHUNK`) at a time:
+    the Python strings of one chunk exist at once, never one per row of a large table."""
+    size = HASH_CHUNK if size is None else int(size)
+    for start in range(0, len(ids), size):
+        yield normalize_ids(ids[start:start + size])
+
+
 def hash_ids(ids, salt: bytes) -> np.ndarray:
     """``(n, 16)`` uint8 array of mmh3-128 hashes of ``salt + id``, filled a chunk of ids at a time."""
-    n = len(ids)
-    out = np.empty((n, 16), dtype=np.uint8)
-    for start in range(0, n, HASH_CHUNK):
-        keys = normalize_ids(ids[start:start + HASH_CHUNK])
+    out = np.empty((len(ids), 16), dtype=np.uint8)
+    start = 0
+    for keys in normalized_chunks(ids):
         buf = b"".join(mmh3.hash_bytes(salt + k.encode("utf-8")) for k in keys)
         out[start:start + len(keys)] = np.frombuffer(buf, dtype=np.uint8).reshape(len(keys), 16)
+        start += len(keys)
     return out
 
 
