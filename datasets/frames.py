@@ -391,9 +391,14 @@ def _where(party: str, source: str | None) -> str:
 
 def party_data(frame, party: str, id_col: str, label_col: str | None = None,
                source: str | None = None, require_features: bool = True,
-               allow_text_label: bool = False, categorical=None, categories: dict | None = None) -> PartyData:
+               allow_text_label: bool = False, categorical=None, categories: dict | None = None,
+               consume: bool = False) -> PartyData:
     """``allow_text_label``: the label may hold strings (class names); ``y`` is then an
     object array (missing labels as None), else float64.
+
+    ``consume``: the caller hands ``frame`` over; each column is removed from it once converted,
+    so the frame and the arrays made of it are never both whole in memory (the frame is left
+    with its id column only).
 
     Categorical columns (``categorical``: declared column names; text and pandas ``category``
     columns always) are encoded as category codes: their position in the column's vocabulary,
@@ -417,14 +422,17 @@ def party_data(frame, party: str, id_col: str, label_col: str | None = None,
                              "model was trained on them as numeric columns")
     vocab = {c: (list(categories[c]) if categories and c in categories else _vocabulary(pf, c)) for c in cats}
     numeric = [c for c in names if c not in vocab]
-    X = np.zeros((len(frame), len(names)))
+    take = frame.pop if consume else frame.__getitem__
+    # column-major: filling a column touches only its own pages (a row-major fill touches every page
+    # of X at the first column, while the frame still holds all of its own)
+    X = np.zeros((len(frame), len(names)), order="F")
     for c in numeric:           # a column at a time: no second rows x features copy
-        X[:, names.index(c)] = frame[c].to_numpy(dtype=np.float64, na_value=np.nan)
+        X[:, names.index(c)] = take(c).to_numpy(dtype=np.float64, na_value=np.nan)
     for c in cats:
-        X[:, names.index(c)] = _encode_categories(frame[c], vocab[c])
+        X[:, names.index(c)] = _encode_categories(take(c), vocab[c])
     y = None
     if label_col is not None:
-        col = frame[label_col]
+        col = take(label_col)
         numeric = pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype)
         if allow_text_label and not numeric:
             y = np.array([None if v is pd.NA or (isinstance(v, float) and v != v) else v

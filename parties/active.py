@@ -86,8 +86,13 @@ class ActiveParty:
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", label_col: str = "y",
                  source: str | None = None, n_jobs: int | None = None, executor: Executor | None = None,
-                 categorical=None, weight_col: str | None = None):
+                 categorical=None, weight_col: str | None = None, low_memory: bool = False):
+        """``low_memory``: a driver that trains once (``vfl party active``): ``frame`` is handed over
+        and emptied column by column as it is read, and :meth:`fit` drops the raw feature matrix
+        and the labels once they are binned and checked. Such a party trains once and predicts on
+        new rows only."""
         self.name = str(name)
+        self.low_memory = bool(low_memory)
         resolve_workers(n_jobs)       # validate early
         self.n_jobs = n_jobs          # worker processes for encryption/decryption (None: all cores)
         if executor is not None and not isinstance(executor, Executor):
@@ -100,7 +105,7 @@ class ActiveParty:
         if weight_col is not None:
             frame = self._take_weights(frame, weight_col)
         d = party_data(frame, self.name, id_col, label_col, source, require_features=False,
-                       allow_text_label=True, categorical=categorical)
+                       allow_text_label=True, categorical=categorical, consume=self.low_memory)
         self.ids, self.X, self.feature_names, self.y_raw = d.ids, d.X, d.feature_names, d.y
         self.categories: dict = dict(d.categories or {})      # {categorical feature: vocabulary}
         self.model: BoostedModel | None = None
@@ -117,12 +122,15 @@ class ActiveParty:
             raise InputError(f"{where}: weight column {weight_col!r} not found; columns are {cols[:10]}")
         if weight_col in (self.id_col, self.label_col):
             raise InputError(f"{where}: the weight column {weight_col!r} is the id or the label column")
-        col = frame[weight_col]
+        if self.low_memory:             # the handed-over frame itself loses the column
+            col = frame.pop(weight_col)
+        else:
+            col, frame = frame[weight_col], frame.drop(columns=weight_col)
         if not (pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype)):
             raise InputError(f"{where}: weight column {weight_col!r} is not numeric (dtype {col.dtype})")
         self.sample_weight = check_sample_weight(col.to_numpy(dtype=np.float64, na_value=np.nan), len(frame),
                                                  self.name, weight_col)
-        return frame.drop(columns=weight_col)
+        return frame
 
     def _feature_settings(self, params: TrainParams) -> tuple[np.ndarray, np.ndarray]:
         """``(categorical, monotone)`` per own feature; constraints checked against the features."""
@@ -140,12 +148,14 @@ class ActiveParty:
 
     # -- training -----------------------------------------------------------
     def align(self, transport: Transport, peers: list[str], salt: bytes, session_id: str):
-        own = alignment.hash_ids(self.ids, salt)
+        hashes = {self.name: alignment.hash_ids(self.ids, salt)}
         replies = transport.call_many({p: m.AlignRequest(session_id, salt) for p in peers})
-        # intersect checks that every party's ids are unique, ours included
-        common = alignment.intersect({self.name: own, **{p: r.hashes for p, r in replies.items()}})
+        hashes |= {p: r.hashes for p, r in replies.items()}
+        replies = None
+        # intersect checks that every party's ids are unique, ours included; our rows come from its sort
+        common, rows = alignment.intersect(hashes, rows_of=self.name)
+        hashes = None
         acks = transport.call_many({p: m.AlignResult(common) for p in peers})
-        rows = alignment.positions(own, common, self.name)
         self.alignment_report = {self.name: {"n_rows": int(len(self.ids)), "n_kept": int(len(rows))},
                                  **{p: {"n_rows": a.n_rows, "n_kept": a.n_kept} for p, a in acks.items()}}
         return rows
@@ -177,6 +187,9 @@ class ActiveParty:
         """
         params = params or TrainParams()
         peers = list(peers)
+        if self.y_raw is None:
+            raise InputError(f"party {self.name!r} holds no training data (a low_memory party trains once, "
+                             "a party made from a model never)")
         if len(set(peers)) != len(peers) or self.name in peers:
             raise InputError(f"party names must be unique, got active {self.name!r} and passive {peers}")
         objective = get_objective(params.objective, huber_slope=params.huber_slope)
@@ -193,6 +206,8 @@ class ActiveParty:
             salt, model_id = bytes.fromhex(resume.salt), resume.model_id
         rows = self._align(transport, peers, params, salt)
         y = objective.check_labels(self.y_raw[rows], self.name, self.label_col, ids=self.ids[rows])
+        if self.low_memory:
+            self.y_raw = None         # the aligned labels are all the training needs
         tracker = None
         if checkpoint is not None or resume is not None:
             tracker = CheckpointTracker(self.name, peers, params, salt, model_id, self.ids[rows], self.X, y,
@@ -228,6 +243,8 @@ class ActiveParty:
             sources = self._sources(transport, peers, infos, params, model_id,
                                     objective.gradients(y, np.tile(objective.base_score(y), (len(y), 1)))
                                     if params.mode == Mode.DP and params.dp_select else None, rows)
+            if self.low_memory:       # binned, aligned, digested: the sources hold what training reads
+                self.X = self.ids = None
             if self.dp_plan.private:    # what each party's bin edges spent (public bins: nothing)
                 self.dp_plan.record_binning(
                     ({self.name: sources[0].binner.report()} if self.feature_names else {})
@@ -369,6 +386,9 @@ class ActiveParty:
         if model is None:
             raise InputError(f"party {self.name!r} has no trained model")
         if frame is None:
+            if self.X is None:
+                raise InputError(f"party {self.name!r} keeps no training rows (low_memory, or made from a "
+                                 "model): give the rows to predict")
             ids, X = self.ids, self.X
         else:
             d = party_data(self._without_weights(frame), self.name, self.id_col, None, source,
@@ -458,6 +478,7 @@ class ActiveParty:
         obj = cls.__new__(cls)
         obj.name, obj.id_col, obj.label_col, obj.source = model.active_party, id_col, None, None
         obj.ids = obj.X = obj.y_raw = None
+        obj.low_memory = False
         obj.feature_names = list(model.active_features)
         obj.model = model
         obj.alignment_report, obj.timings, obj.channel = {}, [], None

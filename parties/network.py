@@ -138,10 +138,11 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     ck = files.prepare(resume, force)
     if ck is not None:
         check_writable_dir(files.dir, "--model-dir")      # resuming into a directory that became read-only
-    pf = _read_csv(data, name, id_col, label_col, allow_text_label=True, categorical=categorical)
-    active = ActiveParty(name, pf.frame, id_col, label_col, source=str(data), executor=executor,
-                         categorical=categorical, weight_col=weight_col)
-    pf = None         # the party holds its own arrays; the file's frame is not kept through training
+    frame = _read_csv(data, name, id_col, label_col, allow_text_label=True, categorical=categorical).frame
+    # handed over: emptied column by column as the party reads it, features dropped once binned
+    active = ActiveParty(name, frame, id_col, label_col, source=str(data), executor=executor,
+                         categorical=categorical, weight_col=weight_col, low_memory=True)
+    frame = None
     active.link_mbps = link_mbps
     vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True, categorical=categorical) \
         if validation_data is not None else None

@@ -29,6 +29,7 @@ def align_request(s: PassiveState, req: m.AlignRequest) -> m.IdHashes:
 
 def align_result(s: PassiveState, req: m.AlignResult) -> m.AlignAck:
     s.train.rows = alignment.positions(s.need("alignment", s.train.hashes), req.hashes, s.name)
+    s.train.hashes = None       # aligned: the rows are all the training keeps (16 bytes a row less)
     return m.AlignAck(int(len(s.ids)), int(len(s.train.rows)))
 
 

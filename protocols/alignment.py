@@ -122,25 +122,36 @@ def _duplicates(n: int, party: str, what: str) -> None:
     raise InputError(f"party {party!r} has {n} duplicate {what}; every sample id must appear once")
 
 
-def intersect(hash_sets: dict[str, np.ndarray]) -> np.ndarray:
-    """Intersection of every party's hashes, sorted by hash value; error if empty."""
-    hi = lo = None
-    for party, hashes in hash_sets.items():
-        s = _Sorted(hashes)
+def intersect(hash_sets: dict[str, np.ndarray], rows_of: str | None = None):
+    """Intersection of every party's hashes, sorted by hash value; error if empty. With
+    ``rows_of`` (a party of ``hash_sets``): ``(intersection, that party's row of every common
+    hash)``, what :func:`positions` gives, from the sort the intersection made anyway."""
+    hi = lo = mine = None
+    sizes = {p: len(h) for p, h in hash_sets.items()}
+    for party in list(hash_sets):
+        s = _Sorted(hash_sets[party])
         dup = s.duplicates()
         if dup:
             _duplicates(dup, party, "ids")
+        if party == rows_of:
+            mine = s
         if hi is None:
             hi, lo = s.hi, s.lo
         else:                            # the common hashes stay sorted
             keep = s.find(hi, lo) >= 0
             hi, lo = hi[keep], lo[keep]
+        del s
     if hi is None or not len(hi):
         raise InputError("the parties have no sample id in common: nothing to train on "
-                         f"(rows per party: { {p: len(h) for p, h in hash_sets.items()} })")
+                         f"(rows per party: {sizes})")
     out = np.empty((len(hi), 2), dtype=">u8")
     out[:, 0], out[:, 1] = hi, lo
-    return out.view(np.uint8).reshape(len(hi), 16)
+    common = out.view(np.uint8).reshape(len(hi), 16)
+    if rows_of is None:
+        return common
+    if mine is None:
+        raise ValueError(f"rows_of={rows_of!r} is not one of the parties {list(hash_sets)}")
+    return common, mine.order[mine.find(hi, lo)]
 
 
 def positions(own_hashes: np.ndarray, target_hashes: np.ndarray, party: str) -> np.ndarray:

@@ -79,9 +79,16 @@ class RoundGradients:
         return int(self.g.shape[1])
 
     def as_float(self) -> tuple[np.ndarray, np.ndarray]:
-        """The quantised gradients as floats: what every node and histogram sum is made of."""
-        scale = float(2 ** self.precision_bits)
-        return self.g / scale, self.h / scale
+        """The quantised gradients as floats: what every node and histogram sum is made of. Made
+        once per round and shared by every caller (read-only: one copy in memory, not one each)."""
+        cached = self.__dict__.get("_float")
+        if cached is None:
+            scale = float(2 ** self.precision_bits)
+            cached = (self.g / scale, self.h / scale)
+            for a in cached:
+                a.flags.writeable = False
+            object.__setattr__(self, "_float", cached)
+        return cached
 
 
 @dataclass

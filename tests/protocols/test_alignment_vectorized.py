@@ -48,8 +48,10 @@ def test_intersect_and_positions_equal_the_set_twins(pool, data):
         return
     common = alignment.intersect(parts)
     assert common.dtype == np.uint8 and [bytes(r) for r in common] == want
-    for h in parts.values():
+    for name, h in parts.items():
         assert alignment.positions(h, common, "x").tolist() == naive_positions(h, common)
+        again, rows = alignment.intersect(parts, rows_of=name)      # the rows from the same sort
+        assert np.array_equal(again, common) and rows.tolist() == naive_positions(h, common)
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,0 +1,143 @@
+"""A driver that trains once (``ActiveParty(low_memory=True)``, what ``vfl party active`` builds):
+the handed-over frame is emptied as it is read, the raw features, ids and labels are dropped once
+binned and aligned, and the model is the one a keeping party grows."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import small_frames
+
+from datasets.frames import party_data
+from protocols import messages as m
+from protocols.alignment import hash_ids
+from vfl import ActiveParty, Federation, PassiveParty
+from vfl.errors import InputError
+from vfl.rounds import RoundGradients, RoundTiming
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _structures(model):
+    return [t.structure() for rnd in model.rounds for t in rnd]
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 30), n_num=st.integers(0, 4), with_text=st.booleans(), seed=st.integers(0, 2**16))
+def test_a_consumed_frame_gives_the_same_arrays_and_keeps_only_its_ids(n, n_num, with_text, seed):
+    rng = np.random.default_rng(seed)
+    cols = {"id": np.arange(n), "y": rng.integers(0, 2, n).astype(float)}
+    for j in range(n_num):
+        x = rng.normal(size=n)
+        x[rng.random(n) < 0.2] = np.nan
+        cols[f"x{j}"] = x
+    if with_text:
+        cols["t"] = rng.choice(["a", "b", None], n)
+    frame = pd.DataFrame(cols)
+    cats = ["t"] if with_text else None
+    kept = party_data(frame.copy(), "bank", "id", "y", require_features=False, categorical=cats)
+    handed = frame.copy()
+    got = party_data(handed, "bank", "id", "y", require_features=False, categorical=cats, consume=True)
+    assert list(handed.columns) == ["id"]
+    assert got.feature_names == kept.feature_names
+    assert np.array_equal(got.X, kept.X, equal_nan=True)
+    assert np.array_equal(got.y, kept.y, equal_nan=True) and np.array_equal(got.ids, kept.ids)
+    assert got.categories == kept.categories
+
+
+def test_a_low_memory_party_grows_the_same_model_and_keeps_no_raw_rows():
+    a, b, c = small_frames(n=80)
+    a = a.assign(w=np.linspace(0.5, 2.0, len(a)))
+    keep = Federation(ActiveParty("a", a.copy(), weight_col="w"), [PassiveParty("b", b), PassiveParty("c", c)])
+    keep.fit(mode="plain", n_estimators=3, max_depth=3)
+    handed = a.copy()
+    party = ActiveParty("a", handed, weight_col="w", low_memory=True)
+    assert list(handed.columns) == ["id"]           # the weight, label and features were taken out
+    lean = Federation(party, [PassiveParty("b", b), PassiveParty("c", c)])
+    lean.fit(mode="plain", n_estimators=3, max_depth=3)
+    assert _structures(lean.model) == _structures(keep.model)
+    assert party.X is None and party.ids is None and party.y_raw is None
+    new = {"a": a.drop(columns=["y", "w"]).iloc[:20], "b": b.iloc[:20], "c": c.iloc[:20]}
+    # each training draws its own salt, so the rows are summed in another order: equal to rounding
+    np.testing.assert_allclose(lean.predict_proba(new), keep.predict_proba(new), rtol=1e-12)
+    with pytest.raises(InputError, match="keeps no training rows"):
+        lean.predict_proba()
+    with pytest.raises(InputError, match="trains once"):
+        lean.fit(mode="plain", n_estimators=1)
+
+
+def test_round_gradients_are_made_into_floats_once_and_shared_read_only():
+    g = np.arange(12, dtype=np.int64).reshape(6, 2)
+    rg = RoundGradients(0, g, g + 1, 8.0, 16.0, 3, None, RoundTiming())
+    first, second = rg.as_float(), rg.as_float()
+    assert first[0] is second[0] and first[1] is second[1]
+    assert np.array_equal(first[0], g / 8) and np.array_equal(first[1], (g + 1) / 8)
+    with pytest.raises(ValueError):
+        first[0][0, 0] = 1.0
+
+
+def test_a_passive_party_keeps_no_hashes_once_aligned():
+    from parties.passive_align import align_request, align_result
+    a, b, _ = small_frames(n=30)
+    passive = PassiveParty("b", b)
+    salt = bytes(range(16))
+    reply = align_request(passive._state, m.AlignRequest("s1", salt))
+    assert reply.hashes.shape == (30, 16)
+    common = hash_ids(a["id"].to_numpy()[5:], salt)
+    ack = align_result(passive._state, m.AlignResult(common))
+    assert (ack.n_rows, ack.n_kept) == (30, 25)
+    assert passive._state.train.hashes is None and len(passive._state.train.rows) == 25
+
+
+PROBE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np, pyarrow as pa
+from parties.memory import return_freed_memory
+return_freed_memory()
+from datasets.parquet import _to_pandas
+from parties.active import ActiveParty
+n, f = 400_000, 12
+rng = np.random.default_rng(0)
+table = pa.table({"id": np.arange(n), "y": rng.integers(0, 2, n).astype(float),
+                  **{f"x{j}": rng.normal(size=n) for j in range(f)}})
+frame = _to_pandas(table)          # one block per column, as a Parquet read gives
+del table
+def hwm():
+    with open("/proc/self/status") as fh:
+        return next(int(l.split()[1]) for l in fh if l.startswith("VmHWM")) * 1024
+with open("/proc/self/clear_refs", "w") as fh:     # the peak RSS starts again from the current RSS
+    fh.write("5")
+before = hwm()
+party = ActiveParty("bank", frame, low_memory=sys.argv[2] == "on")
+frame = None
+print(json.dumps({"growth": hwm() - before, "x_bytes": party.X.nbytes}))
+"""
+
+
+def _clear_refs_works() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not _clear_refs_works(),
+                    reason="needs /proc/self/clear_refs to reset the peak RSS")
+def test_a_handed_over_frame_and_the_feature_matrix_are_never_both_whole():
+    def probe(mode):
+        out = subprocess.run([sys.executable, "-c", PROBE, str(ROOT), mode], capture_output=True, text=True,
+                             check=True).stdout
+        return json.loads(out)
+    lean, kept = probe("on"), probe("off")
+    assert kept["growth"] > 0.9 * kept["x_bytes"], kept        # frame and matrix both held
+    assert lean["growth"] < 0.4 * lean["x_bytes"], lean        # each column freed as it is copied
