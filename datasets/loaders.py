@@ -525,7 +525,47 @@ def read_party_table(path: PathLike, name: str, id_col: str, label_col: str | No
         return read_party_csv(p, name, id_col, label_col, allow_text_label=allow_text_label,
                               categorical=categorical)
     schema = _parquet_schema(p, name, id_col, label_col, allow_text_label, _declared_names(categorical, name))
-    frame = parquet.read_parquet_frame(schema, name)
+    return _read_parquet_columns(p, schema, name, id_col, label_col, None, allow_text_label, categorical)
+
+
+class DeferredColumns:
+    """The feature columns of a Parquet table, read when the party asks for them (after the
+    alignment): a driver then never holds its features and the alignment's hash sorts at once.
+    :meth:`read` gives the id column and the features, validated as :func:`read_party_table` does."""
+
+    def __init__(self, path: Path, schema, name: str, id_col: str, feature_names: list[str]):
+        self.path, self.schema, self.name, self.id_col = path, schema, name, id_col
+        self.feature_names = list(feature_names)
+        self.source = str(path)
+
+    def read(self) -> PartyFrame:
+        return _read_parquet_columns(self.path, self.schema, self.name, self.id_col, None,
+                                     [self.id_col, *self.feature_names], False)
+
+
+def read_party_table_deferred(path: PathLike, name: str, id_col: str, label_col: str | None, keep=(),
+                              allow_text_label: bool = False, categorical=None):
+    """``(PartyFrame of the id, label and ``keep`` columns, DeferredColumns of every other column)``
+    of a Parquet table whose feature columns are all numeric; None for a CSV file or a table with
+    categorical columns (read those whole with :func:`read_party_table`). Every check the schema
+    decides runs now; the feature values are checked when they are read."""
+    p = Path(path)
+    if not p.exists() or not parquet.is_parquet(p):
+        return None
+    declared = _declared_names(categorical, name)
+    schema = _parquet_schema(p, name, id_col, label_col, allow_text_label, declared)
+    head = [c for c in (id_col, label_col, *keep) if c is not None]
+    features = [c for c in schema.columns if c not in head]
+    if declared & set(features):
+        return None
+    pf = _read_parquet_columns(p, schema, name, id_col, label_col, head, allow_text_label)
+    return pf, DeferredColumns(p, schema, name, id_col, features)
+
+
+def _read_parquet_columns(p: Path, schema, name, id_col, label_col, columns, allow_text_label,
+                          categorical=None) -> PartyFrame:
+    """``columns`` of the table (None: all), ids normalised, validated (the file at fault named)."""
+    frame = parquet.read_parquet_frame(schema, name, columns=columns)
     frame[id_col] = _normalise_ids(frame[id_col], _ParquetIds(schema, name, p))
     pf = PartyFrame(name=name, frame=frame, id_col=id_col, label_col=label_col, source=str(p))
     try:
@@ -533,7 +573,7 @@ def read_party_table(path: PathLike, name: str, id_col: str, label_col: str | No
                              categorical=declared_for(categorical, pf))
     except InputError:
         if len(schema.files) > 1:         # name the file at fault when the problem is within one file
-            _validate_files_one_by_one(schema, pf, allow_text_label)
+            _validate_files_one_by_one(schema, pf, allow_text_label, columns)
         raise
     return pf
 
@@ -576,11 +616,11 @@ def _normalise_ids(ids: pd.Series, where: _ParquetIds | None = None) -> pd.Serie
     return _ids_to_int_if_canonical(ids)
 
 
-def _validate_files_one_by_one(schema, whole: PartyFrame, allow_text_label: bool) -> None:
+def _validate_files_one_by_one(schema, whole: PartyFrame, allow_text_label: bool, columns=None) -> None:
     """Re-run the validation file by file (only after the whole table failed): raise the first
     file's error, naming that file and its own row numbers."""
     for f in schema.files:
-        frame = parquet.read_parquet_piece(f, whole.name)
+        frame = parquet.read_parquet_piece(f, whole.name, columns=columns)
         frame[whole.id_col] = _normalise_ids(frame[whole.id_col], _ParquetIds(schema, whole.name, f))
         validate_party_frame(PartyFrame(whole.name, frame, whole.id_col, whole.label_col, str(f)),
                              require_features=False, allow_text_label=allow_text_label)

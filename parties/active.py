@@ -21,6 +21,7 @@ from crypto.executor import Executor
 from crypto.parallel import resolve_workers
 from datasets.errors import InputError
 from datasets.frames import party_data
+from datasets.loaders import DeferredColumns
 from parties.channel import GradientChannel
 from parties.checkpoint import CheckpointTracker
 from parties.dp import booster_class, dp_sources
@@ -86,11 +87,15 @@ class ActiveParty:
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", label_col: str = "y",
                  source: str | None = None, n_jobs: int | None = None, executor: Executor | None = None,
-                 categorical=None, weight_col: str | None = None, low_memory: bool = False):
+                 categorical=None, weight_col: str | None = None, low_memory: bool = False,
+                 features: DeferredColumns | None = None):
         """``low_memory``: a driver that trains once (``vfl party active``): ``frame`` is handed over
         and emptied column by column as it is read, and :meth:`fit` drops the raw feature matrix
         and the labels once they are binned and checked. Such a party trains once and predicts on
-        new rows only."""
+        new rows only.
+        ``features``: the feature columns of a Parquet table, read by :meth:`fit` after the
+        alignment (``frame`` then holds the id, label and weight columns only; see
+        :func:`datasets.loaders.read_party_table_deferred`)."""
         self.name = str(name)
         self.low_memory = bool(low_memory)
         resolve_workers(n_jobs)       # validate early
@@ -108,6 +113,12 @@ class ActiveParty:
                        allow_text_label=True, categorical=categorical, consume=self.low_memory)
         self.ids, self.X, self.feature_names, self.y_raw = d.ids, d.X, d.feature_names, d.y
         self.categories: dict = dict(d.categories or {})      # {categorical feature: vocabulary}
+        self._deferred = features
+        if features is not None:
+            if self.feature_names:
+                raise InputError(f"party {self.name!r}: give the feature columns either in the frame or as "
+                                 f"deferred columns, not both (the frame has {self.feature_names[:5]})")
+            self.X, self.feature_names = None, list(features.feature_names)
         self.model: BoostedModel | None = None
         self.alignment_report: dict = {}
         self.timings: list[dict] = []
@@ -205,6 +216,7 @@ class ActiveParty:
         if resume is not None:
             salt, model_id = bytes.fromhex(resume.salt), resume.model_id
         rows = self._align(transport, peers, params, salt)
+        self._read_deferred()
         y = objective.check_labels(self.y_raw[rows], self.name, self.label_col, ids=self.ids[rows])
         if self.low_memory:
             self.y_raw = None         # the aligned labels are all the training needs
@@ -293,6 +305,20 @@ class ActiveParty:
         self.model.classes = getattr(objective, "classes", None)
         self.label_mapping = dict(objective.mapping) if getattr(objective, "classes", None) else None
         return self.model
+
+    def _read_deferred(self) -> None:
+        """Read the deferred feature columns (after the alignment's sorts are gone): the same rows in
+        the same order as the frame's ids, or the file changed under us."""
+        if self._deferred is None:
+            return
+        pf = self._deferred.read()
+        ids = pf.frame[self.id_col].to_numpy()
+        if len(ids) != len(self.ids) or not np.array_equal(ids, self.ids):
+            raise InputError(f"party {self.name!r}: the ids of {pf.source!r} changed between reading its labels "
+                             "and its features; was the file replaced during training?")
+        d = party_data(pf.frame, self.name, self.id_col, None, pf.source, require_features=False,
+                       consume=self.low_memory)
+        self.X, self._deferred = d.X, None
 
     def _public_bins(self, params: TrainParams) -> dict:
         """``{own feature index: entry}`` of ``params.dp_bins`` (public bounds/edges, --dp-bins)."""

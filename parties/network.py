@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from datasets.errors import InputError, PeerError, WriteError
-from datasets.loaders import DEFAULT_BATCH_ROWS, iter_party_batches, read_party_table
+from datasets.loaders import DEFAULT_BATCH_ROWS, iter_party_batches, read_party_table, read_party_table_deferred
 from datasets.pieces import open_piece_table
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
@@ -138,11 +138,15 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     ck = files.prepare(resume, force)
     if ck is not None:
         check_writable_dir(files.dir, "--model-dir")      # resuming into a directory that became read-only
-    frame = _read_csv(data, name, id_col, label_col, allow_text_label=True, categorical=categorical).frame
-    # handed over: emptied column by column as the party reads it, features dropped once binned
-    active = ActiveParty(name, frame, id_col, label_col, source=str(data), executor=executor,
-                         categorical=categorical, weight_col=weight_col, low_memory=True)
-    frame = None
+    # a Parquet table's numeric features are read after the alignment; the frame is handed over
+    # (emptied column by column as the party reads it) and the features dropped once binned
+    deferred = read_party_table_deferred(data, name, id_col, label_col, keep=[weight_col] if weight_col else [],
+                                         allow_text_label=True, categorical=categorical)
+    frame, features = deferred if deferred is not None else \
+        (_read_csv(data, name, id_col, label_col, allow_text_label=True, categorical=categorical), None)
+    active = ActiveParty(name, frame.frame, id_col, label_col, source=str(data), executor=executor,
+                         categorical=categorical, weight_col=weight_col, low_memory=True, features=features)
+    frame = deferred = None
     active.link_mbps = link_mbps
     vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True, categorical=categorical) \
         if validation_data is not None else None

@@ -141,3 +141,65 @@ def test_a_handed_over_frame_and_the_feature_matrix_are_never_both_whole():
     lean, kept = probe("on"), probe("off")
     assert kept["growth"] > 0.9 * kept["x_bytes"], kept        # frame and matrix both held
     assert lean["growth"] < 0.4 * lean["x_bytes"], lean        # each column freed as it is copied
+
+
+# -- deferred feature columns: a Parquet table's features are read after the alignment ---------------
+def _parquet_dir(tmp_path, name, df, parts=2):
+    d = tmp_path / name
+    d.mkdir()
+    for i, part in enumerate(np.array_split(np.arange(len(df)), parts)):
+        df.iloc[part].to_parquet(d / f"part-{i}.parquet", index=False)
+    return d
+
+
+@pytest.fixture
+def fixed_salt(monkeypatch):
+    from protocols import alignment
+    monkeypatch.setattr(alignment, "new_salt", lambda: bytes(range(16)))
+
+
+def test_deferred_features_train_the_model_of_the_whole_table(tmp_path, fixed_salt):
+    from datasets.loaders import read_party_table_deferred
+    pytest.importorskip("pyarrow")
+    a, b, c = small_frames(n=90)
+    a = a.assign(w=np.linspace(0.5, 2.0, len(a)))
+    path = _parquet_dir(tmp_path, "guest", a)
+    head, cols = read_party_table_deferred(path, "guest", "id", "y", keep=["w"])
+    assert list(head.frame.columns) == ["id", "y", "w"] and cols.feature_names == ["a0", "a1"]
+    party = ActiveParty("guest", head.frame, weight_col="w", low_memory=True, features=cols)
+    assert party.X is None and party.feature_names == ["a0", "a1"]
+    lean = Federation(party, [PassiveParty("b", b), PassiveParty("c", c)])
+    lean.fit(mode="plain", n_estimators=3, max_depth=3)
+    whole = Federation(ActiveParty("guest", a, weight_col="w"), [PassiveParty("b", b), PassiveParty("c", c)])
+    whole.fit(mode="plain", n_estimators=3, max_depth=3)
+    assert _structures(lean.model) == _structures(whole.model)
+    new = {"guest": a.drop(columns=["y", "w"]), "b": b, "c": c}
+    assert np.array_equal(lean.predict_proba(new), whole.predict_proba(new))      # same salt: same sums
+    assert party.X is None and party._deferred is None
+
+
+def test_deferred_reading_applies_to_numeric_parquet_only_and_checks_values_late(tmp_path, fixed_salt):
+    from datasets.loaders import read_party_table_deferred
+    pytest.importorskip("pyarrow")
+    a, b, _ = small_frames(n=40)
+    a.to_csv(tmp_path / "a.csv", index=False)
+    assert read_party_table_deferred(tmp_path / "a.csv", "guest", "id", "y") is None
+    cat = _parquet_dir(tmp_path, "cat", a.assign(kind=np.where(a["a0"] > 0, "hi", "lo")))
+    assert read_party_table_deferred(cat, "guest", "id", "y", categorical=["kind"]) is None
+    bad = a.copy()
+    bad.loc[25, "a1"] = np.inf                  # in the second file
+    path = _parquet_dir(tmp_path, "bad", bad)
+    head, cols = read_party_table_deferred(path, "guest", "id", "y")   # the labels and ids are fine
+    fed = Federation(ActiveParty("guest", head.frame, low_memory=True, features=cols), [PassiveParty("b", b)])
+    with pytest.raises(InputError, match=r"part-1\.parquet.*'a1' has 1 infinite"):
+        fed.fit(mode="plain", n_estimators=1)
+    # the table replaced between the labels and the features
+    path = _parquet_dir(tmp_path, "moved", a)
+    head, cols = read_party_table_deferred(path, "guest", "id", "y")
+    for i, part in enumerate(np.array_split(np.arange(len(a))[::-1], 2)):      # same files, rows reversed
+        a.iloc[part].to_parquet(path / f"part-{i}.parquet", index=False)
+    fed = Federation(ActiveParty("guest", head.frame, low_memory=True, features=cols), [PassiveParty("b", b)])
+    with pytest.raises(InputError, match="ids of .* changed between reading its labels and its features"):
+        fed.fit(mode="plain", n_estimators=1)
+    with pytest.raises(InputError, match="either in the frame or as deferred columns"):
+        ActiveParty("guest", a, features=cols)
