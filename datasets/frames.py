@@ -319,22 +319,30 @@ def validate_party_frame(pf: PartyFrame, require_features: bool, allow_text_labe
         if col in cats:
             _vocabulary(pf, col)        # refuses too many categories
             continue
-        _check_numeric_column(pf, col, "feature column")
-        dtype = frame[col].dtype
-        if ptypes.is_bool_dtype(dtype) or ptypes.is_integer_dtype(dtype):
-            continue  # cannot hold inf
-        values = _to_float(frame[col])
-        n_inf = int(np.isinf(values).sum())
-        if n_inf:
-            rows = np.flatnonzero(np.isinf(values))
-            raise InputError(
-                f"{where}: feature column {col!r} has {n_inf} infinite values (rows {_show(rows)}); "
-                f"use NaN for missing values"
-            )
+        check_feature_column(pf, col)
     if require_features and not features:
         raise InputError(
             f"{where}: no feature columns (columns are [{_show(frame.columns, 10)}])"
         )
+
+
+def check_feature_column(pf: PartyFrame, col) -> np.ndarray:
+    """A numeric feature column (bool/int/float, no inf) as float64, missing values NaN; an
+    :class:`InputError` naming the party, file, column and rows otherwise."""
+    _check_numeric_column(pf, col, "feature column")
+    values = _to_float(pf.frame[col])
+    dtype = pf.frame[col].dtype
+    if ptypes.is_bool_dtype(dtype) or ptypes.is_integer_dtype(dtype):
+        return values       # cannot hold inf
+    inf = np.isinf(values)
+    n_inf = int(inf.sum())
+    if n_inf:
+        rows = np.flatnonzero(inf)
+        raise InputError(
+            f"{describe_party(pf)}: feature column {col!r} has {n_inf} infinite values (rows {_show(rows)}); "
+            f"use NaN for missing values"
+        )
+    return values
 
 
 def check_binary_labels(pf: PartyFrame) -> np.ndarray:

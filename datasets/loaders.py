@@ -21,7 +21,7 @@ from datasets.errors import InputError
 from datasets.ids import INT_ID, canonical_id
 
 from . import parquet
-from .frames import PartyFrame, _show, validate_party_frame
+from .frames import PartyFrame, _show, check_feature_column, validate_party_frame
 from .split import _check_int, vertical_split
 
 __all__ = [
@@ -538,9 +538,21 @@ class DeferredColumns:
         self.feature_names = list(feature_names)
         self.source = str(path)
 
-    def read(self) -> PartyFrame:
-        return _read_parquet_columns(self.path, self.schema, self.name, self.id_col, None,
-                                     [self.id_col, *self.feature_names], False)
+    def read_ids(self) -> np.ndarray:
+        """The id column, normalised as :func:`read_party_table` does (the rows' order)."""
+        return _read_parquet_columns(self.path, self.schema, self.name, self.id_col, None, [self.id_col],
+                                     False).frame[self.id_col].to_numpy()
+
+    def read_column(self, col: str) -> np.ndarray:
+        """One feature column as float64 (missing: NaN), checked; one column in memory at a time."""
+        frame = parquet.read_parquet_frame(self.schema, self.name, columns=[col])
+        pf = PartyFrame(name=self.name, frame=frame, id_col=self.id_col, label_col=None, source=self.source)
+        try:
+            return check_feature_column(pf, col)
+        except InputError:
+            if len(self.schema.files) > 1:    # name the file at fault and its own rows
+                _validate_files_one_by_one(self.schema, pf, False, [self.id_col, col])
+            raise
 
 
 def read_party_table_deferred(path: PathLike, name: str, id_col: str, label_col: str | None, keep=(),

@@ -311,14 +311,16 @@ class ActiveParty:
         the same order as the frame's ids, or the file changed under us."""
         if self._deferred is None:
             return
-        pf = self._deferred.read()
-        ids = pf.frame[self.id_col].to_numpy()
+        cols = self._deferred
+        ids = cols.read_ids()
         if len(ids) != len(self.ids) or not np.array_equal(ids, self.ids):
-            raise InputError(f"party {self.name!r}: the ids of {pf.source!r} changed between reading its labels "
+            raise InputError(f"party {self.name!r}: the ids of {cols.source!r} changed between reading its labels "
                              "and its features; was the file replaced during training?")
-        d = party_data(pf.frame, self.name, self.id_col, None, pf.source, require_features=False,
-                       consume=self.low_memory)
-        self.X, self._deferred = d.X, None
+        ids = None
+        X = np.zeros((len(self.ids), len(cols.feature_names)), order="F")     # a column's pages at a time
+        for j, c in enumerate(cols.feature_names):
+            X[:, j] = cols.read_column(c)
+        self.X, self._deferred = X, None
 
     def _public_bins(self, params: TrainParams) -> dict:
         """``{own feature index: entry}`` of ``params.dp_bins`` (public bounds/edges, --dp-bins)."""

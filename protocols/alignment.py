@@ -85,11 +85,20 @@ class _Sorted:
     def duplicates(self) -> int:
         return int(((self.hi[1:] == self.hi[:-1]) & (self.lo[1:] == self.lo[:-1])).sum())
 
+    #: hashes looked up per step: the searches' temporaries stay a few MB whatever the table's size
+    FIND_CHUNK = 1 << 18
+
     def find(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
         """Sorted position of every hash ``(hi, lo)`` (-1: absent); this set holds no duplicate."""
         out = np.full(len(hi), -1, dtype=np.int64)
         if not len(self) or not len(hi):
             return out
+        for start in range(0, len(hi), self.FIND_CHUNK):
+            stop = start + self.FIND_CHUNK
+            self._find(hi[start:stop], lo[start:stop], out[start:stop])
+        return out
+
+    def _find(self, hi: np.ndarray, lo: np.ndarray, out: np.ndarray) -> None:
         left = np.searchsorted(self.hi, hi, side="left")
         right = np.searchsorted(self.hi, hi, side="right")
         one = right - left == 1         # the usual case: the first word alone decides
@@ -101,7 +110,6 @@ class _Sorted:
             k = a + int(np.searchsorted(self.lo[a:b], lo[j]))
             if k < b and self.lo[k] == lo[j]:
                 out[j] = k
-        return out
 
 
 def check_unique(keys: list, party: str, what: str = "ids") -> None:

@@ -318,7 +318,7 @@ def dumps(message) -> bytes:
                 arr = arr.astype(arr.dtype.newbyteorder("<"))
             if arr.dtype.str not in _ALLOWED_DTYPES:
                 raise ProtocolError(f"field {f.name!r}: dtype {v.dtype} cannot be sent")
-            data = arr.tobytes()
+            data = memoryview(arr.reshape(-1).view(np.uint8))   # joined below: the frame is the one copy
             desc = {"kind": "ndarray", "dtype": arr.dtype.str, "shape": list(arr.shape)}
         elif isinstance(v, BigInts):
             desc, data = _encode_bigints(v.values)
@@ -379,13 +379,13 @@ def loads(frame: bytes, allowed: set[str] | None = None):
             raise ProtocolError(f"{where}: bad blob descriptor (offset and nbytes must be integers)")
         if off < 0 or nb < 0 or off + nb > len(payload):
             raise ProtocolError(f"{where}: blob is out of the frame")
-        data = bytes(payload[off:off + nb])
+        data = payload[off:off + nb]        # a view: an array is copied once, out of the frame
         if kind == "ndarray":
             values[name] = _decode_array(desc, data, where)
         elif kind == "bigints":
-            values[name] = _decode_bigints(desc, data, where)
+            values[name] = _decode_bigints(desc, bytes(data), where)
         elif kind == "bytes":
-            values[name] = data
+            values[name] = bytes(data)
         else:
             raise ProtocolError(f"{where}: unknown blob kind {str(kind)[:32]!r}")
     hints = _hints(cls)
@@ -401,7 +401,7 @@ def loads(frame: bytes, allowed: set[str] | None = None):
     return message
 
 
-def _decode_array(desc: dict, data: bytes, where: str) -> np.ndarray:
+def _decode_array(desc: dict, data: memoryview, where: str) -> np.ndarray:
     dtype, shape = desc.get("dtype"), desc.get("shape")
     if not isinstance(dtype, str) or dtype not in _ALLOWED_DTYPES:
         raise ProtocolError(f"{where}: array dtype {str(dtype)[:16]!r} is not allowed")

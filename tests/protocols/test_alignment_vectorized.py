@@ -82,3 +82,17 @@ def test_hashing_in_chunks_equals_hashing_at_once(monkeypatch):
     monkeypatch.setattr(alignment, "HASH_CHUNK", 7)
     assert np.array_equal(alignment.hash_ids(ids, b"salt"), whole)
     assert alignment.hash_ids(ids[:0], b"salt").shape == (0, 16)
+
+
+def test_lookups_in_chunks_equal_one_lookup(monkeypatch):
+    rng = np.random.default_rng(3)
+    own = rng.integers(0, 256, (500, 16), dtype=np.uint8)
+    own[:40, :8] = own[40:80, :8]                        # equal first words: the second decides
+    target = np.concatenate([own[rng.permutation(500)[:300]], rng.integers(0, 256, (50, 16), dtype=np.uint8),
+                             own[:40, :8].repeat(2, axis=1)])
+    whole = alignment.positions(own, target[:300], "x")
+    common, rows = alignment.intersect({"a": own, "b": target}, rows_of="a")
+    monkeypatch.setattr(alignment._Sorted, "FIND_CHUNK", 7)
+    assert np.array_equal(alignment.positions(own, target[:300], "x"), whole)
+    again, rows_again = alignment.intersect({"a": own, "b": target}, rows_of="a")
+    assert np.array_equal(again, common) and np.array_equal(rows_again, rows) and len(common) == 300
