@@ -22,14 +22,15 @@ def align_request(s: PassiveState, req: m.AlignRequest) -> m.IdHashes:
     s.need("any training data", s.X)
     s.reset_training()
     s.salt = req.salt
-    s.train.hashes = alignment.hash_ids(s.ids, req.salt)
-    alignment.check_unique_hashes(s.train.hashes, s.name)
-    return m.IdHashes(s.train.hashes)
+    hashes = alignment.hash_ids(s.ids, req.salt)
+    # kept sorted for the result (sorted once); the reply's array goes once it is sent
+    s.train.hashes = alignment.check_unique_hashes(hashes, s.name)
+    return m.IdHashes(hashes)
 
 
 def align_result(s: PassiveState, req: m.AlignResult) -> m.AlignAck:
     s.train.rows = alignment.positions(s.need("alignment", s.train.hashes), req.hashes, s.name)
-    s.train.hashes = None       # aligned: the rows are all the training keeps (16 bytes a row less)
+    s.train.hashes = None       # aligned: the rows are all the training keeps
     return m.AlignAck(int(len(s.ids)), int(len(s.train.rows)))
 
 

@@ -37,7 +37,7 @@ MAX_PSI_PENDING = 8
 @dataclass(eq=False)
 class TrainingSession:
     """One training: alignment, setup (bins), key, the current round."""
-    hashes: np.ndarray | None = None           # own salted id hashes (hash alignment)
+    hashes: object = None                      # own salted id hashes, sorted (hash alignment, until its result)
     rows: np.ndarray | None = None             # own rows in the aligned order
     mode: str | None = None                    # "he", "plain" or "dp"
     binner: Binner | None = None

@@ -119,11 +119,14 @@ def check_unique(keys: list, party: str, what: str = "ids") -> None:
         _duplicates(len(keys) - len(set(keys)), party, what)
 
 
-def check_unique_hashes(hashes, party: str, what: str = "ids") -> None:
-    """:func:`check_unique` of an ``(n, 16)`` array of hashed ids, without a Python object per row."""
-    dup = _Sorted(hashes).duplicates()
+def check_unique_hashes(hashes, party: str, what: str = "ids") -> "_Sorted":
+    """:func:`check_unique` of an ``(n, 16)`` array of hashed ids, without a Python object per row;
+    returns the sorted hashes (for :func:`positions`: sorted once)."""
+    s = _Sorted(hashes)
+    dup = s.duplicates()
     if dup:
         _duplicates(dup, party, what)
+    return s
 
 
 def _duplicates(n: int, party: str, what: str) -> None:
@@ -162,10 +165,11 @@ def intersect(hash_sets: dict[str, np.ndarray], rows_of: str | None = None):
     return common, mine.order[mine.find(hi, lo)]
 
 
-def positions(own_hashes: np.ndarray, target_hashes: np.ndarray, party: str) -> np.ndarray:
+def positions(own_hashes, target_hashes: np.ndarray, party: str) -> np.ndarray:
     """Row index in ``own_hashes`` of every hash of ``target_hashes`` (error if one is missing).
-    ``own_hashes`` are unique (checked by the caller); binary search in the sorted own hashes."""
-    own = _Sorted(own_hashes)
+    ``own_hashes`` are unique (checked by the caller; or already sorted by
+    :func:`check_unique_hashes`); binary search in the sorted own hashes."""
+    own = own_hashes if isinstance(own_hashes, _Sorted) else _Sorted(own_hashes)
     hi, lo = _words(target_hashes)
     pos = own.find(hi, lo)
     del hi, lo
