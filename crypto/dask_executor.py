@@ -272,13 +272,12 @@ class DaskExecutor(Executor):
                         raise WorkerError(f"Dask worker {self._addresses[wi]} of {self.name!r} is gone (killed or "
                                           "lost) while it held row shards of the training; restart the worker "
                                           "and resume the training (--resume)")
-            out = []
             for f in futures:
                 if f.status == "error":
                     exc = f.exception()
                     raise WorkerError(f"a task of {self.name!r} failed on its Dask worker: "
                                       f"{type(exc).__name__}: {exc}")
-                out.append(f.result())
+            out = list(self._client.gather(futures)) if futures else []    # one batch, not a call per result
         except WorkerError:
             self._abort(futures)
             raise

@@ -150,10 +150,13 @@ class Binner:
     def bin_offsets(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.n_bins)]).astype(np.int64)
 
-    def transform(self, X, rows=None) -> np.ndarray:
-        """Bins of ``X`` (or of its rows ``rows``, a column at a time)."""
+    def transform(self, X, rows=None, dtype=np.uint16) -> np.ndarray:
+        """Bins of ``X`` (or of its rows ``rows``, a column at a time), as ``dtype`` (uint8 holds
+        them when every feature has at most 256 slots, see :attr:`n_bins`)."""
         X = np.asarray(X, dtype=np.float64)
-        out = np.empty((X.shape[0] if rows is None else len(rows), X.shape[1]), dtype=np.uint16)
+        if int(self.n_bins.max(initial=0)) > np.iinfo(dtype).max + 1:
+            raise ValueError(f"{np.dtype(dtype).name} cannot hold {int(self.n_bins.max())} bins")
+        out = np.empty((X.shape[0] if rows is None else len(rows), X.shape[1]), dtype=dtype)
         for j, t in enumerate(self.thresholds_):
             col = _column(X, j, rows)
             if self.is_categorical(j):

@@ -160,3 +160,22 @@ def test_every_pair_of_distinct_finite_values_is_split(values):
     assert np.all(np.isfinite(t))
     # each distinct value its own bin, in order ("x <= t" separates neighbours)
     assert binner.transform(x[:, None])[:, 0].tolist() == list(range(len(x)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 200), max_bin=st.integers(2, 255), seed=st.integers(0, 2**16))
+def test_one_byte_bins_equal_two_byte_bins(n, max_bin, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    X[rng.random((n, 3)) < 0.1] = np.nan
+    b = Binner(max_bin).fit(X)
+    small = b.transform(X, dtype=np.uint8)
+    assert small.dtype == np.uint8 and np.array_equal(small, b.transform(X))
+
+
+def test_one_byte_bins_refuse_more_than_256_slots():
+    X = np.arange(1000, dtype=np.float64)[:, None]
+    b = Binner(256).fit(X)             # 255 thresholds: 257 slots with the missing one
+    assert b.n_bins[0] == 257
+    with pytest.raises(ValueError, match="cannot hold"):
+        b.transform(X, dtype=np.uint8)
