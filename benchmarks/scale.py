@@ -171,8 +171,8 @@ def _env() -> dict:
     return env
 
 
-def _spawn(args, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *map(str, args)], env=_env(), cwd=ROOT, **kw)
+def _spawn(args, env=None, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *map(str, args)], env=_env() | (env or {}), cwd=ROOT, **kw)
 
 
 def _free_port() -> int:
@@ -196,16 +196,20 @@ def _stop(p: subprocess.Popen) -> None:
 class DaskCluster:
     """``dask scheduler`` + ``n`` single-thread ``dask worker`` processes on 127.0.0.1 (one party's)."""
 
-    def __init__(self, n: int, watch: Watch, role: str):
+    def __init__(self, n: int, watch: Watch, role: str, stock: bool = False):
+        """``stock``: Dask's default settings, not :data:`crypto.dask_executor.LEAN_CONFIG`."""
+        from crypto.dask_executor import lean_environment
+
+        env = {} if stock else lean_environment()
         self.port = _free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         self.procs = [_spawn(["-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", self.port,
-                              "--dashboard-address", "127.0.0.1:0"], **quiet)]
+                              "--dashboard-address", "127.0.0.1:0"], env=env, **quiet)]
         watch.add(self.procs[0].pid, f"{role}/dask-scheduler")
         for _ in range(n):
             self.procs.append(_spawn(["-m", "distributed.cli.dask_worker", self.address, "--nthreads", "1",
-                                      "--no-nanny", "--host", "127.0.0.1", "--no-dashboard"], **quiet))
+                                      "--no-nanny", "--host", "127.0.0.1", "--no-dashboard"], env=env, **quiet))
             watch.add(self.procs[-1].pid, f"{role}/dask-worker")
         import distributed
 
@@ -229,7 +233,7 @@ def _fingerprint(passive_dir: Path, predictions: Path) -> str:
 
 
 def run_one(dirs: dict, n: int, executor: str, workers: int, work: Path, batch_rows: int,
-            via_scheduler: bool = False) -> dict:
+            via_scheduler: bool = False, stock_dask: bool = False) -> dict:
     watch = Watch().start()
     clusters, passive = [], None
     model_dir, passive_models = work / f"{executor}-active", work / f"{executor}-passive"
@@ -241,7 +245,7 @@ def run_one(dirs: dict, n: int, executor: str, workers: int, work: Path, batch_r
         dask = {}
         if executor == "dask":
             for role in ("active", "passive"):
-                clusters.append(DaskCluster(workers, watch, role))
+                clusters.append(DaskCluster(workers, watch, role, stock_dask))
                 dask[role] = ["--dask-scheduler", clusters[-1].address, "--dask-insecure"] + \
                     (["--dask-via-scheduler"] if via_scheduler else [])
         passive = _spawn(["-m", "cli", "party", "passive", "--name", "host", "--listen", "127.0.0.1:0",
@@ -322,6 +326,9 @@ def main(argv=None):
     ap.add_argument("--batch-rows", type=int, default=10_000, help="vfl predict --batch-rows")
     ap.add_argument("--workdir", help="where the Parquet tables go (default: a temporary directory, removed)")
     ap.add_argument("--write-only", action="store_true", help="write the tables and stop (a dry run of the data)")
+    ap.add_argument("--dask-stock-config", action="store_true",
+                    help="start the Dask schedulers and workers with Dask's default settings (profiler on, "
+                         "20 ms watchdog), not crypto.dask_executor.LEAN_CONFIG")
     ap.add_argument("--dask-via-scheduler", action="store_true",
                     help="Dask runs relay payloads and results through the scheduler (the pre-direct transport)")
     args = ap.parse_args(argv)
@@ -343,7 +350,8 @@ def main(argv=None):
             by_kind = {}
             for kind in kinds:
                 try:
-                    res = run_one(dirs, n, kind, args.dask_workers, work, args.batch_rows, args.dask_via_scheduler)
+                    res = run_one(dirs, n, kind, args.dask_workers, work, args.batch_rows, args.dask_via_scheduler,
+                                  args.dask_stock_config)
                     res["throughput"] = throughput(res)
                 except Exception as exc:            # report and go on with the next run
                     res = {"rows": n, "executor": kind, "error": str(exc)}
@@ -365,6 +373,7 @@ def main(argv=None):
             shutil.rmtree(base, ignore_errors=True)
     print(json.dumps({"cores": _common.cores(), "features": list(FEATURES), "key_bits": 1024, "depth": 3,
                       "dask_via_scheduler": args.dask_via_scheduler,
+                      "dask_config": "stock" if args.dask_stock_config else "lean",
                       "results": results, "summary": summary}))
 
 

@@ -27,7 +27,7 @@ from protocols.transport import InMemoryTransport, frame_handler
 from vfl import ActiveParty, Federation, PassiveParty, TrainParams
 
 distributed = pytest.importorskip("distributed")
-from crypto.dask_executor import DaskExecutor, parse_spec, security_from_dir  # noqa: E402
+from crypto.dask_executor import LEAN_CONFIG, DaskExecutor, lean_environment, parse_spec, security_from_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = dict(n_estimators=2, max_depth=3, key_bits=KEY_BITS)
@@ -38,7 +38,7 @@ def _structures(model):
 
 
 def _env():
-    env = dict(os.environ)
+    env = dict(os.environ) | lean_environment()       # as the README tells a cluster's owner
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
@@ -355,3 +355,32 @@ def test_dask_workers_read_the_parquet_pieces_of_a_passive_party(tmp_path, monke
         [(r["feature"], r["threshold"]) for r in ref.passives["telco"].records]
     pred = {"bank": a.drop(columns="y"), "telco": b, "shop": c}
     assert np.array_equal(fed.predict_raw({**pred, "telco": d}), ref.predict_raw(pred))
+
+
+def _settings():
+    import dask
+    return {k: dask.config.get(k) for k in LEAN_CONFIG}
+
+
+def _tick_ms(dask_scheduler):
+    return dask_scheduler.periodic_callbacks["tick"].callback_time
+
+
+def test_lean_dask_settings_reach_the_workers_of_a_local_and_a_real_cluster(real_cluster):
+    import dask
+    assert dask.config.collect_env(lean_environment()) == dask.config.expand_environment_variables(
+        {"distributed": {"worker": {"profile": {"enabled": False}},
+                         "admin": {"tick": {"interval": "200ms"}, "system_monitor": {"interval": "2s"}}}})
+    ex = DaskExecutor("local:2", name="lean")
+    try:
+        ex.start()
+        got = ex.client.run(_settings)
+        assert len(got) == 2 and all(v == LEAN_CONFIG for v in got.values()), got
+        # the scheduler lives in this process: its watchdog was set up with the lean interval
+        assert ex.client.run_on_scheduler(_tick_ms) == 200
+    finally:
+        ex.close()
+    with distributed.Client(real_cluster.address, timeout=60) as c:
+        for key, want in LEAN_CONFIG.items():       # (a module the workers can import: dask's own)
+            got = c.run(dask.config.get, key)
+            assert len(got) == 2 and set(got.values()) == {want}, (key, got)
