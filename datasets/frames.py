@@ -319,7 +319,7 @@ def validate_party_frame(pf: PartyFrame, require_features: bool, allow_text_labe
         if col in cats:
             _vocabulary(pf, col)        # refuses too many categories
             continue
-        check_feature_column(pf, col)
+        _checked_feature(pf, col)
     if require_features and not features:
         raise InputError(
             f"{where}: no feature columns (columns are [{_show(frame.columns, 10)}])"
@@ -329,11 +329,18 @@ def validate_party_frame(pf: PartyFrame, require_features: bool, allow_text_labe
 def check_feature_column(pf: PartyFrame, col) -> np.ndarray:
     """A numeric feature column (bool/int/float, no inf) as float64, missing values NaN; an
     :class:`InputError` naming the party, file, column and rows otherwise."""
+    values = _checked_feature(pf, col)
+    return _to_float(pf.frame[col]) if values is None else values
+
+
+def _checked_feature(pf: PartyFrame, col) -> np.ndarray | None:
+    """The checks of :func:`check_feature_column`; the float64 values when they had to be made
+    (a float column, checked for inf), None for a bool or int column (it cannot hold inf)."""
     _check_numeric_column(pf, col, "feature column")
-    values = _to_float(pf.frame[col])
     dtype = pf.frame[col].dtype
     if ptypes.is_bool_dtype(dtype) or ptypes.is_integer_dtype(dtype):
-        return values       # cannot hold inf
+        return None
+    values = _to_float(pf.frame[col])
     inf = np.isinf(values)
     n_inf = int(inf.sum())
     if n_inf:

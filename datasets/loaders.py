@@ -531,7 +531,7 @@ def read_party_table(path: PathLike, name: str, id_col: str, label_col: str | No
 class DeferredColumns:
     """The feature columns of a Parquet table, read when the party asks for them (after the
     alignment): a driver then never holds its features and the alignment's hash sorts at once.
-    :meth:`read` gives the id column and the features, validated as :func:`read_party_table` does."""
+    :meth:`read_ids` and :meth:`read_column` check what they read as :func:`read_party_table` does."""
 
     def __init__(self, path: Path, schema, name: str, id_col: str, feature_names: list[str]):
         self.path, self.schema, self.name, self.id_col = path, schema, name, id_col

@@ -84,6 +84,12 @@ def _column(X: np.ndarray, j: int, rows=None) -> np.ndarray:
     return X[:, j] if rows is None else X[rows, j]
 
 
+def bin_dtype(n_bins) -> type:
+    """uint8 when every feature has at most 256 slots (``n_bins``), else uint16: one byte a value."""
+    n_bins = np.asarray(n_bins)
+    return np.uint8 if n_bins.size == 0 or int(n_bins.max()) <= 256 else np.uint16
+
+
 class Binner:
     """Fits per-feature thresholds (numeric) or category bins (categorical) and maps values to
     ``bin_idx``."""
@@ -149,6 +155,11 @@ class Binner:
     @property
     def bin_offsets(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.n_bins)]).astype(np.int64)
+
+    @property
+    def bin_dtype(self) -> type:
+        """The smallest unsigned type holding every bin: uint8 up to 256 slots per feature."""
+        return bin_dtype(self.n_bins)
 
     def transform(self, X, rows=None, dtype=np.uint16) -> np.ndarray:
         """Bins of ``X`` (or of its rows ``rows``, a column at a time), as ``dtype`` (uint8 holds

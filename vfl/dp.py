@@ -51,7 +51,7 @@ from typing import Callable
 import numpy as np
 
 from datasets.errors import InputError
-from vfl.binning import Binner, check_max_bin
+from vfl.binning import Binner, bin_dtype, check_max_bin
 from vfl.params import check_epsilon  # (the privacy parameter check lives with the other parameters)
 from vfl.sources import LocalSource, SplitRef
 
@@ -130,7 +130,7 @@ def release_buckets(bucket_idx: np.ndarray, n_bins: np.ndarray, epsilon_per_feat
     n_bins = np.asarray(n_bins, dtype=np.int64)
     if B.ndim != 2 or B.shape[1] != len(n_bins):
         raise InputError(f"bucket matrix of shape {B.shape} does not match {len(n_bins)} features")
-    out = np.empty(B.shape, dtype=np.uint8 if n_bins.max(initial=0) <= 256 else np.uint16)
+    out = np.empty(B.shape, dtype=bin_dtype(n_bins))
     domain = np.empty(len(n_bins), dtype=np.int32)
     for j, nb in enumerate(n_bins.tolist()):
         col = B[:, j].astype(np.int64)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vfl.binning import Binner
+from vfl.binning import Binner, bin_dtype
 from vfl.rounds import RoundGradients
 from vfl.sampling import node_members
 from vfl.split import goes_left
@@ -79,8 +79,8 @@ class LocalSource(HistogramSource):
         self.n_categories = dict(n_categories or {})
         if binner is None:
             self.binner = Binner(max_bin, self.categorical, max_cat).fit(X, rows)
-            small = int(self.binner.n_bins.max(initial=0)) <= 256      # one byte a value: no two-byte copy
-            self._set_bins(self.binner.transform(X, rows, np.uint8 if small else np.uint16), self.binner.n_bins)
+            # straight into the type _set_bins keeps: no two-byte copy
+            self._set_bins(self.binner.transform(X, rows, self.binner.bin_dtype), self.binner.n_bins)
         else:
             X = X if rows is None else X[rows]
             self.binner = binner.fit(X)
@@ -90,8 +90,7 @@ class LocalSource(HistogramSource):
         """``bin_idx`` of every sample; ``n_bins[f]`` slots of feature f, the last for missing."""
         self.n_bins = np.asarray(n_bins, dtype=np.int64)
         # one byte per value when every feature has at most 256 slots (the driver's per-row memory)
-        small = len(self.n_bins) == 0 or int(self.n_bins.max()) <= 256
-        self.bin_idx = np.asarray(bin_idx).astype(np.uint8 if small else np.uint16, copy=False)
+        self.bin_idx = np.asarray(bin_idx).astype(bin_dtype(self.n_bins), copy=False)
         self.missing_bin = self.n_bins - 1          # the last slot of every feature
         self.bin_offsets = np.concatenate([[0], np.cumsum(self.n_bins)]).astype(np.int64)
         self._g = self._h = None
