@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import parties.channel as channel_module
 from crypto.compress import check_shifts, choose_shifts, shift_choices, squaring_seconds, stride_for
 from datasets.errors import InputError
 from parties.active import ActiveParty
@@ -96,9 +97,13 @@ def _fit(link_mbps):
     return fed
 
 
-def test_simulation_weighs_bytes_by_the_link_it_models():
+def test_simulation_weighs_bytes_by_the_link_it_models(monkeypatch):
+    # the machine's squaring time is pinned: bytes are weighed against it, and a slow machine
+    # (measured 5 us instead of 2.4 us) makes two copies worth it even at 1 Mbit/s
+    monkeypatch.setattr(channel_module, "squaring_seconds", lambda modulus: 2.5e-6)
     fast, slow = _fit(1e6), _fit(1.0)
     assert fast.active.link_mbps == 1e6 and slow.active.link_mbps == 1.0
+    assert slow.active.channel.squaring_seconds() == 2.5e-6
     assert fast.active.channel.current.shifts > 1          # bytes nearly free: copies
     assert slow.active.channel.current.shifts == 1         # 1 Mbit/s: Horner
     assert slow.transport.total_bytes() < fast.transport.total_bytes() / 2
