@@ -531,17 +531,39 @@ def read_party_table(path: PathLike, name: str, id_col: str, label_col: str | No
 class DeferredColumns:
     """The feature columns of a Parquet table, read when the party asks for them (after the
     alignment): a driver then never holds its features and the alignment's hash sorts at once.
-    :meth:`read_ids` and :meth:`read_column` check what they read as :func:`read_party_table` does."""
+    :meth:`read_ids` and :meth:`read_column` check what they read as :func:`read_party_table` does.
 
-    def __init__(self, path: Path, schema, name: str, id_col: str, feature_names: list[str]):
+    It is also a column reader (``shape``, :meth:`column`) for :mod:`vfl.binning`: binned and
+    fingerprinted one column at a time, the features are never in memory whole."""
+
+    def __init__(self, path: Path, schema, name: str, id_col: str, feature_names: list[str],
+                 n_rows: int | None = None):
         self.path, self.schema, self.name, self.id_col = path, schema, name, id_col
         self.feature_names = list(feature_names)
         self.source = str(path)
+        self.n_rows = n_rows
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(rows, feature columns)``; the rows are known once the ids were read."""
+        if self.n_rows is None:
+            raise ValueError("the number of rows is known once the ids were read (read_ids)")
+        return self.n_rows, len(self.feature_names)
+
+    def column(self, j: int) -> np.ndarray:
+        """Feature ``j`` (:meth:`read_column` of ``feature_names[j]``); its length is checked."""
+        col = self.read_column(self.feature_names[j])
+        if len(col) != self.shape[0]:
+            raise InputError(f"party {self.name!r}: column {self.feature_names[j]!r} of {self.source} has "
+                             f"{len(col)} rows, its ids {self.shape[0]}; was the file replaced during training?")
+        return col
 
     def read_ids(self) -> np.ndarray:
         """The id column, normalised as :func:`read_party_table` does (the rows' order)."""
-        return _read_parquet_columns(self.path, self.schema, self.name, self.id_col, None, [self.id_col],
-                                     False).frame[self.id_col].to_numpy()
+        ids = _read_parquet_columns(self.path, self.schema, self.name, self.id_col, None, [self.id_col],
+                                    False).frame[self.id_col].to_numpy()
+        self.n_rows = len(ids)
+        return ids
 
     def read_column(self, col: str) -> np.ndarray:
         """One feature column as float64 (missing: NaN), checked; one column in memory at a time."""
@@ -571,7 +593,7 @@ def read_party_table_deferred(path: PathLike, name: str, id_col: str, label_col:
     if declared & set(features):
         return None
     pf = _read_parquet_columns(p, schema, name, id_col, label_col, head, allow_text_label)
-    return pf, DeferredColumns(p, schema, name, id_col, features)
+    return pf, DeferredColumns(p, schema, name, id_col, features, n_rows=len(pf.frame))
 
 
 def _read_parquet_columns(p: Path, schema, name, id_col, label_col, columns, allow_text_label,

@@ -31,6 +31,7 @@ from parties.remote import RemoteSource, end_prediction, leaf_mask_fetcher, sour
 from protocols import alignment
 from protocols import messages as m
 from protocols.transport import Transport
+from vfl.binning import feature_matrix
 from vfl.dp_model import plan_dp_model, public_columns
 from vfl.leafmask import DEFAULT_PREDICTION, PREDICTIONS
 from vfl.model import BoostedModel
@@ -307,8 +308,10 @@ class ActiveParty:
         return self.model
 
     def _read_deferred(self) -> None:
-        """Read the deferred feature columns (after the alignment's sorts are gone): the same rows in
-        the same order as the frame's ids, or the file changed under us."""
+        """Check the deferred feature columns' ids: the same rows in the same order as the frame's,
+        or the file changed under us. A ``low_memory`` party keeps the columns as a reader: binned
+        (and fingerprinted) one column at a time, its features are never in memory whole. Any
+        other party reads them into its matrix (it keeps its data)."""
         if self._deferred is None:
             return
         cols = self._deferred
@@ -317,10 +320,8 @@ class ActiveParty:
             raise InputError(f"party {self.name!r}: the ids of {cols.source!r} changed between reading its labels "
                              "and its features; was the file replaced during training?")
         ids = None
-        X = np.zeros((len(self.ids), len(cols.feature_names)), order="F")     # a column's pages at a time
-        for j, c in enumerate(cols.feature_names):
-            X[:, j] = cols.read_column(c)
-        self.X, self._deferred = X, None
+        self.X = cols if self.low_memory else feature_matrix(cols)
+        self._deferred = None
 
     def _public_bins(self, params: TrainParams) -> dict:
         """``{own feature index: entry}`` of ``params.dp_bins`` (public bounds/edges, --dp-bins)."""

@@ -36,6 +36,7 @@ import numpy as np
 
 from datasets.errors import InputError
 from protocols import alignment
+from vfl.binning import feature_column, feature_matrix, n_features
 from vfl.files import write_json_atomic
 from vfl.model import check_content_hash, content_hash, read_model_json
 from vfl.params import Mode
@@ -51,19 +52,38 @@ RESUMABLE_CHANGES = ("n_estimators", "key_bits", "encryption")
 _DIGEST_CHUNK = 65_536
 
 
-def data_digest(ids, X, y, feature_names, rows=None) -> str:
-    """Fingerprint of the aligned training data (order matters): ``X``, or ``X[rows]`` hashed a
-    chunk of rows at a time."""
+#: how the features enter the fingerprint: "rows" (row after row, what checkpoints written before
+#: the field existed hold) or "columns" (column after column: a table read one column at a time
+#: is fingerprinted without its whole matrix; every new checkpoint)
+DIGEST_LAYOUTS = ("rows", "columns")
+
+
+def data_digest(ids, X, y, feature_names, rows=None, layout: str = "columns") -> str:
+    """Fingerprint of the aligned training data (order matters): the ids, the features of ``X``
+    (or of its rows ``rows``; ``X`` a matrix or a column reader, see :func:`vfl.binning.n_features`)
+    in ``layout`` order, a chunk at a time, and the labels ``y``."""
+    if layout not in DIGEST_LAYOUTS:
+        raise ValueError(f"digest layout {layout!r} is not one of {DIGEST_LAYOUTS}")
     h = hashlib.sha256(json.dumps(list(feature_names)).encode())
     # the ids joined by NUL, a chunk of ids at a time; the arrays hashed in place (no copies)
     for i, keys in enumerate(alignment.normalized_chunks(ids, _DIGEST_CHUNK)):
         text = "\x00".join(keys)
         h.update((text if i == 0 else "\x00" + text).encode())
-    if rows is None:
-        h.update(np.ascontiguousarray(X, dtype=np.float64))
+    if layout == "columns":
+        for j in range(n_features(X)):
+            col = feature_column(X, j)
+            for start in range(0, len(col) if rows is None else len(rows), _DIGEST_CHUNK):
+                part = col[start:start + _DIGEST_CHUNK] if rows is None else col[rows[start:start + _DIGEST_CHUNK]]
+                h.update(np.ascontiguousarray(part))
+            col = None
     else:
-        for start in range(0, len(rows), _DIGEST_CHUNK):
-            h.update(np.ascontiguousarray(X[rows[start:start + _DIGEST_CHUNK]], dtype=np.float64))
+        if not isinstance(X, np.ndarray):       # an older checkpoint: its rows need the whole matrix
+            X, rows = feature_matrix(X, rows), None
+        if rows is None:
+            h.update(np.ascontiguousarray(X, dtype=np.float64))
+        else:
+            for start in range(0, len(rows), _DIGEST_CHUNK):
+                h.update(np.ascontiguousarray(X[rows[start:start + _DIGEST_CHUNK]], dtype=np.float64))
     h.update(np.ascontiguousarray(y, dtype=np.float64))
     return h.hexdigest()
 
@@ -121,6 +141,7 @@ class Checkpoint:
     records: dict[str, int] = field(default_factory=dict)
     completed: bool = False
     history: dict = field(default_factory=dict)     # per-round metrics so far (parties.monitor)
+    digest_layout: str = "columns"                  # how data_digest read the features (DIGEST_LAYOUTS)
 
     @property
     def n_rounds(self) -> int:
@@ -131,6 +152,7 @@ class Checkpoint:
                 "completed": False, "active_party": self.active_party,
                 "passive_parties": list(self.passive_parties), "model_id": self.model_id, "salt": self.salt,
                 "params": self.params, "n_rows": self.n_rows, "data_digest": self.data_digest,
+                "data_digest_layout": self.digest_layout,
                 "n_rounds": self.n_rounds, "records": dict(self.records),
                 "raw": _encode_array(self.raw) if self.raw is not None else None,
                 "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds], "history": self.history}
@@ -160,6 +182,9 @@ class Checkpoint:
         params = need_dict(g("params"), source, "params")
         n_rows = need_int(g("n_rows"), source, "n_rows", 0)
         digest = need_str(g("data_digest"), source, "data_digest")
+        layout = need_str(d.get("data_digest_layout", "rows"), source, "data_digest_layout")
+        if layout not in DIGEST_LAYOUTS:
+            raise damaged(source, "data_digest_layout", f"{layout!r} is not one of {list(DIGEST_LAYOUTS)}")
         # the active party's feature count is checked on resume (CheckpointTracker): any index >= 0 here
         owners = {active: 2 ** 31, **{p: None for p in passives}}
         rounds, n_targets = [], None
@@ -201,7 +226,7 @@ class Checkpoint:
                     if v is not None:
                         need_float(v, source, f"history.{part}.{k}[{i}]", finite=False, allow_nan=True)
         ck = cls(active, passives, model_id, salt, dict(params), n_rows, digest, rounds, raw, records,
-                 history=dict(history))
+                 history=dict(history), digest_layout=layout)
         ck.source = source          # named by the later checks (check_features)
         return ck
 
@@ -257,12 +282,13 @@ class CheckpointTracker(RoundObserver):
     def __init__(self, active_party: str, passive_parties, params, salt: bytes, model_id: str, ids, X, y,
                  feature_names, resume: Checkpoint | None = None, save=None, rows=None):
         self.save = save
-        digest = data_digest(ids, X, y, feature_names, rows)
+        layout = resume.digest_layout if resume is not None else "columns"     # a resume: the checkpoint's way
+        digest = data_digest(ids, X, y, feature_names, rows, layout)
         if resume is not None:
             resume.check_resume(active_party, passive_parties, params.to_dict(), digest, len(y))
             resume.check_features(len(feature_names))
         self.template = Checkpoint(active_party, list(passive_parties), model_id, salt.hex(), params.to_dict(),
-                                   int(len(y)), digest)
+                                   int(len(y)), digest, digest_layout=layout)
         self.resume = resume
         self.rounds: list = [list(r) for r in resume.rounds] if resume is not None else []
 
@@ -277,4 +303,5 @@ class CheckpointTracker(RoundObserver):
             t = self.template
             self.save(Checkpoint(t.active_party, t.passive_parties, t.model_id, t.salt, t.params, t.n_rows,
                                  t.data_digest, list(self.rounds), np.array(record.raw, dtype=np.float64),
-                                 records_per_party(self.rounds, t.passive_parties), history=record.history))
+                                 records_per_party(self.rounds, t.passive_parties), history=record.history,
+                                 digest_layout=t.digest_layout))

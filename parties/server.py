@@ -191,7 +191,7 @@ class PassiveServer:
         must see exactly the same data. (No ids and no labels: the same value as the lookup tables
         written before hold, so their trainings still resume.)"""
         made = p.training_data_digest()        # a Parquet table read by the workers: their fingerprint
-        return made if made is not None else data_digest((), p.aligned_features(), (), p.feature_names)
+        return made if made is not None else data_digest((), p.aligned_features(), (), p.feature_names, layout="rows")
 
     # -- entry points -------------------------------------------------------
     def handle_frame(self, frame: bytes, who: str = "?", client: str | None = None) -> bytes:

@@ -80,8 +80,39 @@ def _kept_codes(col: np.ndarray, max_cat: int) -> np.ndarray:
     return np.sort(order[:max_cat])
 
 
-def _column(X: np.ndarray, j: int, rows=None) -> np.ndarray:
-    return X[:, j] if rows is None else X[rows, j]
+def n_features(X) -> int:
+    """Columns of ``X``: a 2-D array or a column reader (``shape`` and ``column(j)``, e.g.
+    :class:`datasets.loaders.DeferredColumns`: a table read one column at a time)."""
+    return int(X.shape[1])
+
+
+def feature_column(X, j: int, rows=None) -> np.ndarray:
+    """Column ``j`` of ``X`` (its rows ``rows``, in order) as float64: a view or a one-column copy
+    of an array, or one column of a reader (read, then its rows taken)."""
+    if isinstance(X, np.ndarray):
+        col = X[:, j] if rows is None else X[rows, j]
+        return col if col.dtype == np.float64 else col.astype(np.float64)
+    col = np.asarray(X.column(j), dtype=np.float64)
+    if col.ndim != 1 or len(col) != X.shape[0]:
+        raise ValueError(f"column {j} of the reader has shape {col.shape}, expected ({X.shape[0]},)")
+    return col if rows is None else col[rows]
+
+
+def feature_matrix(X, rows=None) -> np.ndarray:
+    """``X[rows]`` as a float64 matrix (column-major, filled a column at a time for a reader)."""
+    if isinstance(X, np.ndarray):
+        X = np.asarray(X, dtype=np.float64)
+        return X if rows is None else X[rows]
+    n = X.shape[0] if rows is None else len(rows)
+    out = np.empty((n, n_features(X)), order="F")
+    for j in range(out.shape[1]):
+        out[:, j] = feature_column(X, j, rows)
+    return out
+
+
+def _as_features(X):
+    """An array as float64 (a reader as it is)."""
+    return np.asarray(X, dtype=np.float64) if not hasattr(X, "column") else X
 
 
 def bin_dtype(n_bins) -> type:
@@ -105,21 +136,42 @@ class Binner:
         return self.categorical is not None and bool(self.categorical[feature_idx])
 
     def fit(self, X, rows=None) -> "Binner":
-        """Edges of every column of ``X``, or of its rows ``rows`` (read a column at a time: the
-        row subset is never copied whole)."""
-        X = np.asarray(X, dtype=np.float64)
-        if self.categorical is not None and self.categorical.shape != (X.shape[1],):
-            raise ValueError(f"categorical mask of {self.categorical.shape} for {X.shape[1]} features")
-        self.thresholds_, self.categories_ = [], {}
-        for j in range(X.shape[1]):
-            col = _column(X, j, rows)
-            if self.is_categorical(j):
-                kept = _kept_codes(col, self.max_cat)
-                self.categories_[j] = kept
-                self.thresholds_.append(np.arange(len(kept), dtype=np.float64))   # bin count only
-            else:
-                self.thresholds_.append(_thresholds(col, self.max_bin))
+        """Edges of every column of ``X`` (an array or a column reader, see :func:`n_features`),
+        or of its rows ``rows`` (read a column at a time: the row subset is never copied whole)."""
+        X = self._start(X)
+        for j in range(n_features(X)):
+            self._fit_column(j, feature_column(X, j, rows))
         return self
+
+    def fit_transform(self, X, rows=None) -> np.ndarray:
+        """:meth:`fit` then :meth:`transform` as :attr:`bin_dtype`, in one pass over the columns:
+        each column is read once, its edges found and its bins written before the next one is
+        read (with a reader, one column of raw values in memory at a time). The bins are
+        column-major: what a histogram or a split reads is one feature's column."""
+        X = self._start(X)
+        out = np.empty((X.shape[0] if rows is None else len(rows), n_features(X)), dtype=np.uint8, order="F")
+        for j in range(n_features(X)):
+            col = feature_column(X, j, rows)
+            self._fit_column(j, col)
+            if out.dtype == np.uint8 and len(self.thresholds_[j]) + 2 > 256:
+                out = out.astype(np.uint16)      # this feature needs two bytes: every feature gets them
+            out[:, j] = self._bins(j, col)
+        return out
+
+    def _start(self, X):
+        X = _as_features(X)
+        if self.categorical is not None and self.categorical.shape != (n_features(X),):
+            raise ValueError(f"categorical mask of {self.categorical.shape} for {n_features(X)} features")
+        self.thresholds_, self.categories_ = [], {}
+        return X
+
+    def _fit_column(self, j: int, col: np.ndarray) -> None:
+        if self.is_categorical(j):
+            kept = _kept_codes(col, self.max_cat)
+            self.categories_[j] = kept
+            self.thresholds_.append(np.arange(len(kept), dtype=np.float64))   # bin count only
+        else:
+            self.thresholds_.append(_thresholds(col, self.max_bin))
 
     def other_bin(self, feature_idx: int) -> int:
         """The pooled bin of a categorical feature (rare and unseen categories)."""
@@ -164,19 +216,21 @@ class Binner:
     def transform(self, X, rows=None, dtype=np.uint16) -> np.ndarray:
         """Bins of ``X`` (or of its rows ``rows``, a column at a time), as ``dtype`` (uint8 holds
         them when every feature has at most 256 slots, see :attr:`n_bins`)."""
-        X = np.asarray(X, dtype=np.float64)
+        X = _as_features(X)
         if int(self.n_bins.max(initial=0)) > np.iinfo(dtype).max + 1:
             raise ValueError(f"{np.dtype(dtype).name} cannot hold {int(self.n_bins.max())} bins")
-        out = np.empty((X.shape[0] if rows is None else len(rows), X.shape[1]), dtype=dtype)
-        for j, t in enumerate(self.thresholds_):
-            col = _column(X, j, rows)
-            if self.is_categorical(j):
-                out[:, j] = self.category_bins(j, col)
-                continue
-            b = np.searchsorted(t, col, side="left")
-            b[np.isnan(col)] = self.missing_bin(j)
-            out[:, j] = b
+        out = np.empty((X.shape[0] if rows is None else len(rows), n_features(X)), dtype=dtype)
+        for j in range(len(self.thresholds_)):
+            out[:, j] = self._bins(j, feature_column(X, j, rows))
         return out
+
+    def _bins(self, j: int, col: np.ndarray) -> np.ndarray:
+        """Bins of the values ``col`` of feature ``j``."""
+        if self.is_categorical(j):
+            return self.category_bins(j, col)
+        b = np.searchsorted(self.thresholds_[j], col, side="left")
+        b[np.isnan(col)] = self.missing_bin(j)
+        return b
 
     def threshold(self, feature_idx: int, bin_idx: int) -> float:
         """Raw-value threshold of the split "bin <= bin_idx" (+inf: all non-missing values left)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vfl.binning import Binner, bin_dtype
+from vfl.binning import Binner, bin_dtype, feature_matrix
 from vfl.rounds import RoundGradients
 from vfl.sampling import node_members
 from vfl.split import goes_left
@@ -66,7 +66,9 @@ class LocalSource(HistogramSource):
                  categorical: np.ndarray | None = None, monotone: np.ndarray | None = None,
                  max_cat: int = 64, n_categories: dict[int, int] | None = None, binner: Binner | None = None,
                  rows: np.ndarray | None = None):
-        """``categorical``: bool per feature (``X`` holds category codes there, see
+        """``X``: a float matrix, or a column reader (``shape`` and ``column(j)``, e.g.
+        :class:`datasets.loaders.DeferredColumns`: one column in memory at a time, see
+        :func:`vfl.binning.n_features`). ``categorical``: bool per feature (``X`` holds category codes there, see
         :mod:`vfl.binning`); ``n_categories[f]``: the vocabulary size of categorical feature f;
         ``monotone``: -1/0/+1 per feature; ``binner``: an unfitted binner to use instead of
         ``Binner(max_bin, ...)`` (e.g. DP bin edges); ``rows``: the rows of ``X`` to use, in
@@ -78,11 +80,11 @@ class LocalSource(HistogramSource):
         self.monotone = None if monotone is None or not np.any(monotone) else np.asarray(monotone, dtype=np.int8)
         self.n_categories = dict(n_categories or {})
         if binner is None:
-            self.binner = Binner(max_bin, self.categorical, max_cat).fit(X, rows)
-            # straight into the type _set_bins keeps: no two-byte copy
-            self._set_bins(self.binner.transform(X, rows, self.binner.bin_dtype), self.binner.n_bins)
+            self.binner = Binner(max_bin, self.categorical, max_cat)
+            # each column read once, straight into the type _set_bins keeps (no two-byte copy)
+            self._set_bins(self.binner.fit_transform(X, rows), self.binner.n_bins)
         else:
-            X = X if rows is None else X[rows]
+            X = feature_matrix(X, rows)
             self.binner = binner.fit(X)
             self._set_bins(self.binner.transform(X), self.binner.n_bins)
 
@@ -96,15 +98,14 @@ class LocalSource(HistogramSource):
         self._g = self._h = None
 
     def _bin_sums(self, rows: np.ndarray, weights: list[np.ndarray]) -> list[np.ndarray]:
-        """Per weight vector (one value per row of ``rows``), its sums over the flat (feature, bin)
-        slots. One feature at a time, so the temporaries are one column of ``rows`` long; each slot
-        adds its rows in row order, as a single bincount over all features would."""
+        """Per weight vector (one value per row of ``rows``, None: every row), its sums over the flat
+        (feature, bin) slots. One feature at a time, so the temporaries are one column of ``rows``
+        long; each slot adds its rows in row order, as a single bincount over all features would."""
         n_flat = int(self.bin_offsets[-1])
         out = [np.zeros(n_flat) for _ in weights]
-        sub = self.bin_idx[rows]
-        for f in range(sub.shape[1]):
+        for f in range(self.bin_idx.shape[1]):
             lo, hi = int(self.bin_offsets[f]), int(self.bin_offsets[f + 1])
-            col = sub[:, f].astype(np.intp)
+            col = (self.bin_idx[:, f] if rows is None else self.bin_idx[rows, f]).astype(np.intp)
             for o, w in zip(out, weights):
                 o[lo:hi] = np.bincount(col, w, minlength=hi - lo)
         return out
@@ -117,7 +118,12 @@ class LocalSource(HistogramSource):
         sg = np.zeros((len(node_ids), n_flat))
         sh = np.zeros((len(node_ids), n_flat))
         for i, (t, nid) in enumerate(zip(tree_idx, node_ids)):
-            rows = np.flatnonzero(assignment[t] == nid)
+            member = assignment[t] == nid
+            if member.all():         # a root of every row: no index and no copy of the gradients
+                sg[i], sh[i] = self._bin_sums(None, [self._g[:, t], self._h[:, t]])
+                continue
+            rows = np.flatnonzero(member)
+            member = None
             sg[i], sh[i] = self._bin_sums(rows, [self._g[rows, t], self._h[rows, t]])
         return sg, sh
 

@@ -179,3 +179,41 @@ def test_one_byte_bins_refuse_more_than_256_slots():
     assert b.n_bins[0] == 257
     with pytest.raises(ValueError, match="cannot hold"):
         b.transform(X, dtype=np.uint8)
+
+
+class _Reader:
+    """A column reader (``shape``, ``column(j)``: what datasets.loaders.DeferredColumns is): counts reads."""
+
+    def __init__(self, X):
+        self.X, self.shape, self.reads = X, X.shape, []
+
+    def column(self, j):
+        self.reads.append(j)
+        return self.X[:, j].copy()
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 300), F=st.integers(1, 4), max_bin=st.sampled_from([2, 9, 255, 256]),
+       wide=st.integers(-1, 3), cat=st.booleans(), subset=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_fit_transform_reads_each_column_once_and_equals_fit_then_transform(n, F, max_bin, wide, cat, subset,
+                                                                             seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, F)).round(1)
+    if 0 <= wide < F:
+        X[:, wide] = rng.permutation(n) + 0.5            # many distinct values: up to 257 slots
+    X[rng.random((n, F)) < 0.1] = np.nan
+    categorical = None
+    if cat:
+        X[:, 0] = np.where(np.isnan(X[:, 0]), np.nan, rng.integers(0, 6, n))
+        categorical = np.eye(1, F, dtype=bool)[0]
+    rows = rng.permutation(n)[:rng.integers(1, n + 1)] if subset else None
+    ref = Binner(max_bin, categorical).fit(X, rows)
+    want = ref.transform(X, rows, ref.bin_dtype)
+    for source in (X, _Reader(X)):
+        b = Binner(max_bin, categorical)
+        got = b.fit_transform(source, rows)
+        assert got.dtype == want.dtype == b.bin_dtype and np.array_equal(got, want)
+        assert got.flags.f_contiguous or got.shape[1] == 1     # one feature's column is contiguous
+        assert all(np.array_equal(s, t) for s, t in zip(b.thresholds_, ref.thresholds_))
+        if isinstance(source, _Reader):
+            assert source.reads == list(range(F))

@@ -35,6 +35,43 @@ def test_per_feature_sums_equal_the_one_bincount_twin_to_the_last_bit(n, F, max_
         assert sg[i].tobytes() == ng.tobytes() and sh[i].tobytes() == nh.tobytes()
 
 
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 200), F=st.integers(1, 4), seed=st.integers(0, 2**31 - 1))
+def test_a_root_of_every_row_sums_without_an_index_as_the_twin_does(n, F, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, F)).round(1)
+    X[rng.random((n, F)) < 0.1] = np.nan
+    src = LocalSource("a", X, [f"x{j}" for j in range(F)], 16)
+    g, h = rng.normal(size=(n, 2)), rng.random((n, 2))
+    src._g, src._h = g, h
+    assignment = np.zeros((2, n), dtype=np.int32)            # both trees' roots hold every row
+    assignment[1, rng.random(n) < 0.3] = -1                  # the second tree's rows not sampled
+    sg, sh = src.build(0, np.array([0, 1]), np.array([0, 0]), assignment)
+    for i in range(2):
+        rows = np.flatnonzero(assignment[i] == 0)
+        ng, nh = naive_sums(src, rows, g[rows, i], h[rows, i])
+        assert sg[i].tobytes() == ng.tobytes() and sh[i].tobytes() == nh.tobytes()
+
+
+class _Reader:
+    def __init__(self, X):
+        self.X, self.shape = X, X.shape
+
+    def column(self, j):
+        return self.X[:, j].copy()
+
+
+def test_a_column_reader_gives_the_bins_of_its_matrix():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(120, 3)).round(2)
+    X[rng.random((120, 3)) < 0.1] = np.nan
+    rows = rng.permutation(120)[:90]
+    a = LocalSource("a", _Reader(X), ["x0", "x1", "x2"], 32, rows=rows)
+    b = LocalSource("a", X, ["x0", "x1", "x2"], 32, rows=rows)
+    assert np.array_equal(a.bin_idx, b.bin_idx) and a.bin_idx.dtype == np.uint8
+    assert [a.binner.threshold(f, 3) for f in range(3)] == [b.binner.threshold(f, 3) for f in range(3)]
+
+
 def test_more_than_256_slots_keep_two_byte_bins():
     X = np.arange(1000, dtype=float)[:, None]
     X[::7] = np.nan                     # 256 bins and the missing slot: index 256

@@ -203,3 +203,139 @@ def test_deferred_reading_applies_to_numeric_parquet_only_and_checks_values_late
         fed.fit(mode="plain", n_estimators=1)
     with pytest.raises(InputError, match="either in the frame or as deferred columns"):
         ActiveParty("guest", a, features=cols)
+    # as a column reader: a column must have as many rows as the ids read
+    from datasets.loaders import DeferredColumns
+    assert cols.shape == (40, 2) and np.array_equal(cols.column(1), a["a1"].to_numpy()[::-1])
+    cols.n_rows = 41
+    with pytest.raises(InputError, match="'a0' of .* has 40 rows, its ids 41; was the file replaced"):
+        cols.column(0)
+    with pytest.raises(ValueError, match="known once the ids were read"):
+        DeferredColumns(path, cols.schema, "guest", "id", ["a0"]).shape
+
+
+class _Dies(Exception):
+    pass
+
+
+def _old_checkpoint(ck, tmp_path, digest_args):
+    """``ck`` as a checkpoint written before the digest layout field: the features fingerprinted
+    row after row, no ``data_digest_layout`` key."""
+    from parties import checkpoint
+    from vfl.model import content_hash
+    d = ck.to_dict()
+    del d["data_digest_layout"]
+    ids, X, y, names, rows = digest_args
+    d["data_digest"] = checkpoint.data_digest(ids, X, y, names, rows, layout="rows")
+    d["content_hash"] = content_hash(d)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(d))
+    return checkpoint.Checkpoint.load(path)
+
+
+def test_a_deferred_party_checkpoints_and_resumes_reading_a_column_at_a_time(tmp_path, fixed_salt, monkeypatch):
+    """The fingerprint of a low-memory party's deferred table is taken a column at a time and
+    equals the one of the same table read whole; a resume (from a new checkpoint, and from one
+    written before the layout field, fingerprinted row after row) gives the uninterrupted model."""
+    from datasets.loaders import read_party_table_deferred
+    from parties import checkpoint
+    from parties.server import PassiveServer
+    from protocols.transport import InMemoryTransport
+    from vfl.params import TrainParams
+    pytest.importorskip("pyarrow")
+    a, b, _ = small_frames(n=120)
+    path = _parquet_dir(tmp_path, "guest", a)
+    params = TrainParams(mode="plain", n_estimators=4, max_depth=3)
+
+    def run(tag, **kw):
+        head, cols = read_party_table_deferred(path, "guest", "id", "y")
+        party = ActiveParty("guest", head.frame, low_memory=True, features=cols)
+        server = PassiveServer("b", b, "id", tmp_path / tag / "b")
+        t = InMemoryTransport("guest", {"b": server.handle_frame})
+        return party.fit(t, ["b"], params, **kw)
+
+    digests, calls = [], []
+    real = checkpoint.data_digest
+
+    def spy(ids, X, y, names, rows=None, layout="columns"):
+        calls.append((ids, X, y, names, rows))
+        digests.append((type(X).__name__, layout, real(ids, X, y, names, rows, layout)))
+        return digests[-1][2]
+    monkeypatch.setattr(checkpoint, "data_digest", spy)
+    full = run("full", checkpoint=lambda ck: None)
+    assert digests[-1][:2] == ("DeferredColumns", "columns")
+    kept = ActiveParty("guest", a)            # the same table read whole: the same fingerprint
+    kept.fit(InMemoryTransport("guest", {"b": PassiveServer("b", b, "id", tmp_path / "kept" / "b").handle_frame}),
+             ["b"], params, checkpoint=lambda ck: None)
+    assert digests[-1][:2] == ("ndarray", "columns") and digests[-1][2] == digests[0][2]
+
+    def stop(r, info):
+        if r == 1:
+            raise _Dies()
+    for variant in ("new", "old"):
+        saved = []
+        with pytest.raises(_Dies):
+            run(variant, checkpoint=saved.append, on_round=stop)
+        ck = saved[-1]
+        assert ck.n_rounds == 2 and ck.digest_layout == "columns"
+        if variant == "old":
+            ids, X, y, names, rows = calls[-1]
+            assert type(X).__name__ == "DeferredColumns"
+            ck = old = _old_checkpoint(ck, tmp_path, (ids, a[names].to_numpy(float), y, names, rows))
+            assert old.digest_layout == "rows" and old.data_digest != saved[-1].data_digest
+        resumed = run(variant, resume=ck)
+        assert digests[-1][1] == ck.digest_layout
+        assert _structures(resumed) == _structures(full)
+    bad = old.to_dict()
+    bad["data_digest_layout"] = "diagonal"
+    from vfl.model import content_hash
+    bad["content_hash"] = content_hash(bad)
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(InputError, match="data_digest_layout"):
+        checkpoint.Checkpoint.load(tmp_path / "bad.json")
+
+
+DEFERRED_PROBE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from parties.memory import return_freed_memory
+return_freed_memory()
+from datasets.loaders import read_party_table_deferred
+from parties.active import ActiveParty
+from vfl.sources import LocalSource
+head, cols = read_party_table_deferred(sys.argv[2], "bank", "id", "y")
+party = ActiveParty("bank", head.frame, low_memory=sys.argv[3] == "on", features=cols)
+head = cols = None
+n, f = len(party.ids), len(party.feature_names)
+def hwm():
+    with open("/proc/self/status") as fh:
+        return next(int(l.split()[1]) for l in fh if l.startswith("VmHWM")) * 1024
+with open("/proc/self/clear_refs", "w") as fh:
+    fh.write("5")
+before = hwm()
+party._read_deferred()
+src = LocalSource("bank", party.X, party.feature_names, 32, rows=np.arange(n))
+print(json.dumps({"growth": hwm() - before, "x_bytes": n * f * 8, "bins": src.bin_idx.nbytes}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not _clear_refs_works(),
+                    reason="needs /proc/self/clear_refs to reset the peak RSS")
+def test_a_low_memory_party_bins_a_deferred_table_without_its_feature_matrix(tmp_path):
+    pytest.importorskip("pyarrow")
+    n, f = 200_000, 32
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"id": np.arange(n), "y": rng.integers(0, 2, n).astype(float),
+                       **{f"x{j}": rng.normal(size=n).round(2) for j in range(f)}})
+    path = _parquet_dir(tmp_path, "bank", df, parts=3)
+    del df
+
+    def probe(mode):
+        out = subprocess.run([sys.executable, "-c", DEFERRED_PROBE, str(ROOT), str(path), mode], capture_output=True,
+                             text=True, check=True).stdout
+        return json.loads(out)
+    lean, kept = probe("on"), probe("off")
+    assert kept["growth"] > 0.9 * kept["x_bytes"], kept        # the matrix read whole
+    # one column at a time, then its bins (one byte a value; the matrix would be eight)
+    assert lean["growth"] - lean["bins"] < 0.3 * lean["x_bytes"], lean
+    assert lean["bins"] == n * f                               # one byte per value
