@@ -164,9 +164,9 @@ class ActiveParty:
         replies = transport.call_many({p: m.AlignRequest(session_id, salt) for p in peers})
         hashes |= {p: r.hashes for p, r in replies.items()}
         replies = None
-        # intersect checks that every party's ids are unique, ours included; our rows come from its sort
-        common, rows = alignment.intersect(hashes, rows_of=self.name)
-        hashes = None
+        # intersect checks that every party's ids are unique, ours included; our rows come from its sort;
+        # it takes each party's hashes out of the dict once sorted (never a party's hashes and their sort)
+        common, rows = alignment.intersect(hashes, rows_of=self.name, consume=True)
         acks = transport.call_many({p: m.AlignResult(common) for p in peers})
         self.alignment_report = {self.name: {"n_rows": int(len(self.ids)), "n_kept": int(len(rows))},
                                  **{p: {"n_rows": a.n_rows, "n_kept": a.n_kept} for p, a in acks.items()}}

@@ -133,14 +133,17 @@ def _duplicates(n: int, party: str, what: str) -> None:
     raise InputError(f"party {party!r} has {n} duplicate {what}; every sample id must appear once")
 
 
-def intersect(hash_sets: dict[str, np.ndarray], rows_of: str | None = None):
+def intersect(hash_sets: dict[str, np.ndarray], rows_of: str | None = None, consume: bool = False):
     """Intersection of every party's hashes, sorted by hash value; error if empty. With
     ``rows_of`` (a party of ``hash_sets``): ``(intersection, that party's row of every common
-    hash)``, what :func:`positions` gives, from the sort the intersection made anyway."""
+    hash)``, what :func:`positions` gives, from the sort the intersection made anyway.
+    ``consume``: take each party's hashes out of ``hash_sets`` once they are sorted (the dict ends
+    empty), so a caller holding no other reference never has a party's hashes and their sorted
+    copy in memory at once."""
     hi = lo = mine = None
     sizes = {p: len(h) for p, h in hash_sets.items()}
     for party in list(hash_sets):
-        s = _Sorted(hash_sets[party])
+        s = _Sorted(hash_sets.pop(party) if consume else hash_sets[party])
         dup = s.duplicates()
         if dup:
             _duplicates(dup, party, "ids")

@@ -52,6 +52,9 @@ def test_intersect_and_positions_equal_the_set_twins(pool, data):
         assert alignment.positions(h, common, "x").tolist() == naive_positions(h, common)
         again, rows = alignment.intersect(parts, rows_of=name)      # the rows from the same sort
         assert np.array_equal(again, common) and rows.tolist() == naive_positions(h, common)
+        taken = dict(parts)
+        again, rows = alignment.intersect(taken, rows_of=name, consume=True)
+        assert taken == {} and np.array_equal(again, common) and rows.tolist() == naive_positions(h, common)
 
 
 @settings(max_examples=60, deadline=None)
