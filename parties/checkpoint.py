@@ -30,6 +30,7 @@ import base64
 import binascii
 import hashlib
 import json
+import secrets
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,8 +38,8 @@ import numpy as np
 from datasets.errors import InputError
 from protocols import alignment
 from vfl.binning import feature_column, feature_matrix, n_features
-from vfl.files import write_json_atomic
-from vfl.model import check_content_hash, content_hash, read_model_json
+from vfl.files import atomic_text_writer, write_json_atomic
+from vfl.model import canonical_bytes, check_content_hash, content_hash, read_model_json
 from vfl.params import Mode
 from vfl.rounds import RoundObserver, RoundRecord
 from vfl.tree import Tree, damaged, need_dict, need_float, need_int, need_key, need_list, need_str
@@ -88,9 +89,24 @@ def data_digest(ids, X, y, feature_names, rows=None, layout: str = "columns") ->
     return h.hexdigest()
 
 
-def _encode_array(a: np.ndarray) -> dict:
+def _encode_array(a: np.ndarray, data: str | None = None) -> dict:
+    """``a`` as JSON: dtype, shape and its bytes in base64 (``data``: put this text there instead)."""
     a = np.ascontiguousarray(a, dtype="<f8")
-    return {"dtype": "<f8", "shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode()}
+    return {"dtype": "<f8", "shape": list(a.shape),
+            "data": base64.b64encode(a.tobytes()).decode() if data is None else data}
+
+
+#: raw-score bytes base64-encoded per step when a checkpoint is saved (a multiple of 3: the pieces'
+#: base64 texts joined are the base64 text of the whole)
+_SAVE_CHUNK = 3 << 18
+
+
+def _base64_pieces(a: np.ndarray):
+    """The base64 text of ``a``'s little-endian float64 bytes, as ASCII pieces of at most
+    :data:`_SAVE_CHUNK` bytes of ``a`` each (never the whole text at once)."""
+    buf = memoryview(np.ascontiguousarray(a, dtype="<f8").reshape(-1).view(np.uint8))
+    for start in range(0, len(buf), _SAVE_CHUNK):
+        yield base64.b64encode(buf[start:start + _SAVE_CHUNK])
 
 
 def _decode_array(d, source: str = "checkpoint", where: str = "raw") -> np.ndarray:
@@ -114,6 +130,14 @@ def _decode_array(d, source: str = "checkpoint", where: str = "raw") -> np.ndarr
     if not np.all(np.isfinite(a)):
         raise damaged(source, where, "raw scores must be finite")
     return a
+
+
+def _around(text, marker):
+    """``text`` before and after the one occurrence of ``marker`` (inside a JSON string)."""
+    parts = text.split(marker)
+    if len(parts) != 2:
+        raise RuntimeError(f"the checkpoint's raw-score marker occurs {len(parts) - 1} times")
+    return parts[0], parts[1]
 
 
 def records_per_party(rounds, passive_parties) -> dict[str, int]:
@@ -147,14 +171,15 @@ class Checkpoint:
     def n_rounds(self) -> int:
         return len(self.rounds)
 
-    def to_dict(self) -> dict:
+    def to_dict(self, raw_data: str | None = None) -> dict:
+        """The checkpoint as JSON (``raw_data``: this text in place of the raw scores' base64)."""
         return {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "role": "checkpoint",
                 "completed": False, "active_party": self.active_party,
                 "passive_parties": list(self.passive_parties), "model_id": self.model_id, "salt": self.salt,
                 "params": self.params, "n_rows": self.n_rows, "data_digest": self.data_digest,
                 "data_digest_layout": self.digest_layout,
                 "n_rounds": self.n_rounds, "records": dict(self.records),
-                "raw": _encode_array(self.raw) if self.raw is not None else None,
+                "raw": _encode_array(self.raw, raw_data) if self.raw is not None else None,
                 "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds], "history": self.history}
 
     @classmethod
@@ -243,9 +268,30 @@ class Checkpoint:
                                       "features)")
 
     def save(self, path) -> None:
-        d = self.to_dict()
-        d["content_hash"] = content_hash(d)
-        write_json_atomic(path, d, indent=None)
+        """Write the checkpoint atomically, with its content hash. The raw scores (8 bytes per
+        training row) are streamed: their base64 text goes into the hash and the file a piece at a
+        time, in the place a one-off marker holds in the rest of the JSON, so a large training's
+        checkpoint never exists as one text (the file is the same as ``json.dumps`` of
+        :meth:`to_dict` with its ``content_hash``)."""
+        if self.raw is None:
+            d = self.to_dict()
+            d["content_hash"] = content_hash(d)
+            write_json_atomic(path, d, indent=None)
+            return
+        marker = f"vfl-raw-{secrets.token_hex(16)}"
+        d = self.to_dict(raw_data=marker)
+        head, tail = _around(canonical_bytes(d), marker.encode("ascii"))
+        h = hashlib.sha256(head)
+        for piece in _base64_pieces(self.raw):
+            h.update(piece)
+        h.update(tail)
+        d["content_hash"] = h.hexdigest()
+        head, tail = _around(json.dumps(d, indent=None), marker)
+        with atomic_text_writer(path) as fh:
+            fh.write(head)
+            for piece in _base64_pieces(self.raw):
+                fh.write(piece.decode("ascii"))
+            fh.write(tail)
 
     @classmethod
     def load(cls, path) -> "Checkpoint":

@@ -88,3 +88,30 @@ def test_the_digest_of_x_rows_hashed_by_chunks_equals_the_digest_of_the_copy():
             checkpoint.data_digest(ids, X, y, ["a"], rows, "diagonal")
     finally:
         checkpoint._DIGEST_CHUNK = saved
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(0, 50), k=st.integers(1, 3), chunk=st.sampled_from([3, 6, 24, 3 << 20]),
+       seed=st.integers(0, 2**16), with_raw=st.booleans())
+def test_a_saved_checkpoint_streams_its_raw_scores_into_the_file_json_dumps_writes(tmp_path_factory, n, k, chunk,
+                                                                                  seed, with_raw):
+    """Checkpoint.save hashes and writes the raw scores' base64 a piece at a time: the file is the
+    one json.dumps of the whole dict gives, and it loads back (content hash checked) bit for bit."""
+    from vfl.model import content_hash
+    raw = np.random.default_rng(seed).normal(size=(n, k)) if with_raw else None
+    ck = checkpoint.Checkpoint("a", ["b"], "m1", "00ff", {"max_depth": 3}, n, "d" * 64, [], raw, {"b": 0},
+                               history={"train": {"auc": [0.5]}})
+    want = ck.to_dict()
+    want["content_hash"] = content_hash(want)
+    path = tmp_path_factory.mktemp("ck") / "checkpoint.json"
+    saved = checkpoint._SAVE_CHUNK
+    checkpoint._SAVE_CHUNK = chunk
+    try:
+        ck.save(path)
+    finally:
+        checkpoint._SAVE_CHUNK = saved
+    assert path.read_text() == json.dumps(want, indent=None)
+    back = checkpoint.Checkpoint.load(path)
+    assert (back.raw is None) == (raw is None)
+    if raw is not None:
+        assert back.raw.tobytes() == raw.tobytes()
