@@ -7,26 +7,56 @@ metrics to maximise; the others are minimised.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 
 _EPS = 1e-15
+#: rows per step of the exact sums and of the per-row terms: a metric's temporaries stay a few
+#: MB whatever the number of rows (a driver evaluates the training rows every round)
+_CHUNK = 1 << 16
+
+
+def _fsum(x) -> float:
+    """Exactly rounded sum of ``x``: independent of the row order (which follows the salted id
+    hashes). ``math.fsum`` reads the values a chunk at a time (one Python float per value of a
+    chunk, never of the whole vector)."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    return math.fsum(itertools.chain.from_iterable(x[s:s + _CHUNK].tolist() for s in range(0, x.size, _CHUNK)))
+
+
+def _terms_fsum(term, *arrays) -> float:
+    """Exactly rounded sum of the per-row values ``term(*chunks)``, computed a chunk of rows at a
+    time (the terms of the whole vector never exist at once)."""
+    n = len(arrays[0])
+    parts = (np.asarray(term(*(a[s:s + _CHUNK] for a in arrays)), dtype=np.float64).ravel().tolist()
+             for s in range(0, n, _CHUNK))
+    return math.fsum(itertools.chain.from_iterable(parts))
 
 
 def _mean(x) -> float:
-    """Exactly rounded mean: independent of the row order (which follows the salted id hashes)."""
+    """Exactly rounded mean (see :func:`_fsum`)."""
     x = np.asarray(x, dtype=np.float64).ravel()
-    return math.fsum(x.tolist()) / x.size if x.size else float("nan")
+    return _fsum(x) / x.size if x.size else float("nan")
+
+
+def _terms_mean(term, *arrays) -> float:
+    """Exactly rounded mean of ``term``'s per-row values (see :func:`_terms_fsum`)."""
+    n = len(arrays[0])
+    return _terms_fsum(term, *arrays) / n if n else float("nan")
 
 
 HIGHER_IS_BETTER = {"auc"}
 
 
+def _logloss_terms(y, p):
+    p = np.clip(p, _EPS, 1 - _EPS)
+    return y * np.log(p) + (1 - y) * np.log(1 - p)
+
+
 def logloss(y, p) -> float:
-    p = np.clip(np.asarray(p, dtype=np.float64), _EPS, 1 - _EPS)
-    y = np.asarray(y, dtype=np.float64)
-    return -_mean(y * np.log(p) + (1 - y) * np.log(1 - p))
+    return -_terms_mean(_logloss_terms, np.asarray(y, dtype=np.float64), np.asarray(p, dtype=np.float64))
 
 
 def auc(y, p) -> float:
@@ -42,44 +72,50 @@ def auc(y, p) -> float:
     if n_pos == 0 or n_neg == 0:
         return float("nan")
     order = np.argsort(p, kind="mergesort")
-    sorted_p = p[order]
-    # 1-based ranks, ties replaced by the mean rank of their group
-    starts = np.flatnonzero(np.r_[True, sorted_p[1:] != sorted_p[:-1]])
-    ends = np.r_[starts[1:], sorted_p.size]
-    mean_rank = (starts + ends + 1) / 2.0
-    ranks = np.empty(p.size)
-    ranks[order] = np.repeat(mean_rank, ends - starts)
-    u = math.fsum(ranks[y].tolist()) - n_pos * (n_pos + 1) / 2.0
+    sorted_p, sorted_y = p[order], y[order]
+    order = None
+
+    def positive_ranks(v, pos):
+        """1-based ranks of the positives among the sorted scores ``v``, ties replaced by the mean
+        rank of their group (a multiple of 1/2: every sum here is exact)."""
+        v = v[pos]
+        return (np.searchsorted(sorted_p, v, "left") + np.searchsorted(sorted_p, v, "right") + 1) / 2.0
+    u = _terms_fsum(positive_ranks, sorted_p, sorted_y) - n_pos * (n_pos + 1) / 2.0
     return float(u / (n_pos * n_neg))
 
 
 def error(y, p) -> float:
-    return _mean((np.asarray(p) > 0.5) != (np.asarray(y) > 0.5))
+    return _terms_mean(lambda yc, pc: (pc > 0.5) != (yc > 0.5), np.asarray(y), np.asarray(p))
 
 
 def mlogloss(y, proba) -> float:
-    proba = np.clip(np.asarray(proba, dtype=np.float64), _EPS, 1.0)
-    y = np.asarray(y, dtype=np.int64)
-    return -_mean(np.log(proba[np.arange(len(y)), y]))
+    def terms(yc, pc):
+        return np.log(np.clip(pc[np.arange(len(yc)), yc], _EPS, 1.0))
+    return -_terms_mean(terms, np.asarray(y, dtype=np.int64), np.asarray(proba, dtype=np.float64))
 
 
 def merror(y, proba) -> float:
-    return _mean(np.argmax(proba, axis=1) != np.asarray(y, dtype=np.int64))
+    return _terms_mean(lambda yc, pc: np.argmax(pc, axis=1) != yc, np.asarray(y, dtype=np.int64), np.asarray(proba))
+
+
+def _float_pair(y, pred):
+    return np.asarray(y, dtype=np.float64).ravel(), np.asarray(pred, dtype=np.float64).ravel()
 
 
 def rmse(y, pred) -> float:
-    d = np.asarray(pred, dtype=np.float64) - np.asarray(y, dtype=np.float64)
-    return math.sqrt(_mean(d * d))
+    return math.sqrt(_terms_mean(lambda yc, pc: (pc - yc) * (pc - yc), *_float_pair(y, pred)))
 
 
 def mae(y, pred) -> float:
-    return _mean(np.abs(np.asarray(pred, dtype=np.float64) - np.asarray(y, dtype=np.float64)))
+    return _terms_mean(lambda yc, pc: np.abs(pc - yc), *_float_pair(y, pred))
 
 
 def mphe(y, pred, huber_slope: float = 1.0) -> float:
     """Mean pseudo-Huber error (XGBoost's ``mphe``)."""
-    r = (np.asarray(pred, dtype=np.float64) - np.asarray(y, dtype=np.float64)) / huber_slope
-    return _mean(huber_slope ** 2 * (np.sqrt(1 + r * r) - 1))
+    def terms(yc, pc):
+        r = (pc - yc) / huber_slope
+        return huber_slope ** 2 * (np.sqrt(1 + r * r) - 1)
+    return _terms_mean(terms, *_float_pair(y, pred))
 
 
 METRICS = {"logloss": logloss, "auc": auc, "error": error, "mlogloss": mlogloss, "merror": merror,
@@ -108,7 +144,7 @@ def is_better(metric: str, new: float, best: float | None) -> bool:
 def _wmean(x, weight) -> float:
     x = np.asarray(x, dtype=np.float64).ravel()
     w = np.asarray(weight, dtype=np.float64).ravel()
-    return math.fsum((x * w).tolist()) / math.fsum(w.tolist())
+    return _terms_fsum(np.multiply, x, w) / _fsum(w)
 
 
 def weighted_auc(y, p, weight) -> float:
@@ -117,7 +153,7 @@ def weighted_auc(y, p, weight) -> float:
     y = np.asarray(y, dtype=np.float64).ravel() > 0.5
     p = np.asarray(p, dtype=np.float64).ravel()
     w = np.asarray(weight, dtype=np.float64).ravel()
-    w_pos, w_neg = math.fsum(w[y].tolist()), math.fsum(w[~y].tolist())
+    w_pos, w_neg = _fsum(w[y]), _fsum(w[~y])
     if w_pos == 0 or w_neg == 0:
         return float("nan")
     order = np.argsort(p, kind="mergesort")
@@ -127,7 +163,7 @@ def weighted_auc(y, p, weight) -> float:
     neg_in_group = np.bincount(group, weights=np.where(sy, 0.0, sw), minlength=len(starts))
     neg_below = np.concatenate([[0.0], np.cumsum(neg_in_group)[:-1]])
     pairs = sw[sy] * (neg_below[group[sy]] + 0.5 * neg_in_group[group[sy]])
-    return float(math.fsum(pairs.tolist()) / (w_pos * w_neg))
+    return float(_fsum(pairs) / (w_pos * w_neg))
 
 
 def weighted_metrics(names, y, output, weight) -> dict[str, float]:

@@ -339,3 +339,71 @@ def test_a_low_memory_party_bins_a_deferred_table_without_its_feature_matrix(tmp
     # one column at a time, then its bins (one byte a value; the matrix would be eight)
     assert lean["growth"] - lean["bins"] < 0.3 * lean["x_bytes"], lean
     assert lean["bins"] == n * f                               # one byte per value
+
+
+SAVE_PROBE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from parties.memory import return_freed_memory
+return_freed_memory()
+from parties.checkpoint import Checkpoint
+raw = np.random.default_rng(0).normal(size=(2_000_000, 1))
+ck = Checkpoint("a", ["b"], "m", "00", {}, len(raw), "d" * 64, [], raw, {})
+def hwm():
+    with open("/proc/self/status") as fh:
+        return next(int(l.split()[1]) for l in fh if l.startswith("VmHWM")) * 1024
+with open("/proc/self/clear_refs", "w") as fh:
+    fh.write("5")
+before = hwm()
+ck.save(sys.argv[2])
+print(json.dumps({"growth": hwm() - before, "raw_bytes": raw.nbytes}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not _clear_refs_works(),
+                    reason="needs /proc/self/clear_refs to reset the peak RSS")
+def test_saving_a_checkpoint_never_holds_its_whole_text(tmp_path):
+    """Every round's checkpoint carries 8 bytes of raw score per row; written as one JSON text it
+    cost the driver about 7 times that (base64, dumps, the content hash's canonical copy)."""
+    out = subprocess.run([sys.executable, "-c", SAVE_PROBE, str(ROOT), str(tmp_path / "ck.json")],
+                         capture_output=True, text=True, check=True).stdout
+    got = json.loads(out)
+    assert got["growth"] < 0.5 * got["raw_bytes"], got
+
+
+METRICS_PROBE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from parties.memory import return_freed_memory
+return_freed_memory()
+from parties.monitor import TrainingMonitor
+from vfl.objectives import get_objective
+from vfl.params import TrainParams
+from vfl.rounds import RoundRecord, RoundTiming
+n = 1_000_000
+rng = np.random.default_rng(0)
+y, raw = rng.integers(0, 2, n).astype(float), rng.normal(size=(n, 1))     # every score distinct
+monitor = TrainingMonitor(get_objective("binary"), TrainParams(), y)
+def hwm():
+    with open("/proc/self/status") as fh:
+        return next(int(l.split()[1]) for l in fh if l.startswith("VmHWM")) * 1024
+with open("/proc/self/clear_refs", "w") as fh:
+    fh.write("5")
+before = hwm()
+monitor.round_finished(RoundRecord(0, [], raw, RoundTiming()))
+print(json.dumps({"growth": hwm() - before, "raw_bytes": raw.nbytes, "metrics": sorted(monitor.history["train"])}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not _clear_refs_works(),
+                    reason="needs /proc/self/clear_refs to reset the peak RSS")
+def test_the_training_metrics_of_a_round_cost_a_few_vectors_not_a_python_float_per_row(tmp_path):
+    """logloss, AUC and error of every training row after each round: summed exactly a chunk at a
+    time, the AUC's ranks found by binary search (it took about 10 times the raw scores' bytes)."""
+    out = subprocess.run([sys.executable, "-c", METRICS_PROBE, str(ROOT)], capture_output=True, text=True,
+                         check=True).stdout
+    got = json.loads(out)
+    assert got["metrics"] == ["auc", "error", "logloss"]
+    assert got["growth"] < 5 * got["raw_bytes"], got
