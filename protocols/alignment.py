@@ -173,9 +173,12 @@ def positions(own_hashes, target_hashes: np.ndarray, party: str) -> np.ndarray:
     ``own_hashes`` are unique (checked by the caller; or already sorted by
     :func:`check_unique_hashes`); binary search in the sorted own hashes."""
     own = own_hashes if isinstance(own_hashes, _Sorted) else _Sorted(own_hashes)
-    hi, lo = _words(target_hashes)
-    pos = own.find(hi, lo)
-    del hi, lo
+    target = _checked(target_hashes)
+    pos = np.full(len(target), -1, dtype=np.int64)
+    step = _Sorted.FIND_CHUNK
+    for start in range(0, len(target), step):      # the target's words a chunk at a time
+        hi, lo = _words(target[start:start + step])
+        pos[start:start + step] = own.find(hi, lo)
     missing = int((pos < 0).sum())
     if missing:
         raise InputError(f"party {party!r} has no row for {missing} of the {len(target_hashes)} "
