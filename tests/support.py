@@ -29,6 +29,19 @@ def small_frames(n=120, seed=0):
     return a, b, c
 
 
+class ColumnReader:
+    """A column reader over a matrix (``shape``, ``column(j)``: what
+    :class:`datasets.loaders.DeferredColumns` is to :mod:`vfl.binning`); ``reads`` lists the
+    columns read, in order."""
+
+    def __init__(self, X):
+        self.X, self.shape, self.reads = X, X.shape, []
+
+    def column(self, j):
+        self.reads.append(j)
+        return self.X[:, j].copy()
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` is still running (not gone, not a zombie)."""
     try:

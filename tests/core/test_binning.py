@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import ColumnReader
 
 from vfl.binning import Binner, check_max_bin
 from vfl.errors import InputError
@@ -181,17 +182,6 @@ def test_one_byte_bins_refuse_more_than_256_slots():
         b.transform(X, dtype=np.uint8)
 
 
-class _Reader:
-    """A column reader (``shape``, ``column(j)``: what datasets.loaders.DeferredColumns is): counts reads."""
-
-    def __init__(self, X):
-        self.X, self.shape, self.reads = X, X.shape, []
-
-    def column(self, j):
-        self.reads.append(j)
-        return self.X[:, j].copy()
-
-
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(1, 300), F=st.integers(1, 4), max_bin=st.sampled_from([2, 9, 255, 256]),
        wide=st.integers(-1, 3), cat=st.booleans(), subset=st.booleans(), seed=st.integers(0, 2**31 - 1))
@@ -209,11 +199,11 @@ def test_fit_transform_reads_each_column_once_and_equals_fit_then_transform(n, F
     rows = rng.permutation(n)[:rng.integers(1, n + 1)] if subset else None
     ref = Binner(max_bin, categorical).fit(X, rows)
     want = ref.transform(X, rows, ref.bin_dtype)
-    for source in (X, _Reader(X)):
+    for source in (X, ColumnReader(X)):
         b = Binner(max_bin, categorical)
         got = b.fit_transform(source, rows)
         assert got.dtype == want.dtype == b.bin_dtype and np.array_equal(got, want)
         assert got.flags.f_contiguous or got.shape[1] == 1     # one feature's column is contiguous
         assert all(np.array_equal(s, t) for s, t in zip(b.thresholds_, ref.thresholds_))
-        if isinstance(source, _Reader):
+        if isinstance(source, ColumnReader):
             assert source.reads == list(range(F))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import ColumnReader
 
 from vfl.sources import LocalSource
 
@@ -53,20 +54,12 @@ def test_a_root_of_every_row_sums_without_an_index_as_the_twin_does(n, F, seed):
         assert sg[i].tobytes() == ng.tobytes() and sh[i].tobytes() == nh.tobytes()
 
 
-class _Reader:
-    def __init__(self, X):
-        self.X, self.shape = X, X.shape
-
-    def column(self, j):
-        return self.X[:, j].copy()
-
-
 def test_a_column_reader_gives_the_bins_of_its_matrix():
     rng = np.random.default_rng(5)
     X = rng.normal(size=(120, 3)).round(2)
     X[rng.random((120, 3)) < 0.1] = np.nan
     rows = rng.permutation(120)[:90]
-    a = LocalSource("a", _Reader(X), ["x0", "x1", "x2"], 32, rows=rows)
+    a = LocalSource("a", ColumnReader(X), ["x0", "x1", "x2"], 32, rows=rows)
     b = LocalSource("a", X, ["x0", "x1", "x2"], 32, rows=rows)
     assert np.array_equal(a.bin_idx, b.bin_idx) and a.bin_idx.dtype == np.uint8
     assert [a.binner.threshold(f, 3) for f in range(3)] == [b.binner.threshold(f, 3) for f in range(3)]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import ColumnReader
 
 from parties import checkpoint
 from protocols import alignment
@@ -40,17 +41,6 @@ def test_the_chunked_data_digest_is_the_digest_of_all_ids_joined(n, chunk, text)
         checkpoint._DIGEST_CHUNK = saved
 
 
-class _Reader:
-    """A column reader (what datasets.loaders.DeferredColumns is to vfl.binning): counts its reads."""
-
-    def __init__(self, X):
-        self.X, self.shape, self.reads = X, X.shape, []
-
-    def column(self, j):
-        self.reads.append(j)
-        return self.X[:, j].copy()
-
-
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(1, 30), f=st.integers(1, 4), chunk=st.integers(1, 7), seed=st.integers(0, 2**16),
        layout=st.sampled_from(["rows", "columns"]))
@@ -63,7 +53,7 @@ def test_a_column_reader_has_the_digest_of_its_matrix(n, f, chunk, seed, layout)
     saved = checkpoint._DIGEST_CHUNK
     checkpoint._DIGEST_CHUNK = chunk
     try:
-        reader = _Reader(X)
+        reader = ColumnReader(X)
         names = [f"x{j}" for j in range(f)]
         assert checkpoint.data_digest(ids, reader, y, names, rows, layout) == \
             checkpoint.data_digest(ids, X, y, names, rows, layout)
