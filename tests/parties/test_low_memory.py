@@ -96,12 +96,32 @@ def test_a_passive_party_keeps_no_hashes_once_aligned():
     assert passive._state.train.hashes is None and len(passive._state.train.rows) == 25
 
 
-PROBE = r"""
+#: what every peak-RSS probe runs first (argv[1]: the repository; the probe's own arguments follow)
+PRELUDE = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import numpy as np, pyarrow as pa
+import numpy as np
 from parties.memory import return_freed_memory
 return_freed_memory()
+def hwm():
+    with open("/proc/self/status") as fh:
+        return next(int(l.split()[1]) for l in fh if l.startswith("VmHWM")) * 1024
+def start_peak():
+    with open("/proc/self/clear_refs", "w") as fh:     # the peak RSS starts again from the current RSS
+        fh.write("5")
+    return hwm()
+"""
+
+
+def run_probe(script: str, *args) -> dict:
+    """``PRELUDE`` + ``script`` in a fresh interpreter; the JSON it prints."""
+    out = subprocess.run([sys.executable, "-c", PRELUDE + script, str(ROOT), *map(str, args)], capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out)
+
+
+PROBE = r"""
+import pyarrow as pa
 from datasets.parquet import _to_pandas
 from parties.active import ActiveParty
 n, f = 400_000, 12
@@ -110,12 +130,7 @@ table = pa.table({"id": np.arange(n), "y": rng.integers(0, 2, n).astype(float),
                   **{f"x{j}": rng.normal(size=n) for j in range(f)}})
 frame = _to_pandas(table)          # one block per column, as a Parquet read gives
 del table
-def hwm():
-    with open("/proc/self/status") as fh:
-        return next(int(l.split()[1]) for l in fh if l.startswith("VmHWM")) * 1024
-with open("/proc/self/clear_refs", "w") as fh:     # the peak RSS starts again from the current RSS
-    fh.write("5")
-before = hwm()
+before = start_peak()
 party = ActiveParty("bank", frame, low_memory=sys.argv[2] == "on")
 frame = None
 print(json.dumps({"growth": hwm() - before, "x_bytes": party.X.nbytes}))
@@ -131,14 +146,13 @@ def _clear_refs_works() -> bool:
         return False
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not _clear_refs_works(),
-                    reason="needs /proc/self/clear_refs to reset the peak RSS")
+needs_clear_refs = pytest.mark.skipif(not sys.platform.startswith("linux") or not _clear_refs_works(),
+                                      reason="needs /proc/self/clear_refs to reset the peak RSS")
+
+
+@needs_clear_refs
 def test_a_handed_over_frame_and_the_feature_matrix_are_never_both_whole():
-    def probe(mode):
-        out = subprocess.run([sys.executable, "-c", PROBE, str(ROOT), mode], capture_output=True, text=True,
-                             check=True).stdout
-        return json.loads(out)
-    lean, kept = probe("on"), probe("off")
+    lean, kept = run_probe(PROBE, "on"), run_probe(PROBE, "off")
     assert kept["growth"] > 0.9 * kept["x_bytes"], kept        # frame and matrix both held
     assert lean["growth"] < 0.4 * lean["x_bytes"], lean        # each column freed as it is copied
 
@@ -295,11 +309,6 @@ def test_a_deferred_party_checkpoints_and_resumes_reading_a_column_at_a_time(tmp
 
 
 DEFERRED_PROBE = r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-import numpy as np
-from parties.memory import return_freed_memory
-return_freed_memory()
 from datasets.loaders import read_party_table_deferred
 from parties.active import ActiveParty
 from vfl.sources import LocalSource
@@ -307,20 +316,14 @@ head, cols = read_party_table_deferred(sys.argv[2], "bank", "id", "y")
 party = ActiveParty("bank", head.frame, low_memory=sys.argv[3] == "on", features=cols)
 head = cols = None
 n, f = len(party.ids), len(party.feature_names)
-def hwm():
-    with open("/proc/self/status") as fh:
-        return next(int(l.split()[1]) for l in fh if l.startswith("VmHWM")) * 1024
-with open("/proc/self/clear_refs", "w") as fh:
-    fh.write("5")
-before = hwm()
+before = start_peak()
 party._read_deferred()
 src = LocalSource("bank", party.X, party.feature_names, 32, rows=np.arange(n))
 print(json.dumps({"growth": hwm() - before, "x_bytes": n * f * 8, "bins": src.bin_idx.nbytes}))
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not _clear_refs_works(),
-                    reason="needs /proc/self/clear_refs to reset the peak RSS")
+@needs_clear_refs
 def test_a_low_memory_party_bins_a_deferred_table_without_its_feature_matrix(tmp_path):
     pytest.importorskip("pyarrow")
     n, f = 200_000, 32
@@ -330,11 +333,7 @@ def test_a_low_memory_party_bins_a_deferred_table_without_its_feature_matrix(tmp
     path = _parquet_dir(tmp_path, "bank", df, parts=3)
     del df
 
-    def probe(mode):
-        out = subprocess.run([sys.executable, "-c", DEFERRED_PROBE, str(ROOT), str(path), mode], capture_output=True,
-                             text=True, check=True).stdout
-        return json.loads(out)
-    lean, kept = probe("on"), probe("off")
+    lean, kept = run_probe(DEFERRED_PROBE, path, "on"), run_probe(DEFERRED_PROBE, path, "off")
     assert kept["growth"] > 0.9 * kept["x_bytes"], kept        # the matrix read whole
     # one column at a time, then its bins (one byte a value; the matrix would be eight)
     assert lean["growth"] - lean["bins"] < 0.3 * lean["x_bytes"], lean
@@ -342,42 +341,24 @@ def test_a_low_memory_party_bins_a_deferred_table_without_its_feature_matrix(tmp
 
 
 SAVE_PROBE = r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-import numpy as np
-from parties.memory import return_freed_memory
-return_freed_memory()
 from parties.checkpoint import Checkpoint
 raw = np.random.default_rng(0).normal(size=(2_000_000, 1))
 ck = Checkpoint("a", ["b"], "m", "00", {}, len(raw), "d" * 64, [], raw, {})
-def hwm():
-    with open("/proc/self/status") as fh:
-        return next(int(l.split()[1]) for l in fh if l.startswith("VmHWM")) * 1024
-with open("/proc/self/clear_refs", "w") as fh:
-    fh.write("5")
-before = hwm()
+before = start_peak()
 ck.save(sys.argv[2])
 print(json.dumps({"growth": hwm() - before, "raw_bytes": raw.nbytes}))
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not _clear_refs_works(),
-                    reason="needs /proc/self/clear_refs to reset the peak RSS")
+@needs_clear_refs
 def test_saving_a_checkpoint_never_holds_its_whole_text(tmp_path):
     """Every round's checkpoint carries 8 bytes of raw score per row; written as one JSON text it
     cost the driver about 7 times that (base64, dumps, the content hash's canonical copy)."""
-    out = subprocess.run([sys.executable, "-c", SAVE_PROBE, str(ROOT), str(tmp_path / "ck.json")],
-                         capture_output=True, text=True, check=True).stdout
-    got = json.loads(out)
+    got = run_probe(SAVE_PROBE, tmp_path / "ck.json")
     assert got["growth"] < 0.5 * got["raw_bytes"], got
 
 
 METRICS_PROBE = r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-import numpy as np
-from parties.memory import return_freed_memory
-return_freed_memory()
 from parties.monitor import TrainingMonitor
 from vfl.objectives import get_objective
 from vfl.params import TrainParams
@@ -386,24 +367,16 @@ n = 1_000_000
 rng = np.random.default_rng(0)
 y, raw = rng.integers(0, 2, n).astype(float), rng.normal(size=(n, 1))     # every score distinct
 monitor = TrainingMonitor(get_objective("binary"), TrainParams(), y)
-def hwm():
-    with open("/proc/self/status") as fh:
-        return next(int(l.split()[1]) for l in fh if l.startswith("VmHWM")) * 1024
-with open("/proc/self/clear_refs", "w") as fh:
-    fh.write("5")
-before = hwm()
+before = start_peak()
 monitor.round_finished(RoundRecord(0, [], raw, RoundTiming()))
 print(json.dumps({"growth": hwm() - before, "raw_bytes": raw.nbytes, "metrics": sorted(monitor.history["train"])}))
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not _clear_refs_works(),
-                    reason="needs /proc/self/clear_refs to reset the peak RSS")
-def test_the_training_metrics_of_a_round_cost_a_few_vectors_not_a_python_float_per_row(tmp_path):
+@needs_clear_refs
+def test_the_training_metrics_of_a_round_cost_a_few_vectors_not_a_python_float_per_row():
     """logloss, AUC and error of every training row after each round: summed exactly a chunk at a
     time, the AUC's ranks found by binary search (it took about 10 times the raw scores' bytes)."""
-    out = subprocess.run([sys.executable, "-c", METRICS_PROBE, str(ROOT)], capture_output=True, text=True,
-                         check=True).stdout
-    got = json.loads(out)
+    got = run_probe(METRICS_PROBE)
     assert got["metrics"] == ["auc", "error", "logloss"]
     assert got["growth"] < 5 * got["raw_bytes"], got
