@@ -101,7 +101,7 @@ def feature_column(X, j: int, rows=None) -> np.ndarray:
 def feature_matrix(X, rows=None) -> np.ndarray:
     """``X[rows]`` as a float64 matrix (column-major, filled a column at a time for a reader)."""
     if isinstance(X, np.ndarray):
-        X = np.asarray(X, dtype=np.float64)
+        X = _as_features(X)
         return X if rows is None else X[rows]
     n = X.shape[0] if rows is None else len(rows)
     out = np.empty((n, n_features(X)), order="F")
