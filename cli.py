@@ -3,8 +3,8 @@
 One error-translating group (:class:`VFLGroup`): every command raises the library's
 errors (:class:`datasets.errors.VFLError`, ``OSError``) and the group turns them into
 click's one-line ``Error: ...``; it also prints each distinct ``WeakKeyWarning`` once.
-Choices come from the library's vocabulary (:mod:`vfl.params` enums), defaults from
-the fields of :class:`vfl.params.TrainParams`, and one function
+Choices come from the library's vocabulary (:mod:`vfl.core.params` enums), defaults from
+the fields of :class:`vfl.core.params.TrainParams`, and one function
 (:func:`train_params_from_options`) builds the parameters of `simulate` and `party active`.
 """
 from __future__ import annotations
@@ -31,9 +31,9 @@ from protocols.grpc_transport import Security, parse_peers
 from protocols.units import format_bytes
 from vfl.api import simulate as simulate_federation
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
-from vfl.dp_model import DP_TREES, read_dp_bins
-from vfl.files import check_writable_dir, write_text_atomic
-from vfl.params import (
+from vfl.core.dp_model import DP_TREES, read_dp_bins
+from vfl.core.files import check_writable_dir, write_text_atomic
+from vfl.core.params import (
     ALIGNMENTS,
     DEFAULT_PREDICTION,
     ENCRYPTIONS,

@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 
 from datasets import make_synthetic  # noqa: E402
 from vfl.api import federation_from_frames  # noqa: E402
-from vfl.params import TrainParams  # noqa: E402
+from vfl.core.params import TrainParams  # noqa: E402
 
 
 def main():

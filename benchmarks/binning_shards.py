@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from datasets.loaders import iter_party_batches, read_party_table
-from vfl.binning import (
+from vfl.core.binning import (
     DEFAULT_BRACKET_POINTS,
     DEFAULT_SUMMARY_POINTS,
     Binner,

@@ -20,8 +20,8 @@ import pandas as pd
 from _common import cores, quiet_keys
 
 from datasets import load_shared
-from vfl import metrics
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
+from vfl.core import metrics
 
 
 def main() -> None:

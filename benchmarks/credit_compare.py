@@ -24,8 +24,8 @@ from _common import cores, quiet_keys
 from datasets import load_shared
 from datasets.frames import PartyFrame
 from datasets.split import train_test_split_parties
-from vfl import metrics
 from vfl.api import TrainParams, simulate
+from vfl.core import metrics
 
 CATEGORICAL = ("x2", "x3")
 MONOTONE = ("x5", "x6", "x7", "x8", "x9")

@@ -22,7 +22,7 @@ from crypto.executor import LocalExecutor
 from crypto.keys import generate_keypair
 from crypto.packing import PackingLayout, pack
 from crypto.paillier import Decryptor, Encryptor
-from vfl.fixedpoint import encode_fixed
+from vfl.core.fixedpoint import encode_fixed
 
 
 def main(argv=None):

@@ -34,7 +34,7 @@ import _common
 from datasets import load_shared, make_synthetic, shared_datasets_dir
 from parties.active import ActiveParty
 from vfl.api import simulate
-from vfl.params import TrainParams
+from vfl.core.params import TrainParams
 
 CONFIGS = {
     "breast": dict(data="breast", trees=10, depth=4, bits=1024),

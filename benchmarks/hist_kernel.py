@@ -30,7 +30,7 @@ from crypto.histogram import histogram, plan_groups, share_inputs
 from crypto.keys import generate_keypair
 from crypto.packing import PackingLayout, decode_sums, pack
 from crypto.paillier import Decryptor, Encryptor
-from vfl.fixedpoint import encode_fixed
+from vfl.core.fixedpoint import encode_fixed
 
 
 def main(argv=None):

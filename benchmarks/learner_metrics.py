@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datasets import BUNDLED, join_parties, load_named, load_shared, shared_datasets_dir  # noqa: E402
 from datasets.split import train_test_split_parties  # noqa: E402
-from vfl import metrics  # noqa: E402
 from vfl.api import simulate  # noqa: E402
-from vfl.params import TrainParams  # noqa: E402
+from vfl.core import metrics  # noqa: E402
+from vfl.core.params import TrainParams  # noqa: E402
 
 TASKS = {"vehicle": "multiclass", "student": "regression", "dvisits": "regression",
          "ionosphere": "binary", "motor": "regression", "breast": "binary",

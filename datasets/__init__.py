@@ -1,7 +1,7 @@
 """Data for vertical federated learning: party frames, loaders, synthetic data, splits.
 
 Every problem with the user's data is raised as :class:`datasets.errors.InputError`
-(also importable as ``vfl.errors.InputError``) naming the file, party and column
+(also importable as ``vfl.core.errors.InputError``) naming the file, party and column
 concerned.
 
 The names below are loaded on first use (PEP 562), so that the floors that

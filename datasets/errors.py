@@ -8,7 +8,7 @@ This module imports nothing and sits on the lowest floor: ``crypto``,
 ``protocols`` and ``datasets`` raise these types, and so does the learner core
 in ``vfl/``, which may import none of ``crypto``/``protocols``. It lives in
 ``datasets`` because that is the one bottom package the learner core may
-import (see docs/architecture.md); ``vfl.errors`` re-exports it for users.
+import (see docs/architecture.md); ``vfl.core.errors`` re-exports it for users.
 """
 
 

@@ -14,7 +14,7 @@ last. A failure leaves no temporary file and raises
 
 It sits on the bottom floor (it imports nothing of the toolkit but the error
 vocabulary) so that every floor writes through it: ``protocols.certs`` (keys),
-the learner core (``vfl.files`` re-exports it), the parties and the CLI.
+the learner core (``vfl.core.files`` re-exports it), the parties and the CLI.
 """
 from __future__ import annotations
 

@@ -533,7 +533,7 @@ class DeferredColumns:
     alignment): a driver then never holds its features and the alignment's hash sorts at once.
     :meth:`read_ids` and :meth:`read_column` check what they read as :func:`read_party_table` does.
 
-    It is also a column reader (``shape``, :meth:`column`) for :mod:`vfl.binning`: binned and
+    It is also a column reader (``shape``, :meth:`column`) for :mod:`vfl.core.binning`: binned and
     fingerprinted one column at a time, the features are never in memory whole."""
 
     def __init__(self, path: Path, schema, name: str, id_col: str, feature_names: list[str],

@@ -4,7 +4,7 @@ Passive parties appear to the boosting loop as :class:`parties.remote.RemoteSour
 histogram sources; the transport underneath (in memory or network) is
 invisible here. One training (:meth:`ActiveParty.fit`) reads as the protocol:
 align the ids, set up every passive party (bins, key), then boost, with the
-round observers (:mod:`vfl.rounds`) in this order: the gradient channel
+round observers (:mod:`vfl.core.rounds`) in this order: the gradient channel
 (encrypts each round once), the round's bytes, metrics and early stopping
 (:mod:`parties.monitor`), checkpoints (:mod:`parties.checkpoint`), and the
 caller's own observers and ``on_round`` callback.
@@ -31,14 +31,14 @@ from parties.remote import RemoteSource, end_prediction, leaf_mask_fetcher, sour
 from protocols import alignment
 from protocols import messages as m
 from protocols.transport import Transport
-from vfl.binning import feature_matrix
-from vfl.dp_model import plan_dp_model, public_columns
-from vfl.leafmask import DEFAULT_PREDICTION, PREDICTIONS
-from vfl.model import BoostedModel
-from vfl.objectives import check_sample_weight, get_objective
-from vfl.params import ALIGNMENTS, Alignment, Mode, Prediction, TrainParams
-from vfl.rounds import CallbackObserver, RoundObserver, RoundRecord
-from vfl.sources import HistogramSource, LocalSource
+from vfl.core.binning import feature_matrix
+from vfl.core.dp_model import plan_dp_model, public_columns
+from vfl.core.leafmask import DEFAULT_PREDICTION, PREDICTIONS
+from vfl.core.model import BoostedModel
+from vfl.core.objectives import check_sample_weight, get_objective
+from vfl.core.params import ALIGNMENTS, Alignment, Mode, Prediction, TrainParams
+from vfl.core.rounds import CallbackObserver, RoundObserver, RoundRecord
+from vfl.core.sources import HistogramSource, LocalSource
 
 
 class RoundBytes(RoundObserver):
@@ -185,8 +185,8 @@ class ActiveParty:
         """Train with the passive parties ``peers`` behind ``transport``.
 
         ``on_round(round_idx, info)`` (optional) is called after every round with
-        :meth:`vfl.rounds.RoundRecord.info`; a true result stops training. ``observers``
-        (optional) receive the typed rounds (:class:`vfl.rounds.RoundObserver`), after this
+        :meth:`vfl.core.rounds.RoundRecord.info`; a true result stops training. ``observers``
+        (optional) receive the typed rounds (:class:`vfl.core.rounds.RoundObserver`), after this
         party's own.
         ``checkpoint(ck)`` (optional) receives a :class:`parties.checkpoint.Checkpoint` after every
         round; ``resume`` (such a checkpoint) continues that training with the same salt and model

@@ -1,9 +1,9 @@
 """The active party's gradient channel: packs and encrypts each round's gradients once,
 for every passive party, and decrypts the bin sums they send back.
 
-It is a round observer (:class:`vfl.rounds.RoundObserver`): when a round starts
+It is a round observer (:class:`vfl.core.rounds.RoundObserver`): when a round starts
 it turns the learner's fixed-point integers, bounds and precision
-(:class:`vfl.rounds.RoundGradients`) into a packing layout
+(:class:`vfl.core.rounds.RoundGradients`) into a packing layout
 (:mod:`crypto.packing`), and the party's executor workers pack (g, h) pairs,
 optionally pre-shift them (:mod:`crypto.compress`) and encrypt them, shard by
 shard (:class:`crypto.shards.ShardedEncryption`: the values stay in the
@@ -50,8 +50,8 @@ from crypto.shards import (
 )
 from datasets.errors import InputError
 from protocols import messages as m
-from vfl.params import Mode
-from vfl.rounds import RoundGradients, RoundObserver, RoundTiming
+from vfl.core.params import Mode
+from vfl.core.rounds import RoundGradients, RoundObserver, RoundTiming
 
 #: the link the cost model assumes before it has measured one (and what `vfl simulate` models)
 ASSUMED_LINK_MBPS = 100.0

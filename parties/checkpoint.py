@@ -37,12 +37,12 @@ import numpy as np
 
 from datasets.errors import InputError
 from protocols import alignment
-from vfl.binning import feature_column, feature_matrix, n_features
-from vfl.files import atomic_text_writer, write_json_atomic
-from vfl.model import canonical_bytes, check_content_hash, content_hash, read_model_json
-from vfl.params import Mode
-from vfl.rounds import RoundObserver, RoundRecord
-from vfl.tree import Tree, damaged, need_dict, need_float, need_int, need_key, need_list, need_str
+from vfl.core.binning import feature_column, feature_matrix, n_features
+from vfl.core.files import atomic_text_writer, write_json_atomic
+from vfl.core.model import canonical_bytes, check_content_hash, content_hash, read_model_json
+from vfl.core.params import Mode
+from vfl.core.rounds import RoundObserver, RoundRecord
+from vfl.core.tree import Tree, damaged, need_dict, need_float, need_int, need_key, need_list, need_str
 
 CHECKPOINT_FORMAT = "vfl-boost-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -61,7 +61,7 @@ DIGEST_LAYOUTS = ("rows", "columns")
 
 def data_digest(ids, X, y, feature_names, rows=None, layout: str = "columns") -> str:
     """Fingerprint of the aligned training data (order matters): the ids, the features of ``X``
-    (or of its rows ``rows``; ``X`` a matrix or a column reader, see :func:`vfl.binning.n_features`)
+    (or of its rows ``rows``; ``X`` a matrix or a column reader, see :func:`vfl.core.binning.n_features`)
     in ``layout`` order, a chunk at a time, and the labels ``y``."""
     if layout not in DIGEST_LAYOUTS:
         raise ValueError(f"digest layout {layout!r} is not one of {DIGEST_LAYOUTS}")
@@ -184,7 +184,7 @@ class Checkpoint:
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "checkpoint") -> "Checkpoint":
-        """A checkpoint from its dict, checked: schema, trees (:meth:`vfl.tree.Tree.check_dict`),
+        """A checkpoint from its dict, checked: schema, trees (:meth:`vfl.core.tree.Tree.check_dict`),
         raw scores of the right shape, record counts that match the trees. Anything else: an
         InputError naming ``source`` and the field."""
         if not isinstance(d, dict) or d.get("format") != CHECKPOINT_FORMAT:

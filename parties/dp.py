@@ -1,14 +1,14 @@
-"""DP-only mode on both sides of the wire (the mechanism itself is in :mod:`vfl.dp`).
+"""DP-only mode on both sides of the wire (the mechanism itself is in :mod:`vfl.core.dp`).
 
 Protocol after alignment and ``TrainSetup(mode="dp")`` (whose reply, as in
 HE mode, gives the number of bucket slots per passive feature):
 
 1. ``DPReleaseRequest(model_id, epsilon_per_feature)`` -> ``DPRelease``: the
    passive party randomizes every aligned row's bucket index of every feature
-   once (:func:`vfl.dp.release_buckets`) and sends the noisy indices. It
+   once (:func:`vfl.core.dp.release_buckets`) and sends the noisy indices. It
    answers one release per training; a second request is refused, since it
    would spend the privacy budget again.
-2. The active party trains alone over the release (:class:`vfl.dp.BucketSource`).
+2. The active party trains alone over the release (:class:`vfl.core.dp.BucketSource`).
    For each split it chooses on a passive feature it sends
    ``DPSplitRegister(feature_idx, bin_idx, default_left)`` (batched per tree
    level) and gets a record id back; the passive party stores the true
@@ -27,10 +27,10 @@ import numpy as np
 from datasets.errors import InputError, PeerError, ProtocolError
 from parties.passive_state import PassiveState
 from protocols import messages as m
-from vfl.boosting import Booster
-from vfl.dp import BucketSource, check_epsilon, epsilon_budget, json_epsilon, release_buckets, stay_probability
-from vfl.dp_debias import DebiasedBucketSource, DPBooster, auto_buckets, auto_select, coarse_buckets, root_gains
-from vfl.params import Mode
+from vfl.core.boosting import Booster
+from vfl.core.dp import BucketSource, check_epsilon, epsilon_budget, json_epsilon, release_buckets, stay_probability
+from vfl.core.dp_debias import DebiasedBucketSource, DPBooster, auto_buckets, auto_select, coarse_buckets, root_gains
+from vfl.core.params import Mode
 
 #: what a passive party training in mode dp refuses to answer
 DP_REFUSED = frozenset({m.Gradients, m.GradientsStart, m.GradientShard, m.HistogramRequest, m.SplitRequest,
@@ -80,7 +80,7 @@ def _need_dp(s: PassiveState, req):
 
 def _coarsen(s: PassiveState, binner, n_buckets, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
     """The training rows' release buckets of ``features``: each feature's training bins merged
-    into at most ``n_buckets[i]`` value buckets (:func:`vfl.dp_debias.coarse_buckets`, counted
+    into at most ``n_buckets[i]`` value buckets (:func:`vfl.core.dp_debias.coarse_buckets`, counted
     over all training rows), the missing slot last. Returns ``(bucket_idx, n_slots, last_bin)``:
     ``last_bin[f][b]`` is the last training bin of feature ``f``'s bucket ``b``, the boundary
     registered for a split after it (kept by this party)."""
@@ -191,7 +191,7 @@ def _registrar(transport, peer: str, model_id: str, features: np.ndarray | None 
 def release_buckets_wanted(n_bins: np.ndarray, epsilon_per_feature: float, dp_buckets) -> np.ndarray | None:
     """How many value buckets to ask a party for, per feature (None: its training bins).
 
-    ``dp_buckets="auto"``: :func:`vfl.dp_debias.auto_buckets` of the feature's epsilon, never
+    ``dp_buckets="auto"``: :func:`vfl.core.dp_debias.auto_buckets` of the feature's epsilon, never
     more than its training bins (one per distinct value when it has few values); at
     ``epsilon = inf`` the training bins are kept (no noise, nothing to trade). An integer ``q``:
     at most ``q`` buckets (``q >= max_bin`` keeps the training bins)."""
@@ -219,7 +219,7 @@ def selected_count(dp_select, n_features: int, epsilon_per_party: float,
     """How many features a party releases under ``dp_select``: ``None`` (no selection: every
     feature; also at ``epsilon = inf``, where there is no noise to concentrate), an integer
     ``k``, or ``AUTO`` (``"auto"``): a pilot ranks the features and
-    :func:`vfl.dp_debias.auto_select` picks how many from their pilot gains. ``"auto"`` selects
+    :func:`vfl.core.dp_debias.auto_select` picks how many from their pilot gains. ``"auto"`` selects
     nothing (``None``) for a party of one feature, or when the pilot (``PILOT_FRACTION`` of
     ``n_samples`` aligned rows) would have fewer than ``MIN_PILOT_ROWS_PER_FEATURE`` rows per
     feature of the party."""
@@ -287,8 +287,8 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
     each feature's released bucket count and randomized-response stay probability,
     and with ``--dp-select`` the pilot's accounting (``dp_select``).
     With ``params.dp_debias`` (the default) and a finite epsilon the sources are
-    :class:`vfl.dp_debias.DebiasedBucketSource` (train them with
-    :class:`vfl.dp_debias.DPBooster`); otherwise plain :class:`vfl.dp.BucketSource`.
+    :class:`vfl.core.dp_debias.DebiasedBucketSource` (train them with
+    :class:`vfl.core.dp_debias.DPBooster`); otherwise plain :class:`vfl.core.dp.BucketSource`.
     ``root_gradients``: ``(g, h)`` of the first round (``--dp-select`` scores its pilot with them);
     ``own_rows``: the active party's own row of every aligned position (the pilot is drawn in
     that order: :func:`pilot_rows`).
@@ -336,7 +336,7 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
         released, rows_used = r.buckets, None
         if select[p]:
             # the pilot rows' features are not in the main release: those rows are routed by the
-            # prior (vfl.dp_debias.DebiasedBucketSource.rows_used), their index here is a placeholder
+            # prior (vfl.core.dp_debias.DebiasedBucketSource.rows_used), their index here is a placeholder
             released = np.zeros((n_samples, len(feats[p])), dtype=r.buckets.dtype)
             released[main] = r.buckets
             rows_used = np.zeros(n_samples, dtype=bool)
@@ -368,7 +368,7 @@ def _select_features(transport, peers, infos, params, model_id, budget, pilot, r
     """``--dp-select``: the pilot rows are split at random into one group per feature of a
     selecting party; each group releases its one feature at the party's whole per-row budget
     ``eps_row`` (buckets chosen for that epsilon). The active party keeps the ``k`` features of
-    largest debiased root gain per pilot row (``k = "auto"``: :func:`vfl.dp_debias.auto_select`
+    largest debiased root gain per pilot row (``k = "auto"``: :func:`vfl.core.dp_debias.auto_select`
     picks ``k`` from those gains and the channel each feature would get). Every pilot row is
     released once (one feature at ``eps_row``), every other row once in the main release (``k``
     features at ``eps_row / k``): parallel composition, ``eps_row`` per row."""
@@ -410,7 +410,7 @@ def debiased(params, epsilon_per_feature: float) -> bool:
 
 
 def booster_class(sources):
-    """:class:`vfl.dp_debias.DPBooster` when any source is debiased, else the plain Booster."""
+    """:class:`vfl.core.dp_debias.DPBooster` when any source is debiased, else the plain Booster."""
     return DPBooster if any(isinstance(s, DebiasedBucketSource) for s in sources) else Booster
 
 

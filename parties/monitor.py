@@ -9,11 +9,11 @@ validation id must be held by every party) and keeps them as a prediction
 session. After each round only **that round's trees** are evaluated for the
 validation rows, by the default prediction protocol (one-round leaf masks:
 one ``LeafMaskRequest`` per passive party that owns a split of the round, see
-:mod:`vfl.leafmask`), and added to running raw scores, so the cost per round
+:mod:`vfl.core.leafmask`), and added to running raw scores, so the cost per round
 does not grow with the number of trees.
 
 History: ``{"train": {metric: [per round]}, "validation": {...}}`` with every
-metric of the objective (``vfl.params.EVAL_METRICS``). With
+metric of the objective (``vfl.core.params.EVAL_METRICS``). With
 ``early_stopping_rounds`` training stops once the watched metric
 (``eval_metric``, default the objective's first) has not improved for that
 many rounds; the model keeps all rounds grown and ``best_iteration`` (0-based),
@@ -36,10 +36,10 @@ from parties.psi_align import psi_match
 from parties.remote import leaf_mask_fetcher
 from protocols import alignment
 from protocols import messages as m
-from vfl.metrics import evaluate, is_better
-from vfl.model import BoostedModel
-from vfl.params import EVAL_METRICS, Alignment
-from vfl.rounds import RoundObserver, RoundRecord
+from vfl.core.metrics import evaluate, is_better
+from vfl.core.model import BoostedModel
+from vfl.core.params import EVAL_METRICS, Alignment
+from vfl.core.rounds import RoundObserver, RoundRecord
 
 
 class TrainingMonitor(RoundObserver):

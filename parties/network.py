@@ -29,10 +29,10 @@ from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
 from parties.server import PassiveServer
 from protocols.grpc_transport import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, GrpcTransport, PartyServer, check_address
-from vfl.files import atomic_text_writer, check_writable_dir, fsync_dir, write_json_atomic
-from vfl.leafmask import PREDICTIONS
-from vfl.model import BoostedModel, read_model_json
-from vfl.params import ALIGNMENTS, Mode, TrainParams
+from vfl.core.files import atomic_text_writer, check_writable_dir, fsync_dir, write_json_atomic
+from vfl.core.leafmask import PREDICTIONS
+from vfl.core.model import BoostedModel, read_model_json
+from vfl.core.params import ALIGNMENTS, Mode, TrainParams
 
 log = logging.getLogger("vfl.active")
 
@@ -57,7 +57,7 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     its row shards (e.g. a Dask cluster, :func:`crypto.executor.dask_executor`);
     ``categorical``/``monotone``: this party's categorical columns and monotone constraints
     ``{column: +1 | -1}``; ``dp_bins``: its public bounds/edges for a DP released model
-    (:func:`vfl.dp_model.check_dp_bins`)."""
+    (:func:`vfl.core.dp_model.check_dp_bins`)."""
     check_address(listen, "--listen address")
     # a Parquet table of numeric features: ids and the piece plan here, rows read where they are used
     table = open_piece_table(data, name, id_col, categorical)

@@ -29,11 +29,11 @@ from parties import dp, passive_align, passive_predict, passive_train
 from parties.passive_state import LookupTable, PassiveState
 from protocols import messages as m
 from protocols.serialization import check_message
-from vfl.dp_model import check_dp_bins, public_columns
-from vfl.files import write_json_atomic
-from vfl.model import content_hash, read_model_json
-from vfl.params import check_monotone
-from vfl.tree import damaged, need_bool, need_dict, need_float, need_int, need_key, need_list, need_str
+from vfl.core.dp_model import check_dp_bins, public_columns
+from vfl.core.files import write_json_atomic
+from vfl.core.model import content_hash, read_model_json
+from vfl.core.params import check_monotone
+from vfl.core.tree import damaged, need_bool, need_dict, need_float, need_int, need_key, need_list, need_str
 
 PASSIVE_FORMAT = "vfl-boost-passive-model"
 #: the fields of a lookup-table record that decide predictions (what the model hash covers)
@@ -202,7 +202,7 @@ class PassiveParty:
 
     def set_dp_bins(self, dp_bins: dict | None) -> None:
         """This party's public bounds or bin edges per feature for a DP released model (``--dp-model``;
-        :func:`vfl.dp_model.check_dp_bins`): those features spend none of its sketch budget. Not
+        :func:`vfl.core.dp_model.check_dp_bins`): those features spend none of its sketch budget. Not
         used by other trainings (exact quantile bins)."""
         s = self._state
         where = f"party {s.name!r}" + (f" (file {s.source})" if s.source else "")

@@ -12,7 +12,7 @@ from datasets.errors import ProtocolError
 from parties.passive_state import PassiveState
 from protocols import alignment, psi
 from protocols import messages as m
-from vfl.params import Alignment
+from vfl.core.params import Alignment
 
 
 def align_request(s: PassiveState, req: m.AlignRequest) -> m.IdHashes:

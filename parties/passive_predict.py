@@ -21,8 +21,8 @@ from datasets.pieces import PieceTable
 from parties.passive_state import PassiveState
 from protocols import alignment
 from protocols import messages as m
-from vfl.leafmask import Skeleton, leaf_masks
-from vfl.params import Alignment, Prediction
+from vfl.core.leafmask import Skeleton, leaf_masks
+from vfl.core.params import Alignment, Prediction
 
 #: the largest leaf-mask reply a passive party builds (rows x packed leaves of every tree)
 MAX_MASK_BYTES = 1 << 28

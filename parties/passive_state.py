@@ -26,9 +26,9 @@ from crypto.executor import Executor, InlineExecutor, LocalExecutor
 from crypto.parallel import resolve_workers
 from crypto.shards import ShardedGradients, ShardSet
 from datasets.errors import InputError, ProtocolError
-from vfl.binning import Binner
-from vfl.params import ALIGNMENTS, PREDICTIONS
-from vfl.split import goes_left
+from vfl.core.binning import Binner
+from vfl.core.params import ALIGNMENTS, PREDICTIONS
+from vfl.core.split import goes_left
 
 #: pending PSI exchanges kept at once (older, abandoned ones are forgotten)
 MAX_PSI_PENDING = 8

@@ -32,11 +32,11 @@ from parties.shard_ops import ShardReader
 from protocols import messages as m
 from protocols.serialization import BigInts
 from protocols.transport import check_deadline
-from vfl.binning import Binner
-from vfl.dp_model import DPBinner, public_columns
-from vfl.params import Mode
-from vfl.sampling import leaf_positions
-from vfl.split import goes_left
+from vfl.core.binning import Binner
+from vfl.core.dp_model import DPBinner, public_columns
+from vfl.core.params import Mode
+from vfl.core.sampling import leaf_positions
+from vfl.core.split import goes_left
 
 log = logging.getLogger("vfl.passive")
 

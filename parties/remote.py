@@ -1,7 +1,7 @@
 """The active party's side of talking to passive parties during training and prediction.
 
 :class:`RemoteSource` is a passive party's features as a histogram source of
-the boosting loop (:mod:`vfl.sources`): it streams the round's gradient
+the boosting loop (:mod:`vfl.core.sources`): it streams the round's gradient
 shards (encrypted once by :class:`parties.channel.GradientChannel`), asks
 for histograms and splits, and decodes the bin sums. The transport underneath
 (in memory or gRPC) is invisible here.
@@ -25,9 +25,9 @@ from datasets.errors import PeerError, VFLError
 from parties.channel import GradientChannel
 from protocols import messages as m
 from protocols.transport import Transport
-from vfl.fixedpoint import decode_fixed
-from vfl.rounds import RoundGradients
-from vfl.sources import HistogramSource, SplitRef
+from vfl.core.fixedpoint import decode_fixed
+from vfl.core.rounds import RoundGradients
+from vfl.core.sources import HistogramSource, SplitRef
 
 log = logging.getLogger("vfl.active")
 
@@ -122,7 +122,7 @@ def source_map(transport, sources: list):
 
 
 def leaf_mask_fetcher(transport: Transport, session_id: str):
-    """``fetch_masks(owner, skeleton)`` for :meth:`vfl.model.BoostedModel.predict_raw_one_round`:
+    """``fetch_masks(owner, skeleton)`` for :meth:`vfl.core.model.BoostedModel.predict_raw_one_round`:
     one ``LeafMaskRequest`` of a prediction (or validation) session to the owner (the transport
     checks that the reply is a ``LeafMaskResponse``)."""
     def fetch_masks(owner, skeleton):

@@ -40,7 +40,7 @@ from parties.checkpoint import data_digest
 from parties.passive import PASSIVE_FORMAT, PassiveParty, check_model_dict, record_from_json
 from protocols import messages as m
 from protocols.transport import BusyError, frame_handler
-from vfl.files import check_writable_dir, write_json_atomic
+from vfl.core.files import check_writable_dir, write_json_atomic
 
 log = logging.getLogger("vfl.passive")
 

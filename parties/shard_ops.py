@@ -11,8 +11,8 @@ shard's worker holds, in slots named by the shard:
 * ``bins:k``: their bins (``bin``), used by the histograms (:mod:`crypto.shards`) and the split
   rule (``go_left``).
 
-``summarize`` and ``edge_query`` are the shard side of :func:`vfl.binning.fit_sharded_binner`
-(the driver merges the per-shard :class:`~vfl.binning.ColumnSummary`s; no column is gathered).
+``summarize`` and ``edge_query`` are the shard side of :func:`vfl.core.binning.fit_sharded_binner`
+(the driver merges the per-shard :class:`~vfl.core.binning.ColumnSummary`s; no column is gathered).
 A bad value in a piece is answered as ``{"input_error": message}`` (the file and column named),
 which the driver raises as an :class:`~datasets.errors.InputError`.
 """
@@ -25,7 +25,7 @@ import numpy as np
 
 from datasets.errors import InputError
 from datasets.pieces import read_rows
-from vfl.binning import (
+from vfl.core.binning import (
     DEFAULT_BRACKET_POINTS,
     DEFAULT_SUMMARY_POINTS,
     Binner,
@@ -34,7 +34,7 @@ from vfl.binning import (
     fit_sharded_binner,
     summarize_shard,
 )
-from vfl.split import goes_left
+from vfl.core.split import goes_left
 
 MODULE = "parties.shard_ops"
 
@@ -97,7 +97,7 @@ def _bin(req, blobs, st):
 
 
 def _go_left(req, blobs, st):
-    """The split rule (:func:`vfl.split.goes_left`) on the shard's bins for each node's rows."""
+    """The split rule (:func:`vfl.core.split.goes_left`) on the shard's bins for each node's rows."""
     bins = st[req["slot"]]
     out = []
     for (f, b, dl, missing, cats), blob in zip(req["nodes"], blobs):
@@ -171,7 +171,7 @@ class ShardReader:
                    for k, (a, b) in enumerate(self.shards.bounds)])
 
     def _map(self, fn, *args):
-        """``map_shards`` of :func:`vfl.binning.fit_sharded_binner`: the shard side on the workers."""
+        """``map_shards`` of :func:`vfl.core.binning.fit_sharded_binner`: the shard side on the workers."""
         k_all = range(len(self.shards))
         if fn is summarize_shard:
             (max_points,) = args

@@ -109,7 +109,7 @@ class TrainSetup:
     max_bin: int = count(2, MAX_BINS - 1)
     model_id: str = text(ID_CHARS, nonempty=True)
     dp_binning: dict | None = None      # --dp-model: {"epsilon": this party's budget for its DP bin edges}
-    max_cat: int = count(1, 1024, default=64)    # category bins of a categorical feature (vfl.binning.MAX_CAT_LIMIT)
+    max_cat: int = count(1, 1024, default=64)  # category bins of a categorical feature (vfl.core.binning.MAX_CAT_LIMIT)
 
 
 @register
@@ -215,7 +215,7 @@ class GradientShard:
 @dataclass
 class HistogramRequest:
     """Build histograms for ``node_ids``; ``assignment[t, i]`` is sample i's node in tree t (-1: none;
-    ``-2 - node_id``: at ``node_id`` but outside the round's row sample, see ``vfl.sampling``)."""
+    ``-2 - node_id``: at ``node_id`` but outside the round's row sample, see ``vfl.core.sampling``)."""
     round_idx: int = count()
     tree_idx: np.ndarray = array("int", 1, min=0)     # int32, tree (within the round) of each node to build
     node_ids: np.ndarray = array("int", 1, min=0)     # int32, the nodes to build
@@ -362,7 +362,7 @@ class LeafMaskResponse:
     masks: np.ndarray = array("uint8", 2)   # (n_rows, sum over trees of ceil(n_leaves / 8))
 
 
-# --- DP-only mode (vfl.dp): one noisy release, then split registration ------
+# --- DP-only mode (vfl.core.dp): one noisy release, then split registration ------
 @register
 @dataclass
 class DPReleaseRequest:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from protocols import messages as m
 from protocols.serialization import BigInts
-from vfl.tree import Node
+from vfl.core.tree import Node
 
 KEY_BITS = 1024   # tests use 1024-bit keys unless they are about key size
 
@@ -31,7 +31,7 @@ def small_frames(n=120, seed=0):
 
 class ColumnReader:
     """A column reader over a matrix (``shape``, ``column(j)``: what
-    :class:`datasets.loaders.DeferredColumns` is to :mod:`vfl.binning`); ``reads`` lists the
+    :class:`datasets.loaders.DeferredColumns` is to :mod:`vfl.core.binning`); ``reads`` lists the
     columns read, in order."""
 
     def __init__(self, X):

@@ -1,34 +1,24 @@
-"""Vertical federated gradient boosting: public entry points.
+"""Vertical federated gradient boosting.
 
-The learner core's names (``TrainParams`` and the vocabulary enums) are imported
-directly: ``from vfl import TrainParams`` loads no party, transport or crypto module
-of the party stack. The party-wiring names (``ActiveParty``, ``PassiveParty``,
-``Federation``, ``load_federation``, the scikit-learn estimators) are loaded on first
-access through a module ``__getattr__`` (PEP 562), because they live above the core
-(``vfl.api`` imports ``parties``, which imports the core).
+Two floors live in this package:
+
+* ``vfl.core``: the learner core (binning, objectives, split finding, the grower, the boosting
+  loop, sampling, metrics, the model, the DP mechanisms). It sits below ``parties`` and imports
+  no ``crypto``, ``protocols`` or ``parties`` module.
+* the public face, above ``parties``: ``vfl.api`` (``ActiveParty``, ``PassiveParty``,
+  ``Federation``, ``load_federation``, ``simulate``), ``vfl.estimators`` (the scikit-learn
+  estimators) and ``vfl.compare``.
+
+This module re-exports only the core's vocabulary (``from vfl import TrainParams`` loads no party,
+transport or crypto module). It imports nothing from the face: the face imports ``parties``, which
+imports the core, so a re-export here would be a cycle. Import the face from its modules::
+
+    from vfl.api import ActiveParty, PassiveParty, Federation
+    from vfl.estimators import VerticalBoostingClassifier
 """
 
-import importlib
-
-from vfl.params import Alignment, Encryption, Mode, Objective, Prediction, TrainParams
+from vfl.core.params import Alignment, Encryption, Mode, Objective, Prediction, TrainParams
 
 __version__ = "0.1.0"
 
-__all__ = ["Alignment", "Encryption", "Mode", "Objective", "Prediction", "TrainParams",
-           "ActiveParty", "PassiveParty", "Federation", "load_federation",
-           "VerticalBoostingClassifier", "VerticalBoostingRegressor"]
-
-_LAZY = {  # name -> the public-face module that defines it (PEP 562 lazy attributes)
-    "ActiveParty": "vfl.api", "PassiveParty": "vfl.api", "Federation": "vfl.api", "load_federation": "vfl.api",
-    "VerticalBoostingClassifier": "vfl.estimators", "VerticalBoostingRegressor": "vfl.estimators",
-}
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'vfl' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__all__ = ["Alignment", "Encryption", "Mode", "Objective", "Prediction", "TrainParams"]

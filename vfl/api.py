@@ -2,7 +2,7 @@
 
 Example (three parties)::
 
-    from vfl import ActiveParty, PassiveParty, Federation, TrainParams
+    from vfl.api import ActiveParty, PassiveParty, Federation, TrainParams
     bank = ActiveParty("bank", bank_df, id_col="id", label_col="y")
     telco = PassiveParty("telco", telco_df, id_col="id")
     shop = PassiveParty("shop", shop_df, id_col="id")
@@ -37,12 +37,12 @@ from parties.active import ActiveParty
 from parties.channel import ASSUMED_LINK_MBPS
 from parties.passive import PassiveParty
 from protocols.transport import InMemoryTransport, frame_handler
-from vfl import metrics
-from vfl.dp_model import check_dp_bins
-from vfl.files import check_writable_dir, json_bytes, write_files_atomic
-from vfl.model import BoostedModel, read_model_json
-from vfl.objectives import check_sample_weight, get_objective
-from vfl.params import DEFAULT_PREDICTION, Mode, Objective, TrainParams, check_monotone
+from vfl.core import metrics
+from vfl.core.dp_model import check_dp_bins
+from vfl.core.files import check_writable_dir, json_bytes, write_files_atomic
+from vfl.core.model import BoostedModel, read_model_json
+from vfl.core.objectives import check_sample_weight, get_objective
+from vfl.core.params import DEFAULT_PREDICTION, Mode, Objective, TrainParams, check_monotone
 
 __all__ = ["ActiveParty", "PassiveParty", "Federation", "TrainParams", "load_federation", "read_party_table",
            "federation_from_files"]
@@ -89,7 +89,7 @@ class Federation:
         ``validation``: ``{party: DataFrame}`` of validation rows for every party (the active
         party's with the label), aligned by id like the training set; gives per-round
         metrics (``model.history``) and enables ``early_stopping_rounds``.
-        ``observers``: :class:`vfl.rounds.RoundObserver` objects that receive every round's
+        ``observers``: :class:`vfl.core.rounds.RoundObserver` objects that receive every round's
         typed record (``on_round(round_idx, info)`` is the same as a plain function)."""
         if params is None:
             params = TrainParams(**kwargs)
@@ -216,7 +216,7 @@ class Federation:
     def save(self, directory) -> list[Path]:
         """One JSON model file per party (the active one holds no passive threshold) and a
         manifest, ``manifest.json``, naming them with their sha256. All are written in two phases
-        (:func:`vfl.files.write_files_atomic`): a full disk changes nothing (the previous model
+        (:func:`vfl.core.files.write_files_atomic`): a full disk changes nothing (the previous model
         stays whole), and the manifest is renamed into place last, so :meth:`load` never mixes two
         models. Returns the model files' paths (the manifest not included)."""
         if self.active.model is None:
@@ -392,7 +392,7 @@ def federation_from_frames(party_frames, record: bool = False, link_mbps: float 
     features (``PARTY:FEATURE`` allowed), each goes to its party (the active party's come from
     ``TrainParams.monotone_constraints`` at fit, see :func:`simulate`); ``weight_col``: a column
     of the active party's frame holding sample weights; ``dp_bins``: public bounds/edges
-    (:func:`vfl.dp_model.check_dp_bins`) of the passive parties' features for ``--dp-model``
+    (:func:`vfl.core.dp_model.check_dp_bins`) of the passive parties' features for ``--dp-model``
     (``PARTY:FEATURE`` allowed; the active party's come from ``TrainParams.dp_bins``)."""
     if not party_frames:
         raise InputError("no party data given")

@@ -46,16 +46,16 @@ from datasets.errors import InputError
 from datasets.split import join_parties, train_test_split_parties
 from protocols.units import format_bytes
 from vfl.api import simulate
-from vfl.dp import check_epsilon, json_epsilon
-from vfl.files import write_bytes_atomic, write_text_atomic
-from vfl.params import Mode, TrainParams, Vocabulary
+from vfl.core.dp import check_epsilon, json_epsilon
+from vfl.core.files import write_bytes_atomic, write_text_atomic
+from vfl.core.params import Mode, TrainParams, Vocabulary
 
 INF = float("inf")
 DEFAULT_EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, INF)
 
 
 class Arm(Vocabulary):
-    """One arm of the comparison: the three training modes (:class:`vfl.params.Mode`) and two
+    """One arm of the comparison: the three training modes (:class:`vfl.core.params.Mode`) and two
     references, the active party alone and centralized XGBoost (not training modes)."""
     PLAIN = "plain"
     HE = "he"
@@ -64,7 +64,7 @@ class Arm(Vocabulary):
     XGBOOST = "xgboost"
     DP_OLD = "dp_old"          # the mechanism before issue 13: 32 (max_bin) buckets, no debiasing
     DP_SELECT = "dp_select"    # dp with --dp-select (CompareConfig.dp_select features per passive party)
-    DP_MODEL = "dp-model"    # plain (= he) training of a DP released model (vfl.dp_model), per epsilon
+    DP_MODEL = "dp-model"    # plain (= he) training of a DP released model (vfl.core.dp_model), per epsilon
     DP_ALL = "dp_all"          # dp releasing every feature (--dp-select none; the default before issue 13's follow-up)
 
 

@@ -8,7 +8,7 @@ message still serialized to bytes). ``X`` comes in one of two forms.
 scikit-learn tool passes it (``cross_val_score``, ``GridSearchCV``, ``Pipeline``);
 the ``parties`` parameter says which columns each party holds::
 
-    from vfl import VerticalBoostingClassifier
+    from vfl.estimators import VerticalBoostingClassifier
     clf = VerticalBoostingClassifier(mode="he", parties={"bank": ["age", "income"],
                                                          "telco": ["calls", "data_gb"]})
     clf.fit(X, y)                  # X: DataFrame with those four columns; y: one label per row
@@ -49,7 +49,7 @@ Conventions:
   active party's frame). Rows of weight 0 are left out, exactly as if absent (they
   shape no bin; a classifier's ``classes_`` are those of the other rows); see
   :data:`WEIGHTED_TRAINING` for the others.
-* Hyperparameters are the :class:`vfl.params.TrainParams` fields with XGBoost's
+* Hyperparameters are the :class:`vfl.core.params.TrainParams` fields with XGBoost's
   names (also ``mode="dp"`` with ``epsilon``, and ``align="psi"``), with TrainParams'
   defaults, checked in ``fit`` (so ``clone``/``get_params``/``set_params`` work as in
   scikit-learn). ``mode`` defaults to ``"he"`` (real Paillier). ``random_state``
@@ -84,8 +84,8 @@ from sklearn.utils.validation import _check_sample_weight, column_or_1d, validat
 from datasets.errors import InputError
 from datasets.frames import PartyFrame
 from vfl.api import Federation, federation_from_frames, split_constraints
-from vfl.objectives import get_objective
-from vfl.params import Objective, TrainParams
+from vfl.core.objectives import get_objective
+from vfl.core.params import Objective, TrainParams
 
 __all__ = ["VerticalBoostingClassifier", "VerticalBoostingRegressor", "WEIGHTED_TRAINING",
            "sklearn_expected_failed_checks"]

@@ -6,9 +6,9 @@ from click.testing import CliRunner
 from support import small_frames
 
 from cli import main
-from vfl import ActiveParty, Federation, PassiveParty, TrainParams
-from vfl.binning import Binner
-from vfl.errors import InputError
+from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
+from vfl.core.binning import Binner
+from vfl.core.errors import InputError
 
 
 def _cli_error(args):
@@ -151,7 +151,7 @@ def test_party_names_must_be_unique(files):
 def test_params_take_the_vocabulary_and_store_plain_strings():
     import json
 
-    from vfl.params import Alignment, Mode, Objective
+    from vfl.core.params import Alignment, Mode, Objective
 
     p = TrainParams(mode=Mode.DP, epsilon=1, objective=Objective.REGRESSION, align=Alignment.PSI)
     assert [type(v) for v in (p.mode, p.objective, p.align)] == [str, str, str]

@@ -160,7 +160,7 @@ def test_cli_defaults_are_train_params_defaults_and_follow_them():
     fields: changing one there (in a fresh interpreter) changes all of them."""
     code = (
         "import dataclasses, inspect\n"
-        "from vfl.params import TrainParams\n"
+        "from vfl.core.params import TrainParams\n"
         "fs = {f.name: f for f in dataclasses.fields(TrainParams)}\n"
         "fs['max_depth'].default = 7; fs['learning_rate'].default = 0.05; fs['mode'].default = 'plain'\n"
         "import cli\n"
@@ -186,8 +186,8 @@ def test_every_shared_option_default_equals_train_params():
 
     import cli
     from vfl.compare import CompareConfig
+    from vfl.core.params import TrainParams
     from vfl.estimators import VerticalBoostingRegressor
-    from vfl.params import TrainParams
 
     fields = {f.name: f.default for f in dataclasses.fields(TrainParams)}
     for command in (cli.simulate, cli.party_active):
@@ -205,7 +205,7 @@ def test_every_shared_option_default_equals_train_params():
 
 def test_train_params_from_options_is_the_one_builder():
     import cli
-    from vfl.params import TrainParams
+    from vfl.core.params import TrainParams
 
     ctx = cli.simulate.make_context("simulate", ["--trees", "3", "--depth", "2", "--mode", "dp", "--epsilon", "2",
                                                  "--goss", "--objective", "regression"])
@@ -221,7 +221,7 @@ def test_train_params_from_options_is_the_one_builder():
 
 def test_cli_choices_are_the_library_vocabulary():
     import cli
-    from vfl.params import ALIGNMENTS, MODES, OBJECTIVES, PREDICTIONS, Alignment, Mode, Prediction
+    from vfl.core.params import ALIGNMENTS, MODES, OBJECTIVES, PREDICTIONS, Alignment, Mode, Prediction
 
     choices = {p.name: tuple(p.type.choices) for p in cli.simulate.params if hasattr(p.type, "choices")}
     assert choices["mode"] == MODES == tuple(m.value for m in Mode) == ("he", "plain", "dp")

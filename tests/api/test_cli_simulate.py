@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from cli import main
 from datasets import breast_cancer_parties, train_test_split_parties
-from vfl import Federation
+from vfl.api import Federation
 
 
 def _run(args):

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from cli import main
 from vfl.compare import CompareConfig, _centralized, load_dataset, replot, run_comparison
-from vfl.errors import InputError
+from vfl.core.errors import InputError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -108,7 +108,7 @@ def test_cli_compare_bad_input(tmp_path, args, msg):
 def test_give_credit_is_split_four_six_for_compare(shared_dir):
     from parties.dp import pilot_size
     from vfl.api import simulate
-    from vfl.params import TrainParams
+    from vfl.core.params import TrainParams
     frames = load_dataset("give_credit")
     assert [len(pf.feature_names) for pf in frames] == [4, 6]
     with warnings.catch_warnings():
@@ -128,7 +128,7 @@ def test_give_credit_is_split_four_six_for_compare(shared_dir):
 
 def test_compare_arms_and_defaults_come_from_one_vocabulary():
     from vfl.compare import ARMS, COMPARE_KEY_BITS, DEFAULT_ARMS, EPSILON_SCOPES, Arm, format_epsilons
-    from vfl.params import MODES, TrainParams
+    from vfl.core.params import MODES, TrainParams
 
     assert set(MODES) < set(ARMS) and Arm.LOCAL == "local" and EPSILON_SCOPES == ("party", "feature")
     cfg = CompareConfig()

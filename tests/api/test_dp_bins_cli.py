@@ -16,7 +16,7 @@ from parties.server import PassiveServer
 from protocols import messages as m
 from protocols.serialization import dumps, loads
 from vfl.api import federation_from_frames, simulate
-from vfl.params import TrainParams
+from vfl.core.params import TrainParams
 
 EDGES_A0 = [-1.0, -0.25, 0.5, 1.5]
 EDGES_B0 = [-0.5, 0.0, 0.5]

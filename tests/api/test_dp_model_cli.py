@@ -15,9 +15,9 @@ from protocols import messages as m
 from protocols.serialization import dumps, loads
 from vfl.api import federation_from_frames
 from vfl.compare import CompareConfig, run_comparison
-from vfl.dp_model import DPBinner
-from vfl.model import BoostedModel
-from vfl.params import TrainParams
+from vfl.core.dp_model import DPBinner
+from vfl.core.model import BoostedModel
+from vfl.core.params import TrainParams
 
 
 def _run(args):

@@ -8,9 +8,13 @@ import numpy as np
 import pytest
 from sklearn.utils.estimator_checks import check_estimator, parametrize_with_checks
 
-from vfl import VerticalBoostingClassifier, VerticalBoostingRegressor
-from vfl.errors import InputError
-from vfl.estimators import WEIGHTED_TRAINING, sklearn_expected_failed_checks
+from vfl.core.errors import InputError
+from vfl.estimators import (
+    WEIGHTED_TRAINING,
+    VerticalBoostingClassifier,
+    VerticalBoostingRegressor,
+    sklearn_expected_failed_checks,
+)
 
 ESTIMATORS = [VerticalBoostingClassifier(mode="plain", n_estimators=5),
               VerticalBoostingRegressor(mode="plain", n_estimators=5)]

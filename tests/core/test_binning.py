@@ -1,13 +1,13 @@
-"""vfl.binning: thresholds, transform, the missing bin, and "bin <= b" == "x <= threshold(f, b)"."""
+"""vfl.core.binning: thresholds, transform, the missing bin, and "bin <= b" == "x <= threshold(f, b)"."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import ColumnReader
 
-from vfl.binning import Binner, check_max_bin
-from vfl.errors import InputError
-from vfl.split import goes_left
+from vfl.core.binning import Binner, check_max_bin
+from vfl.core.errors import InputError
+from vfl.core.split import goes_left
 
 # |x| <= 1e307: no midpoint of two values overflows (the extremes have their own test below)
 moderate = st.floats(min_value=-1e307, max_value=1e307, allow_nan=False, allow_infinity=False)

@@ -1,4 +1,4 @@
-"""Bin edges across shards (vfl.binning summaries): equal to Binner's when the summaries are exact,
+"""Bin edges across shards (vfl.core.binning summaries): equal to Binner's when the summaries are exact,
 pinned when approximate, and equal again after the exact refinement (ExactEdges); missing values
 counted, never binned."""
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vfl.binning import (
+from vfl.core.binning import (
     Binner,
     ColumnSummary,
     ExactEdges,
@@ -21,7 +21,7 @@ from vfl.binning import (
     summarize_shard,
     thresholds_from_summary,
 )
-from vfl.errors import InputError
+from vfl.core.errors import InputError
 
 moderate = st.floats(min_value=-1e300, max_value=1e300, allow_nan=False, allow_infinity=False)
 

@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from datasets import load_shared
 from datasets.errors import InputError
 from datasets.frames import MAX_CATEGORIES, party_data
-from vfl import metrics
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
-from vfl.binning import Binner
-from vfl.split import CategoricalParams, find_best_split, goes_left
+from vfl.core import metrics
+from vfl.core.binning import Binner
+from vfl.core.split import CategoricalParams, find_best_split, goes_left
 
 
 # -- bins -----------------------------------------------------------------------------------

@@ -17,9 +17,9 @@ from protocols import alignment
 from protocols import messages as m
 from protocols.serialization import BigInts, dumps, loads
 from vfl.api import Federation
-from vfl.binning import Binner
-from vfl.boosting import Booster
-from vfl.dp import (
+from vfl.core.binning import Binner
+from vfl.core.boosting import Booster
+from vfl.core.dp import (
     check_epsilon,
     epsilon_budget,
     equal_frequency_buckets,
@@ -27,10 +27,10 @@ from vfl.dp import (
     release_buckets,
     stay_probability,
 )
-from vfl.errors import InputError, PeerError
-from vfl.objectives import get_objective
-from vfl.params import TrainParams
-from vfl.sources import LocalSource
+from vfl.core.errors import InputError, PeerError
+from vfl.core.objectives import get_objective
+from vfl.core.params import TrainParams
+from vfl.core.sources import LocalSource
 
 INF = float("inf")
 

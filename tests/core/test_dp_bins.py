@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from support import JSON_VALUES, mutated
 
 from datasets.errors import InputError, ProtocolError
-from vfl.dp_model import (
+from vfl.core.dp_model import (
     DPBinner,
     account_gaussian,
     account_pure,
@@ -20,7 +20,7 @@ from vfl.dp_model import (
     public_thresholds,
     read_dp_bins,
 )
-from vfl.params import TrainParams
+from vfl.core.params import TrainParams
 
 GOOD = {"age": {"lo": 18, "hi": 90}, "income": {"edges": [0, 1000.5, 20000, 1e6]}}
 

@@ -1,4 +1,4 @@
-"""DP-only mode, the active party's estimator (vfl.dp_debias) and --dp-buckets / --dp-select:
+"""DP-only mode, the active party's estimator (vfl.core.dp_debias) and --dp-buckets / --dp-select:
 unbiasedness by simulation, the variance correction, the automatic bucket rule, coarse buckets,
 split scoring, the --dp-select accounting and what reaches the active party, bad input."""
 import json
@@ -24,9 +24,9 @@ from parties.passive import PassiveParty
 from protocols import messages as m
 from protocols.serialization import loads
 from vfl.api import Federation
-from vfl.binning import Binner
-from vfl.dp import randomized_response
-from vfl.dp_debias import (
+from vfl.core.binning import Binner
+from vfl.core.dp import randomized_response
+from vfl.core.dp_debias import (
     DebiasedBucketSource,
     auto_buckets,
     auto_select,
@@ -37,8 +37,8 @@ from vfl.dp_debias import (
     rr_channel,
     split_signal,
 )
-from vfl.errors import InputError
-from vfl.params import TrainParams
+from vfl.core.errors import InputError
+from vfl.core.params import TrainParams
 
 INF = float("inf")
 

@@ -1,4 +1,4 @@
-"""A DP released model (vfl.dp_model): the mechanisms, the accounting, the bounds and the seams."""
+"""A DP released model (vfl.core.dp_model): the mechanisms, the accounting, the bounds and the seams."""
 import math
 
 import numpy as np
@@ -11,9 +11,9 @@ from support import halving_levels, small_frames
 from datasets.errors import InputError
 from datasets.frames import PartyFrame
 from vfl.api import federation_from_frames
-from vfl.binning import Binner
-from vfl.boosting import Booster
-from vfl.dp_model import (
+from vfl.core.binning import Binner
+from vfl.core.boosting import Booster
+from vfl.core.dp_model import (
     DPBinner,
     DPModelPlan,
     PoissonSampler,
@@ -29,10 +29,10 @@ from vfl.dp_model import (
     gaussian_plan_event,
     plan_dp_model,
 )
-from vfl.objectives import BinaryObjective, get_objective
-from vfl.params import TrainParams
-from vfl.rounds import RoundObserver
-from vfl.tree import Node
+from vfl.core.objectives import BinaryObjective, get_objective
+from vfl.core.params import TrainParams
+from vfl.core.rounds import RoundObserver
+from vfl.core.tree import Node
 
 
 # --------------------------------------------------------------------------- exponential mechanism

@@ -1,6 +1,6 @@
 """``dp_trees = "selected"``: one feature per tree chosen by the exponential mechanism over the absolute
 gradient sums of the leaves of every feature's halving tree, then data-independent halving splits
-(vfl/dp_model.py)."""
+(vfl/core/dp_model.py)."""
 import math
 
 import numpy as np
@@ -10,7 +10,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import stats
 from support import halving_levels
 
-from vfl.dp_model import (
+from vfl.core.dp_model import (
     TreeMechanisms,
     account_gaussian,
     account_pure,
@@ -21,8 +21,8 @@ from vfl.dp_model import (
     halving_leaves,
     plan_dp_model,
 )
-from vfl.params import TrainParams
-from vfl.tree import Node
+from vfl.core.params import TrainParams
+from vfl.core.tree import Node
 
 
 def _plan(**kw):

@@ -9,7 +9,7 @@ import pytest
 from protocols import messages as m
 from protocols.serialization import loads
 from vfl.api import ActiveParty, Federation, PassiveParty
-from vfl.errors import InputError
+from vfl.core.errors import InputError
 
 
 def federation(n=300, seed=0, record=True):

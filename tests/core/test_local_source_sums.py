@@ -1,4 +1,4 @@
-"""The active party's plaintext histograms (vfl.sources.LocalSource) are summed one feature at a
+"""The active party's plaintext histograms (vfl.core.sources.LocalSource) are summed one feature at a
 time, against their naive twin: one bincount over every (row, feature) slot at once."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import ColumnReader
 
-from vfl.sources import LocalSource
+from vfl.core.sources import LocalSource
 
 
 def naive_sums(src: LocalSource, rows, g, h):

@@ -1,4 +1,4 @@
-"""vfl.metrics evaluates a chunk of rows at a time (a driver's temporaries stay a few MB whatever
+"""vfl.core.metrics evaluates a chunk of rows at a time (a driver's temporaries stay a few MB whatever
 the number of rows) and equals its naive twins: the same per-row terms over the whole vectors,
 summed exactly at once."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vfl import metrics
+from vfl.core import metrics
 
 
 def naive_mean(x):

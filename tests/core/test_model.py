@@ -1,4 +1,4 @@
-"""vfl.model: BoostedModel persistence and prediction, node by node and by one-round leaf masks."""
+"""vfl.core.model: BoostedModel persistence and prediction, node by node and by one-round leaf masks."""
 import json
 import math
 import stat
@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vfl.errors import InputError
-from vfl.leafmask import leaf_masks
-from vfl.model import MODEL_FORMAT, MODEL_VERSION, BoostedModel
-from vfl.split import goes_left
-from vfl.tree import Node, Tree
+from vfl.core.errors import InputError
+from vfl.core.leafmask import leaf_masks
+from vfl.core.model import MODEL_FORMAT, MODEL_VERSION, BoostedModel
+from vfl.core.split import goes_left
+from vfl.core.tree import Node, Tree
 
 ACTIVE = "bank"
 PASSIVES = ("telco", "shop")
@@ -123,7 +123,7 @@ def test_save_load_round_trip(tmp_path, n_targets):
     model.classes = ["a", "b", "c"] if n_targets == 3 else None
     path = tmp_path / "bank.json"
     model.save(path)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600                       # private, via vfl.files
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600                       # private, via vfl.core.files
     d = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c} in the model file"))
     assert d["format"] == MODEL_FORMAT and d["version"] == MODEL_VERSION and d["role"] == "active"
     loaded = BoostedModel.load(path)

@@ -14,7 +14,7 @@ from support import mutated, small_frames
 
 from datasets.errors import InputError
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
-from vfl.model import BoostedModel
+from vfl.core.model import BoostedModel
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from datasets import load_shared
 from datasets.errors import InputError
 from datasets.split import train_test_split_parties
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams, federation_from_frames
-from vfl.split import Constraints, find_best_split
+from vfl.core.split import Constraints, find_best_split
 
 
 def _wiggly(n=600, seed=0):

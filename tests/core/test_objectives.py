@@ -8,9 +8,9 @@ from support import KEY_BITS, gradient_messages
 from protocols import messages as m
 from protocols.serialization import loads
 from vfl.api import ActiveParty, Federation, PassiveParty
-from vfl.errors import InputError
-from vfl.model import BoostedModel
-from vfl.objectives import (
+from vfl.core.errors import InputError
+from vfl.core.model import BoostedModel
+from vfl.core.objectives import (
     PseudoHuberObjective,
     SoftmaxObjective,
     SquaredErrorObjective,
@@ -18,7 +18,7 @@ from vfl.objectives import (
     pow2_ceil,
     softmax,
 )
-from vfl.params import TrainParams
+from vfl.core.params import TrainParams
 
 
 def make_data(n=90, seed=0, nan_rate=0.0):

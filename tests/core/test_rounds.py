@@ -3,11 +3,11 @@ observers in order, one timing record, and integers handed on (never floats)."""
 import numpy as np
 import pytest
 
-from vfl.boosting import Booster
-from vfl.objectives import get_objective
-from vfl.params import TrainParams
-from vfl.rounds import CallbackObserver, RoundGradients, RoundObserver, RoundRecord, RoundTiming
-from vfl.sources import LocalSource
+from vfl.core.boosting import Booster
+from vfl.core.objectives import get_objective
+from vfl.core.params import TrainParams
+from vfl.core.rounds import CallbackObserver, RoundGradients, RoundObserver, RoundRecord, RoundTiming
+from vfl.core.sources import LocalSource
 
 
 def _problem(n=200, seed=0):

@@ -1,11 +1,11 @@
-"""vfl.sampling: RowSampler draws (subsample, GOSS) and the assignment codes of sampled/riding rows."""
+"""vfl.core.sampling: RowSampler draws (subsample, GOSS) and the assignment codes of sampled/riding rows."""
 import math
 
 import numpy as np
 import pytest
 
-from vfl.params import TrainParams
-from vfl.sampling import RowSampler, leaf_positions, node_members, riding
+from vfl.core.params import TrainParams
+from vfl.core.sampling import RowSampler, leaf_positions, node_members, riding
 
 
 def params(**kw):

@@ -8,10 +8,10 @@ from protocols import alignment
 from protocols import messages as m
 from protocols.serialization import loads
 from vfl.api import ActiveParty, Federation, PassiveParty
-from vfl.errors import InputError
-from vfl.objectives import get_objective
-from vfl.params import TrainParams
-from vfl.sampling import leaf_positions, node_members, riding
+from vfl.core.errors import InputError
+from vfl.core.objectives import get_objective
+from vfl.core.params import TrainParams
+from vfl.core.sampling import leaf_positions, node_members, riding
 
 
 def frames(n=200, seed=0, objective="binary"):

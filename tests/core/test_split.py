@@ -1,10 +1,10 @@
-"""vfl.split: the split rule (goes_left) and find_best_split against a naive twin."""
+"""vfl.core.split: the split rule (goes_left) and find_best_split against a naive twin."""
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from vfl.split import MIN_GAIN, SplitInfo, find_best_split, goes_left
+from vfl.core.split import MIN_GAIN, SplitInfo, find_best_split, goes_left
 
 SCALE = 2.0 ** 8     # gradients are fixed-point multiples (as in training), so every sum is exact
 

@@ -1,10 +1,10 @@
-"""vfl.tree: Node and Tree, and their JSON-safe round trip."""
+"""vfl.core.tree: Node and Tree, and their JSON-safe round trip."""
 import json
 import math
 
 import pytest
 
-from vfl.tree import Node, Tree
+from vfl.core.tree import Node, Tree
 
 
 def small_tree():

@@ -7,8 +7,8 @@ from support import small_frames
 
 from datasets.errors import InputError
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
-from vfl.boosting import Booster
-from vfl.objectives import (
+from vfl.core.boosting import Booster
+from vfl.core.objectives import (
     BinaryObjective,
     PseudoHuberObjective,
     SoftmaxObjective,
@@ -16,8 +16,8 @@ from vfl.objectives import (
     check_sample_weight,
     weighted_median,
 )
-from vfl.rounds import RoundObserver
-from vfl.sources import LocalSource
+from vfl.core.rounds import RoundObserver
+from vfl.core.sources import LocalSource
 
 
 def _duplicated(a, b, w):
@@ -135,7 +135,7 @@ def test_bad_weight_columns_are_refused_with_the_party_and_column():
 
 
 def test_weighted_metrics_equal_the_metrics_of_repeated_rows():
-    from vfl import metrics
+    from vfl.core import metrics
     rng = np.random.default_rng(3)
     y = rng.integers(0, 2, size=80).astype(float)
     p = np.round(rng.random(80), 1)                      # ties

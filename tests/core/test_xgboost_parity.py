@@ -6,10 +6,10 @@ import pytest
 
 from datasets import join_parties, load_shared, sklearn_parties
 from datasets.split import train_test_split_parties
-from vfl import metrics
 from vfl.api import federation_from_frames
-from vfl.objectives import get_objective
-from vfl.params import TrainParams
+from vfl.core import metrics
+from vfl.core.objectives import get_objective
+from vfl.core.params import TrainParams
 
 xgb = pytest.importorskip("xgboost")
 

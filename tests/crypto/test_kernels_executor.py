@@ -26,7 +26,7 @@ from crypto.intcodec import bytes_to_ints, ints_to_bytes
 from crypto.packing import PackingLayout, decode_sums, pack, unpack
 from crypto.paillier import Decryptor, Encryptor, FixedBaseTable
 from crypto.parallel import resolve_workers
-from vfl.fixedpoint import encode_fixed
+from vfl.core.fixedpoint import encode_fixed
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from crypto.histogram import histogram, reference_histogram
 from crypto.keys import WeakKeyWarning, check_key_bits, generate_keypair
 from crypto.packing import PackingLayout, PackingOverflowError, decode_sums, pack, split_digits, unpack
 from crypto.paillier import Decryptor, Encryptor
-from vfl.errors import InputError
-from vfl.fixedpoint import decode_fixed, encode_fixed
+from vfl.core.errors import InputError
+from vfl.core.fixedpoint import decode_fixed, encode_fixed
 
 
 def test_fixed_point_round_trip_and_range():

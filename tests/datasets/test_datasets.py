@@ -24,7 +24,7 @@ from datasets import (
     validate_party_frame,
     vertical_split,
 )
-from vfl.errors import InputError
+from vfl.core.errors import InputError
 
 
 def write(path: Path, text: str) -> Path:

@@ -1,4 +1,4 @@
-"""The one atomic, private writer (datasets.files, re-exported by vfl.files): a full disk or a
+"""The one atomic, private writer (datasets.files, re-exported by vfl.core.files): a full disk or a
 failed rename changes nothing and leaves no temporary file; files are 0600 from the start; a set
 of files is replaced all or nothing; unwritable directories are refused up front."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from datasets import files as wf
 from datasets.errors import InputError, WriteError
-from vfl import files as vfl_files
+from vfl.core import files as vfl_files
 
 
 def _mode(p):

@@ -12,7 +12,7 @@ from support import cli_command, start_passive
 pytest.importorskip("grpc")
 
 from datasets import breast_cancer_parties, train_test_split_parties  # noqa: E402
-from vfl.model import BoostedModel  # noqa: E402
+from vfl.core.model import BoostedModel  # noqa: E402
 
 pytestmark = pytest.mark.slow   # real party processes
 

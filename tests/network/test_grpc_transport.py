@@ -31,8 +31,8 @@ from protocols.grpc_transport import GrpcTransport, PartyServer, Security, parse
 from protocols.serialization import loads  # noqa: E402
 from protocols.transport import InMemoryTransport, frame_handler  # noqa: E402
 from vfl.api import Federation  # noqa: E402
-from vfl.errors import InputError, PeerError, ProtocolError  # noqa: E402
-from vfl.params import TrainParams  # noqa: E402
+from vfl.core.errors import InputError, PeerError, ProtocolError  # noqa: E402
+from vfl.core.params import TrainParams  # noqa: E402
 
 
 @pytest.fixture(scope="module")

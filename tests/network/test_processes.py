@@ -30,9 +30,9 @@ from protocols import messages as m  # noqa: E402
 from protocols.grpc_transport import GrpcTransport, Security  # noqa: E402
 from protocols.serialization import loads  # noqa: E402
 from vfl.api import Federation  # noqa: E402
-from vfl.errors import PeerError  # noqa: E402
-from vfl.model import BoostedModel  # noqa: E402
-from vfl.params import TrainParams  # noqa: E402
+from vfl.core.errors import PeerError  # noqa: E402
+from vfl.core.model import BoostedModel  # noqa: E402
+from vfl.core.params import TrainParams  # noqa: E402
 
 pytestmark = pytest.mark.slow   # real party processes / worker pools, multi-second
 

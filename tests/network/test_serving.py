@@ -41,8 +41,8 @@ from protocols.transport import (  # noqa: E402
     check_deadline,
     frame_handler,
 )
-from vfl.errors import InputError, PeerError, ProtocolError  # noqa: E402
-from vfl.params import TrainParams  # noqa: E402
+from vfl.core.errors import InputError, PeerError, ProtocolError  # noqa: E402
+from vfl.core.params import TrainParams  # noqa: E402
 
 INSECURE = Security()
 

@@ -17,7 +17,7 @@ from parties.checkpoint import Checkpoint
 from parties.server import PassiveServer
 from protocols.transport import InMemoryTransport
 from vfl.api import Federation, PassiveParty
-from vfl.params import TrainParams
+from vfl.core.params import TrainParams
 
 pytestmark = pytest.mark.slow   # real party processes / worker pools, multi-second
 

@@ -87,7 +87,7 @@ def test_a_saved_checkpoint_streams_its_raw_scores_into_the_file_json_dumps_writ
                                                                                   seed, with_raw):
     """Checkpoint.save hashes and writes the raw scores' base64 a piece at a time: the file is the
     one json.dumps of the whole dict gives, and it loads back (content hash checked) bit for bit."""
-    from vfl.model import content_hash
+    from vfl.core.model import content_hash
     raw = np.random.default_rng(seed).normal(size=(n, k)) if with_raw else None
     ck = checkpoint.Checkpoint("a", ["b"], "m1", "00ff", {"max_depth": 3}, n, "d" * 64, [], raw, {"b": 0},
                                history={"train": {"auc": [0.5]}})

@@ -14,7 +14,7 @@ from parties.channel import ASSUMED_LINK_MBPS
 from parties.passive import PassiveParty
 from tests.support import KEY_BITS, small_frames
 from vfl.api import Federation
-from vfl.params import TrainParams
+from vfl.core.params import TrainParams
 
 # the default `vfl simulate` (breast, 2048-bit keys): 455 rows, 495 passive slots per node,
 # 25 values per ciphertext of 81 bits, depth 4; 512-byte ciphertexts

@@ -5,7 +5,7 @@ import pytest
 from datasets.errors import PeerError, ProtocolError
 from parties.passive_state import LookupTable
 from parties.remote import RemoteSource
-from vfl.binning import Binner
+from vfl.core.binning import Binner
 
 
 def _binner():

@@ -24,7 +24,7 @@ from protocols import messages as m
 from protocols.certs import make_certs
 from protocols.serialization import loads
 from protocols.transport import InMemoryTransport, frame_handler
-from vfl import ActiveParty, Federation, PassiveParty, TrainParams
+from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
 
 distributed = pytest.importorskip("distributed")
 from crypto.dask_executor import LEAN_CONFIG, DaskExecutor, lean_environment, parse_spec, security_from_dir  # noqa: E402

@@ -26,7 +26,7 @@ from parties.server import PassiveServer  # noqa: E402
 from protocols.grpc_transport import Security  # noqa: E402
 from protocols.transport import InMemoryTransport  # noqa: E402
 from vfl.api import Federation, PassiveParty  # noqa: E402
-from vfl.params import TrainParams  # noqa: E402
+from vfl.core.params import TrainParams  # noqa: E402
 
 pytestmark = pytest.mark.slow     # gRPC servers in threads; a few seconds
 

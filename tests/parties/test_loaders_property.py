@@ -18,7 +18,7 @@ from parties.checkpoint import Checkpoint
 from parties.passive import PassiveParty, check_model_dict, model_hash
 from protocols.transport import InMemoryTransport, frame_handler
 from vfl.api import Federation
-from vfl.params import TrainParams
+from vfl.core.params import TrainParams
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -18,9 +18,9 @@ from support import small_frames
 from datasets.frames import party_data
 from protocols import messages as m
 from protocols.alignment import hash_ids
-from vfl import ActiveParty, Federation, PassiveParty
-from vfl.errors import InputError
-from vfl.rounds import RoundGradients, RoundTiming
+from vfl.api import ActiveParty, Federation, PassiveParty
+from vfl.core.errors import InputError
+from vfl.core.rounds import RoundGradients, RoundTiming
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -235,7 +235,7 @@ def _old_checkpoint(ck, tmp_path, digest_args):
     """``ck`` as a checkpoint written before the digest layout field: the features fingerprinted
     row after row, no ``data_digest_layout`` key."""
     from parties import checkpoint
-    from vfl.model import content_hash
+    from vfl.core.model import content_hash
     d = ck.to_dict()
     del d["data_digest_layout"]
     ids, X, y, names, rows = digest_args
@@ -254,7 +254,7 @@ def test_a_deferred_party_checkpoints_and_resumes_reading_a_column_at_a_time(tmp
     from parties import checkpoint
     from parties.server import PassiveServer
     from protocols.transport import InMemoryTransport
-    from vfl.params import TrainParams
+    from vfl.core.params import TrainParams
     pytest.importorskip("pyarrow")
     a, b, _ = small_frames(n=120)
     path = _parquet_dir(tmp_path, "guest", a)
@@ -301,7 +301,7 @@ def test_a_deferred_party_checkpoints_and_resumes_reading_a_column_at_a_time(tmp
         assert _structures(resumed) == _structures(full)
     bad = old.to_dict()
     bad["data_digest_layout"] = "diagonal"
-    from vfl.model import content_hash
+    from vfl.core.model import content_hash
     bad["content_hash"] = content_hash(bad)
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(InputError, match="data_digest_layout"):
@@ -311,7 +311,7 @@ def test_a_deferred_party_checkpoints_and_resumes_reading_a_column_at_a_time(tmp
 DEFERRED_PROBE = r"""
 from datasets.loaders import read_party_table_deferred
 from parties.active import ActiveParty
-from vfl.sources import LocalSource
+from vfl.core.sources import LocalSource
 head, cols = read_party_table_deferred(sys.argv[2], "bank", "id", "y")
 party = ActiveParty("bank", head.frame, low_memory=sys.argv[3] == "on", features=cols)
 head = cols = None
@@ -360,9 +360,9 @@ def test_saving_a_checkpoint_never_holds_its_whole_text(tmp_path):
 
 METRICS_PROBE = r"""
 from parties.monitor import TrainingMonitor
-from vfl.objectives import get_objective
-from vfl.params import TrainParams
-from vfl.rounds import RoundRecord, RoundTiming
+from vfl.core.objectives import get_objective
+from vfl.core.params import TrainParams
+from vfl.core.rounds import RoundRecord, RoundTiming
 n = 1_000_000
 rng = np.random.default_rng(0)
 y, raw = rng.integers(0, 2, n).astype(float), rng.normal(size=(n, 1))     # every score distinct

@@ -11,7 +11,7 @@ import pytest
 from support import KEY_BITS, small_frames
 
 from crypto.paillier import ObfuscatorStock
-from vfl import ActiveParty, Federation, PassiveParty, TrainParams
+from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
 
 PARAMS = dict(n_estimators=3, max_depth=3, key_bits=KEY_BITS)
 

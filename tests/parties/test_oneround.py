@@ -24,11 +24,11 @@ from protocols import messages as m
 from protocols.serialization import dumps, loads
 from protocols.transport import frame_handler
 from vfl.api import Federation, federation_from_frames
-from vfl.errors import PeerError, ProtocolError
-from vfl.leafmask import Skeleton, leaf_masks, resolve_leaves, skeleton_of
-from vfl.params import TrainParams
-from vfl.split import goes_left
-from vfl.tree import Node, Tree
+from vfl.core.errors import PeerError, ProtocolError
+from vfl.core.leafmask import Skeleton, leaf_masks, resolve_leaves, skeleton_of
+from vfl.core.params import TrainParams
+from vfl.core.split import goes_left
+from vfl.core.tree import Node, Tree
 
 
 def with_missing(party_frames, frac=0.12, seed=0):
@@ -406,7 +406,7 @@ def test_a_message_without_handler_is_refused(request_, tmp_path):
 
 
 def test_lookup_table_routes_by_the_one_split_rule():
-    """Records route raw values by vfl.split.goes_left: value <= threshold, NaN to the record's side."""
+    """Records route raw values by vfl.core.split.goes_left: value <= threshold, NaN to the record's side."""
     recs = [{"threshold": t, "default_left": d, "feature_idx": f} for t, d, f in
             ((0.5, True, 1), (float("inf"), False, 0), (-1.0, False, 1))]
     table = LookupTable(recs)

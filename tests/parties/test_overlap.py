@@ -31,7 +31,7 @@ from parties import passive_train
 from protocols import messages as m
 from protocols.serialization import loads
 from protocols.transport import frame_handler
-from vfl import ActiveParty, Federation, PassiveParty, TrainParams
+from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
 
 N = 600
 

@@ -10,13 +10,13 @@ from support import KEY_BITS, alive, small_frames, streamed_gradients
 
 import parties.active as active_mod
 import parties.passive as passive_mod
-import vfl.grower as grower_mod
+import vfl.core.grower as grower_mod
 from crypto.executor import LocalExecutor
 from crypto.paillier import Decryptor
 from protocols import messages as m
 from protocols.serialization import BigInts, loads
-from vfl import ActiveParty, Federation, PassiveParty, TrainParams
-from vfl.errors import InputError, ProtocolError
+from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
+from vfl.core.errors import InputError, ProtocolError
 
 pytestmark = pytest.mark.slow   # real party processes / worker pools, multi-second
 
@@ -255,8 +255,8 @@ def test_preshift_frame_cap_counts_every_row_of_a_sampled_round():
     from crypto.packing import PackingLayout
     from parties.channel import GradientChannel
     from protocols.serialization import dumps
-    from vfl.fixedpoint import encode_fixed
-    from vfl.rounds import RoundGradients, RoundTiming
+    from vfl.core.fixedpoint import encode_fixed
+    from vfl.core.rounds import RoundGradients, RoundTiming
 
     n = 400
     ch = GradientChannel("he", KEY_BITS, "fast", n_jobs=1)

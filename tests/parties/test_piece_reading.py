@@ -25,8 +25,8 @@ from parties.shard_ops import row_fingerprint  # noqa: E402
 from protocols import alignment  # noqa: E402
 from protocols import messages as m  # noqa: E402
 from protocols.transport import frame_handler  # noqa: E402
-from vfl import ActiveParty, Federation, PassiveParty, TrainParams  # noqa: E402
-from vfl.binning import Binner  # noqa: E402
+from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams  # noqa: E402
+from vfl.core.binning import Binner  # noqa: E402
 
 SALT = bytes(range(16))
 
@@ -133,7 +133,7 @@ def test_any_rows_read_from_any_piece_layout_equal_the_table(tmp_path_factory, n
 @given(cols=st.lists(st.lists(st.floats(-1e6, 1e6) | st.just(float("nan")), max_size=40), max_size=5))
 def test_column_summaries_cross_the_worker_boundary_unchanged(cols):
     from parties.shard_ops import _summaries_from_frame, _summaries_to_frame
-    from vfl.binning import summarize_column
+    from vfl.core.binning import summarize_column
 
     summaries = [summarize_column(np.array(c, dtype=np.float64), 256) for c in cols]
     header, blobs = _summaries_to_frame(summaries)

@@ -6,8 +6,8 @@ from support import KEY_BITS, small_frames, streamed_gradients
 
 from crypto.paillier import Encryptor
 from protocols.serialization import loads
-from vfl import ActiveParty, Federation, PassiveParty, TrainParams
-from vfl.rounds import RoundObserver
+from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
+from vfl.core.rounds import RoundObserver
 
 
 def _federation():

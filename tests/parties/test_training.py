@@ -11,11 +11,10 @@ from crypto.packing import PackingLayout, pack
 from datasets import join_parties, train_test_split_parties
 from protocols import messages as m
 from protocols.serialization import BigInts, loads
-from vfl import ActiveParty, Federation, PassiveParty, TrainParams
-from vfl.api import federation_from_frames
-from vfl.errors import InputError
-from vfl.fixedpoint import encode_fixed
-from vfl.objectives import get_objective
+from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams, federation_from_frames
+from vfl.core.errors import InputError
+from vfl.core.fixedpoint import encode_fixed
+from vfl.core.objectives import get_objective
 
 
 def _fit(frames, mode, **kw):

@@ -6,10 +6,10 @@ from support import KEY_BITS
 
 from protocols import messages as m
 from protocols.serialization import loads
-from vfl import metrics
 from vfl.api import ActiveParty, Federation, PassiveParty
-from vfl.errors import InputError
-from vfl.objectives import get_objective
+from vfl.core import metrics
+from vfl.core.errors import InputError
+from vfl.core.objectives import get_objective
 
 
 def dataset(objective, n=240, seed=0):
@@ -215,7 +215,7 @@ def test_psi_validation_ids_that_do_not_align_are_refused():
 def test_auc_metric_equals_sklearn_with_ties():
     from sklearn.metrics import roc_auc_score
 
-    from vfl.metrics import auc
+    from vfl.core.metrics import auc
     rng = np.random.default_rng(0)
     for _ in range(20):
         n = int(rng.integers(2, 200))

@@ -30,7 +30,7 @@ from protocols.serialization import (
     loads,
 )
 from protocols.transport import frame_handler
-from vfl.errors import ProtocolError
+from vfl.core.errors import ProtocolError
 
 CLASSES = [_REGISTRY[name] for name in sorted(_REGISTRY)]
 

@@ -12,7 +12,7 @@ from protocols import alignment
 from protocols import messages as m
 from protocols.serialization import _REGISTRY, MAGIC, BigInts, dumps, loads
 from protocols.transport import InMemoryTransport, frame_handler
-from vfl.errors import InputError, PeerError, ProtocolError
+from vfl.core.errors import InputError, PeerError, ProtocolError
 
 
 def _roundtrip(msg):
@@ -174,7 +174,7 @@ def test_stale_round_requests_are_refused():
     from support import small_frames
 
     from crypto.shards import ShardedGradients
-    from vfl import ActiveParty, Federation, PassiveParty, TrainParams
+    from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
     a, b, _ = small_frames(60)
     telco = PassiveParty("telco", b)
     fed = Federation(ActiveParty("bank", a), [telco])

@@ -25,8 +25,8 @@ from protocols import messages as m
 from protocols.serialization import dumps, loads
 from protocols.transport import InMemoryTransport, frame_handler
 from vfl.api import Federation, federation_from_frames
-from vfl.errors import InputError, PeerError, ProtocolError
-from vfl.params import TrainParams
+from vfl.core.errors import InputError, PeerError, ProtocolError
+from vfl.core.params import TrainParams
 
 
 def frames_with_ids(active_ids, passive_ids: dict, seed=0):

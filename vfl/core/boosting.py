@@ -1,16 +1,16 @@
 """The boosting loop: rounds of trees over histograms from any number of sources.
 
-One round (see :mod:`vfl.rounds` for the records it hands around):
+One round (see :mod:`vfl.core.rounds` for the records it hands around):
 
 1. :meth:`Booster._gradients`: the objective's gradients and hessians of the
-   current raw scores, the round's row sample (:mod:`vfl.sampling`), and their
+   current raw scores, the round's row sample (:mod:`vfl.core.sampling`), and their
    fixed-point integers with a precision planned from the bounds
-   (:mod:`vfl.objectives`, :mod:`vfl.fixedpoint`);
+   (:mod:`vfl.core.objectives`, :mod:`vfl.core.fixedpoint`);
 2. observers hear that the round started (the active party encrypts here),
    then every source receives the round's gradients;
-3. :class:`vfl.grower.TreeGrower` grows the round's trees;
+3. :class:`vfl.core.grower.TreeGrower` grows the round's trees;
 4. the raw scores move by the new trees' leaf values, and the observers
-   receive the :class:`vfl.rounds.RoundRecord`; any of them may stop training.
+   receive the :class:`vfl.core.rounds.RoundRecord`; any of them may stop training.
 """
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ from typing import Callable
 import numpy as np
 
 from datasets.errors import InputError
-from vfl.fixedpoint import encode_fixed
-from vfl.grower import TreeGrower
-from vfl.objectives import plan_precision, pow2_ceil, weight_bound
-from vfl.rounds import RoundGradients, RoundObserver, RoundRecord, RoundTiming
-from vfl.sampling import RowSampler
-from vfl.sources import HistogramSource
-from vfl.tree import Tree
+from vfl.core.fixedpoint import encode_fixed
+from vfl.core.grower import TreeGrower
+from vfl.core.objectives import plan_precision, pow2_ceil, weight_bound
+from vfl.core.rounds import RoundGradients, RoundObserver, RoundRecord, RoundTiming
+from vfl.core.sampling import RowSampler
+from vfl.core.sources import HistogramSource
+from vfl.core.tree import Tree
 
 
 def sequential_map(fn: Callable, items: list) -> list:
@@ -39,10 +39,10 @@ class Booster:
     def __init__(self, sources: list[HistogramSource], objective, params,
                  observers: list[RoundObserver] | None = None,
                  map_sources: Callable[[Callable, list], list] | None = None, dp=None):
-        """``observers`` follow the rounds in order (see :class:`vfl.rounds.RoundObserver`);
+        """``observers`` follow the rounds in order (see :class:`vfl.core.rounds.RoundObserver`);
         ``map_sources(fn, sources)`` runs a level's per-source call (``start_round``, ``build``)
         for every source, e.g. in threads when the parties are remote (default: in turn).
-        ``dp``: a private :class:`vfl.dp_model.DPModelPlan` (bounded gradients, Poisson row sampling
+        ``dp``: a private :class:`vfl.core.dp_model.DPModelPlan` (bounded gradients, Poisson row sampling
         from secret randomness, the grower's DP mechanisms); None trains the exact model."""
         self.sources = sources
         self.objective = objective
@@ -60,8 +60,8 @@ class Booster:
             sample_weight: np.ndarray | None = None):
         """``(base_score, rounds, raw)``. ``raw``/``start_round``/``rounds`` continue an earlier
         training; ``row_keys``: a stable identity of each training row (e.g. the active party's
-        own row position) on which row sampling is keyed (see :class:`vfl.sampling.RowSampler`);
-        ``sample_weight``: per row (checked, see :func:`vfl.objectives.check_sample_weight`), the
+        own row position) on which row sampling is keyed (see :class:`vfl.core.sampling.RowSampler`);
+        ``sample_weight``: per row (checked, see :func:`vfl.core.objectives.check_sample_weight`), the
         gradients and hessians are multiplied by it before encoding and the base score is the
         weighted one (not with a DP released model: its sensitivities assume unweighted rows)."""
         if row_keys is not None and self.dp is None:

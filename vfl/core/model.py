@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 
 from datasets.errors import InputError
-from vfl.files import write_json_atomic
-from vfl.leafmask import check_masks, leaf_masks, resolve_leaves, skeleton_of
-from vfl.objectives import get_objective
-from vfl.params import Objective
-from vfl.split import goes_left
-from vfl.tree import Tree, damaged, need_dict, need_float, need_int, need_key, need_list, need_str
+from vfl.core.files import write_json_atomic
+from vfl.core.leafmask import check_masks, leaf_masks, resolve_leaves, skeleton_of
+from vfl.core.objectives import get_objective
+from vfl.core.params import Objective
+from vfl.core.split import goes_left
+from vfl.core.tree import Tree, damaged, need_dict, need_float, need_int, need_key, need_list, need_str
 
 MODEL_FORMAT = "vfl-boost-model"
 MODEL_VERSION = 1
@@ -123,7 +123,7 @@ class BoostedModel:
     @classmethod
     def from_dict(cls, d: dict, source: str = "model") -> "BoostedModel":
         """A model from its dict, checked: the schema and every invariant prediction relies on
-        (trees, see :meth:`vfl.tree.Tree.check_dict`; parties, features, targets, rounds, record
+        (trees, see :meth:`vfl.core.tree.Tree.check_dict`; parties, features, targets, rounds, record
         ids) and the recorded content hash. Anything else: an InputError naming ``source`` and
         the field, never an IndexError/KeyError/TypeError later."""
         if not isinstance(d, dict) or d.get("format") != MODEL_FORMAT or d.get("role") != "active":
@@ -275,7 +275,7 @@ class BoostedModel:
         return skeleton_of([t for _, t in self._flat_trees(n_rounds)], party)
 
     def predict_raw_one_round(self, X_active: np.ndarray, fetch_masks, n_rounds: int | None = None) -> np.ndarray:
-        """Raw scores ``(n_samples, n_targets)`` by one-round leaf masks (see :mod:`vfl.leafmask`).
+        """Raw scores ``(n_samples, n_targets)`` by one-round leaf masks (see :mod:`vfl.core.leafmask`).
 
         ``fetch_masks(owner, skeleton)`` returns the packed masks of passive party
         ``owner`` for the same rows, in the same order; it is called once per

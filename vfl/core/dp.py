@@ -6,7 +6,7 @@ handlers on each side).
 The mechanism
 -------------
 For each of its features a passive party cuts its aligned training rows into
-``q <= max_bin`` buckets of (near) equal size with :class:`vfl.binning.Binner`
+``q <= max_bin`` buckets of (near) equal size with :class:`vfl.core.binning.Binner`
 -- the very bins HE and plain modes use, so every mode sees the same
 buckets: quantile cut points, tied values never split, and a feature with at
 most ``q`` distinct values gets one bucket per value. Missing values (NaN)
@@ -39,7 +39,7 @@ HE mode).
 
 :class:`BucketSource` is the active party's view of one passive party's
 release: a plaintext histogram source over the noisy buckets, so the same
-:class:`vfl.boosting.Booster` grows the trees locally without talking to the
+:class:`vfl.core.boosting.Booster` grows the trees locally without talking to the
 passive party except to register the split points it chooses (the passive
 party keeps their thresholds, for prediction).
 """
@@ -51,9 +51,9 @@ from typing import Callable
 import numpy as np
 
 from datasets.errors import InputError
-from vfl.binning import Binner, bin_dtype, check_max_bin
-from vfl.params import check_epsilon  # (the privacy parameter check lives with the other parameters)
-from vfl.sources import LocalSource, SplitRef
+from vfl.core.binning import Binner, bin_dtype, check_max_bin
+from vfl.core.params import check_epsilon  # (the privacy parameter check lives with the other parameters)
+from vfl.core.sources import LocalSource, SplitRef
 
 INF = float("inf")
 

@@ -12,7 +12,7 @@ short list of named steps, one per level:
    of the planned nodes (concurrently, through ``map_sources``);
 4. :meth:`~TreeGrower._derive_siblings`;
 5. :meth:`~TreeGrower._find_splits`: the best split of every node over all
-   sources (:func:`vfl.split.find_best_split`);
+   sources (:func:`vfl.core.split.find_best_split`);
 6. :meth:`~TreeGrower._apply_at_owners`: each chosen split goes to the source
    that owns it, which answers which rows go left;
 7. :meth:`~TreeGrower._add_children`: children numbered breadth-first,
@@ -20,7 +20,7 @@ short list of named steps, one per level:
 
 Leaf values come last (:meth:`~TreeGrower._set_leaf_values`).
 
-Monotone constraints (:mod:`vfl.split`): every node has weight bounds (:meth:`_node_constraints`);
+Monotone constraints (:mod:`vfl.core.split`): every node has weight bounds (:meth:`_node_constraints`);
 after a split on a constrained feature the children's bounds meet at the midpoint of their
 weights (:meth:`_child_bounds`), and leaf values are clipped to their node's bounds.
 """
@@ -33,11 +33,11 @@ from typing import Callable
 import numpy as np
 
 from datasets.errors import InputError
-from vfl.rounds import RoundTiming
-from vfl.sampling import leaf_positions, node_members, riding
-from vfl.sources import HistogramSource, SplitRef
-from vfl.split import MIN_GAIN, CategoricalParams, Constraints, SplitInfo, find_best_split
-from vfl.tree import Node, Tree
+from vfl.core.rounds import RoundTiming
+from vfl.core.sampling import leaf_positions, node_members, riding
+from vfl.core.sources import HistogramSource, SplitRef
+from vfl.core.split import MIN_GAIN, CategoricalParams, Constraints, SplitInfo, find_best_split
+from vfl.core.tree import Node, Tree
 
 Key = tuple[int, int]      # (tree index within the round, node id)
 
@@ -53,7 +53,7 @@ class TreeGrower:
 
     def __init__(self, sources: list[HistogramSource], params, map_sources: Callable[[Callable, list], list],
                  timing: RoundTiming, dp=None):
-        """``dp``: the DP seam (:class:`vfl.dp_model.TreeMechanisms`); None grows the exact trees."""
+        """``dp``: the DP seam (:class:`vfl.core.dp_model.TreeMechanisms`); None grows the exact trees."""
         self.sources = sources
         self.params = params
         self._map = map_sources
@@ -77,7 +77,7 @@ class TreeGrower:
         self.round_idx, self.gq, self.hq = round_idx, gq, hq
         n_rows, n_targets = gq.shape
         self.assignment = np.zeros((n_targets, n_rows), dtype=np.int32)
-        if in_sample is not None:       # rows outside the sample ride along (vfl.sampling)
+        if in_sample is not None:       # rows outside the sample ride along (vfl.core.sampling)
             self.assignment[~in_sample] = riding(0)
         self.trees = [self._root(k) for k in range(n_targets)]
         frontier: list[Key] = [(k, 0) for k in range(n_targets)]

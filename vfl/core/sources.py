@@ -2,7 +2,7 @@
 
 A source is the active party's own features (:class:`LocalSource`, plaintext),
 a passive party behind a transport (``parties.active.RemoteSource``, encrypted
-in ``he`` mode) or a passive party's noisy release (:class:`vfl.dp.BucketSource`).
+in ``he`` mode) or a passive party's noisy release (:class:`vfl.core.dp.BucketSource`).
 The loop is the same for all, which is what makes ``he`` and ``plain`` grow
 identical trees: every source sees the same fixed-point sums.
 """
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vfl.binning import Binner, bin_dtype, feature_matrix
-from vfl.rounds import RoundGradients
-from vfl.sampling import node_members
-from vfl.split import goes_left
+from vfl.core.binning import Binner, bin_dtype, feature_matrix
+from vfl.core.rounds import RoundGradients
+from vfl.core.sampling import node_members
+from vfl.core.split import goes_left
 
 
 @dataclass
@@ -68,8 +68,8 @@ class LocalSource(HistogramSource):
                  rows: np.ndarray | None = None):
         """``X``: a float matrix, or a column reader (``shape`` and ``column(j)``, e.g.
         :class:`datasets.loaders.DeferredColumns`: one column in memory at a time, see
-        :func:`vfl.binning.n_features`). ``categorical``: bool per feature (``X`` holds category codes there, see
-        :mod:`vfl.binning`); ``n_categories[f]``: the vocabulary size of categorical feature f;
+        :func:`vfl.core.binning.n_features`). ``categorical``: bool per feature (``X`` holds category codes there, see
+        :mod:`vfl.core.binning`); ``n_categories[f]``: the vocabulary size of categorical feature f;
         ``monotone``: -1/0/+1 per feature; ``binner``: an unfitted binner to use instead of
         ``Binner(max_bin, ...)`` (e.g. DP bin edges); ``rows``: the rows of ``X`` to use, in
         order (default all): binned a column at a time, without a copy of ``X[rows]``."""
@@ -153,7 +153,7 @@ class LocalSource(HistogramSource):
             refs = self._refs(feature_idx, bin_idx, default_left, categories)
         for ref, t, nid, f, b, dl, cats in zip(refs, tree_idx, node_ids, feature_idx, bin_idx, default_left,
                                                categories):
-            rows = node_members(assignment[t], nid)        # sampled and riding rows (vfl.sampling)
+            rows = node_members(assignment[t], nid)        # sampled and riding rows (vfl.core.sampling)
             bins = self.bin_idx[rows, f].astype(np.int64)
             go_left = goes_left(bins, b, dl, missing=bins == self.missing_bin[f], categories=cats)
             out.append((ref, go_left))

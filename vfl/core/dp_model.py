@@ -60,8 +60,8 @@ from pathlib import Path
 import numpy as np
 
 from datasets.errors import InputError, ProtocolError
-from vfl.binning import Binner, _thresholds
-from vfl.split import SplitInfo
+from vfl.core.binning import Binner, _thresholds
+from vfl.core.split import SplitInfo
 
 #: the trees of a DP model (the first is the default): one feature per tree chosen by the exponential
 #: mechanism (over the absolute gradient sums of every feature's halving leaves), then halving splits;
@@ -435,7 +435,7 @@ def candidate_gains(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_off
                     G: float, H: float, reg_lambda: float):
     """Every split candidate of one party's flat histogram, without data-dependent filtering:
     ``(gains, feature_idx, bin_idx, default_left, GL, HL)`` (flat arrays), in the candidate order of
-    :func:`vfl.split.find_best_split` (ordinary bins, missing right then left)."""
+    :func:`vfl.core.split.find_best_split` (ordinary bins, missing right then left)."""
     offsets = np.asarray(bin_offsets, dtype=np.int64)
     nb = np.diff(offsets)
     out = [[] for _ in range(6)]
@@ -523,7 +523,7 @@ def halving_abs_gradients(sum_gradients: np.ndarray, sum_hessians: np.ndarray, b
 
 
 class TreeMechanisms:
-    """The grower's DP seam (:class:`vfl.grower.TreeGrower` ``dp=``): which nodes split (all, to
+    """The grower's DP seam (:class:`vfl.core.grower.TreeGrower` ``dp=``): which nodes split (all, to
     ``max_depth``), each node's split (exponential mechanism), each leaf's weight (noisy sums),
     and what the released tree keeps (no exact statistics)."""
 
@@ -822,7 +822,7 @@ class DPBinner(Binner):
     """A party's bins from DP histograms: ``epsilon`` for all its features together (split evenly
     over the features that need DP edges); ``public``: ``{feature index: entry}`` of user-given
     public bounds or edges (:func:`check_dp_bins`), which spend no budget; ``inf``: the exact
-    quantile bins of :class:`vfl.binning.Binner` (public bins ignored: the non-private training)."""
+    quantile bins of :class:`vfl.core.binning.Binner` (public bins ignored: the non-private training)."""
 
     def __init__(self, max_bin: int = 32, epsilon: float = math.inf, rng=None, public: dict | None = None,
                  party: str = ""):

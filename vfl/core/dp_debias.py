@@ -1,6 +1,6 @@
 """DP-only mode, the active party's estimator: debiased histograms over a randomized-response release.
 
-Core module (no party wiring). :mod:`vfl.dp` is the mechanism (buckets, randomized
+Core module (no party wiring). :mod:`vfl.core.dp` is the mechanism (buckets, randomized
 response, accounting); this module is what the label holder does with the noisy
 bucket indices it receives. All of it is post-processing of the release, so it
 costs no privacy.
@@ -65,15 +65,15 @@ import time
 import numpy as np
 
 from datasets.errors import InputError
-from vfl.boosting import Booster
-from vfl.dp import INF, BucketSource, check_n_buckets
-from vfl.grower import TreeGrower
-from vfl.params import check_epsilon
-from vfl.rounds import RoundTiming
-from vfl.sampling import node_members
-from vfl.sources import LocalSource
-from vfl.split import MIN_GAIN, SplitInfo, find_best_split, goes_left
-from vfl.tree import Tree
+from vfl.core.boosting import Booster
+from vfl.core.dp import INF, BucketSource, check_n_buckets
+from vfl.core.grower import TreeGrower
+from vfl.core.params import check_epsilon
+from vfl.core.rounds import RoundTiming
+from vfl.core.sampling import node_members
+from vfl.core.sources import LocalSource
+from vfl.core.split import MIN_GAIN, SplitInfo, find_best_split, goes_left
+from vfl.core.tree import Tree
 
 #: lower confidence bound of a noisy candidate's gain: score minus Z standard deviations
 Z_LCB = 2.0

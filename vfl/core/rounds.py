@@ -1,14 +1,14 @@
 """One boosting round, as the records the round pipeline hands around.
 
-A round reads top to bottom (:meth:`vfl.boosting.Booster.fit`):
+A round reads top to bottom (:meth:`vfl.core.boosting.Booster.fit`):
 
 1. the objective gives gradients and hessians; rows are sampled; the
-   gradients are quantised to fixed point (:mod:`vfl.fixedpoint`) with a
+   gradients are quantised to fixed point (:mod:`vfl.core.fixedpoint`) with a
    precision planned from their bounds: a :class:`RoundGradients`;
 2. observers hear :meth:`RoundObserver.round_started` (the active party
    packs and encrypts the round's gradients here, once for every passive
    party), then every histogram source receives the round;
-3. the trees of the round are grown (:class:`vfl.grower.TreeGrower`);
+3. the trees of the round are grown (:class:`vfl.core.grower.TreeGrower`);
 4. observers receive the finished :class:`RoundRecord` (metrics and early
    stopping, checkpoints, progress, the caller's callback), any of which may
    stop training.
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vfl.tree import Tree
+from vfl.core.tree import Tree
 
 
 class RoundTiming:

@@ -24,7 +24,7 @@ weight; child weights are clipped to them, a split on a feature constrained incr
 (``+1``) with left weight above right weight (or the reverse for ``-1``) is rejected, and
 with any constraint in the model the gain is computed from the clipped weights
 (``-(2 G w + (H + lambda) w^2)`` per side). The children's bounds are set by the grower
-(:mod:`vfl.grower`) at the midpoint of the two weights.
+(:mod:`vfl.core.grower`) at the midpoint of the two weights.
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def goes_left(values: np.ndarray, threshold, default_left: bool, missing: np.nda
 
     Used on raw values (``missing`` defaults to NaN) by prediction and by the passive party's
     routing, and on bin indices (``threshold`` a bin index, ``missing`` the rows in the missing
-    bin, see :meth:`vfl.binning.Binner.missing_bin`) by training. ``threshold`` and
+    bin, see :meth:`vfl.core.binning.Binner.missing_bin`) by training. ``threshold`` and
     ``default_left`` may be arrays (broadcast against ``values``), as for a passive party's records."""
     values = np.asarray(values)
     if missing is None:

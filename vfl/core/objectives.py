@@ -64,7 +64,7 @@ def plan_precision(g_bound: float, h_bound: float, n_rows: int, max_precision: i
     ``max_precision`` (``TrainParams.precision_bits``, 32 by default) is used
     unless ``n_rows * max(g_bound, h_bound) * 2**bits`` would reach ``2**53``:
     then every sum of encoded values would no longer be an exact float64 (and
-    single values could break :func:`vfl.fixedpoint.encode_fixed`'s range), so
+    single values could break :func:`vfl.core.fixedpoint.encode_fixed`'s range), so
     fewer bits are used. Below :data:`MIN_PRECISION_BITS` the data are refused.
     """
     bound = max(float(g_bound), float(h_bound), 2.0 ** -20)

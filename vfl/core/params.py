@@ -15,8 +15,8 @@ from dataclasses import MISSING, asdict, dataclass, fields
 import numpy as np
 
 from datasets.errors import InputError
-from vfl.dp_model import DP_TREES, check_dp_bins, gradient_bounds, parse_budget
-from vfl.objectives import OBJECTIVE_ALIASES
+from vfl.core.dp_model import DP_TREES, check_dp_bins, gradient_bounds, parse_budget
+from vfl.core.objectives import OBJECTIVE_ALIASES
 
 
 class Vocabulary(str, enum.Enum):
@@ -69,7 +69,7 @@ ALIGNMENTS = Alignment.values()
 PREDICTIONS = Prediction.values()
 DEFAULT_PREDICTION = Prediction.ONE_ROUND.value
 ENCRYPTIONS = Encryption.values()
-# metrics per objective (the first is the default eval_metric); see vfl.metrics
+# metrics per objective (the first is the default eval_metric); see vfl.core.metrics
 EVAL_METRICS = {
     "binary": ("logloss", "auc", "error"),
     "multiclass": ("mlogloss", "merror"),
@@ -94,10 +94,10 @@ class TrainParams:
     encryption: str = "fast"      # "fast" (short-exponent) or "standard"
     seed: int = 0
     align: str = "hash"           # "hash" or "psi" (see protocols/psi.py)
-    epsilon: float | None = None              # mode dp: each passive party's total (see vfl.dp)
+    epsilon: float | None = None              # mode dp: each passive party's total (see vfl.core.dp)
     epsilon_per_feature: float | None = None  # mode dp: alternatively, per released feature
     dp_buckets: int | str = "auto"            # mode dp: buckets per released feature, "auto" from epsilon
-    dp_debias: bool = True                    # mode dp: the active party debiases the release (vfl.dp_debias)
+    dp_debias: bool = True                    # mode dp: the active party debiases the release (vfl.core.dp_debias)
     dp_select: int | str | None = "auto"      # mode dp: release only this many features per party (None/"none": all)
     # --- learner options (issue 4); names follow XGBoost / LightGBM ---
     huber_slope: float = 1.0               # pseudohuber objective
@@ -107,7 +107,7 @@ class TrainParams:
     other_rate: float = 0.1                # GOSS: share of the other rows sampled
     early_stopping_rounds: int | None = None
     eval_metric: str | None = None         # None: the objective's default (EVAL_METRICS)
-    # --- a DP released model (issue 14, vfl.dp_model); modes he and plain ---
+    # --- a DP released model (issue 14, vfl.core.dp_model); modes he and plain ---
     dp_model: float | None = None          # total epsilon of the released model (inf: non-private)
     dp_delta: float | None = None          # None: pure epsilon (Laplace); else Gaussian leaves, RDP accounting
     dp_clip: float | None = None           # public gradient bound g* (needed for objective regression)
@@ -239,7 +239,7 @@ class TrainParams:
                                  f"per passive party), got {k!r}")
             self.dp_select = int(float(k))
     def _validate_dp_model(self):
-        """``dp_model`` and its companions (see :mod:`vfl.dp_model`)."""
+        """``dp_model`` and its companions (see :mod:`vfl.core.dp_model`)."""
         extra = [n for n in ("dp_delta", "dp_clip", "dp_budget", "dp_bins") if getattr(self, n) is not None]
         extra += ["dp_trees"] if self.dp_trees != DP_TREES[0] else []
         if self.dp_model is None:

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from datasets.errors import PeerError, ProtocolError
-from vfl.params import DEFAULT_PREDICTION as DEFAULT_PREDICTION  # re-exported: the vocabulary
-from vfl.params import PREDICTIONS as PREDICTIONS  # lives in vfl.params (enum Prediction)
-from vfl.tree import Tree
+from vfl.core.params import DEFAULT_PREDICTION as DEFAULT_PREDICTION  # re-exported: the vocabulary
+from vfl.core.params import PREDICTIONS as PREDICTIONS  # lives in vfl.core.params (enum Prediction)
+from vfl.core.tree import Tree
 
 
 @dataclass
