@@ -56,6 +56,8 @@ import sys
 import threading
 import weakref
 from abc import ABC, abstractmethod
+from collections import deque
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -162,9 +164,13 @@ class Executor(ABC):
         additions = sum(int(h.get("additions", 0)) for h, _ in replies)
         parts = [blobs[0] for _, blobs in replies]
         while len(parts) > 1:
-            nxt = [worker.run(dict(combine), [parts[i], parts[i + 1]])[1][0] for i in range(0, len(parts) - 1, 2)]
+            nxt = [self._run_here(dict(combine), [parts[i], parts[i + 1]])[1][0] for i in range(0, len(parts) - 1, 2)]
             parts = nxt + ([parts[-1]] if len(parts) % 2 else [])
         return {"additions": additions}, [parts[0] if parts else b""]
+
+    def _run_here(self, header: dict, blobs: Sequence[bytes]) -> Frame:
+        """Run a stateless operation (``combine``) in the calling process (the driver)."""
+        return worker.run(header, list(blobs), {})
 
     def drop(self, prefix: str) -> None:
         """Forget every slot whose name starts with ``prefix`` on every worker (and locally)."""
@@ -193,6 +199,87 @@ class Executor(ABC):
     def worker_peaks(self) -> list[dict]:
         """Peak resident memory of every worker this executor ran: ``{"pool", "pid",
         "peak_kb"}`` (``peak_kb`` ``None`` when unknown), measured now or when it stopped."""
+
+
+# --- lanes: one FIFO of requests per worker, run by one thread each ------------------------
+class Pending:
+    """The replies of requests started with :meth:`Executor.submit_on`: :meth:`result` waits for
+    them (in request order) and raises :class:`WorkerError` for the first that failed."""
+
+    def __init__(self, futures: Sequence[Future], on_error: Callable[[], None] | None = None):
+        self.futures = list(futures)
+        self.on_error = on_error
+
+    def done(self) -> bool:
+        return all(f.done() for f in self.futures)
+
+    def result(self) -> list[Frame]:
+        try:
+            return [f.result() for f in self.futures]
+        except BaseException:
+            if self.on_error is not None:
+                self.on_error()
+            raise
+
+
+class _Lanes:
+    """``n`` lanes, each a FIFO of requests that one thread runs in turn with ``execute(i, header,
+    blobs)`` (lane ``i``'s worker); unpinned requests (:meth:`map`) go to the first idle lane.
+    Requests of different callers interleave: nothing holds a lock while a worker computes, so the
+    encryption stream, the intake, the obfuscator fills and a level's tasks share every worker.
+    Holds no reference to its executor (the executor's finalizer can still run)."""
+
+    def __init__(self, n: int, execute: Callable[[int, dict, Sequence[bytes]], Frame], name: str):
+        self.execute = execute
+        self.cv = threading.Condition()
+        self.own: list[deque] = [deque() for _ in range(n)]
+        self.shared: deque = deque()
+        self.stopped = False
+        self.threads = [threading.Thread(target=self._loop, args=(i,), name=f"vfl-lane-{name}-{i}", daemon=True)
+                        for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def submit(self, lane: int | None, header: dict, blobs: Sequence[bytes]) -> Future:
+        fut: Future = Future()
+        with self.cv:
+            if self.stopped:
+                fut.set_exception(WorkerError("the executor is closed"))
+                return fut
+            (self.shared if lane is None else self.own[lane]).append((fut, header, blobs))
+            self.cv.notify_all()
+        return fut
+
+    def _loop(self, i: int) -> None:
+        own = self.own[i]
+        while True:
+            with self.cv:
+                while not self.stopped and not own and not self.shared:
+                    self.cv.wait()
+                if self.stopped:
+                    return
+                fut, header, blobs = own.popleft() if own else self.shared.popleft()
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(self.execute(i, header, blobs))
+            except BaseException as exc:         # handed to the caller
+                fut.set_exception(exc if isinstance(exc, WorkerError) else
+                                  WorkerError(f"{type(exc).__name__}: {exc}"))
+            fut = header = blobs = None
+
+    def stop(self) -> None:
+        """Stop every lane: queued requests fail, a running one finishes (or fails)."""
+        with self.cv:
+            self.stopped = True
+            left = [item for q in self.own for item in q] + list(self.shared)
+            for q in self.own:
+                q.clear()
+            self.shared.clear()
+            self.cv.notify_all()
+        for fut, _, _ in left:
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(WorkerError("the executor was closed"))
 
 
 # --- the local implementation ---------------------------------------------------
