@@ -47,7 +47,7 @@ from distributed import Client, LocalCluster
 from distributed.security import Security
 
 from crypto import worker
-from crypto.executor import Executor, Request, WorkerError
+from crypto.executor import Executor, Pending, Request, WorkerError
 from crypto.framing import Frame
 from datasets.errors import InputError
 
@@ -78,8 +78,9 @@ def _slots(ns: str) -> dict:
         return _NAMESPACES.setdefault(ns, {})
 
 
-def _task(ns: str, header: dict, blobs) -> Frame:
-    """One request on a Dask worker, over the slots of namespace ``ns``."""
+def _task(ns: str, header: dict, blobs, after=None) -> Frame:
+    """One request on a Dask worker, over the slots of namespace ``ns``; ``after``: the previous
+    pinned task of the same worker (a dependency: Dask then runs them in order)."""
     return worker.run(dict(header), list(blobs), _slots(ns))
 
 
@@ -139,6 +140,20 @@ def parse_spec(spec: str) -> tuple[str, int | None]:
     return spec, None
 
 
+class _DaskPending(Pending):
+    """Submitted Dask tasks: :meth:`result` gathers them (noticing a lost worker)."""
+
+    def __init__(self, executor: "DaskExecutor", futures: list, watch: Sequence[int]):
+        super().__init__(futures)
+        self.executor, self.watch = executor, list(watch)
+
+    def done(self) -> bool:
+        return all(f.done() for f in self.futures)
+
+    def result(self) -> list[Frame]:
+        return self.executor._gather(self.futures, self.watch)
+
+
 class DaskExecutor(Executor):
     """A party's executor over a Dask cluster (see the module docstring).
 
@@ -181,6 +196,7 @@ class DaskExecutor(Executor):
         self.closed = False
         self.cpu_seconds = 0.0
         self._peaks: list[dict] = []
+        self._last: dict = {}          # worker index -> its last pinned task
 
     # -- lifecycle --------------------------------------------------------
     def _start(self) -> None:
@@ -246,6 +262,7 @@ class DaskExecutor(Executor):
             self.closed = True
             client, cluster, self._client, self._cluster = self._client, self._cluster, None, None
             self._slots.clear()
+            self._last = {}
             if client is not None:
                 try:
                     self._peaks = self._collect_peaks(client)
@@ -268,49 +285,63 @@ class DaskExecutor(Executor):
             (data,) = self._client.scatter([blobs], workers=[addr], hash=False, broadcast=False)
         else:
             data = blobs
-        return self._client.submit(_task, self._ns, header, data, workers=[addr], allow_other_workers=False,
-                                   pure=False, key=f"vfl-{header.get('op')}-{secrets.token_hex(8)}")
+        prev = self._last.get(wi)
+        if prev is not None and prev.done() and prev.status == "finished":
+            prev = None                  # nothing to wait for (a failed one fails the next)
+        fut = self._client.submit(_task, self._ns, header, data, prev, workers=[addr], allow_other_workers=False,
+                                  pure=False, key=f"vfl-{header.get('op')}-{secrets.token_hex(8)}")
+        self._last[wi] = fut       # a worker runs its pinned requests in the order they were sent
+        return fut
 
     def _gather(self, futures: list, watch: Sequence[int]) -> list:
         """Wait for ``futures``, noticing when a worker of ``watch`` (indices of workers whose
         slots the futures need) leaves; their results in order."""
+        client, addresses = self._client, list(self._addresses)
+        if client is None:
+            raise WorkerError(f"the Dask cluster of {self.name!r} failed: its connection was lost")
         try:
-            while futures:
-                try:
-                    distributed.wait(futures, timeout=POLL_SECONDS, return_when="ALL_COMPLETED")
-                    break
-                except (TimeoutError, distributed.TimeoutError):
-                    pass
-                alive = set(self._client.nthreads())
-                for wi in sorted(set(watch)):
-                    if self._addresses[wi] not in alive:
-                        raise WorkerError(f"Dask worker {self._addresses[wi]} of {self.name!r} is gone (killed or "
-                                          "lost) while it held row shards of the training; restart the worker "
-                                          "and resume the training (--resume)")
+            for fut in futures:     # waited through this executor's own client (its event loop)
+                while True:
+                    try:
+                        fut.exception(timeout=POLL_SECONDS)
+                        break
+                    except (TimeoutError, distributed.TimeoutError):
+                        pass
+                    alive = set(client.nthreads())
+                    for wi in sorted(set(watch)):
+                        if addresses[wi] not in alive:
+                            raise WorkerError(f"Dask worker {addresses[wi]} of {self.name!r} is gone (killed or "
+                                              "lost) while it held row shards of the training; restart the worker "
+                                              "and resume the training (--resume)")
             for f in futures:
                 if f.status == "error":
                     exc = f.exception()
                     raise WorkerError(f"a task of {self.name!r} failed on its Dask worker: "
                                       f"{type(exc).__name__}: {exc}")
-            out = list(self._client.gather(futures)) if futures else []    # one batch, not a call per result
+            out = list(client.gather(futures)) if futures else []    # one batch, not a call per result
         except WorkerError:
             self._abort(futures)
             raise
         except (distributed.TimeoutError, OSError, distributed.client.FutureCancelledError) as exc:
             self._abort(futures)
             raise WorkerError(f"the Dask cluster of {self.name!r} failed: {type(exc).__name__}: {exc}") from None
-        for header, _ in out:
-            self.cpu_seconds += float(header.get("cpu", 0.0))
+        cpu = sum(float(header.get("cpu", 0.0)) for header, _ in out)
+        with self._lock:
+            self.cpu_seconds += cpu
         return out
 
     def _abort(self, futures) -> None:
         """After a failure: cancel the tasks and forget the connection and every slot (the shards of
         the training are lost); the next request reconnects and sees the workers then alive, so a
         resumed training (new shards) can run on the same executor."""
-        client, self._client = self._client, None
-        self._slots.clear()
-        self._addresses = []
-        self._ns = f"{self.name}-{secrets.token_hex(6)}"
+        with self._lock:
+            client, self._client = self._client, None
+            if client is None:        # another caller aborted already
+                return
+            self._slots.clear()
+            self._last = {}
+            self._addresses = []
+            self._ns = f"{self.name}-{secrets.token_hex(6)}"
         try:
             client.cancel(futures)
         except Exception:
@@ -320,13 +351,18 @@ class DaskExecutor(Executor):
         except Exception:
             pass
 
-    def run_on(self, requests: Sequence[tuple[int, Request]]) -> list[Frame]:
+    def submit_on(self, requests: Sequence[tuple[int, Request]]) -> Pending:
+        """Submit pinned tasks and return at once (no lock is held while they run, so the
+        gradient stream's window, the intake and a level share the cluster)."""
         with self._lock:
-            if not requests:
-                return []
             self._start()
             futures = [self._submit_on(wi, h, b) for wi, (h, b) in requests]
-            return self._gather(futures, [wi for wi, _ in requests])
+        return _DaskPending(self, futures, [wi for wi, _ in requests])
+
+    def run_on(self, requests: Sequence[tuple[int, Request]]) -> list[Frame]:
+        if not requests:
+            return []
+        return self.submit_on(requests).result()
 
     def broadcast(self, header: dict, blobs: Sequence[bytes] = ()) -> list[Frame]:
         with self._lock:
@@ -334,20 +370,21 @@ class DaskExecutor(Executor):
             return self.run_on([(wi, (header, blobs)) for wi in range(len(self._addresses))])
 
     def map(self, requests: Sequence[Request]) -> list[Frame]:
+        if not requests:
+            return []
         with self._lock:
-            if not requests:
-                return []
             self._start()
             futures = [self._client.submit(_task, self._ns, h, [bytes(b) for b in blobs], pure=False,
                                            workers=self._addresses,
                                            key=f"vfl-{h.get('op')}-{secrets.token_hex(8)}")
                        for h, blobs in requests]
-            return self._gather(futures, range(len(self._addresses)))
+            watch = range(len(self._addresses))
+        return self._gather(futures, watch)
 
     def reduce_on(self, requests: Sequence[tuple[int, Request]], combine: dict) -> Frame:
+        if not requests:
+            return {"additions": 0}, [b""]
         with self._lock:
-            if not requests:
-                return {"additions": 0}, [b""]
             self._start()
             level = [self._submit_on(wi, h, b) for wi, (h, b) in requests]
             pinned = [wi for wi, _ in requests]
@@ -357,8 +394,8 @@ class DaskExecutor(Executor):
                                            key=f"vfl-combine-{secrets.token_hex(8)}")
                        for i in range(0, len(parts) - 1, 2)]
                 parts = nxt + ([parts[-1]] if len(parts) % 2 else [])
-            ((header, blobs),) = self._gather([parts[0]], pinned)
-            return header, blobs
+        ((header, blobs),) = self._gather([parts[0]], pinned)
+        return header, blobs
 
     def drop(self, prefix: str) -> None:
         super().drop(prefix)

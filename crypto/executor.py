@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import selectors
 import subprocess
 import sys
 import threading
@@ -58,10 +57,11 @@ import weakref
 from abc import ABC, abstractmethod
 from collections import deque
 from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from crypto import worker
+from crypto import parallel, worker
 from crypto.framing import Frame, encode_frame, read_frame
 from crypto.parallel import resolve_workers
 from datasets.errors import VFLError
@@ -155,21 +155,55 @@ class Executor(ABC):
         """Run each ``(worker index, request)`` on that very worker (its slots hold the shard the
         request reads); requests of different workers run concurrently; replies in order."""
 
+    def submit_on(self, requests: Sequence[tuple[int, Request]]) -> "Pending":
+        """Start pinned requests (as :meth:`run_on`) and return at once: :meth:`Pending.result`
+        waits for their replies. A worker runs its requests in the order they reach it, whoever
+        sent them, so a caller keeps many requests in flight (the gradient stream's window, the
+        intake's fills and root partials) while others use the same workers. The default runs
+        them before returning (an executor that cannot overlap callers)."""
+        futures = []
+        try:
+            replies = self.run_on(requests)
+        except BaseException as exc:
+            fut: Future = Future()
+            fut.set_exception(exc)
+            return Pending([fut])
+        for reply in replies:
+            fut = Future()
+            fut.set_result(reply)
+            futures.append(fut)
+        return Pending(futures)
+
     def reduce_on(self, requests: Sequence[tuple[int, Request]], combine: dict) -> Frame:
         """Run pinned requests whose replies are partial results (one blob each) and sum them with
         the ``combine`` operation of :mod:`crypto.worker` into one reply, whose header sums the
-        partials' numeric ``additions``. Here the partials come back and are summed pairwise (a
-        tree) in this process; a cluster executor sums them on its workers."""
+        partials' numeric ``additions``. The sum is spread over the workers (:meth:`sum_parts`);
+        a cluster executor may sum next to the partials instead."""
         replies = self.run_on(requests)
         additions = sum(int(h.get("additions", 0)) for h, _ in replies)
-        parts = [blobs[0] for _, blobs in replies]
-        while len(parts) > 1:
-            nxt = [self._run_here(dict(combine), [parts[i], parts[i + 1]])[1][0] for i in range(0, len(parts) - 1, 2)]
-            parts = nxt + ([parts[-1]] if len(parts) % 2 else [])
-        return {"additions": additions}, [parts[0] if parts else b""]
+        return {"additions": additions}, [self.sum_parts([blobs[0] for _, blobs in replies], combine)]
+
+    def sum_parts(self, parts: Sequence[bytes], combine: dict) -> bytes:
+        """The elementwise sum of partial results (fixed-width values, ``combine["width"]`` bytes
+        each) with the ``combine`` operation: cut into :func:`reduce_slices` slices, each slice of
+        every partial summed by one request on whichever worker is free (``(parts - 1) * values /
+        slices`` additions each: the reduction takes about ``1 / n_workers`` of its work, not the
+        driver's ``parts - 1`` passes over the whole vector). Small sums
+        (:func:`crypto.parallel.on_workers`) stay in the calling process."""
+        if not parts:
+            return b""
+        if len(parts) == 1:
+            return bytes(parts[0])
+        w = max(1, int(combine["width"]))
+        n = len(parts[0]) // w
+        if not parallel.on_workers(self, "histogram", (len(parts) - 1) * n):
+            return self._run_here(dict(combine), list(parts))[1][0]
+        cuts = reduce_slices(n, self.n_workers)
+        reqs = [(dict(combine), [bytes(memoryview(p)[a * w:b * w]) for p in parts]) for a, b in cuts]
+        return b"".join(blobs[0] for _, blobs in self.map(reqs))
 
     def _run_here(self, header: dict, blobs: Sequence[bytes]) -> Frame:
-        """Run a stateless operation (``combine``) in the calling process (the driver)."""
+        """Run a stateless operation (``combine``) in the calling process (the driver; small sums)."""
         return worker.run(header, list(blobs), {})
 
     def drop(self, prefix: str) -> None:
@@ -199,6 +233,18 @@ class Executor(ABC):
     def worker_peaks(self) -> list[dict]:
         """Peak resident memory of every worker this executor ran: ``{"pool", "pid",
         "peak_kb"}`` (``peak_kb`` ``None`` when unknown), measured now or when it stopped."""
+
+
+#: values below which a slice of a reduction is not cut further
+MIN_SLICE_VALUES = 8
+
+
+def reduce_slices(n_values: int, n_workers: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` value ranges of a reduction over ``n_workers``: two per worker (a busy
+    worker holds back less), none under :data:`MIN_SLICE_VALUES` values."""
+    k = max(1, min(2 * max(1, int(n_workers)), int(n_values) // MIN_SLICE_VALUES))
+    bounds = [round(i * int(n_values) / k) for i in range(k + 1)]
+    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a] or [(0, int(n_values))]
 
 
 # --- lanes: one FIFO of requests per worker, run by one thread each ------------------------
@@ -284,12 +330,10 @@ class _Lanes:
 
 # --- the local implementation ---------------------------------------------------
 class _Worker:
-    __slots__ = ("proc", "busy", "task")
+    __slots__ = ("proc",)
 
     def __init__(self, proc):
         self.proc = proc
-        self.busy = False
-        self.task = None
 
 
 _CLOSED_PEAKS: list[dict] = []       # the peaks of every closed local executor, newest last
@@ -305,9 +349,11 @@ def _peak_kb(pid: int) -> int | None:
     return None
 
 
-def _shutdown(workers: list, name: str, kill: list, peaks: list) -> None:
-    """Close stdin of every worker and wait for it (kill it at once if ``kill[0]``, or after
-    5 s), recording its peak memory in ``peaks``; idempotent."""
+def _shutdown(workers: list, name: str, kill: list, peaks: list, lanes: "_Lanes | None" = None) -> None:
+    """Stop the lanes (queued requests fail), close stdin of every worker and wait for it (kill it
+    at once if ``kill[0]``, or after 5 s), recording its peak memory in ``peaks``; idempotent."""
+    if lanes is not None:
+        lanes.stop()
     for w in workers:
         if w.proc.poll() is None:
             peak = {"pool": name, "pid": w.proc.pid, "peak_kb": _peak_kb(w.proc.pid)}
@@ -355,7 +401,12 @@ class LocalExecutor(Executor):
         self._finalizer = None
         self._peaks: list[dict] = []              # workers stopped so far
         self.closed = False
-        self.cpu_seconds = 0.0                    # CPU time the workers reported, all requests
+        self._meter = _Meter()                    # CPU time the workers reported, all requests
+        self._lanes: _Lanes | None = None
+
+    @property
+    def cpu_seconds(self) -> float:
+        return self._meter.value
 
     @staticmethod
     def closed_peaks() -> list[dict]:
@@ -378,7 +429,9 @@ class LocalExecutor(Executor):
                                     stdout=subprocess.PIPE, env=env, cwd=_ROOT)
             self._workers.append(_Worker(proc))
         self._kill = [False]
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self.name, self._kill, self._peaks)
+        self._lanes = _Lanes(self.n_workers, partial(_pipe_request, self._workers, self.name, self._meter), self.name)
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self.name, self._kill, self._peaks,
+                                           self._lanes)
         _LIVE.add(self)
 
     def start(self) -> "LocalExecutor":
@@ -409,6 +462,7 @@ class LocalExecutor(Executor):
             if self._finalizer is not None:
                 self._finalizer()
             self._workers = []
+            self._lanes = None
             _LIVE.discard(self)
 
     # -- shared slots -------------------------------------------------------
@@ -417,101 +471,74 @@ class LocalExecutor(Executor):
             super().share_lazy(slot, obj, encode)
 
     # -- requests ----------------------------------------------------------
-    def broadcast(self, header: dict, blobs: Sequence[bytes] = ()) -> list[Frame]:
-        with self._lock:
-            self._start()
-            frame = encode_frame(header, blobs)
-            try:
-                for w in self._workers:
-                    self._send(w, frame)
-                return [self._receive(w) for w in self._workers]
-            except BaseException:
-                self.close(kill=True)
-                raise
+    def _ready(self) -> _Lanes:
+        lanes = self._lanes
+        if lanes is None or self.closed:
+            with self._lock:
+                self._start()
+                lanes = self._lanes
+        return lanes
 
-    def map(self, requests: Sequence[Request]) -> list[Frame]:
-        with self._lock:
-            if not requests:
-                return []
-            self._start()
-            pending = list(range(len(requests)))[::-1]
-            return self._drive(requests, lambda w: pending.pop() if pending else None)
+    def submit_on(self, requests: Sequence[tuple[int, Request]]) -> Pending:
+        lanes = self._ready()
+        for wi, _ in requests:
+            if not 0 <= wi < self.n_workers:
+                raise WorkerError(f"pool {self.name!r} has no worker {wi}")
+        return Pending([lanes.submit(wi, h, b) for wi, (h, b) in requests], self._failed)
 
     def run_on(self, requests: Sequence[tuple[int, Request]]) -> list[Frame]:
-        with self._lock:
-            if not requests:
-                return []
-            self._start()
-            queues: dict[int, list[int]] = {}
-            for i, (wi, _) in enumerate(requests):
-                if not 0 <= wi < len(self._workers):
-                    raise WorkerError(f"pool {self.name!r} has no worker {wi}")
-                queues.setdefault(wi, []).append(i)
-            for q in queues.values():
-                q.reverse()
-            index = {id(w): wi for wi, w in enumerate(self._workers)}
+        return self.submit_on(requests).result() if requests else []
 
-            def next_for(w):
-                q = queues.get(index[id(w)])
-                return q.pop() if q else None
-            return self._drive([r for _, r in requests], next_for)
+    def broadcast(self, header: dict, blobs: Sequence[bytes] = ()) -> list[Frame]:
+        return self.run_on([(wi, (header, blobs)) for wi in range(self.n_workers)])
 
-    def _drive(self, requests: Sequence[Request], next_for) -> list[Frame]:
-        """Keep every worker busy with the request ``next_for(worker)`` names (None: none left for
-        it) until all replies are in; replies in request order. A failure kills the pool."""
-        results: list = [None] * len(requests)
-        sel = selectors.DefaultSelector()
-        try:
-            busy = 0
-            for w in self._workers:
-                i = next_for(w)
-                if i is None:
-                    continue
-                self._send(w, encode_frame(*requests[i]))
-                w.task = i
-                sel.register(w.proc.stdout, selectors.EVENT_READ, w)
-                busy += 1
-            while busy:
-                for key, _ in sel.select():
-                    w = key.data
-                    results[w.task] = self._receive(w)
-                    i = next_for(w)
-                    if i is not None:
-                        self._send(w, encode_frame(*requests[i]))
-                        w.task = i
-                    else:
-                        sel.unregister(w.proc.stdout)
-                        w.task = None
-                        busy -= 1
-        except BaseException:
-            sel.close()
-            self.close(kill=True)
-            raise
-        sel.close()
-        return results
+    def map(self, requests: Sequence[Request]) -> list[Frame]:
+        if not requests:
+            return []
+        lanes = self._ready()
+        return Pending([lanes.submit(None, h, b) for h, b in requests], self._failed).result()
+
+    def _failed(self) -> None:
+        self.close(kill=True)
 
     def worker_label(self, index: int) -> str:
         pid = self._workers[index].proc.pid if index < len(self._workers) else "?"
         return f"worker {index} (pid {pid}) of pool {self.name!r}"
 
-    def _send(self, w: _Worker, frame: list[bytes]) -> None:
-        try:
-            for part in frame:
-                w.proc.stdin.write(part)
-            w.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as exc:
-            raise WorkerError(f"worker {w.proc.pid} of pool {self.name!r} died ({exc})") from None
 
-    def _receive(self, w: _Worker) -> Frame:
-        try:
-            header, blobs = read_frame(w.proc.stdout)
-        except (EOFError, OSError, ValueError):
-            code = w.proc.poll()
-            raise WorkerError(f"worker {w.proc.pid} of pool {self.name!r} died (exit code {code})") from None
-        if header.get("error"):
-            raise WorkerError(f"worker {w.proc.pid} of pool {self.name!r} failed:\n{header['error']}")
-        self.cpu_seconds += float(header.get("cpu", 0.0))
-        return header, blobs
+class _Meter:
+    """A thread-safe running sum (the CPU seconds the workers reported)."""
+
+    def __init__(self):
+        self.value = 0.0
+        self.lock = threading.Lock()
+
+    def add(self, x: float) -> None:
+        with self.lock:
+            self.value += x
+
+
+def _pipe_request(workers: list, name: str, meter: _Meter, i: int, header: dict, blobs: Sequence[bytes]) -> Frame:
+    """One request to worker process ``i`` over its pipes (run by that worker's lane thread)."""
+    try:
+        w = workers[i]
+    except IndexError:
+        raise WorkerError(f"worker pool {name!r} is closed") from None
+    try:
+        for part in encode_frame(header, blobs):
+            w.proc.stdin.write(part)
+        w.proc.stdin.flush()
+    except (BrokenPipeError, OSError, ValueError) as exc:
+        raise WorkerError(f"worker {w.proc.pid} of pool {name!r} died ({exc})") from None
+    try:
+        reply_header, reply = read_frame(w.proc.stdout)
+    except (EOFError, OSError, ValueError):
+        code = w.proc.poll()
+        raise WorkerError(f"worker {w.proc.pid} of pool {name!r} died (exit code {code})") from None
+    if reply_header.get("error"):
+        raise WorkerError(f"worker {w.proc.pid} of pool {name!r} failed:\n{reply_header['error']}")
+    meter.add(float(reply_header.get("cpu", 0.0)))
+    return reply_header, reply
 
 
 class InlineExecutor(Executor):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -165,10 +166,12 @@ class ShardedGradients:
 class ShardSet:
     """A party's row shards on an executor: where each lives, and the requests over them."""
 
-    def __init__(self, executor, n_rows: int, max_rows: int | None = None, prefix: str = ""):
+    def __init__(self, executor, n_rows: int, max_rows: int | None = None, prefix: str = "",
+                 bounds: Sequence[tuple[int, int]] | None = None):
         self.executor = executor
         self.n_rows = int(n_rows)
-        self.bounds = plan_shards(n_rows, executor.n_workers, max_rows)
+        self.bounds = plan_shards(n_rows, executor.n_workers, max_rows) if bounds is None else \
+            [(int(a), int(b)) for a, b in bounds]
         self.workers = [k % executor.n_workers for k in range(len(self.bounds))]
         self.prefix = prefix
         self.starts = np.array([a for a, _ in self.bounds] + [self.n_rows], dtype=np.int64)
@@ -229,6 +232,13 @@ class ShardSet:
     def fill(self, g: ShardedGradients, start: int, stop: int, data: bytes, modulus_hex: str | None) -> list[int]:
         """Write an accepted gradient shard message's values into the ``grad:k`` slots of the
         workers holding those rows; returns the shards it touched."""
+        self.submit_fill(g, start, stop, data, modulus_hex).result()
+        return [k for k, _, _ in self.pieces(start, stop)]
+
+    def submit_fill(self, g: ShardedGradients, start: int, stop: int, data: bytes, modulus_hex: str | None):
+        """:meth:`fill` started on the workers (:meth:`crypto.executor.Executor.submit_on`): a
+        worker writes the values before it runs any request sent to it later (e.g. the shard's root
+        partial)."""
         blocks = g.groups * g.shifts
         m = stop - start
         w = g.width
@@ -246,8 +256,7 @@ class ShardSet:
                                             "width": w, "signed": g.signed, "segments": segs,
                                             "modulus": modulus_hex, "round": g.round_idx},
                                            [b"".join(parts)])))
-        self.executor.run_on(reqs)
-        return [k for k, _, _ in self.pieces(start, stop)]
+        return self.executor.submit_on(reqs)
 
     def histograms(self, g: ShardedGradients, assignment: np.ndarray, tree_idx, node_ids, n_bins: Sequence[int],
                    modulus, joint="auto") -> tuple[list, dict]:
@@ -262,20 +271,21 @@ class ShardSet:
         # shifts == 1: flat bin sums; else ``stride`` accumulators per output ciphertext (1: the outputs)
         n_out = len(nodes) * total if g.shifts == 1 else -(-total * len(nodes) // g.per) * stride_for(g.per, g.shifts)
         width, signed = (g.width, g.signed)
-        reqs = []
+        bits = [max(1, int(counts[p]).bit_length()) for p in range(len(trees))]
+        parts: dict[int, tuple[list, list]] = {}       # worker -> (its shards, their code blobs)
         for k, (a, b) in enumerate(self.bounds):
-            blobs, bits = [], []
+            shards, blobs = parts.setdefault(self.workers[k], ([], []))
+            shards.append({"bins": self.slot("bins", k), "values": self.slot("grad", k), "n_rows": b - a})
             for p in range(len(trees)):
-                nb, data = pack_codes(codes[p, a:b], counts[p] + 1)
-                bits.append(nb)
-                blobs.append(data)
-            reqs.append((self.workers[k], ({"op": "shard_hist", "bins": self.slot("bins", k),
-                                            "values": self.slot("grad", k), "n_rows": b - a,
-                                            "bits": bits, "nodes": [[p, c, j] for (p, c), j in zip(nodes, group)],
-                                            "groups": g.groups, "shifts": g.shifts, "per": g.per,
-                                            "n_bins": [int(x) for x in n_bins], "modulus": mhex,
-                                            "width": width, "signed": signed, "joint": joint,
-                                            "n_out": n_out}, blobs)))
+                blobs.append(pack_codes(codes[p, a:b], counts[p] + 1)[1])
+        # one task per worker over all its shards (summed there): the reduction sums one partial
+        # per worker, not one per shard
+        reqs = [(wi, ({"op": "shards_hist", "parts": shards, "bits": bits,
+                       "nodes": [[p, c, j] for (p, c), j in zip(nodes, group)],
+                       "groups": g.groups, "shifts": g.shifts, "per": g.per,
+                       "n_bins": [int(x) for x in n_bins], "modulus": mhex,
+                       "width": width, "signed": signed, "joint": joint, "n_out": n_out}, blobs))
+                for wi, (shards, blobs) in sorted(parts.items())]
         header, blobs = self.executor.reduce_on(reqs, {"op": "combine", "modulus": mhex, "width": width,
                                                        "signed": signed})
         return bytes_to_ints(blobs[0], width, signed), header
@@ -294,6 +304,12 @@ class ShardSet:
         sums, whichever trees ask for it); with pre-shifted copies the compressed output slots
         depend on each node's position in the request, so the partial is for the ``n_nodes`` root
         nodes ``(tree t, node 0)``, ``t = 0 .. n_nodes - 1`` in that order."""
+        return self.root_ident(g, k, self.submit_root_partial(g, k, n_bins, modulus, joint, n_nodes).result())
+
+    def submit_root_partial(self, g: ShardedGradients, k: int, n_bins: Sequence[int], modulus, joint="auto",
+                            n_nodes: int | None = None):
+        """:meth:`root_partial` started on shard ``k``'s worker (after any fill sent to it before);
+        :meth:`root_ident` reads the reply."""
         a, b = self.bounds[k]
         n = b - a
         total = int(sum(n_bins))
@@ -305,13 +321,18 @@ class ShardSet:
             n_out = -(-total * len(nodes) // g.per) * stride_for(g.per, g.shifts)
         bits, codes = pack_codes(np.ones(n, dtype=np.int64), 2)
         mhex = format(int(modulus), "x") if modulus is not None else None
-        ((_, blobs),) = self.executor.run_on([(self.workers[k], (
+        return self.executor.submit_on([(self.workers[k], (
             {"op": "root_partial", "bins": self.slot("bins", k), "values": self.slot("grad", k),
              "out": self.slot("root", k), "n_rows": n, "bits": [bits], "nodes": nodes, "groups": g.groups,
              "shifts": g.shifts, "per": g.per, "n_bins": [int(x) for x in n_bins], "modulus": mhex,
              "width": g.width, "signed": g.signed, "joint": joint, "n_out": n_out}, [codes]))])
-        bits_ = np.unpackbits(np.frombuffer(blobs[0], dtype=np.uint8))[:g.groups * n]
-        return bits_.reshape(g.groups, n).astype(bool)
+
+    def root_ident(self, g: ShardedGradients, k: int, replies) -> np.ndarray:
+        """Which rows of shard ``k`` hold an identity value, from a root partial's reply."""
+        a, b = self.bounds[k]
+        ((_, blobs),) = replies
+        bits_ = np.unpackbits(np.frombuffer(blobs[0], dtype=np.uint8))[:g.groups * (b - a)]
+        return bits_.reshape(g.groups, b - a).astype(bool)
 
     def root_histograms(self, g: ShardedGradients, node_groups: Sequence[int], n_bins: Sequence[int],
                         modulus) -> tuple[list, dict]:
@@ -320,8 +341,11 @@ class ShardSet:
         is the target group of request node ``i`` (``shifts == 1``), or with pre-shifted copies
         the request is the ``n_nodes`` root nodes the partials were computed for."""
         mhex = format(int(modulus), "x") if modulus is not None else None
-        reqs = [(self.workers[k], ({"op": "take", "slot": self.slot("root", k)}, ()))
-                for k in range(len(self.bounds))]
+        slots: dict[int, list[str]] = {}
+        for k in range(len(self.bounds)):
+            slots.setdefault(self.workers[k], []).append(self.slot("root", k))
+        reqs = [(wi, ({"op": "take", "slots": ss, "modulus": mhex, "width": g.width, "signed": g.signed}, ()))
+                for wi, ss in sorted(slots.items())]       # one partial per worker (summed there)
         header, blobs = self.executor.reduce_on(reqs, {"op": "combine", "modulus": mhex, "width": g.width,
                                                        "signed": g.signed})
         sums = bytes_to_ints(blobs[0], g.width, g.signed)
@@ -398,19 +422,55 @@ def stock_counts(replies) -> dict:
     return {k: sum(int(h.get(k, 0)) for h, _ in replies) for k in ("from_stock", "on_spot")}
 
 
-class EncryptionStream:
-    """One round's gradients encrypted shard by shard *while* they are sent (issue 12, overlap).
+#: bytes of encrypted shards the gradient stream may hold (in flight on the workers, or waiting for
+#: their senders) beyond one per worker: the window is at least the number of workers, two per
+#: worker when they fit (a worker then has its next shard queued while it encrypts one)
+STREAM_WINDOW_BYTES = 256 << 20
+#: encryption units per worker in a streamed round (a message groups consecutive units)
+UNITS_PER_WORKER = 4
 
-    A producer thread packs and encrypts the next wave of shards (one per worker, in row order;
-    :meth:`ShardedEncryption.requests`) and fetches their bytes in the same pinned requests, while
-    the senders (one per passive party, :meth:`take`) put the previous shards on the wire. It
-    runs at most ``ahead`` shards (one wave) ahead of the leading sender, and keeps a shard's
-    bytes only until every sender took it, and never more than ``ahead + n_workers`` shards (a
-    sender far behind, e.g. the second passive party of a sequential transport, fetches an
-    evicted shard again from its worker's slot); with the round cut into four shards per worker,
-    each at most :data:`MAX_STREAM_SHARD_BYTES` (:func:`stream_rows`), the driver holds at most
-    ``ahead + n_workers`` shards, whatever the number of rows, and usually two. Every
-    shard is encrypted once, whatever the number of senders.
+
+def stream_window(n_workers: int, shard_bytes: int) -> int:
+    """Shards of a gradient stream in flight at once: ``2 * n_workers`` when they fit
+    :data:`STREAM_WINDOW_BYTES`, never fewer than ``n_workers`` (each shard is at most one message,
+    itself under the frame cap)."""
+    w = max(1, int(n_workers))
+    fit = STREAM_WINDOW_BYTES // max(1, int(shard_bytes))
+    return max(w, min(2 * w, fit))
+
+
+def stream_plan(n_rows: int, n_workers: int, message_rows: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """A streamed round's encryption units and messages: ``(unit bounds, messages)``, each message
+    ``[k0, k1)`` a run of consecutive units. The messages are the shards of :func:`plan_shards`
+    under ``message_rows`` (:func:`stream_rows`, the frame cap); each is cut into units of
+    :data:`UNITS_PER_WORKER` per worker over the round (at least :data:`MIN_SHARD_ROWS` rows), so
+    a message's byte floor (:data:`MIN_STREAM_SHARD_BYTES`) never leaves workers without work."""
+    n_rows = int(n_rows)
+    per = max(MIN_SHARD_ROWS, -(-n_rows // (UNITS_PER_WORKER * max(1, int(n_workers)))))
+    units, messages = [], []
+    for a, b in plan_shards(n_rows, n_workers, message_rows):
+        k = max(1, -(-(b - a) // per))
+        cuts = np.linspace(a, b, k + 1).round().astype(np.int64).tolist()
+        k0 = len(units)
+        units.extend((int(x), int(y)) for x, y in zip(cuts[:-1], cuts[1:]) if y > x)
+        messages.append((k0, len(units)))
+    return units, messages
+
+
+class EncryptionStream:
+    """One round's gradients encrypted shard by shard *while* they are sent (issues 12 and 24).
+
+    A producer thread keeps a **window** of shards in flight on the workers (:func:`stream_window`:
+    at least one per worker; each shard's ``pack_encrypt`` requests and the ``get`` of its bytes go
+    to its worker in one :meth:`crypto.executor.Executor.submit_on`, and the worker runs them in
+    order), collects them in row order as they finish, and the senders (one per passive party,
+    :meth:`take`) put message ``m`` (the consecutive shards ``messages[m]``, default one shard per
+    message) on the wire as soon as its shards are in. The producer runs at most ``window``
+    shards ahead of the first shard of the leading sender's message, and keeps a shard's bytes
+    only until every sender took it, and never more than ``window`` shards (a sender far behind,
+    e.g. the second passive party of a sequential transport, fetches an evicted shard again from
+    its worker's slot): the driver holds at most ``window`` shards, each under the frame cap.
+    Every shard is encrypted once, whatever the number of senders.
 
     ``on_wait(seconds)`` hears the wall time during which at least one sender waited for an
     encryption: the encryption on the critical path (what neither the wire nor the passive
@@ -418,21 +478,29 @@ class EncryptionStream:
     encrypted, with the integer fields of the ``pack_encrypt`` replies summed (e.g. where the
     obfuscators came from)."""
 
-    def __init__(self, values: ShardedEncryption, job: tuple, consumers: int = 1, ahead: int | None = None,
-                 on_wait=None, on_done=None):
+    def __init__(self, values: ShardedEncryption, job: tuple, consumers: int = 1, window: int | None = None,
+                 on_wait=None, on_done=None, messages: Sequence[tuple[int, int]] | None = None):
         self.values = values
-        self.job = job              # (g_int, h_int, used, layout, group_size, encrypt, value_bits)
+        self.job = job              # (g_int, h_int, used, layout, group_size, encrypt, value_bits, per)
         self.n = len(values.shards)
+        self.messages = [(int(a), int(b)) for a, b in messages] if messages is not None else \
+            [(k, k + 1) for k in range(self.n)]
+        if [k for a, b in self.messages for k in range(a, b)] != list(range(self.n)):
+            raise ValueError("the messages must cover the shards in order")
         self.n_workers = max(1, int(values.shards.executor.n_workers))
-        self.ahead = self.n_workers if ahead is None else max(1, int(ahead))
+        if window is None:
+            rows = max((b - a for a, b in values.shards.bounds), default=0)
+            window = stream_window(self.n_workers, rows * values.groups * values.shifts * values.width)
+        self.window = max(1, int(window))
         self.consumers = max(1, int(consumers))
         self.on_wait = on_wait
         self.on_done = on_done      # on_done(counts): every shard is encrypted (producer thread)
         self.counts: dict[str, int] = {}    # numeric fields of the pack_encrypt replies, summed
         self.cond = threading.Condition()
-        self.done = 0               # shards 0 .. done - 1 are encrypted
-        self.lead = 0               # the furthest shard a sender asked for
-        self.buf: dict[int, list] = {}    # shard -> [bytes, senders still to take it]
+        self.done = 0               # shards 0 .. done - 1 are encrypted (collected in order)
+        self.lead = 0               # the first shard of the furthest message a sender asked for
+        self.buf: dict[int, bytes] = {}   # shard -> its bytes (until every sender took its message)
+        self.left = [self.consumers] * len(self.messages)    # senders still to take each message
         self.error: BaseException | None = None
         self.cancelled = False
         self.waiting = 0
@@ -440,38 +508,49 @@ class EncryptionStream:
         self.thread = threading.Thread(target=self._produce, name="vfl-encrypt-stream", daemon=True)
         self.thread.start()
 
+    def _submit(self, k: int):
+        reqs = self.values.requests(k, *self.job) + [self.values.get_request(k)]
+        pending = self.values.shards.executor.submit_on(reqs)
+        for fut in pending.futures:          # a finished shard wakes the producer
+            fut.add_done_callback(self._wake)
+        return pending
+
+    def _wake(self, _fut=None) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
     def _produce(self) -> None:
-        executor = self.values.shards.executor
+        inflight: deque = deque()       # (shard, Pending), in row order
         k = 0
         try:
-            while k < self.n:
+            while k < self.n or inflight:
                 with self.cond:
-                    while not self.cancelled and k > self.lead + self.ahead:
+                    while True:
+                        if self.cancelled:
+                            return
+                        ready = bool(inflight) and inflight[0][1].done()
+                        room = k < self.n and k < self.lead + self.window
+                        if ready or room:
+                            break
                         self.cond.wait()
-                    if self.cancelled:
-                        return
-                wave = list(range(k, min(self.n, k + self.n_workers)))
-                reqs, gets = [], []
-                for kk in wave:
-                    reqs.extend(self.values.requests(kk, *self.job))
-                    gets.append(len(reqs))
-                    reqs.append(self.values.get_request(kk))
-                replies = executor.run_on(reqs)
-                gi = set(gets)
-                for i, (header, _) in enumerate(replies):
-                    if i not in gi:
+                if ready:
+                    kk, pending = inflight.popleft()
+                    replies = pending.result()
+                    for header, _ in replies[:-1]:
                         for key, v in header.items():
                             if key != "cpu" and isinstance(v, int) and not isinstance(v, bool):
                                 self.counts[key] = self.counts.get(key, 0) + v
-                with self.cond:
-                    for kk, i in zip(wave, gets):
-                        self.buf[kk] = [replies[i][1][0], self.consumers]
-                    replies = None
-                    self.done = wave[-1] + 1
-                    for old in sorted(self.buf)[:max(0, len(self.buf) - self.ahead - self.n_workers)]:
-                        del self.buf[old]          # a sender far behind fetches it again
-                    self.cond.notify_all()
-                k = wave[-1] + 1
+                    with self.cond:
+                        self.buf[kk] = replies[-1][1][0]
+                        replies = pending = None
+                        self.done = kk + 1
+                        held = sorted(self.buf)
+                        for old in held[:max(0, len(held) - self.window)]:
+                            del self.buf[old]          # a sender far behind fetches it again
+                        self.cond.notify_all()
+                else:
+                    inflight.append((k, self._submit(k)))
+                    k += 1
             if self.on_done is not None:
                 self.on_done(dict(self.counts))
         except BaseException as exc:       # handed to the senders
@@ -479,18 +558,31 @@ class EncryptionStream:
                 self.error = exc
                 self.cond.notify_all()
 
-    def take(self, k: int) -> bytes:
-        """Shard ``k``'s values in message order (waits for its encryption)."""
+    def _message_bytes(self, parts: list[bytes], shards: Sequence[int]) -> bytes:
+        """The message of consecutive shards: their values ordered (group, shift, row)."""
+        if len(parts) == 1:
+            return parts[0]
+        blocks = self.values.groups * self.values.shifts
+        if blocks == 1:
+            return b"".join(parts)
+        w = self.values.width
+        sizes = [(b - a) * w for a, b in (self.values.shards.bounds[k] for k in shards)]
+        return b"".join(bytes(memoryview(p)[blk * size:(blk + 1) * size])
+                        for blk in range(blocks) for p, size in zip(parts, sizes))
+
+    def take(self, m: int) -> bytes:
+        """Message ``m``'s values in message order (waits for its shards' encryption)."""
+        k0, k1 = self.messages[m]
         with self.cond:
-            if k > self.lead:
-                self.lead = k
+            if k0 > self.lead:
+                self.lead = k0
                 self.cond.notify_all()
-            if self.done <= k and self.error is None and not self.cancelled:
+            if self.done < k1 and self.error is None and not self.cancelled:
                 if self.waiting == 0:
                     self._wait_t0 = time.perf_counter()
                 self.waiting += 1
                 try:
-                    while self.done <= k and self.error is None and not self.cancelled:
+                    while self.done < k1 and self.error is None and not self.cancelled:
                         self.cond.wait()
                 finally:
                     self.waiting -= 1
@@ -500,13 +592,14 @@ class EncryptionStream:
                 raise self.error
             if self.cancelled:
                 raise RuntimeError("the round's gradient stream was cancelled")
-            entry = self.buf.get(k)
-            if entry is not None:
-                entry[1] -= 1
-                if entry[1] <= 0:
-                    del self.buf[k]
-                return entry[0]
-        return self.values.shard_bytes(k)
+            parts = [self.buf.get(k) for k in range(k0, k1)]
+            self.left[m] -= 1
+            if self.left[m] <= 0:
+                for k in range(k0, k1):
+                    self.buf.pop(k, None)
+                self.cond.notify_all()
+        parts = [p if p is not None else self.values.shard_bytes(k) for k, p in zip(range(k0, k1), parts)]
+        return self._message_bytes(parts, range(k0, k1))
 
     def close(self) -> None:
         """Stop producing (the round is over or abandoned) and wait for the producer."""

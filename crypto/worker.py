@@ -27,7 +27,8 @@ Row shards that stay put (:mod:`crypto.shards`):
   of the floors above it. The request names ``module`` (one of :data:`EXTENSIONS`) and ``fn``
   (a key of that module's ``WORKER_OPS``).
 * ``shard_hist``: the partial histograms of one shard for the nodes of one level, from the
-  bit-packed node codes; ``combine``: sum two partials (the tree reduction).
+  bit-packed node codes; ``shards_hist``: the same over every shard a level asks of this worker,
+  summed here (one partial per worker); ``combine``: sum partials (a slice of each: the reduction).
 * ``root_partial``: a shard's partial root histogram over all its rows, computed while the rest of
   the round's gradients are still arriving (kept in a slot); ``take``: such a kept partial.
 """
@@ -212,6 +213,48 @@ def _obf_stats(req, blobs, st):
 
 
 def _shard_hist(req, blobs, st):
+    out, adds = _shard_sums(req, blobs, st)
+    return {"additions": adds}, [ints_to_bytes(out, int(req["width"]), bool(req["signed"]))]
+
+
+def _add_into(acc: list, part: list, m) -> int:
+    """``acc += part`` elementwise (a product mod ``m`` under encryption, ``1`` the empty sum);
+    returns the additions done."""
+    adds = 0
+    if m is None:
+        for i, v in enumerate(part):
+            if v:
+                acc[i] += v
+                adds += 1
+        return adds
+    for i, v in enumerate(part):
+        if v != 1:
+            a = acc[i]
+            acc[i] = v if a == 1 else a * v % m
+            adds += a != 1
+    return adds
+
+
+def _shards_hist(req, blobs, st):
+    """``shard_hist`` over several shards of this worker (``parts``: their ``bins``, ``values``,
+    ``n_rows``; the blobs of part ``i`` are ``blobs[i * trees:(i + 1) * trees]``), summed here: one
+    partial per worker and level, not one per shard."""
+    trees = len(req["bits"])
+    m = _modulus(req["modulus"]) if req.get("modulus") else None
+    acc, adds = None, 0
+    for i, part in enumerate(req["parts"]):
+        sub = dict(req, bins=part["bins"], values=part["values"], n_rows=part["n_rows"])
+        out, a = _shard_sums(sub, blobs[i * trees:(i + 1) * trees], st)
+        adds += a
+        if acc is None:
+            acc = out
+        else:
+            adds += _add_into(acc, out, m)
+    return {"additions": adds}, [ints_to_bytes(acc or [], int(req["width"]), bool(req["signed"]))]
+
+
+def _shard_sums(req, blobs, st):
+    """One shard's partial histograms of a level's nodes: ``(values, additions)``."""
     n = int(req["n_rows"])
     bins = st[req["bins"]]
     values = st[req["values"]]
@@ -242,7 +285,7 @@ def _shard_hist(req, blobs, st):
                     out[k] += a
                 else:
                     out[k] = a if out[k] == 1 else out[k] * a % m
-    return {"additions": stats.get("additions", 0)}, [ints_to_bytes(out, int(req["width"]), bool(req["signed"]))]
+    return out, stats.get("additions", 0)
 
 
 def _root_partial(req, blobs, st):
@@ -262,7 +305,20 @@ def _root_partial(req, blobs, st):
 
 
 def _take(req, blobs, st):
-    return {}, [st[req["slot"]]]
+    """A kept partial (``slot``), or the sum of several (``slots``, with ``width``/``signed``/
+    ``modulus``: one partial per worker)."""
+    if "slots" not in req:
+        return {}, [st[req["slot"]]]
+    w, signed = int(req["width"]), bool(req.get("signed"))
+    m = _modulus(req["modulus"]) if req.get("modulus") else None
+    acc, adds = None, 0
+    for slot in req["slots"]:
+        part = bytes_to_ints(st[slot], w, signed)
+        if acc is None:
+            acc = part
+        else:
+            adds += _add_into(acc, part, m)
+    return {"additions": adds}, [ints_to_bytes(acc or [], w, signed)]
 
 
 def _combine(req, blobs, st):
@@ -294,6 +350,7 @@ _OPS = {"put": _put, "hist": _hist, "direct": _direct, "compress": _compress,
         "encrypt": _encrypt, "decrypt": _decrypt, "obf_fill": _obf_fill,
         "obf_stats": _obf_stats,
         "fill": _fill, "get": _get, "drop": _drop, "pack_encrypt": _pack_encrypt, "shard_hist": _shard_hist,
+        "shards_hist": _shards_hist,
         "root_partial": _root_partial, "take": _take, "combine": _combine, "ext": _ext,
         "ping": lambda req, blobs, st: ({"pid": os.getpid()}, [])}
 

@@ -46,6 +46,7 @@ from crypto.shards import (
     overlap_enabled,
     plain_width,
     plan_shards,
+    stream_plan,
     stream_rows,
 )
 from datasets.errors import InputError
@@ -227,8 +228,9 @@ class GradientChannel(RoundObserver):
             for start, stop, data in cur.values.stream():
                 yield m.GradientShard(round_idx, start, stop, data)
             return
-        for k, (start, stop) in enumerate(cur.values.shards.bounds):
-            yield m.GradientShard(round_idx, start, stop, cur.stream.take(k))
+        bounds = cur.values.shards.bounds
+        for i, (k0, k1) in enumerate(cur.stream.messages):
+            yield m.GradientShard(round_idx, bounds[k0][0], bounds[k1 - 1][1], cur.stream.take(i))
 
     def _end_stream(self) -> None:
         cur = getattr(self, "current", None)      # None: closed before the first round (or during __init__)
@@ -264,10 +266,13 @@ class GradientChannel(RoundObserver):
         if max_rows is not None and max_rows < 1:
             raise RuntimeError("the frame cap is too small for one row of gradients")
         overlap = overlap_enabled()
+        messages = bounds = None
         if overlap:        # pieces small enough to overlap encryption, the wire and the passive party
             rows = stream_rows(n, self.executor.n_workers, n_groups * shifts * width)
-            max_rows = rows if max_rows is None else min(max_rows, rows)
-        shards = ShardSet(self.executor, n, max_rows=max_rows, prefix="grad/")
+            # messages under the frame cap, each cut into encryption units (a few per worker)
+            msg_rows = rows if max_rows is None else min(max_rows, rows)
+            bounds, messages = stream_plan(n, self.executor.n_workers, msg_rows)
+        shards = ShardSet(self.executor, n, max_rows=max_rows, prefix="grad/", bounds=bounds)
         values = ShardedEncryption(shards, n_groups, shifts, width, signed)
         used = None if used is None else np.asarray(used, dtype=bool)
         if self.stock is not None:
@@ -284,7 +289,8 @@ class GradientChannel(RoundObserver):
         if overlap:
             rg.timing.add("encrypt", time.perf_counter() - t0)
             stream = EncryptionStream(values, job, consumers=max(1, len(self.peers)),
-                                      on_wait=lambda sec: rg.timing.add("encrypt", sec), on_done=encrypted)
+                                      on_wait=lambda sec: rg.timing.add("encrypt", sec), on_done=encrypted,
+                                      messages=messages)
         else:
             encrypted(values.fill(*job))
             rg.timing.add("encrypt", time.perf_counter() - t0)      # on the critical path

@@ -15,6 +15,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 
 import gmpy2
 import numpy as np
@@ -40,9 +41,12 @@ from vfl.core.split import goes_left
 
 log = logging.getLogger("vfl.passive")
 
-#: gradient shard messages the passive party's intake may queue while it is busy (issue 12): the
-#: driver holds at most this many messages and the one being written to the workers
+#: gradient shard messages the passive party's intake holds at least (issue 12): queued, or on their
+#: way to the workers; with more workers it holds two per worker (issue 24: every worker has a
+#: message to write and a root partial to sum), then the next message's acknowledgement waits
 INTAKE_BACKLOG = 2
+#: bytes of gradient shard messages the intake holds at most beyond :data:`INTAKE_BACKLOG` messages
+INTAKE_WINDOW_BYTES = 256 << 20
 #: in mode plain there is no key: the largest plaintext a layout may fill, in bits
 MAX_PLAIN_BITS = 16384
 #: target groups (blocks of gradient values) one round's gradients may carry
@@ -236,45 +240,114 @@ class RoundIntake:
         self.events: list[tuple] = []          # ("partial", shard, seconds), ("request", ...): their order
         self.error: BaseException | None = None
         self.used = False
-        self.queue: queue.Queue = queue.Queue(maxsize=INTAKE_BACKLOG)
+        self.budget = max(INTAKE_BACKLOG, 2 * shards.executor.n_workers)   # messages held at once
+        self.held = 0                          # messages queued or being written to the workers
+        self.held_bytes = 0                    # ... and their bytes
+        self.room = threading.Condition()
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()    # messages, wake-ups, None: finish
+        self.fills: deque = deque()            # Pending fills, in order
+        self.roots: deque = deque()            # (shard, Pending root partial), in row order
         self.idle = threading.Event()
         self.idle.set()
         self.thread = threading.Thread(target=self._run, name=f"vfl-intake-{party}", daemon=True)
         self.thread.start()
 
     def put(self, start: int, stop: int, data: bytes) -> None:
-        """Check and queue one gradient shard message (an earlier message's failure is raised here)."""
+        """Check and queue one gradient shard message (an earlier message's failure is raised here).
+        Waits while :attr:`budget` messages, or :data:`INTAKE_WINDOW_BYTES`, are held (queued, or not
+        yet written to their workers; :data:`INTAKE_BACKLOG` messages always may): a slower party
+        slows the sender down instead of holding the round."""
         self._raise()
         self.shards.accept(self.g, start, stop, data)
+        with self.room:
+            while self.held >= INTAKE_BACKLOG and (self.held >= self.budget or
+                                                   self.held_bytes + len(data) > INTAKE_WINDOW_BYTES) \
+                    and self.error is None and self.thread.is_alive():
+                self.room.wait(1.0)
+            self.held += 1
+            self.held_bytes += len(data)
         self.idle.clear()
         self.queue.put((start, stop, data))
 
+    def _release(self, size: int) -> None:
+        with self.room:
+            self.held -= 1
+            self.held_bytes -= size
+            self.room.notify_all()
+        self.queue.put(())             # wake the intake thread: something finished
+
     def _run(self) -> None:
+        finishing = False
         while True:
             item = self.queue.get()
             if item is None:
-                self.idle.set()
-                return
-            if self.error is None:
+                finishing = True
+            elif item and self.error is None:
                 try:
                     self._take(*item)
                 except BaseException as exc:       # raised to the next handler
                     self.error = exc
+            elif item:
+                self._release(len(item[2]))        # a message after a failure: dropped
             item = None
-            if self.queue.empty():
+            self._collect(wait=finishing)
+            if finishing:
+                self.idle.set()
+                with self.room:
+                    self.room.notify_all()
+                return
+            if self.queue.empty() and not self.fills and not self.roots:
                 self.idle.set()
 
     def _take(self, start: int, stop: int, data: bytes) -> None:
-        self.shards.fill(self.g, start, stop, data, self.mhex)
+        """Start one message's fills and, for every shard it completes, its root partial: the
+        workers write and sum while the next messages arrive (one task per shard, on the worker
+        holding it, each after the fills sent before it)."""
+        size = len(data)
+        try:
+            pending = self.shards.submit_fill(self.g, start, stop, data, self.mhex)
+        except BaseException:
+            self._release(size)
+            raise
+        data = None
+        left = [len(pending.futures)]
+        lock = threading.Lock()
+
+        def one_done(_fut):
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                self._release(size)
+        for fut in pending.futures:
+            fut.add_done_callback(one_done)
+        self.fills.append(pending)
         for k, lo, hi in self.shards.pieces(start, stop):
             self.filled[k] += hi - lo
             a, b = self.shards.bounds[k]
             if self.filled[k] == b - a:
-                self.ident[:, a:b] = self.shards.root_partial(self.g, k, self.n_bins, self.modulus,
-                                                              n_nodes=self.n_nodes)
+                root = self.shards.submit_root_partial(self.g, k, self.n_bins, self.modulus, n_nodes=self.n_nodes)
+                for fut in root.futures:
+                    fut.add_done_callback(lambda _f: self.queue.put(()))
+                self.roots.append((k, root))
+
+    def _collect(self, wait: bool) -> None:
+        """Take in the finished fills and root partials (all of them with ``wait``), in order."""
+        try:
+            while self.fills and (wait or self.fills[0].done()):
+                self.fills.popleft().result()
+            while self.roots and (wait or self.roots[0][1].done()):
+                k, root = self.roots.popleft()
+                a, b = self.shards.bounds[k]
+                self.ident[:, a:b] = self.shards.root_ident(self.g, k, root.result())
                 self.partials[k] = True
                 self.events.append(("partial", k, time.perf_counter()))
                 log.debug("party %s, round %d: root partial of shard %d ready", self.party, self.g.round_idx, k)
+        except BaseException as exc:
+            if self.error is None:
+                self.error = exc
+            self.fills.clear()
+            self.roots.clear()
 
     def _raise(self) -> None:
         if self.error is not None:
