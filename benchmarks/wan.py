@@ -1,5 +1,6 @@
 """Training between two organisations: the active and one passive party as separate processes,
-one core each, talking gRPC (mutual TLS) through an emulated link.
+one core each (``--cores-per-party N``: N cores and N worker processes each), talking gRPC
+(mutual TLS) through an emulated link.
 
     python benchmarks/wan.py --dataset default_credit --trees 10 --depth 4 --bits 2048 \\
         --profiles lan,1gbit-1ms,100mbit-10ms,10mbit-50ms
@@ -9,7 +10,8 @@ one core each, talking gRPC (mutual TLS) through an emulated link.
 Each profile (:data:`linkemu.PROFILES`: rate and one-way delay) shapes both directions of
 every connection between the parties (:class:`linkemu.ShapedLink`, a user-space relay on
 loopback). The active party runs on core 0 and the passive party on core 1
-(``sched_setaffinity``; ``VFL_N_JOBS=1`` so neither starts worker processes on another core).
+(``sched_setaffinity``; ``VFL_N_JOBS=1`` so neither starts worker processes on another core);
+with ``--cores-per-party N`` on cores ``0..N-1`` and ``N..2N-1`` with ``N`` workers each.
 
 Prints one JSON object ``{"runs": [...]}``, one entry per profile:
 
@@ -81,16 +83,27 @@ def cpu_seconds(pid: int) -> float:
     return total / _TICK
 
 
-def pinned(core: int):
+def pinned(cores):
+    cores = {cores} if isinstance(cores, int) else set(cores)
+
     def _pin():
-        os.sched_setaffinity(0, {core})
+        os.sched_setaffinity(0, cores)
     return _pin
 
 
+def party_cores(per_party: int) -> tuple[list[int], list[int], bool]:
+    """The cores of the active and of the passive party (``per_party`` each, disjoint while the
+    machine has enough; else they wrap around and share), and whether they share any."""
+    avail = sorted(os.sched_getaffinity(0))
+    k = max(1, int(per_party))
+    active = [avail[i % len(avail)] for i in range(k)]
+    passive = [avail[(k + i) % len(avail)] for i in range(k)]
+    return sorted(set(active)), sorted(set(passive)), bool(set(active) & set(passive))
+
+
 def one_run(profile: str, args, files: dict, sec: list, params: list, tmp: Path, labels) -> dict:
-    env = dict(os.environ, VFL_N_JOBS="1")
-    n_cores = len(os.sched_getaffinity(0))
-    active_core, passive_core = (0, 1) if n_cores >= 2 else (0, 0)
+    env = dict(os.environ, VFL_N_JOBS=str(args.cores_per_party))
+    active_core, passive_core, _ = party_cores(args.cores_per_party)
     run_dir = tmp / profile
     run_dir.mkdir()
     passive, port = start_passive(files["passive_name"], files["passive"], run_dir / "m_passive", sec,
@@ -160,7 +173,12 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--insecure", action="store_true", help="Plaintext instead of mutual TLS.")
     ap.add_argument("--timeout", type=float, default=1800.0)
+    ap.add_argument("--cores-per-party", type=int, default=1,
+                    help="cores (and worker processes) of each party (default 1; disjoint cores while the "
+                         "machine has 2 x N, else they share)")
     args = ap.parse_args()
+    if args.cores_per_party < 1:
+        ap.error("--cores-per-party must be at least 1")
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     unknown = [p for p in profiles if p not in PROFILES]
     if unknown:
@@ -198,7 +216,10 @@ def main():
     base = runs[0]["wall_seconds"] if runs and runs[0]["profile"] == "lan" else None
     for r in runs:
         r["wall_over_lan"] = round(r["wall_seconds"] / base, 3) if base else None
+    a_cores, p_cores, shared = party_cores(args.cores_per_party)
     print(json.dumps({"benchmark": "wan", "dataset": args.dataset, "bits": args.bits, "trees": args.trees,
+                      "cores_per_party": args.cores_per_party, "active_cores": a_cores, "passive_cores": p_cores,
+                      "cores_shared": shared,
                       "depth": args.depth, "rows": args.rows or None,
                       "security": "insecure" if args.insecure else "mutual TLS", "runs": runs}, indent=1))
 
