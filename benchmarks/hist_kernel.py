@@ -2,17 +2,22 @@
 
     python benchmarks/hist_kernel.py --bits 1024 --rows 50000 --features 10 --bins 32
 
+Measures the path training runs (issue 24): the rows cut into shards on the passive party's
+workers (:class:`crypto.shards.ShardSet`, bins placed, encrypted gradients written as the intake
+writes them), then one root-level :meth:`crypto.shards.ShardSet.histograms` request (one task per
+worker over its shards, the partials summed in slices on the workers).
+
 Prints one JSON object: ``seconds`` (the kernel, ciphertexts already in the
-worker processes as they are after a round's Gradients message),
+worker processes as they are after a round's gradient stream; ``shards`` of them),
 ``additions`` (the homomorphic additions the kernel performed; with joint
 bins fewer than ``textbook_additions`` = rows x features - non-empty bins),
 ``correct`` (every bin decrypts to the plaintext sum), and for
 reference, measured in the same run: ``raw_loop_seconds`` (a bare gmpy2
 ``acc * c % n^2`` loop over rows x features products on one core, the
 textbook histogram's cost, timed on a sample and extrapolated) and
-``floor_seconds`` = that / cores. Also the
-sharing time, the Horner compression and decryption of the result, the joint
-bin plan, and peak memory.
+``floor_seconds`` = that / cores. Also the sharing (``share_seconds``: bins placed;
+``fill_seconds``: gradients written), the Horner compression and decryption of the result,
+the joint bin plan, and peak memory.
 """
 from __future__ import annotations
 
@@ -26,10 +31,12 @@ import numpy as np
 
 from crypto.compress import compress
 from crypto.executor import LocalExecutor
-from crypto.histogram import histogram, plan_groups, share_inputs
+from crypto.histogram import plan_groups
+from crypto.intcodec import int_width, ints_to_bytes
 from crypto.keys import generate_keypair
 from crypto.packing import PackingLayout, decode_sums, pack
 from crypto.paillier import Decryptor, Encryptor
+from crypto.shards import ShardedGradients, ShardSet
 from vfl.core.fixedpoint import encode_fixed
 
 
@@ -79,15 +86,24 @@ def main(argv=None):
         with LocalExecutor(args.workers or None, "passive") as pool:
             out["workers"] = pool.n_workers
             pool.broadcast({"op": "ping"})
+            shards = ShardSet(pool, N, prefix="bench/")
+            out["shards"] = len(shards)
             t0 = time.perf_counter()
-            share_inputs(pool, cts, bins, n2)
+            shards.place_array("bins", bins)
             out["share_seconds"] = time.perf_counter() - t0
+            w = int_width(n2)
+            grads = ShardedGradients(0, True, layout, 1, 1, 1, w, False, np.zeros(N, dtype=bool))
+            t0 = time.perf_counter()
+            shards.forward(grads, 0, N, ints_to_bytes(cts, w), format(int(n2), "x"))
+            out["fill_seconds"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             cpu0 = pool.cpu_seconds
-            stats = {}
-            (hist,) = histogram(cts, bins, [np.arange(N)], offsets, n2, executor=pool, joint=joint, stats=stats)
+            sums, header = shards.histograms(grads, np.zeros((1, N), dtype=np.int64), [0], [0], [B] * F, n2,
+                                             joint=joint)
             out["seconds"] = time.perf_counter() - t0
             out["worker_cpu_seconds"] = pool.cpu_seconds - cpu0
+            stats = {"additions": int(header.get("additions", 0))}
+            hist = list(sums)
             per = layout.values_per_plaintext(args.bits)
             t0 = time.perf_counter()
             packed = compress(hist, layout.value_bits, per, n2, executor=pool)

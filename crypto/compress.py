@@ -11,7 +11,7 @@ width), about a thousand per output ciphertext; with many nodes of few rows
 (small data, deep trees) that dominates the passive party's work. The key
 holder can instead do the shifts in plaintext, where they are free: it sends
 ``per`` encryptions of every packed value, ``Enc(v * 2**(s*w))`` for
-``s = 0..per-1`` (``shifts = per`` in :func:`compressed_histogram`), and the
+``s = 0..per-1`` (``shifts = per``: :func:`direct_block`, run by the shards' workers), and the
 passive party adds each row straight into the slot of its bin: no squaring at
 all, ``per`` times more encryption (cheap for the key holder: fixed-base
 table and CRT) and gradient bytes.
@@ -34,7 +34,6 @@ import gmpy2
 import numpy as np
 
 from crypto import parallel
-from crypto.histogram import _units, histogram, share_inputs, share_rows
 from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
 
 
@@ -192,68 +191,3 @@ def direct_block(values: Sequence, n_samples: int, rows, bins, slot0: int, n_bin
                 acc[c] = acc[c] * values[x] % m
         off += int(nb)
     return c0, acc
-
-
-def compressed_histogram(values: Sequence, bin_idx, node_rows, bin_offsets, shift_bits: int, per: int,
-                         modulus=None, *, shifts: int = 1, executor=None, joint="auto", slot: str = "values",
-                         node_slots: Sequence[int] | None = None, n_nodes: int | None = None) -> list:
-    """What a passive party returns: the histograms of ``node_rows`` (node-major, flat
-    (feature, bin) order), ``per`` bin sums per output value.
-
-    ``shifts=1``: ``values`` has one value per sample; :func:`crypto.histogram.histogram`
-    then Horner :func:`compress`. ``shifts=per``: ``values`` holds ``per`` shifted
-    copies per sample (:func:`shifted_plaintexts` order) and rows go straight into
-    their slots (no squaring); then ``node_slots[j]`` may place node ``j`` at another
-    position of an output of ``n_nodes`` nodes (nodes whose values come from other
-    vectors are added to the same output by the caller)."""
-    if shifts == 1:
-        if node_slots is not None:
-            raise ValueError("node_slots needs pre-shifted values")
-        hists = histogram(values, bin_idx, node_rows, bin_offsets, modulus, executor=executor, joint=joint,
-                          slot=slot)
-        return compress([v for h in hists for v in h], shift_bits, per, modulus, executor=executor)
-    if shifts != per:
-        raise ValueError(f"shifts must be 1 or per={per}, got {shifts}")
-    bin_idx = np.asarray(bin_idx)
-    offsets = np.asarray(bin_offsets, dtype=np.int64)
-    n_bins = np.diff(offsets).tolist()
-    n_samples = bin_idx.shape[0]
-    if len(values) != per * n_samples:
-        raise ValueError(f"{len(values)} values are not {per} shifted copies of {n_samples} samples")
-    node_rows = [np.asarray(r, dtype=np.int64) for r in node_rows]
-    total = int(offsets[-1])
-    node_slots = list(range(len(node_rows))) if node_slots is None else [int(x) for x in node_slots]
-    n_nodes = len(node_rows) if n_nodes is None else int(n_nodes)
-    if len(node_slots) != len(node_rows) or any(not 0 <= x < n_nodes for x in node_slots):
-        raise ValueError("node_slots must give each node a position below n_nodes")
-    n_out = -(-total * n_nodes // per)
-    one = 0 if modulus is None else 1
-    out = [one] * n_out
-    work = sum(len(r) for r in node_rows) * len(n_bins)
-
-    def merge(c0, accs):
-        for c, a in enumerate(accs, start=c0):
-            if modulus is None:
-                out[c] += a
-            else:
-                out[c] = a if out[c] == 1 else out[c] * a % modulus
-
-    if modulus is not None and parallel.on_workers(executor, "histogram", work):
-        share_inputs(executor, values, bin_idx, modulus, slot)
-        sizes, _ = share_rows(executor, node_rows)
-        units = _units(sizes, len(n_bins), executor.n_workers)
-        mhex = format(int(modulus), "x")
-        replies = executor.map([({"op": "direct", "values": slot, "bins": "bins", "rows": "rows",
-                                  "node": j, "f0": f0, "f1": f1, "r0": r0, "r1": r1, "modulus": mhex,
-                                  "n_samples": n_samples, "slot0": node_slots[j] * total + int(offsets[f0]),
-                                  "n_bins": n_bins[f0:f1], "per": per}, ())
-                                for j, f0, f1, r0, r1 in units])
-        w = int_width(modulus)
-        for h, blobs in replies:
-            merge(int(h["c0"]), bytes_to_ints(blobs[0], w))
-        return out
-    for j, rows in enumerate(node_rows):
-        if len(rows):
-            merge(*direct_block(values, n_samples, rows, bin_idx[rows], node_slots[j] * total, n_bins, per,
-                                modulus))
-    return out

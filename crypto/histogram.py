@@ -1,42 +1,25 @@
-"""The histogram kernel: per-node, per-(feature, bin) sums of packed gradients.
+"""The histogram kernel: per-(feature, bin) sums of packed gradients over one block of rows.
 
-Contract (the hot path; one function, one contract)::
+:func:`block_sums` is what every worker runs for a shard's rows at a node
+(:mod:`crypto.shards`: ``shard_hist``, ``shards_hist``, ``root_partial``; issue 24 removed the
+older per-request paths that shipped the whole ciphertext vector to every worker):
 
-    histogram(values, bin_idx, node_rows, bin_offsets, modulus=None, *, executor=None, joint="auto")
-        -> list[list]
+* ``vals``: the block's packed values, one per row. With ``modulus`` set they are raw Paillier
+  ciphertexts (gmpy2 ``mpz`` in ``[1, modulus)``) and "sum" means the homomorphic addition,
+  multiplication modulo ``modulus = n**2``; without it they are plaintext ints and "sum" is
+  integer addition (``plain`` mode).
+* ``bins``: ``(rows, n_features)`` integer bin of every row; ``n_bins``: slots per feature.
+* ``stats``: optional dict; ``stats["additions"]`` counts the homomorphic additions performed.
+* ``joint``: ``"auto"`` (default) picks, per group of consecutive features, plain per-feature
+  accumulation (k=1) or accumulation over the *joint* bins of a pair (k=2) or triple (k=3) of
+  features followed by summing joint cells into each feature's bins: ``n + (k-1)*C`` additions
+  for ``k`` features instead of ``k*n`` (``C`` = non-empty joint cells, known exactly from the
+  bins before any ciphertext work). ``1``, ``2`` or ``3`` force that group size (tests,
+  benchmarks).
 
-* ``values``: one packed value per sample (``n_samples``). With ``modulus`` set
-  they are raw Paillier ciphertexts (gmpy2 ``mpz`` in ``[1, modulus)``) and
-  "sum" means the homomorphic addition, multiplication modulo
-  ``modulus = n**2``; without it they are plaintext ints and "sum" is integer
-  addition (``plain`` mode).
-* ``bin_idx``: ``(n_samples, n_features)`` integer bin of every sample.
-* ``node_rows``: one array of sample indices per node to build (many nodes at
-  once: a whole tree level).
-* ``bin_offsets``: ``(n_features + 1,)``; feature ``feature_idx`` owns the flat
-  slots ``bin_offsets[feature_idx]:bin_offsets[feature_idx + 1]``.
-* ``executor``: a :class:`crypto.executor.Executor`; requests big enough for
-  :func:`crypto.parallel.on_workers` (ciphertexts only) are cut into (node,
-  feature block, row range) units spread over its workers. ``values`` and
-  ``bin_idx`` are shared into the workers once and stay there while the caller
-  passes the same objects (one ship per round).
-* ``stats``: optional dict; ``stats["additions"]`` counts the homomorphic
-  additions performed (benchmarks).
-* ``slot``: the name under which the executor keeps ``values`` (a caller that keeps
-  several vectors in the workers at once, e.g. one per target group, names each).
-* ``joint``: ``"auto"`` (default) lets each unit pick, per group of
-  consecutive features, plain per-feature accumulation (k=1) or accumulation
-  over the *joint* bins of a pair (k=2) or triple (k=3) of features followed
-  by summing joint cells into each feature's bins: ``n + (k-1)*C`` additions
-  for ``k`` features instead of ``k*n`` (``C`` = non-empty joint cells, known
-  exactly from the bins before any ciphertext work). ``1``, ``2`` or ``3``
-  force that group size (tests, benchmarks).
-
-Returns, per node, a list of ``bin_offsets[-1]`` sums; an empty bin holds the
-identity (``1`` for ciphertexts, the encryption of zero with ``r = 1``; ``0``
-in plaintext). Every variant yields exactly the same sums (multiplication mod
-``n**2`` is associative and commutative). :func:`reference_histogram` is the
-naive plaintext oracle.
+Returns the flat sums; an empty bin holds the identity (``1`` for ciphertexts, the encryption of
+zero with ``r = 1``; ``0`` in plaintext). Every variant yields exactly the same sums
+(multiplication mod ``n**2`` is associative and commutative).
 
 Implementation notes (measured, see ``benchmarks/hist_kernel.py``): the inner
 loop ``acc[c] = acc[c] * v % m`` streams the ciphertexts in row order into a
@@ -49,16 +32,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import gmpy2
 import numpy as np
-
-from crypto import parallel
-from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
 
 MAX_JOINT_CELLS = 1 << 17     # a joint group's code space (accumulator list length)
 MIN_JOINT_ROWS = 64           # below this a unit accumulates feature by feature
 JOINT_MARGIN = 0.9            # joint cells must save 10% (their loops cost a little more per item)
-UNITS_PER_WORKER = 8
 
 
 def _check_joint(joint):
@@ -171,120 +149,4 @@ def block_sums(vals: Sequence, bins: np.ndarray, n_bins: Sequence[int], modulus=
                 _codes(bins, f, [d]), minlength=d))) for f, d in zip(group, dims))
     if stats is not None:
         stats["additions"] = stats.get("additions", 0) + adds
-    return out
-
-
-def _units(sizes: Sequence[int], n_features: int, n_workers: int):
-    """Cut (node, feature block, row range) units of roughly equal additions."""
-    total = sum(sizes) * n_features
-    target = max(parallel.POLICY.unit, total // max(1, UNITS_PER_WORKER * n_workers))
-    units = []
-    for j, n in enumerate(sizes):
-        if n == 0:
-            continue
-        if n * n_features <= target:
-            blocks = [(0, n_features)]
-        else:
-            width = max(min(6, n_features), (target // max(n, 1)) // 6 * 6)
-            blocks = [(f, min(f + width, n_features)) for f in range(0, n_features, width)]
-        for f0, f1 in blocks:
-            r = max(1, -(-n * (f1 - f0) // target))
-            step = -(-n // r)
-            for r0 in range(0, n, step):
-                units.append((j, f0, f1, r0, min(r0 + step, n)))
-    units.sort(key=lambda u: -(u[4] - u[3]) * (u[2] - u[1]))
-    return units
-
-
-def share_inputs(executor, values, bin_idx, modulus, slot: str = "values") -> None:
-    """Ship ``values`` (ciphertexts) and ``bin_idx`` to the executor's workers unless they hold them."""
-    width = int_width(modulus)
-    executor.share_lazy(slot, values, lambda: ({"kind": "ints", "width": width, "signed": False},
-                                               [ints_to_bytes(values, width)]))
-    executor.share_lazy("bins", bin_idx, lambda: ({"kind": "array", "dtype": bin_idx.dtype.str,
-                                                   "shape": list(bin_idx.shape)},
-                                                  [np.ascontiguousarray(bin_idx).tobytes()]))
-
-
-def share_rows(executor, node_rows) -> tuple[list[int], object]:
-    sizes = [len(r) for r in node_rows]
-    rows = np.concatenate([np.asarray(r, dtype=np.int64) for r in node_rows]) if node_rows else \
-        np.zeros(0, dtype=np.int64)
-    token = object()
-    executor.share("rows", token, {"kind": "array", "dtype": rows.dtype.str, "shape": [len(rows)],
-                               "sizes": sizes}, [rows.tobytes()])
-    return sizes, token
-
-
-def histogram(values: Sequence, bin_idx: np.ndarray, node_rows: Sequence[np.ndarray],
-              bin_offsets: np.ndarray, modulus=None, *, executor=None, joint="auto",
-              stats: dict | None = None, slot: str = "values") -> list[list]:
-    joint = _check_joint(joint)
-    bin_idx = np.asarray(bin_idx)
-    offsets = np.asarray(bin_offsets, dtype=np.int64)
-    n_bins = np.diff(offsets).tolist()
-    n_features = len(n_bins)
-    if bin_idx.ndim != 2 or bin_idx.shape[1] != n_features:
-        raise ValueError(f"bin_idx of shape {bin_idx.shape} does not match {n_features} features")
-    node_rows = [np.asarray(r, dtype=np.int64) for r in node_rows]
-    total = int(offsets[-1])
-    work = sum(len(r) for r in node_rows) * n_features
-    if modulus is not None and parallel.on_workers(executor, "histogram", work):
-        return _histogram_workers(executor, values, bin_idx, node_rows, offsets, modulus, joint, stats, slot)
-    out = []
-    for rows in node_rows:
-        if len(rows) == len(values) and np.array_equal(rows, np.arange(len(values))):
-            vals = values
-        else:
-            vals = [values[r] for r in rows.tolist()]
-        sums = block_sums(vals, bin_idx[rows], n_bins, modulus, joint, stats)
-        assert len(sums) == total
-        out.append(sums)
-    return out
-
-
-def _histogram_workers(executor, values, bin_idx, node_rows, offsets, modulus, joint, stats=None,
-                       slot="values"):
-    width = int_width(modulus)
-    share_inputs(executor, values, bin_idx, modulus, slot)
-    sizes, _ = share_rows(executor, node_rows)
-    n_features = len(offsets) - 1
-    units = _units(sizes, n_features, executor.n_workers)
-    mhex = format(int(modulus), "x")
-    replies = executor.map([({"op": "hist", "values": slot, "bins": "bins", "rows": "rows", "node": j,
-                          "f0": f0, "f1": f1, "r0": r0, "r1": r1, "modulus": mhex,
-                          "n_bins": np.diff(offsets[f0:f1 + 1]).tolist(), "joint": joint}, ())
-                        for j, f0, f1, r0, r1 in units])
-    m = gmpy2.mpz(modulus)
-    total = int(offsets[-1])
-    out = [[gmpy2.mpz(1)] * total for _ in node_rows]
-    adds = 0
-    for (j, f0, f1, _, _), (header, blobs) in zip(units, replies):
-        acc = out[j]
-        start = int(offsets[f0])
-        adds += int(header.get("additions", 0))
-        for i, v in enumerate(bytes_to_ints(blobs[0], width), start=start):
-            if acc[i] == 1:
-                acc[i] = v
-            elif v != 1:                       # partial sums of the same bin from two row ranges
-                acc[i] = acc[i] * v % m
-                adds += 1
-    if stats is not None:
-        stats["additions"] = stats.get("additions", 0) + adds
-    return out
-
-
-def reference_histogram(plain_values: Sequence[int], bin_idx: np.ndarray,
-                        node_rows: Sequence[np.ndarray], bin_offsets: np.ndarray) -> list[list[int]]:
-    """Naive plaintext oracle: sum of ``plain_values`` per node, feature and bin."""
-    bin_idx = np.asarray(bin_idx)
-    out = []
-    for rows in node_rows:
-        rows = set(int(r) for r in rows)
-        sums = []
-        for feature_idx in range(bin_idx.shape[1]):
-            n_bins = int(bin_offsets[feature_idx + 1] - bin_offsets[feature_idx])
-            for b in range(n_bins):
-                sums.append(sum(int(plain_values[r]) for r in rows if int(bin_idx[r, feature_idx]) == b))
-        out.append(sums)
     return out

@@ -7,10 +7,6 @@ closes. The operations (:func:`run`, the vocabulary of every executor's requests
 * ``put``: fill a named slot (``ints``: fixed-width big
   integers; ``array``: a numpy array; ``encryptor`` / ``decryptor``: key
   material of the party that owns the executor, to build tables once).
-* ``hist``: one (node, feature block, row range) unit of
-  :func:`crypto.histogram.histogram`.
-* ``direct``: one unit of the pre-shifted histogram of
-  :func:`crypto.compress.compressed_histogram`.
 * ``compress``, ``encrypt``, ``decrypt``: a chunk of that batch operation.
 * ``obf_fill``: fresh obfuscators into the stock of this worker's encryptor
   (:class:`crypto.paillier.ObfuscatorStock`; they never leave the worker), ``obf_stats``: its counters.
@@ -71,9 +67,6 @@ def _put(req, blobs, st):
         obj = bytes_to_ints(blobs[0], int(req["width"]), bool(req.get("signed")))
     elif kind == "array":
         obj = np.frombuffer(blobs[0], dtype=np.dtype(req["dtype"])).reshape(req["shape"])
-        if "sizes" in req:
-            starts = np.concatenate([[0], np.cumsum(req["sizes"], dtype=np.int64)])
-            obj = (obj, starts)
     elif kind == "encryptor":
         obj = Encryptor.from_state(req["state"])
     elif kind == "decryptor":
@@ -82,36 +75,6 @@ def _put(req, blobs, st):
         raise ValueError(f"unknown slot kind {kind!r}")
     st[req["slot"]] = obj
     return {}, []
-
-
-def _node_rows(req, st):
-    rows, starts = st[req["rows"]]
-    j = int(req["node"])
-    return rows[starts[j]:starts[j + 1]][int(req["r0"]):int(req["r1"])]
-
-
-def _hist(req, blobs, st):
-    values = st[req["values"]]
-    bins = st[req["bins"]]
-    rows = _node_rows(req, st)
-    f0, f1 = int(req["f0"]), int(req["f1"])
-    vals = [values[i] for i in rows.tolist()]
-    m = _modulus(req["modulus"])
-    joint = req["joint"]
-    stats = {}
-    sums = block_sums(vals, bins[rows, f0:f1], req["n_bins"], m, joint, stats)
-    return {"additions": stats.get("additions", 0)}, [ints_to_bytes(sums, int_width(m))]
-
-
-def _direct(req, blobs, st):
-    values = st[req["values"]]
-    bins = st[req["bins"]]
-    rows = _node_rows(req, st)
-    f0, f1 = int(req["f0"]), int(req["f1"])
-    m = _modulus(req["modulus"])
-    c0, accs = direct_block(values, int(req["n_samples"]), rows, bins[rows, f0:f1], req["slot0"],
-                            req["n_bins"], int(req["per"]), m)
-    return {"c0": c0}, [ints_to_bytes(accs, int_width(m))]
 
 
 def _compress(req, blobs, st):
@@ -346,7 +309,7 @@ def _ext(req, blobs, st):
     return ops[req["fn"]](req, blobs, st)
 
 
-_OPS = {"put": _put, "hist": _hist, "direct": _direct, "compress": _compress,
+_OPS = {"put": _put, "compress": _compress,
         "encrypt": _encrypt, "decrypt": _decrypt, "obf_fill": _obf_fill,
         "obf_stats": _obf_stats,
         "fill": _fill, "get": _get, "drop": _drop, "pack_encrypt": _pack_encrypt, "shard_hist": _shard_hist,

