@@ -24,9 +24,12 @@ from crypto.shards import (
     ShardedEncryption,
     ShardSet,
     overlap_enabled,
+    plain_width,
     plan_shards,
+    stream_plan,
     stream_rows,
 )
+from crypto.sim_executor import SimCosts, SimulatedExecutor
 from parties import passive_train
 from protocols import messages as m
 from protocols.serialization import loads
@@ -232,3 +235,33 @@ def test_the_stream_encrypts_each_shard_once_for_several_senders_and_counts_only
     assert len(stream.buf) == 0 and calls.count("get") > 10      # the late sender fetched evicted shards
     assert waits and all(w >= 0 for w in waits)
     assert len(done) == 1 and isinstance(done[0], dict)         # once, when the last wave is in
+
+
+def test_messages_of_several_units_carry_the_values_in_message_order():
+    """Issue 24: a message groups consecutive encryption units (a few per worker); its values are
+    ordered (group, shift, row) over the message's rows, exactly as one shard of those rows would
+    be; the stream keeps a window of at least one shard per worker in flight."""
+    n, K, shifts = 3000, 2, 2
+    rng = np.random.default_rng(4)
+    g = rng.integers(-1000, 1000, size=(n, K)).astype(np.int64)
+    h = rng.integers(0, 1000, size=(n, K)).astype(np.int64)
+    layout = PackingLayout.for_bounds(1000, 1000, max_rows=n, n_targets=1, precision_bits=0)
+    width = plain_width(layout.value_bits, 4)          # copies shifted over per = 4 slots
+    ex = SimulatedExecutor(4, SimCosts(encrypt=0, add=0, move=0, decrypt=0))
+    try:
+        units, messages = stream_plan(n, ex.n_workers, 1000)
+        assert len(messages) == 8 and all(k1 - k0 == 2 for k0, k1 in messages)    # two units per message
+        assert [a for a, _ in units][1:] == [b for _, b in units][:-1] and units[-1][1] == n
+        job = (g, h, None, layout.to_dict(), 1, False, layout.value_bits, 4)
+        values = ShardedEncryption(ShardSet(ex, n, prefix="grad/", bounds=units), K, shifts, width, True)
+        stream = EncryptionStream(values, job, messages=messages)
+        assert stream.window >= ex.n_workers
+        got = [stream.take(i) for i in range(len(messages))]
+        stream.close()
+        bounds = [(units[k0][0], units[k1 - 1][1]) for k0, k1 in messages]    # one shard per message
+        whole = ShardedEncryption(ShardSet(ex, n, prefix="whole/", bounds=bounds), K, shifts, width, True)
+        whole.fill(*job)
+        assert got == [whole.shard_bytes(i) for i in range(len(bounds))]
+        assert ex.units["encrypt"] == 2 * n * K * shifts      # each unit once in the stream, once whole
+    finally:
+        ex.close()
