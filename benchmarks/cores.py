@@ -88,7 +88,7 @@ def run_one(workers: int, args) -> dict:
 def model_one(workers: int, args) -> dict:
     """The model's round on ``workers`` simulated workers per party (see the module doc)."""
     shards.MIN_STREAM_SHARD_BYTES = 1                     # plain values: messages of as few rows as real ones
-    parallel.POLICY = parallel.ParallelPolicy(histogram=0)    # thresholds are for real sizes
+    parallel.POLICY = parallel.ParallelPolicy(reduce=0)    # thresholds are for real sizes
     rng = np.random.default_rng(0)
     n, f = args.model_rows, 4
     X = rng.normal(size=(n, 2 + f))

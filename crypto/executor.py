@@ -188,15 +188,15 @@ class Executor(ABC):
         each) with the ``combine`` operation: cut into :func:`reduce_slices` slices, each slice of
         every partial summed by one request on whichever worker is free (``(parts - 1) * values /
         slices`` additions each: the reduction takes about ``1 / n_workers`` of its work, not the
-        driver's ``parts - 1`` passes over the whole vector). Small sums
-        (:func:`crypto.parallel.on_workers`) stay in the calling process."""
+        driver's ``parts - 1`` passes over the whole vector). Small sums (under the ``reduce``
+        threshold of :func:`crypto.parallel.on_workers`) stay in the calling process."""
         if not parts:
             return b""
         if len(parts) == 1:
             return bytes(parts[0])
         w = max(1, int(combine["width"]))
         n = len(parts[0]) // w
-        if not parallel.on_workers(self, "histogram", (len(parts) - 1) * n):
+        if not parallel.on_workers(self, "reduce", (len(parts) - 1) * n):
             return self._run_here(dict(combine), list(parts))[1][0]
         cuts = reduce_slices(n, self.n_workers)
         reqs = [(dict(combine), [bytes(memoryview(p)[a * w:b * w]) for p in parts]) for a, b in cuts]

@@ -18,23 +18,25 @@ from datasets.errors import InputError
 MAX_WORKERS = 256
 
 #: the kernels that ask :func:`on_workers`; each names a minimum field of :class:`ParallelPolicy`
-Kernel = Literal["histogram", "compress", "encrypt", "decrypt"]
+Kernel = Literal["histogram", "compress", "encrypt", "decrypt", "reduce"]
 
 
 @dataclass(frozen=True)
 class ParallelPolicy:
-    """Work below which a batch runs inline, per kernel, and the smallest unit sent to a worker."""
+    """Work below which a batch runs inline, per kernel. (A level's histograms run on the workers
+    holding the shards, :mod:`crypto.shards`; ``histogram`` decides whether a passive party starts
+    worker processes at all; issue 24 removed the per-request histogram units and their ``unit``.)"""
 
-    histogram: int = 60_000    # homomorphic additions of one histogram request (~75 ms at 1024 bits)
+    histogram: int = 60_000    # additions of one histogram over all rows (~75 ms at 1024 bits): own workers
     compress: int = 40_000     # squarings of one compression batch (values * shift bits)
     encrypt: int = 256         # plaintexts of one encryption batch
     decrypt: int = 16          # ciphertexts of one decryption batch
-    unit: int = 8_000          # additions: the smallest histogram unit sent to a worker
+    reduce: int = 8_000        # additions of a reduction of partial sums (~10 ms at 1024 bits; Executor.sum_parts)
 
     @classmethod
     def always(cls) -> "ParallelPolicy":
-        """Every batch on the workers, cut into small units (tests: worker paths on tiny data)."""
-        return cls(histogram=0, compress=0, encrypt=0, decrypt=0, unit=50)
+        """Every batch on the workers (tests: worker paths on tiny data)."""
+        return cls(histogram=0, compress=0, encrypt=0, decrypt=0, reduce=0)
 
     def on_workers(self, executor, kernel: Kernel, work: int) -> bool:
         """Run ``work`` of ``kernel`` on ``executor``'s workers (else inline)?"""

@@ -444,12 +444,15 @@ def stream_plan(n_rows: int, n_workers: int, message_rows: int) -> tuple[list[tu
     ``[k0, k1)`` a run of consecutive units. The messages are the shards of :func:`plan_shards`
     under ``message_rows`` (:func:`stream_rows`, the frame cap); each is cut into units of
     :data:`UNITS_PER_WORKER` per worker over the round (at least :data:`MIN_SHARD_ROWS` rows), so
-    a message's byte floor (:data:`MIN_STREAM_SHARD_BYTES`) never leaves workers without work."""
-    n_rows = int(n_rows)
-    per = max(MIN_SHARD_ROWS, -(-n_rows // (UNITS_PER_WORKER * max(1, int(n_workers)))))
+    a message's byte floor (:data:`MIN_STREAM_SHARD_BYTES`) never leaves workers without work; the
+    first message into one unit per worker (what the senders wait for before the stream flows)."""
+    n_rows, w = int(n_rows), max(1, int(n_workers))
+    per = max(MIN_SHARD_ROWS, -(-n_rows // (UNITS_PER_WORKER * w)))
     units, messages = [], []
-    for a, b in plan_shards(n_rows, n_workers, message_rows):
-        k = max(1, -(-(b - a) // per))
+    for i, (a, b) in enumerate(plan_shards(n_rows, n_workers, message_rows)):
+        # the first message is spread over every worker: the senders wait for it alone
+        rows = per if i else min(per, max(MIN_SHARD_ROWS, -(-(b - a) // w)))
+        k = max(1, -(-(b - a) // rows))
         cuts = np.linspace(a, b, k + 1).round().astype(np.int64).tolist()
         k0 = len(units)
         units.extend((int(x), int(y)) for x, y in zip(cuts[:-1], cuts[1:]) if y > x)

@@ -274,9 +274,10 @@ def test_closed_local_executors_keep_their_worker_peaks_for_the_benchmarks():
 # --- the parallelism policy: one object decides inline or on the workers --------------
 def test_the_default_policy_keeps_the_measured_thresholds():
     pol = parallel.POLICY
-    assert (pol.histogram, pol.compress, pol.encrypt, pol.decrypt, pol.unit) == (60_000, 40_000, 256, 16, 8_000)
+    assert (pol.histogram, pol.compress, pol.encrypt, pol.decrypt, pol.reduce) == (60_000, 40_000, 256, 16, 8_000)
     with LocalExecutor(2, "policy") as ex:
         assert not parallel.on_workers(ex, "histogram", 59_999) and parallel.on_workers(ex, "histogram", 60_000)
+        assert not parallel.on_workers(ex, "reduce", 7_999) and parallel.on_workers(ex, "reduce", 8_000)
         assert not parallel.on_workers(ex, "encrypt", 255) and parallel.on_workers(ex, "encrypt", 256)
         assert not parallel.on_workers(None, "decrypt", 10 ** 9)
         assert not ex.started                               # deciding starts nothing

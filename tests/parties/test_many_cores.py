@@ -45,7 +45,7 @@ def model_round(monkeypatch, n_workers: int, n_rows: int, n_features: int, depth
     # ~4k rows; without the byte floor the model's messages hold as few rows as the real ones do
     monkeypatch.setattr(shards, "MIN_STREAM_SHARD_BYTES", 1)
     # the inline thresholds are measured for real rounds' sizes; the model's round is smaller
-    monkeypatch.setattr(parallel, "POLICY", parallel.ParallelPolicy(histogram=0))
+    monkeypatch.setattr(parallel, "POLICY", parallel.ParallelPolicy(reduce=0))
     a, b = _frames(n_rows, n_features)
     costs = SimCosts(**{k: v * scale for k, v in vars(COSTS).items()})
     ex_a = SimulatedExecutor(n_workers, costs, name="bank")
