@@ -8,10 +8,11 @@ import threading
 
 import numpy as np
 import pytest
+from oracles import node_histograms
 from support import KEY_BITS, small_frames
 
 from crypto.executor import InlineExecutor
-from crypto.intcodec import int_width
+from crypto.intcodec import int_width, ints_to_bytes
 from crypto.keys import generate_keypair
 from crypto.packing import PackingLayout
 from crypto.paillier import Encryptor
@@ -263,5 +264,35 @@ def test_messages_of_several_units_carry_the_values_in_message_order():
         whole.fill(*job)
         assert got == [whole.shard_bytes(i) for i in range(len(bounds))]
         assert ex.units["encrypt"] == 2 * n * K * shifts      # each unit once in the stream, once whole
+    finally:
+        ex.close()
+
+
+def test_the_intake_keeps_every_worker_busy_and_holds_at_most_two_messages_per_worker():
+    """Issue 24: the intake writes messages and sums root partials on all workers at once, without
+    waiting for each; a sender faster than the workers is held back at 2 x workers messages; the
+    root partials then sum to the histogram of all rows."""
+    n, W = 4000, 4
+    rng = np.random.default_rng(7)
+    bins = rng.integers(0, 4, size=(n, 2)).astype(np.uint8)
+    vals = [int(v) for v in rng.integers(-1000, 1000, size=n)]
+    layout = PackingLayout.for_bounds(1000, 1000, max_rows=n, n_targets=1, precision_bits=0)
+    width = plain_width(layout.value_bits, 1)
+    ex = SimulatedExecutor(W, SimCosts(encrypt=0, add=2e-5, move=5e-4, decrypt=0))
+    try:
+        shards = ShardSet(ex, n, max_rows=250, prefix="t/")
+        shards.place_array("bins", bins)
+        g = passive_train.ShardedGradients(0, False, layout, 1, 1, 1, width, True, np.zeros(n, dtype=bool))
+        intake = passive_train.RoundIntake("telco", shards, g, None, [4, 4])
+        held = []
+        for start in range(0, n, 100):
+            intake.put(start, start + 100, ints_to_bytes(vals[start:start + 100], width, signed=True))
+            held.append(intake.held)
+        intake.finish()
+        assert intake.budget == 2 * W and max(held) == intake.budget     # bounded, and the bound was reached
+        assert intake.partials.all() and np.array_equal(intake.ident[0], np.array(vals) == 0)   # 0: identity
+        assert max(ex.busy) < 1.5 * min(ex.busy)                          # every worker took its share
+        sums, _ = shards.root_histograms(g, [0], [4, 4], None)
+        assert sums == node_histograms(vals, bins, [np.arange(n)], [0, 4, 8])[0]
     finally:
         ex.close()
