@@ -4,19 +4,21 @@ The kernels (:mod:`crypto.histogram`, :mod:`crypto.compress`,
 :mod:`crypto.paillier`) see an :class:`Executor` as **named shared state on
 workers plus requests over it**:
 
-* ``share(slot, obj, header, blobs)`` puts one big object (a round's ciphertext
-  vector, a party's bin matrix, a key's tables) into the named ``slot`` of every
+* ``share(slot, obj, header, blobs)`` puts one big object (a key's tables, a
+  party's encryptor) into the named ``slot`` of every
   worker, once: the executor remembers which local object a slot holds
   (``holds``), so sharing the same object again is free and a new object (the
   next round) replaces it. ``share_lazy`` encodes only when needed.
 * ``map(requests)`` runs independent requests, each ``(header, blobs)`` with
   ``header["op"]`` an operation of :mod:`crypto.worker` that names the slots it
-  reads (a histogram unit ships only its row range, never the ciphertexts);
-  the replies come back in request order. ``broadcast`` sends one request to
-  every worker.
+  reads; the replies come back in request order. ``broadcast`` sends one
+  request to every worker.
 * ``run_on(requests)`` runs each request on a given worker (the one whose slots hold a row
-  shard, :mod:`crypto.shards`), ``reduce_on`` sums such requests' partial results with a
-  ``combine`` operation (a tree reduction), ``drop(prefix)`` forgets slots.
+  shard, :mod:`crypto.shards`); ``submit_on`` starts them and returns at once (a
+  :class:`Pending`, issue 24: a caller keeps many requests in flight while others use the
+  same workers; a worker runs its requests in the order they reach it); ``reduce_on`` sums
+  such requests' partial results with a ``combine`` operation, in slices on the workers
+  (:meth:`Executor.sum_parts`); ``drop(prefix)`` forgets slots.
 * ``n_workers``, a context-manager lifecycle (``start``, ``close``), and for
   benchmarks ``pids``, ``cpu_seconds`` (CPU time the workers reported) and
   ``worker_peaks()`` (peak resident memory per worker).
@@ -24,7 +26,7 @@ workers plus requests over it**:
 Requests and replies are frames of :mod:`crypto.framing` (JSON header, raw byte
 blobs), and a worker's state is exactly what was shared into its slots; so the
 cluster executor (:class:`crypto.dask_executor.DaskExecutor`, issue 11: row
-shards that stay put on workers, one task per shard and level) implements the
+shards that stay put on workers, one task per worker and level) implements the
 same methods over Dask, and the kernels do not change. :class:`InlineExecutor`
 runs the same operations in the calling process (one job, or tiny data).
 Whether a batch goes to the workers at all is decided by
@@ -32,7 +34,14 @@ Whether a batch goes to the workers at all is decided by
 
 :class:`LocalExecutor` is the implementation on this machine: ``n_workers``
 child processes (``python -m crypto.worker``), each a loop that reads one
-request frame from its stdin and writes one reply frame to its stdout.
+request frame from its stdin and writes one reply frame to its stdout. Each
+has a **lane** in the parent (:class:`_Lanes`): a FIFO of requests that one
+thread sends and answers in turn; unpinned requests (``map``) go to the first
+idle lane. No lock is held while a worker computes, so the gradient stream,
+the obfuscator fills, the intake and a level's tasks of one party share all its
+workers (before issue 24 one lock held the whole pool for each call).
+:class:`crypto.sim_executor.SimulatedExecutor` runs the same lanes over
+simulated workers (the many-core model).
 
 Why child processes started with ``subprocess`` rather than ``fork``: a forked
 copy of a process that runs threads (a gRPC server, BLAS) may deadlock, Python

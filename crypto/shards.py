@@ -12,16 +12,18 @@ the whole training, in named slots of that worker (:mod:`crypto.worker`):
 
 Per tree level only the node of every row goes to the workers, bit-packed
 (:func:`pack_codes`, a few bits per row); each shard answers with its partial
-histogram of the nodes being built (one task per shard and level), and the
+histogram of the nodes being built, one task per worker and level over all its
+shards (``shards_hist``: the worker sums its shards' partials), and the workers'
 partials are summed homomorphically by :meth:`crypto.executor.Executor.reduce_on`
-(a tree reduction). Neither the driver of the passive party nor that of the
-active party ever holds a round's whole gradient vector: the active driver
-holds one shard message at a time while it streams, the passive driver forwards
-each message's bytes to the workers holding those rows and keeps none.
+(in slices on the workers, issue 24). Neither the driver of the passive party nor
+that of the active party ever holds a round's whole gradient vector: the active
+driver holds the stream's window of shards (:class:`EncryptionStream`), the
+passive driver forwards each message's bytes to the workers holding those rows
+and keeps none beyond its intake's budget.
 
 Everything here is plain data over an :class:`crypto.executor.Executor`; the
 kernels themselves are :func:`crypto.histogram.block_sums` and
-:func:`crypto.compress.direct_block`, as in the local path.
+:func:`crypto.compress.direct_block`.
 """
 from __future__ import annotations
 
@@ -61,9 +63,9 @@ def overlap_enabled() -> bool:
 #: a streamed gradient shard message carries at least this many bytes (unless the frame cap is
 #: lower): every message costs a round trip, which on a slow link must stay small next to its bytes
 MIN_STREAM_SHARD_BYTES = 1 << 20
-#: ... and at most this many (issue 11): the drivers hold a few messages at a time (the active
-#: party's stream keeps about two waves, the passive party's intake a backlog of two), so capping
-#: a message keeps both drivers' memory flat in the number of rows; more rows, more messages
+#: ... and at most this many (issue 11): the drivers hold a bounded number of messages (the active
+#: party's stream its window, the passive party's intake its budget; issue 24), so capping a
+#: message keeps both drivers' memory flat in the number of rows; more rows, more messages
 MAX_STREAM_SHARD_BYTES = 16 << 20
 
 
