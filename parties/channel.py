@@ -11,11 +11,12 @@ workers). The round travels to each passive party as a stream
 (:meth:`GradientChannel.messages`): one ``GradientsStart``, then one
 ``GradientShard`` per row shard, under the frame cap; the driver never holds the
 whole vector. With overlap (the default, :func:`crypto.shards.overlap_enabled`) the round is
-cut into at least :data:`crypto.shards.STREAM_SHARDS` shards and a producer thread encrypts
-shard k + 1 while shard k is on the wire (and while the passive parties start
-their first level on it): :class:`crypto.shards.EncryptionStream`, each shard
-encrypted once for all passive parties; without, the whole round is encrypted
-before the first shard is sent. Its seconds go into the round's timing record
+cut into at least :data:`crypto.shards.STREAM_SHARDS` messages, each of a few encryption units
+(:func:`crypto.shards.stream_plan`: four per worker over the round, the first message one per
+worker), and a producer thread keeps a window of units in flight on every worker while the
+earlier messages are on the wire (and while the passive parties start their first level on
+them): :class:`crypto.shards.EncryptionStream`, each unit encrypted once for all passive
+parties; without, the whole round is encrypted before the first shard is sent. Its seconds go into the round's timing record
 (stages ``encrypt`` and ``decrypt``): ``encrypt`` counts only the encryption
 on the critical path (the preparation, and the time a sender waited for a shard).
 

@@ -207,13 +207,16 @@ class RoundIntake:
     while the first level is already being summed.
 
     The handler of a ``GradientShard`` only checks it (:meth:`crypto.shards.ShardSet.accept`) and
-    queues it, so its acknowledgement does not wait; a background thread writes each message into
-    the workers holding its rows and, once a shard of this party's rows is complete, computes that
-    shard's partial root histogram over all its rows (:meth:`crypto.shards.ShardSet.root_partial`).
+    queues it, so its acknowledgement does not wait; a background thread starts each message's
+    writes into the workers holding its rows and, once a shard of this party's rows is complete,
+    that shard's partial root histogram over all its rows (:meth:`crypto.shards.ShardSet.submit_root_partial`,
+    after the writes on the same worker), without waiting for either (issue 24: every worker writes
+    and sums at once), and takes their replies in as they finish.
     Rows no tree of the round samples carry placeholders that add nothing (``1`` / ``0``), so the
     sums over all rows are the sums over the sampled rows; the partial's reply says which rows hold
-    such an identity value. At most :data:`INTAKE_BACKLOG` messages wait (a slower party slows
-    the sender down instead of holding the round).
+    such an identity value. At most two messages per worker (:data:`INTAKE_BACKLOG` at least,
+    :data:`INTAKE_WINDOW_BYTES` at most) wait or are on their way to the workers (a slower party
+    slows the sender down instead of holding the round).
 
     The first ``HistogramRequest`` of the round waits for the thread (:meth:`finish`), then
     :meth:`root_groups` decides whether the partials answer it: every node is a root (node 0),
