@@ -16,8 +16,8 @@ cut into at least :data:`crypto.shards.STREAM_SHARDS` messages, each of a few en
 worker), and a producer thread keeps a window of units in flight on every worker while the
 earlier messages are on the wire (and while the passive parties start their first level on
 them): :class:`crypto.shards.EncryptionStream`, each unit encrypted once for all passive
-parties; without, the whole round is encrypted before the first shard is sent. Its seconds go into the round's timing record
-(stages ``encrypt`` and ``decrypt``): ``encrypt`` counts only the encryption
+parties; without, the whole round is encrypted before the first shard is sent. Its seconds go
+into the round's timing record (stages ``encrypt`` and ``decrypt``): ``encrypt`` counts only the encryption
 on the critical path (the preparation, and the time a sender waited for a shard).
 
 Whether to send pre-shifted copies (:func:`crypto.compress.choose_shifts`) weighs their
