@@ -181,8 +181,9 @@ def _shard_hist(req, blobs, st):
 
 
 def _add_into(acc: list, part: list, m) -> int:
-    """``acc += part`` elementwise (a product mod ``m`` under encryption, ``1`` the empty sum);
-    returns the additions done."""
+    """``acc += part`` elementwise (a product mod ``m`` under encryption, ``1`` the empty sum;
+    the one place partial sums are added: ``combine``, ``shards_hist``, ``take``); returns the
+    additions done."""
     adds = 0
     if m is None:
         for i, v in enumerate(part):
@@ -285,16 +286,15 @@ def _take(req, blobs, st):
 
 
 def _combine(req, blobs, st):
+    """The elementwise sum of the partials in ``blobs`` (a slice of each, see
+    :meth:`crypto.executor.Executor.sum_parts`)."""
     w, signed = int(req["width"]), bool(req.get("signed"))
-    parts = [bytes_to_ints(b, w, signed) for b in blobs]
-    acc = parts[0]
     m = _modulus(req["modulus"]) if req.get("modulus") else None
-    for part in parts[1:]:
-        if m is None:
-            acc = [x + y for x, y in zip(acc, part)]
-        else:
-            acc = [y if x == 1 else x if y == 1 else x * y % m for x, y in zip(acc, part)]
-    return {}, [ints_to_bytes(acc, w, signed)]
+    acc = bytes_to_ints(blobs[0], w, signed)
+    adds = 0
+    for blob in blobs[1:]:
+        adds += _add_into(acc, bytes_to_ints(blob, w, signed), m)
+    return {"additions": adds}, [ints_to_bytes(acc, w, signed)]
 
 
 #: modules whose ``WORKER_OPS`` the ``ext`` operation may run (a party's own requests only)
