@@ -384,3 +384,26 @@ def test_lean_dask_settings_reach_the_workers_of_a_local_and_a_real_cluster(real
         for key, want in LEAN_CONFIG.items():       # (a module the workers can import: dask's own)
             got = c.run(dask.config.get, key)
             assert len(got) == 2 and set(got.values()) == {want}, (key, got)
+
+
+def test_pinned_tasks_sent_without_waiting_run_in_order_on_their_worker(local_cluster):
+    """Issue 24: submit_on returns before the tasks ran (the stream and the intake keep many in
+    flight), and a worker's pinned tasks still run in the order they were sent: each write is
+    seen by the read sent right after it, without waiting in between."""
+    ex = DaskExecutor(local_cluster.scheduler_address, name="order", insecure=True)
+    try:
+        pendings = []
+        for k in range(12):
+            wi = k % ex.n_workers
+            ints = np.arange(k, k + 50, dtype=np.int64)
+            pendings.append(ex.submit_on([
+                (wi, ({"op": "put", "slot": "s", "kind": "array", "dtype": ints.dtype.str, "shape": [50]},
+                      [ints.tobytes()])),
+                (wi, ({"op": "fill", "slot": "v", "size": 50, "width": 8, "signed": True,
+                       "segments": [[0, 50]], "modulus": None, "round": k}, [ints.tobytes()])),
+                (wi, ({"op": "get", "slots": ["v"], "width": 8, "signed": True}, ()))]))
+        for k, pending in enumerate(pendings):
+            replies = pending.result()
+            assert np.frombuffer(replies[-1][1][0], dtype=np.int64).tolist() == list(range(k, k + 50))
+    finally:
+        ex.close()
