@@ -32,6 +32,7 @@ from protocols.units import format_bytes
 from vfl.api import simulate as simulate_federation
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
 from vfl.core.dp_model import DP_TREES, read_dp_bins
+from vfl.core.dp_noise import NOT_PRIVATE
 from vfl.core.files import check_writable_dir, write_text_atomic
 from vfl.core.params import (
     ALIGNMENTS,
@@ -265,6 +266,9 @@ def _training_options(f):
                           "chosen on a pilot of disjoint rows; 'auto': the pilot also picks K, from its gains and "
                           "each feature's channel at epsilon / K (no selection when the pilot is too "
                           "small); 'none': release every feature."),
+        click.option("--dp-unsafe-noise-seed", type=int, default=_default("dp_unsafe_noise_seed"),
+                     help="NOT PRIVATE, tests only: seed the DP noise so a run repeats (anyone knowing the seed "
+                          "can invert it). Default: cryptographic noise; --seed never touches it."),
         click.option("--dp-model", type=float, default=_default("dp_model"),
                      help="Modes he/plain: train a differentially private released model with this total "
                           "epsilon per training row (inf: the non-private model); see docs/dp.md."),
@@ -367,6 +371,9 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     click.echo(f"parties: {names}; mode {mode}" + (f", {params.key_bits}-bit Paillier" if mode == Mode.HE else "")
                + f"; objective {params.objective}")
     click.echo(f"alignment: {params.align}; prediction: {prediction}")
+    if params.dp_unsafe_noise_seed is not None:
+        click.echo(f"WARNING: {NOT_PRIVATE}: --dp-unsafe-noise-seed {params.dp_unsafe_noise_seed} seeds the DP noise; "
+                   "the printed epsilon does not hold")
     bar = tqdm(total=params.n_estimators, desc="trees", unit="tree", disable=quiet, file=sys.stderr)
 
     def on_round(r, info):

@@ -30,6 +30,7 @@ from protocols import messages as m
 from vfl.core.boosting import Booster
 from vfl.core.dp import BucketSource, check_epsilon, epsilon_budget, json_epsilon, release_buckets, stay_probability
 from vfl.core.dp_debias import DebiasedBucketSource, DPBooster, auto_buckets, auto_select, coarse_buckets, root_gains
+from vfl.core.dp_noise import NOT_PRIVATE, noise_source
 from vfl.core.params import Mode
 
 #: what a passive party training in mode dp refuses to answer
@@ -41,9 +42,9 @@ DP_REFUSED = frozenset({m.Gradients, m.GradientsStart, m.GradientShard, m.Histog
 #
 # Local settings of the passive party (never set by the active party), on its state:
 #
-# * ``dp_seed``: seed of the randomized response. ``None`` (default) draws fresh entropy from
-#   the operating system for every release -- what a deployment must use. Simulations set it
-#   for reproducible runs.
+# * ``dp_unsafe_noise_seed``: ``None`` (default): cryptographic noise (os.urandom), what any
+#   release must use. A seed makes the noise reproducible and the release NOT PRIVATE (tests
+#   only; the ledger entry and the model file then say "NOT PRIVATE").
 # * ``dp_max_epsilon_per_feature``: this party's own policy; a release request above it is
 #   refused. ``None``: no cap.
 
@@ -129,16 +130,16 @@ def release(s: PassiveState, req: m.DPReleaseRequest) -> m.DPRelease:
     if _entries(s) and (req.rows is None or released[rows].any()):
         raise ProtocolError(f"party {s.name!r} already released its buckets of these rows for this training; "
                             f"a second release would spend the privacy budget again")
-    seed = s.dp_seed
+    seed = s.dp_unsafe_noise_seed
     if seed is not None and _entries(s):      # a seeded party's later releases (--dp-select): own streams
         seed = [*np.atleast_1d(np.asarray(seed, dtype=object)).tolist(), len(_entries(s))]
-    rng = np.random.default_rng(seed)
+    noise = noise_source(None if seed is None else [int(x) for x in np.atleast_1d(np.asarray(seed, dtype=object))])
     bucket_idx, n_bins, last_bin = _coarsen(s, binner, req.n_buckets, features)
     has_missing = np.any(bucket_idx == (n_bins - 1)[None, :], axis=0)     # over all training rows
     # draw the noise in the party's own row order, not the salted alignment order, so a
     # seeded party (simulations) gets the same noise per row whatever the salt
     asked, rows = rows, rows[np.argsort(s.train.rows[rows], kind="stable")]
-    noisy_own, domain = release_buckets(bucket_idx[rows], n_bins, eps, rng, has_missing)
+    noisy_own, domain = release_buckets(bucket_idx[rows], n_bins, eps, noise, has_missing)
     noisy = np.empty((n_rows, len(features)), dtype=noisy_own.dtype)
     noisy[rows] = noisy_own
     keep = np.zeros(n_rows, dtype=bool)
@@ -147,6 +148,7 @@ def release(s: PassiveState, req: m.DPReleaseRequest) -> m.DPRelease:
     s.train.dp_released = released
     s.dp_ledger.append({
         "model_id": s.model_id, "n_samples": int(rows.size), "n_features": int(len(features)),
+        "noise": noise.label(), **({} if noise.private else {"privacy": NOT_PRIVATE}),
         "epsilon_per_feature": json_epsilon(eps), "epsilon_per_party": json_epsilon(eps * len(features)),
         "rr_domain": [int(k) for k in domain], "n_buckets": [int(nb) - 1 for nb in n_bins],
         **({} if req.features is None else {"features": [int(f) for f in features]}),

@@ -172,9 +172,9 @@ class PassiveParty:
     # (e.g. ``party.allowed_align = ("psi",)`` refuses hashed ids, also for prediction).
     allowed_align = _state_attr("allowed_align", "alignment methods accepted")
     allowed_prediction = _state_attr("allowed_prediction", "prediction protocols accepted")
-    # DP mode: the seed of the randomized response (None: fresh OS entropy per release, what a
-    # deployment must use) and this party's cap on a release's epsilon per feature (None: none)
-    dp_seed = _state_attr("dp_seed", "seed of the DP randomized response (None: OS entropy)")
+    # DP mode: a NOT PRIVATE test seed of the noise (None: cryptographic noise, what every release
+    # must use) and this party's cap on a release's epsilon per feature (None: none)
+    dp_unsafe_noise_seed = _state_attr("dp_unsafe_noise_seed", "NOT PRIVATE test seed of the DP noise (None: secure)")
     dp_max_epsilon_per_feature = _state_attr("dp_max_epsilon_per_feature", "cap on a DP release's epsilon")
     psi_pending_cap = _state_attr("psi_pending_cap", "pending PSI exchanges kept (older ones are forgotten)")
 

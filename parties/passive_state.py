@@ -152,7 +152,7 @@ class PassiveState:
     # local policy, never set by the active party
     allowed_align: tuple = ALIGNMENTS
     allowed_prediction: tuple = PREDICTIONS
-    dp_seed: object = None                     # seed of the randomized response (None: OS entropy)
+    dp_unsafe_noise_seed: object = None        # NOT PRIVATE test seed of the DP noise (None: cryptographic)
     dp_max_epsilon_per_feature: float | None = None
     # own data
     ids: np.ndarray | None = None

@@ -409,7 +409,8 @@ class _VerticalBoosting(BaseEstimator):
                                             "monotone_constraints": per_party[frames[0].name] or None})
             monotone = {f"{n}:{f}": c for n, cs in per_party.items() if n != frames[0].name for f, c in cs.items()}
         fed = federation_from_frames(frames, categorical=self.categorical, monotone=monotone)
-        fed.seed_dp_noise(params.seed)
+        if params.dp_unsafe_noise_seed is not None:     # NOT PRIVATE: an explicit test option, never seed
+            fed.unsafe_seed_dp_noise(params.dp_unsafe_noise_seed)
         validation = None
         if eval_set is not None:
             if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):

@@ -27,6 +27,7 @@ from vfl.core.dp import (
     release_buckets,
     stay_probability,
 )
+from vfl.core.dp_noise import SeededNoise
 from vfl.core.errors import InputError, PeerError
 from vfl.core.objectives import get_objective
 from vfl.core.params import TrainParams
@@ -49,7 +50,7 @@ def test_randomized_response_stays_with_p_and_moves_uniformly():
     q, eps, n = 8, 1.0, 400_000
     rng = np.random.default_rng(12345)
     true = rng.integers(0, q, size=n)
-    noisy = randomized_response(true, q, eps, np.random.default_rng(7))
+    noisy = randomized_response(true, q, eps, SeededNoise(7))
     p = math.exp(eps) / (math.exp(eps) + q - 1)            # 0.2797
     stay = float(np.mean(noisy == true))
     tol = 5 * math.sqrt(p * (1 - p) / n)                    # ~0.0036
@@ -76,9 +77,9 @@ def test_randomized_response_stays_with_p_and_moves_uniformly():
 
 def test_randomized_response_inf_is_identity_and_seeded():
     b = np.random.default_rng(0).integers(0, 5, 1000)
-    assert np.array_equal(randomized_response(b, 5, INF, np.random.default_rng(1)), b)
-    r1 = randomized_response(b, 5, 1.0, np.random.default_rng(3))
-    r2 = randomized_response(b, 5, 1.0, np.random.default_rng(3))
+    assert np.array_equal(randomized_response(b, 5, INF, SeededNoise(1)), b)
+    r1 = randomized_response(b, 5, 1.0, SeededNoise(3))
+    r2 = randomized_response(b, 5, 1.0, SeededNoise(3))
     assert np.array_equal(r1, r2) and not np.array_equal(r1, b)
 
 
@@ -102,7 +103,7 @@ def test_release_randomizes_missing_only_where_present():
     X = rng.normal(size=(20000, 2))
     X[rng.random(20000) < 0.1, 1] = np.nan
     binner, B = equal_frequency_buckets(X, 4)
-    noisy, domain = release_buckets(B, binner.n_bins, 1.0, np.random.default_rng(2))
+    noisy, domain = release_buckets(B, binner.n_bins, 1.0, SeededNoise(2))
     assert list(domain) == [4, 5]
     assert not np.any(noisy[:, 0] == 4)                # no missing bucket where nothing is missing
     was_missing = B[:, 1] == 4
@@ -112,7 +113,7 @@ def test_release_randomizes_missing_only_where_present():
     assert abs(np.mean(noisy[~was_missing, 1] == 4) - (1 - p5) / 4) < 0.02
     assert abs(np.mean(noisy[:, 0] == B[:, 0]) - stay_probability(1.0, 4)) < 0.02
     # a constant column (one bucket) is released as is
-    nc, dc = release_buckets(np.zeros((10, 1), dtype=np.uint8), np.array([2]), 0.5, np.random.default_rng(0))
+    nc, dc = release_buckets(np.zeros((10, 1), dtype=np.uint8), np.array([2]), 0.5, SeededNoise(0))
     assert list(dc) == [1] and not nc.any()
 
 
@@ -171,7 +172,7 @@ def test_bad_epsilon(eps, msg):
     with pytest.raises(InputError, match="epsilon_per_feature.*" + msg):
         TrainParams(mode="dp", epsilon_per_feature=eps)
     with pytest.raises(InputError, match=msg):
-        randomized_response(np.zeros(3, dtype=int), 4, eps, np.random.default_rng(0))
+        randomized_response(np.zeros(3, dtype=int), 4, eps, SeededNoise(0))
 
 
 def test_bad_dp_params():
@@ -183,13 +184,13 @@ def test_bad_dp_params():
         TrainParams(mode="he", epsilon=1)
     for q in (1, 0, 1.5):
         with pytest.raises(InputError, match=r"n_buckets \(q\) must be an integer >= 2"):
-            randomized_response(np.zeros(3, dtype=int), q, 1.0, np.random.default_rng(0))
+            randomized_response(np.zeros(3, dtype=int), q, 1.0, SeededNoise(0))
         with pytest.raises(InputError, match="must be an integer >= 2"):
             stay_probability(1.0, q)
     with pytest.raises(InputError, match="max_bin must be >= 2"):
         TrainParams(mode="dp", epsilon=1, max_bin=1)
     with pytest.raises(InputError, match=r"bucket indices must be integers in \[0, 4\)"):
-        randomized_response(np.array([0, 4]), 4, 1.0, np.random.default_rng(0))
+        randomized_response(np.array([0, 4]), 4, 1.0, SeededNoise(0))
     # the params round-trip through JSON with inf
     p = TrainParams(mode="dp", epsilon=INF)
     assert TrainParams.from_dict(json.loads(json.dumps(p.to_dict()))).epsilon == INF
@@ -331,8 +332,8 @@ def test_dp_model_predicts_saves_and_loads(tmp_path):
     c = c.copy()
     c.loc[::5, "c0"] = np.nan
     fed = _fed((a, b, c))
-    fed.passives["b"].dp_seed = 1
-    fed.passives["c"].dp_seed = 2
+    fed.passives["b"].dp_unsafe_noise_seed = 1
+    fed.passives["c"].dp_unsafe_noise_seed = 2
     fed.fit(TrainParams(mode="dp", epsilon=8.0, n_estimators=5, max_depth=3))
     new = {"a": a.iloc[:40], "b": b.iloc[:40], "c": c.iloc[:40]}
     proba = fed.predict_proba(new)
@@ -381,7 +382,7 @@ def test_release_with_256_buckets_uses_wide_indices():
     X[::10, 0] = np.nan
     binner, B = equal_frequency_buckets(X, 256)
     assert binner.n_bins[0] == 257
-    noisy, domain = release_buckets(B, binner.n_bins, 2.0, np.random.default_rng(1))
+    noisy, domain = release_buckets(B, binner.n_bins, 2.0, SeededNoise(1))
     assert noisy.dtype == np.uint16 and domain[0] == 257 and noisy.max() == 256
     assert dumps(m.DPRelease(noisy, binner.n_bins.astype(np.int32), domain, 2.0))
 
@@ -394,3 +395,47 @@ def test_dp_mode_with_psi_alignment_matches_hash_alignment():
         fed.fit(TrainParams(mode="dp", epsilon=INF, align=align, n_estimators=2, max_depth=2))
         preds.append(fed.predict_raw({"a": a, "b": b, "c": c}))
     assert np.array_equal(preds[0], preds[1])
+
+
+# --- the noise source (issue 23: no seeded privacy noise) -------------------------------
+def test_secure_noise_is_unseeded_and_randomized_response_keeps_at_most_p():
+    from vfl.core.dp_noise import SecureNoise, noise_source, threshold_u64
+    assert isinstance(noise_source(), SecureNoise) and noise_source().private
+    assert not noise_source(3).private and "NOT PRIVATE" in noise_source(3).label()
+    # the keep threshold never exceeds p * 2^64 (the realized ratio stays within e^eps)
+    for eps, k in ((0.1, 2), (1.0, 3), (4.0, 9), (8.0, 33)):
+        p = math.exp(eps) / (math.exp(eps) + k - 1)
+        t = threshold_u64(p)
+        assert t < p * 2 ** 64 and t > (p - 1e-12) * 2 ** 64
+        p_real = t / 2 ** 64
+        assert p_real * (k - 1) / (1 - p_real) <= math.exp(eps)
+    b = np.zeros(200_000, dtype=np.int64)
+    noisy = randomized_response(b, 4, 1.0, SecureNoise())
+    p = math.e / (math.e + 3)
+    assert abs(float(np.mean(noisy == 0)) - p) < 5 * math.sqrt(p * (1 - p) / b.size)
+    counts = np.bincount(noisy, minlength=4)[1:]
+    assert counts.min() > 0.9 * counts.mean()          # the moves are uniform over the others
+    again = randomized_response(b, 4, 1.0, SecureNoise())
+    assert not np.array_equal(noisy, again)
+
+
+def test_randbelow_is_exactly_uniform_on_small_ranges():
+    from scipy.stats import chisquare
+    draws = SeededNoise(1).randbelow(np.array([3] * 30_000 + [7] * 30_000), 60_000)
+    assert draws[:30_000].max() == 2 and draws[30_000:].max() == 6 and draws.min() == 0
+    assert chisquare(np.bincount(draws[:30_000])).pvalue > 1e-4
+    assert chisquare(np.bincount(draws[30_000:])).pvalue > 1e-4
+
+
+def test_unsafe_noise_seed_is_checked_and_printed(tmp_path):
+    with pytest.raises(InputError, match="dp_unsafe_noise_seed"):
+        TrainParams(mode="dp", epsilon=1.0, dp_unsafe_noise_seed=-1)
+    g, h = _write_three_feature_host(tmp_path)
+    path = tmp_path / "out.json"
+    out = CliRunner().invoke(main, ["simulate", "--guest", g, "--host", h, "--mode", "dp", "--epsilon", "2",
+                                    "--trees", "1", "--quiet", "--dp-unsafe-noise-seed", "4",
+                                    "--output-json", str(path)])
+    assert out.exit_code == 0, out.output
+    assert "WARNING: NOT PRIVATE" in out.output
+    d = json.loads(path.read_text())
+    assert d["privacy"].startswith("NOT PRIVATE") and d["params"]["dp_unsafe_noise_seed"] == 4

@@ -37,6 +37,7 @@ from vfl.core.dp_debias import (
     rr_channel,
     split_signal,
 )
+from vfl.core.dp_noise import SeededNoise
 from vfl.core.errors import InputError
 from vfl.core.params import TrainParams
 
@@ -54,7 +55,7 @@ def _simulate(q=6, eps=1.0, n=3000, reps=1500, seed=0):
     noisy_hists = np.empty((reps, q))
     sq_hists = np.empty((reps, q))
     for i in range(reps):
-        noisy = randomized_response(true, q, eps, rng)
+        noisy = randomized_response(true, q, eps, SeededNoise(rng))
         noisy_hists[i] = np.bincount(noisy, g, minlength=q)
         sq_hists[i] = np.bincount(noisy, g * g, minlength=q)
     return true, g, r, lam, G_true, noisy_hists, sq_hists
@@ -93,8 +94,10 @@ def test_variance_correction_matches_the_empirical_variance():
         corrected = GL ** 2 - V
         se = corrected.std(ddof=1) / math.sqrt(len(corrected))
         assert abs(corrected.mean() - G_true[:size].sum() ** 2) < 4 * se
-        # without the correction the square is biased upwards by the variance
-        assert (GL ** 2).mean() - G_true[:size].sum() ** 2 > 4 * se
+        # without the correction the square is biased upwards by the variance (measurable where the
+        # variance is large next to G_L^2: not for the 5-bucket prefix, where the bias is ~3 se)
+        if size <= 3:
+            assert (GL ** 2).mean() - G_true[:size].sum() ** 2 > 10 * se
 
 
 def test_channel_formulas():
@@ -145,7 +148,7 @@ def test_coarse_buckets_equal_frequency_never_empty_never_cut():
 
 
 def _source(true, q, eps, rng, g, h):
-    noisy = randomized_response(true, q, eps, rng)[:, None]
+    noisy = randomized_response(true, q, eps, SeededNoise(rng))[:, None]
     src = DebiasedBucketSource("b", noisy, np.array([q + 1]), np.array([q]), eps, lambda f, b, d: f)
     src._g, src._h = g[:, None], h[:, None]
     src._gu, src._hu, src._g2 = src._g, src._h, src._g ** 2
@@ -183,7 +186,7 @@ def test_root_gains_rank_the_informative_feature_first():
     y = rng.random(n) < np.where(X[:, 1] == 2, 0.85, 0.15)
     g, h = (0.5 - y).astype(float), np.full(n, 0.25)
     eps = 1.0
-    noisy = np.column_stack([randomized_response(X[:, j], q, eps, rng) for j in range(3)])
+    noisy = np.column_stack([randomized_response(X[:, j], q, eps, SeededNoise(rng)) for j in range(3)])
     gains = root_gains(noisy, np.full(3, q + 1), np.full(3, q), eps, g, h, TrainParams(mode="dp", epsilon=1.0))
     assert int(np.argmax(gains)) == 1 and gains[1] > 10 * max(gains[0], gains[2], 1e-9)
 
@@ -193,7 +196,7 @@ def _fed(frames, record=False, seeds=(11, 12)):
     a, b, c = frames
     fed = Federation(ActiveParty("a", a, label_col="y"), [PassiveParty("b", b), PassiveParty("c", c)],
                      **({"record": True} if record else {}))
-    fed.passives["b"].dp_seed, fed.passives["c"].dp_seed = seeds
+    fed.passives["b"].dp_unsafe_noise_seed, fed.passives["c"].dp_unsafe_noise_seed = seeds
     return fed
 
 
@@ -458,10 +461,29 @@ def test_dp_select_training_is_reproducible_in_simulation():
     from datasets import breast_cancer_parties
     from vfl.api import simulate
     frames = breast_cancer_parties(2)
-    p = TrainParams(mode="dp", epsilon=4.0, n_estimators=2, max_depth=2, dp_select=2)
+    p = TrainParams(mode="dp", epsilon=4.0, n_estimators=2, max_depth=2, dp_select=2, dp_unsafe_noise_seed=5)
     _, r1, _, pr1 = simulate(frames, p)
     _, r2, _, pr2 = simulate(frames, p)
     assert r1["dp_select"] == r2["dp_select"] and np.array_equal(pr1, pr2)
+    assert r1["privacy"].startswith("NOT PRIVATE") and r1["params"]["dp_unsafe_noise_seed"] == 5
+
+
+def test_seed_never_reaches_the_privacy_noise():
+    """--seed fixes the split and the pilot, never the noise: two runs of the same seed release
+    different buckets (issue 23, finding 3), and nothing says NOT PRIVATE."""
+    from datasets import breast_cancer_parties
+    from vfl.api import simulate
+    frames = breast_cancer_parties(2)
+    p = TrainParams(mode="dp", epsilon=4.0, n_estimators=1, max_depth=2, dp_select=None, seed=3)
+    releases = []
+    for _ in range(2):
+        fed, res, _, _ = simulate(frames, p, record=True)
+        rel = [msg for msg in (loads(f) for _, _, f in fed.transport.log) if isinstance(msg, m.DPRelease)]
+        releases.append(rel[0].buckets)
+        assert "privacy" not in res and "privacy" not in fed.active.model.params
+        assert all("privacy" not in r and "urandom" in r["noise"] for p_ in fed.passives.values()
+                   for r in p_.dp_releases)
+    assert releases[0].shape == releases[1].shape and not np.array_equal(releases[0], releases[1])
 
 
 def test_auto_select_on_a_pilot_picks_k_by_its_scores_and_the_accounting_adds_up():

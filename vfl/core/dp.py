@@ -52,6 +52,7 @@ import numpy as np
 
 from datasets.errors import InputError
 from vfl.core.binning import Binner, bin_dtype, check_max_bin
+from vfl.core.dp_noise import NoiseSource, randomized_response_exact
 from vfl.core.params import check_epsilon  # (the privacy parameter check lives with the other parameters)
 from vfl.core.sources import LocalSource, SplitRef
 
@@ -92,14 +93,18 @@ def equal_frequency_buckets(X, n_buckets: int) -> tuple[Binner, np.ndarray]:
     return binner, binner.transform(X)
 
 
-def randomized_response(buckets, n_buckets: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+def randomized_response(buckets, n_buckets: int, epsilon: float, noise: NoiseSource) -> np.ndarray:
     """``q``-ary randomized response on bucket indices in ``[0, q)``.
 
-    Each index stays with probability :func:`stay_probability` and otherwise
-    becomes one of the other ``q - 1`` indices uniformly at random.
+    Each index stays with probability (at most) :func:`stay_probability` and otherwise becomes
+    one of the other ``q - 1`` indices uniformly at random; the randomness comes from ``noise``
+    (:class:`vfl.core.dp_noise.SecureNoise` for any real release: cryptographic, never seeded;
+    see :func:`vfl.core.dp_noise.randomized_response_exact`).
     """
     q = check_n_buckets(n_buckets)
     eps = check_epsilon(epsilon)
+    if not isinstance(noise, NoiseSource):
+        raise InputError(f"randomized response draws from a vfl.core.dp_noise.NoiseSource, got {type(noise).__name__}")
     b = np.asarray(buckets)
     if b.size and (not np.issubdtype(b.dtype, np.integer) or b.min() < 0 or b.max() >= q):
         raise InputError(f"bucket indices must be integers in [0, {q}), got values in "
@@ -107,15 +112,11 @@ def randomized_response(buckets, n_buckets: int, epsilon: float, rng: np.random.
     b = b.astype(np.int64)
     if eps == INF:
         return b.copy()
-    p = stay_probability(eps, q)
-    move = rng.random(b.shape) >= p
-    other = rng.integers(0, q - 1, size=b.shape)       # uniform over the q-1 other buckets:
-    other = other + (other >= b)                       # skip the row's own bucket
-    return np.where(move, other, b)
+    return randomized_response_exact(b, q, eps, noise).reshape(b.shape)
 
 
 def release_buckets(bucket_idx: np.ndarray, n_bins: np.ndarray, epsilon_per_feature: float,
-                    rng: np.random.Generator, has_missing=None) -> tuple[np.ndarray, np.ndarray]:
+                    noise: NoiseSource, has_missing=None) -> tuple[np.ndarray, np.ndarray]:
     """Randomize every column of a party's bucket matrix; return ``(noisy, rr_domain)``.
 
     ``n_bins[j]`` counts column ``j``'s value buckets plus the missing slot
@@ -138,7 +139,7 @@ def release_buckets(bucket_idx: np.ndarray, n_bins: np.ndarray, epsilon_per_feat
         missing = np.any(col == missing_slot) if has_missing is None else bool(has_missing[j])
         k = nb if missing else nb - 1
         domain[j] = k
-        out[:, j] = col if k < 2 else randomized_response(col, k, eps, rng)
+        out[:, j] = col if k < 2 else randomized_response(col, k, eps, noise)
     return out, domain
 
 

@@ -99,6 +99,7 @@ class TrainParams:
     dp_buckets: int | str = "auto"            # mode dp: buckets per released feature, "auto" from epsilon
     dp_debias: bool = True                    # mode dp: the active party debiases the release (vfl.core.dp_debias)
     dp_select: int | str | None = "auto"      # mode dp: release only this many features per party (None/"none": all)
+    dp_unsafe_noise_seed: int | None = None   # NOT PRIVATE: seeds the DP noise (tests only); None: cryptographic noise
     # --- learner options (issue 4); names follow XGBoost / LightGBM ---
     huber_slope: float = 1.0               # pseudohuber objective
     subsample: float = 1.0                 # row fraction per tree, in (0, 1]
@@ -211,6 +212,10 @@ class TrainParams:
         setattr(self, given[0], check_epsilon(getattr(self, given[0]), given[0]))
 
     def _validate_dp_options(self):
+        seed = self.dp_unsafe_noise_seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise InputError(f"parameter dp_unsafe_noise_seed must be an integer >= 0 (NOT PRIVATE: tests only) "
+                             f"or None, got {seed!r}")
         q = self.dp_buckets
         if isinstance(q, str) and q.strip().lower() == "auto":
             self.dp_buckets = "auto"
