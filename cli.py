@@ -266,6 +266,9 @@ def _training_options(f):
                           "chosen on a pilot of disjoint rows; 'auto': the pilot also picks K, from its gains and "
                           "each feature's channel at epsilon / K (no selection when the pilot is too "
                           "small); 'none': release every feature."),
+        click.option("--dp-edge-share", type=float, default=_default("dp_edge_share"), show_default=True,
+                     help="Mode dp: share of each passive party's epsilon spent on the DP histograms that place "
+                          "its bucket edges (features with public bins from --dp-bins spend none)."),
         click.option("--dp-unsafe-noise-seed", type=int, default=_default("dp_unsafe_noise_seed"),
                      help="NOT PRIVATE, tests only: seed the DP noise so a run repeats (anyone knowing the seed "
                           "can invert it). Default: cryptographic noise; --seed never touches it."),

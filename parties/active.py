@@ -24,7 +24,7 @@ from datasets.frames import party_data
 from datasets.loaders import DeferredColumns
 from parties.channel import GradientChannel
 from parties.checkpoint import CheckpointTracker
-from parties.dp import booster_class, dp_sources
+from parties.dp import booster_class, dp_only_binning, dp_sources
 from parties.monitor import TrainingMonitor
 from parties.psi_align import align_predict, align_train
 from parties.remote import RemoteSource, end_prediction, leaf_mask_fetcher, source_map
@@ -237,8 +237,9 @@ class ActiveParty:
         booster_params = params
         try:
             with self.channel.waiting():
+                binning = dp_only_binning(params) if params.mode == Mode.DP else self.dp_plan.binning_setup()
                 infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id,
-                                                             self.dp_plan.binning_setup(), params.max_cat)
+                                                             binning, params.max_cat)
                                              for p in peers})
                 if resume is not None:
                     acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds,

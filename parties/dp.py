@@ -22,13 +22,24 @@ privacy guarantee.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from datasets.errors import InputError, PeerError, ProtocolError
-from parties.passive_state import PassiveState
+from parties.passive_state import PassiveState, unsafe_seed
 from protocols import messages as m
+from vfl.core.binning import Binner
 from vfl.core.boosting import Booster
-from vfl.core.dp import BucketSource, check_epsilon, epsilon_budget, json_epsilon, release_buckets, stay_probability
+from vfl.core.dp import (
+    BucketSource,
+    bucketize,
+    check_epsilon,
+    epsilon_budget,
+    json_epsilon,
+    release_buckets,
+    stay_probability,
+)
 from vfl.core.dp_debias import DebiasedBucketSource, DPBooster, auto_buckets, auto_select, coarse_buckets, root_gains
 from vfl.core.dp_noise import NOT_PRIVATE, noise_source
 from vfl.core.params import Mode
@@ -76,7 +87,26 @@ def _need_dp(s: PassiveState, req):
         raise ProtocolError(f"party {s.name!r} is not training in mode 'dp'")
     if req.model_id != s.model_id:
         raise ProtocolError(f"party {s.name!r}: request for unknown model {req.model_id!r}")
-    return s.need("setup", s.train.binner)
+    return s.need("setup", s.train.binner if s.train.dp_domain is None else s.train.dp_domain)
+
+
+def _domain_buckets(s: PassiveState, n_buckets, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Mode dp with noise: the training rows' buckets of ``features`` in the release domain
+    (:class:`vfl.core.dp.ReleaseDomain`: public bins or charged DP histograms, never the raw data);
+    ``n_buckets[i]`` value buckets (None: the domain's most), the missing slot last. Returns
+    ``(bucket_idx, n_slots, edges)``."""
+    dom = s.train.dp_domain
+    want = np.array([dom.max_buckets(int(f)) for f in features]) if n_buckets is None else np.asarray(n_buckets)
+    if want.shape != features.shape or not np.issubdtype(want.dtype, np.integer) or np.any(want < 2):
+        raise ProtocolError(f"party {s.name!r}: DPReleaseRequest.n_buckets must give an integer >= 2 "
+                            f"per released feature ({len(features)}), got {want.tolist()}")
+    cols, slots, edges = [], [], {}
+    for f, q in zip(features.tolist(), want.tolist()):
+        e = dom.edges(int(f), int(q))
+        edges[int(f)] = e
+        cols.append(bucketize(s.train.dp_X[:, f], e))
+        slots.append(len(e) + 2)
+    return np.column_stack(cols), np.array(slots, dtype=np.int64), edges
 
 
 def _coarsen(s: PassiveState, binner, n_buckets, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -123,19 +153,23 @@ def release(s: PassiveState, req: m.DPReleaseRequest) -> m.DPRelease:
     if cap is not None and eps > check_epsilon(cap, "dp_max_epsilon_per_feature"):
         raise InputError(f"party {s.name!r} releases at most epsilon_per_feature={cap}, "
                          f"asked for {eps}")
-    n_rows, n_feat = s.train.bin_idx.shape
+    dom = s.train.dp_domain
+    n_rows, n_feat = s.train.bin_idx.shape if dom is None else s.train.dp_X.shape
     rows = _indices(s.name, req.rows, n_rows, "rows")
     features = _indices(s.name, req.features, n_feat, "features")
     released = s.train.dp_released if s.train.dp_released is not None else np.zeros(n_rows, dtype=bool)
     if _entries(s) and (req.rows is None or released[rows].any()):
         raise ProtocolError(f"party {s.name!r} already released its buckets of these rows for this training; "
                             f"a second release would spend the privacy budget again")
-    seed = s.dp_unsafe_noise_seed
-    if seed is not None and _entries(s):      # a seeded party's later releases (--dp-select): own streams
-        seed = [*np.atleast_1d(np.asarray(seed, dtype=object)).tolist(), len(_entries(s))]
-    noise = noise_source(None if seed is None else [int(x) for x in np.atleast_1d(np.asarray(seed, dtype=object))])
-    bucket_idx, n_bins, last_bin = _coarsen(s, binner, req.n_buckets, features)
-    has_missing = np.any(bucket_idx == (n_bins - 1)[None, :], axis=0)     # over all training rows
+    noise = noise_source(unsafe_seed(s, "release"))
+    edge = 0.0 if dom is None else float(dom.spent)
+    if dom is None:     # epsilon inf: no noise, nothing to protect (the training bins, as before)
+        bucket_idx, n_bins, last_bin = _coarsen(s, binner, req.n_buckets, features)
+        has_missing = np.any(bucket_idx == (n_bins - 1)[None, :], axis=0)
+        edges = None
+    else:               # every feature's domain has its missing slot, whatever the data
+        bucket_idx, n_bins, edges = _domain_buckets(s, req.n_buckets, features)
+        has_missing, last_bin = np.ones(len(features), dtype=bool), {}
     # draw the noise in the party's own row order, not the salted alignment order, so a
     # seeded party (simulations) gets the same noise per row whatever the salt
     asked, rows = rows, rows[np.argsort(s.train.rows[rows], kind="stable")]
@@ -146,13 +180,17 @@ def release(s: PassiveState, req: m.DPReleaseRequest) -> m.DPRelease:
     keep[rows] = True
     released |= keep
     s.train.dp_released = released
+    s.train.dp_edges.update(edges or {})      # the latest release of a feature defines its buckets
     s.dp_ledger.append({
         "model_id": s.model_id, "n_samples": int(rows.size), "n_features": int(len(features)),
         "noise": noise.label(), **({} if noise.private else {"privacy": NOT_PRIVATE}),
-        "epsilon_per_feature": json_epsilon(eps), "epsilon_per_party": json_epsilon(eps * len(features)),
+        # a row's loss in this training: the edges' histograms (every training row is in them) plus
+        # this release of it (the releases of one training take disjoint rows: the max is the total)
+        "epsilon_per_feature": json_epsilon(eps), "epsilon_per_party": json_epsilon(eps * len(features) + edge),
         "rr_domain": [int(k) for k in domain], "n_buckets": [int(nb) - 1 for nb in n_bins],
         **({} if req.features is None else {"features": [int(f) for f in features]}),
-        "bucket_last_bin": {str(f): v for f, v in last_bin.items()}})
+        **({"bucket_last_bin": {str(f): v for f, v in last_bin.items()}} if dom is None else
+           {"edge_epsilon": edge})})
     return m.DPRelease(noisy[asked], n_bins.astype(np.int32), domain, eps)
 
 
@@ -163,6 +201,8 @@ def register_splits(s: PassiveState, req: m.DPSplitRegister) -> m.DPSplitRecords
     f_all, b_all, dl_all = req.feature_idx, req.bin_idx, req.default_left
     if not (f_all.ndim == b_all.ndim == dl_all.ndim == 1 and len(f_all) == len(b_all) == len(dl_all)):
         raise ProtocolError("DPSplitRegister: feature_idx, bin_idx and default_left differ in shape")
+    if s.train.dp_domain is not None:
+        return _register_on_edges(s, f_all, b_all, dl_all)
     last: dict = {}
     for r in _entries(s):       # the latest release of a feature defines its buckets
         last.update(r.get("bucket_last_bin", {}))
@@ -172,6 +212,21 @@ def register_splits(s: PassiveState, req: m.DPSplitRegister) -> m.DPSplitRecords
         if buckets is None or not 0 <= b < len(buckets):
             raise ProtocolError(f"DPSplitRegister: party {s.name!r} released no bucket {b} of feature {f}")
         b = buckets[b]          # a released bucket -> the last training bin in it
+        record_ids.append(s.table.add(s.name, s.feature_names, binner, f, b, dl, -1, -1, -1))
+    return m.DPSplitRecords(np.array(record_ids, dtype=np.int64))
+
+
+def _register_on_edges(s: PassiveState, f_all, b_all, dl_all) -> m.DPSplitRecords:
+    """A split "bucket <= b" of a feature released in the domain: the threshold is the release's edge
+    ``b`` (DP or public, so a prediction's route reveals nothing about the training rows)."""
+    edges = s.train.dp_edges
+    binner = Binner(m.MAX_BINS - 1)
+    binner.thresholds_ = [np.asarray(edges.get(j, np.empty(0)), dtype=np.float64)
+                          for j in range(len(s.feature_names))]
+    record_ids = []
+    for f, b, dl in zip(f_all.tolist(), b_all.tolist(), dl_all.tolist()):
+        if f not in edges or not 0 <= b <= len(edges[f]):
+            raise ProtocolError(f"DPSplitRegister: party {s.name!r} released no bucket {b} of feature {f}")
         record_ids.append(s.table.add(s.name, s.feature_names, binner, f, b, dl, -1, -1, -1))
     return m.DPSplitRecords(np.array(record_ids, dtype=np.int64))
 
@@ -296,7 +351,14 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
     that order: :func:`pilot_rows`).
     """
     n_features = {p: int(len(infos[p].n_bins)) for p in peers}
-    budget = epsilon_budget(n_features, params.epsilon, params.epsilon_per_feature)
+    total = epsilon_budget(n_features, params.epsilon, params.epsilon_per_feature)
+    # what each party's bucket edges spent (a DP histogram per feature without public bins, charged
+    # at setup; public bins: nothing): the release gets the rest of the party's per-row budget
+    edge = {p: edge_spent(p, infos[p].dp_binning, dp_only_binning(params), n_features[p]) for p in peers}
+    rest = {p: (total["epsilon_per_party"][p] - edge[p]) for p in peers}
+    if any(not r > 0 for r in rest.values()):
+        raise InputError(f"mode dp: the bucket edges leave no budget for the release ({rest})")
+    budget = {"epsilon_per_party": rest, "epsilon_per_feature": {p: rest[p] / n_features[p] for p in peers}}
     k = params.dp_select
     if k is not None and k != "auto":
         small = {p: d for p, d in n_features.items() if d < k}
@@ -353,12 +415,39 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
         stay[p] = [1.0 if d < 2 else stay_probability(eps, int(d)) for d in r.rr_domain.tolist()]
         buckets[p] = [int(nb) - 1 for nb in r.n_bins.tolist()]
     report = {"epsilon_per_feature": {p: json_epsilon(eps_f[p]) for p in peers},
-              "epsilon_per_party": {p: json_epsilon(budget["epsilon_per_party"][p]) for p in peers},
+              "epsilon_per_party": {p: json_epsilon(total["epsilon_per_party"][p]) for p in peers},
+              "edge_epsilon": {p: edge[p] for p in peers},
+              "release_epsilon_per_party": {p: json_epsilon(rest[p]) for p in peers},
               "rr_stay_probability": stay, "dp_buckets": buckets, "dp_debias": bool(params.dp_debias)}
     if chosen:
         report["dp_select"] = {p: {key: ([int(f) for f in v] if key == "features" else v)
                                    for key, v in c.items()} for p, c in chosen.items()}
     return sources, report
+
+
+def dp_only_binning(params) -> dict | None:
+    """``TrainSetup.dp_binning`` of mode dp: each passive party's budget for the DP histograms of its
+    bucket edges, ``dp_edge_share`` of its per-row total (None at epsilon inf: no noise, no claim)."""
+    share = float(params.dp_edge_share)
+    if params.epsilon is not None:
+        return None if params.epsilon == float("inf") else {"epsilon": share * params.epsilon}
+    eps_f = params.epsilon_per_feature
+    return None if eps_f == float("inf") else {"epsilon_per_feature": share * eps_f}
+
+
+def edge_spent(p: str, reported, asked: dict | None, n_features: int) -> float:
+    """What party ``p``'s bucket edges spent (its ``BinningInfo.dp_binning``), checked against what it
+    was given."""
+    if asked is None:
+        return 0.0
+    limit = asked.get("epsilon", asked.get("epsilon_per_feature", 0.0) * n_features)
+    ok = isinstance(reported, dict) and set(reported) == {"epsilon", "dp_features", "public_features"} and all(
+        not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+        for v in reported.values()) and reported["epsilon"] <= limit * (1 + 1e-9)
+    if not ok:
+        raise PeerError(f"party {p!r} reported its DP bucket edges as {reported!r}: expected "
+                        f"{{'epsilon': at most {limit}, 'dp_features': n, 'public_features': n}}")
+    return float(reported["epsilon"])
 
 
 def _wanted_array(wanted, slots) -> np.ndarray:

@@ -50,6 +50,9 @@ class TrainingSession:
     shards: ShardSet | None = None             # the aligned rows' shards on the executor's workers
     assignment: np.ndarray | None = None       # node of every row, per tree, of the last histogram request
     dp_released: np.ndarray | None = None      # mode dp: the aligned rows already released (bool)
+    dp_domain: object = None                   # mode dp: vfl.core.dp.ReleaseDomain (None: epsilon inf)
+    dp_X: np.ndarray | None = None             # mode dp: the aligned rows' raw values (never sent)
+    dp_edges: dict = field(default_factory=dict)   # mode dp: {feature: edges of its latest release}
     intake: object = None                      # the round's parties.passive_train.RoundIntake (overlap)
     overlap: dict = field(default_factory=lambda: {"eager": 0, "fallback": 0, "partials": 0,
                                                    "partials_before_request": 0})   # root levels, for tests
@@ -263,3 +266,11 @@ class PassiveState:
     def drop_session(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
         self.psi_pending.pop(session_id, None)
+
+
+def unsafe_seed(s: PassiveState, what: str):
+    """The NOT PRIVATE test seed of one of this party's noise draws (None: cryptographic noise)."""
+    seed = s.dp_unsafe_noise_seed
+    if seed is None:
+        return None
+    return [int(x) for x in np.atleast_1d(np.asarray(seed, dtype=object))] + [sum(map(ord, what)), len(s.dp_ledger)]

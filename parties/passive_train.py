@@ -12,6 +12,7 @@ table, rows sent left), and at the end ``TrainEnd`` -> ``Ack``. A resumed traini
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -27,13 +28,15 @@ from crypto.packing import PackingLayout
 from crypto.shards import ShardedGradients, ShardSet, overlap_enabled, stream_rows, value_width
 from datasets.errors import InputError, ProtocolError
 from datasets.pieces import PieceTable
-from parties.passive_state import PassiveState
+from parties.passive_state import PassiveState, unsafe_seed
 from parties.shard_ops import ShardReader
 from protocols import messages as m
 from protocols.serialization import BigInts
 from protocols.transport import check_deadline
 from vfl.core.binning import Binner
+from vfl.core.dp import ReleaseDomain
 from vfl.core.dp_model import DPBinner, public_columns
+from vfl.core.dp_noise import noise_source
 from vfl.core.params import Mode
 from vfl.core.sampling import leaf_positions
 from vfl.core.split import goes_left
@@ -107,6 +110,9 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
         raise InputError(f"party {s.name!r}: categorical features and monotone constraints are not supported "
                          "with a DP released model (--dp-model)")
     t.data_digest = None
+    t.dp_domain, t.dp_X, t.dp_edges = None, None, {}
+    if req.mode == Mode.DP and req.dp_binning is not None:
+        return _dp_domain(s, req, X)
     if pieces is not None:              # bounded driver: rows, edges and bins stay on the workers
         values = len(rows) * len(s.feature_names)     # mode plain: own workers only for a large table
         executor = s.get_executor(work=values if t.mode == Mode.HE or values >= PLAIN_WORKERS_FROM else -1)
@@ -131,6 +137,29 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     return m.BinningInfo(t.binner.n_bins, categorical if categorical.any() else np.zeros(0, dtype=bool),
                          monotone if monotone.any() else np.zeros(0, dtype=np.int8),
                          t.binner.report() if isinstance(t.binner, DPBinner) else None)
+
+
+def _dp_domain(s: PassiveState, req: m.TrainSetup, X) -> m.BinningInfo:
+    """Mode dp with noise: the release domain (:class:`vfl.core.dp.ReleaseDomain`): bucket counts from
+    ``max_bin`` and this party's public bins, edges from those or from a DP histogram per feature
+    charged to ``req.dp_binning`` (``{"epsilon": the party's edge budget}`` or
+    ``{"epsilon_per_feature": per feature without public bins}``). The rows' raw values stay here."""
+    spec = req.dp_binning
+    key = next(iter(spec)) if len(spec) == 1 else None
+    val = spec.get(key) if key else None
+    if key not in ("epsilon", "epsilon_per_feature") or isinstance(val, bool) or not isinstance(val, (int, float)) \
+            or not val >= 0 or not math.isfinite(val):
+        raise ProtocolError(f"mode dp: dp_binning must be {{'epsilon' or 'epsilon_per_feature': a finite number "
+                            f">= 0}}, got {spec!r}")
+    public = public_columns(s.dp_bins, s.feature_names, s.name)
+    n_dp = len(s.feature_names) - len(public)
+    eps = float(val) if key == "epsilon" else float(val) * n_dp
+    t = s.train
+    t.dp_domain = ReleaseDomain(req.max_bin, eps, noise_source(unsafe_seed(s, "edges")), public, s.name).fit(X)
+    t.dp_X = np.asarray(X, dtype=np.float64)
+    t.binner = t.bin_idx = None
+    nb = t.dp_domain.n_bins
+    return m.BinningInfo(nb, np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int8), t.dp_domain.report())
 
 
 def _binner(req: m.TrainSetup, s: PassiveState | None = None) -> Binner:

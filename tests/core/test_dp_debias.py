@@ -215,13 +215,16 @@ def test_dp_select_accounting_adds_up(frames):
         n = info["n_samples"]
         # the pilot: one group of rows per feature, each releasing that one feature at the whole budget
         assert [r["features"] for r in pilots] == [[0], [1]]
-        assert all(r["n_features"] == 1 and r["epsilon_per_feature"] == eps for r in pilots)
+        rel = eps - info["releases"][0]["edge_epsilon"]          # what the edges leave (0.9 eps)
+        assert rel == pytest.approx(0.9 * eps)
+        assert all(r["n_features"] == 1 and r["epsilon_per_feature"] == rel for r in pilots)
         assert sum(r["n_samples"] for r in pilots) == len(pilot_rows(n, 0))
-        # the main release: k = 1 feature at eps / k, on the other rows
-        assert main["n_features"] == 1 and main["epsilon_per_feature"] == eps / 1
+        # the main release: k = 1 feature at rel / k, on the other rows
+        assert main["n_features"] == 1 and main["epsilon_per_feature"] == rel / 1
         assert n == len(frames[0])                  # every aligned row released exactly once (below)
         # every row's loss is eps: the releases' row sets are disjoint (parallel composition)
-        assert all(r["epsilon_per_party"] == eps for r in info["releases"]) and info["epsilon_per_party"] == eps
+        assert all(r["epsilon_per_party"] == pytest.approx(eps) for r in info["releases"])
+        assert info["epsilon_per_party"] == pytest.approx(eps)
     by_peer = {}
     for s_, r, f in fed.transport.log:
         x = loads(f)
@@ -244,11 +247,12 @@ def test_dp_select_report_and_no_raw_value_reaches_the_active_party(frames):
     fed.fit(TrainParams(mode="dp", epsilon=4.0, dp_select=1, n_estimators=2, max_depth=3, max_bin=8))
     rep = fed.active.dp_report
     assert rep["epsilon_per_party"] == {"b": 4.0, "c": 4.0}
-    assert rep["epsilon_per_feature"] == {"b": 4.0, "c": 4.0}          # one feature released at 4
+    assert rep["epsilon_per_feature"] == {"b": 3.6, "c": 3.6}          # one feature released at 4 - 0.4
     for name in ("b", "c"):
         sel = rep["dp_select"][name]
-        assert sel["k"] == 1 and len(sel["features"]) == 1 and sel["pilot_epsilon_per_feature"] == 4.0
-        assert sel["pilot_epsilon_per_row"] == sel["release_epsilon_per_row"] == 4.0
+        assert sel["k"] == 1 and len(sel["features"]) == 1 and sel["pilot_epsilon_per_feature"] == 3.6
+        # per row, the release's part (the edges' 0.4 comes on top: 4 per row in all)
+        assert sel["pilot_epsilon_per_row"] == sel["release_epsilon_per_row"] == 3.6
     json.dumps(rep)                                                     # JSON-safe
     secrets_ = {"b": b[["b0", "b1"]].to_numpy(), "c": c[["c0", "c1"]].to_numpy()}
     thresholds = {k: np.concatenate(Binner(8).fit(X).thresholds_) for k, X in secrets_.items()}
@@ -327,7 +331,7 @@ def test_cli_dp_options(tmp_path):
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     assert doc["dp_select"]["host"]["k"] == 1 and len(doc["dp_select"]["host"]["features"]) == 1
-    assert doc["epsilon_per_party"] == {"host": 3.0} and doc["epsilon_per_feature"] == {"host": 3.0}
+    assert doc["epsilon_per_party"] == {"host": 3.0} and doc["epsilon_per_feature"] == {"host": pytest.approx(2.7)}
     assert doc["params"]["dp_select"] == 1 and doc["params"]["dp_buckets"] == "auto"
     res = CliRunner().invoke(main, [*base, "--no-dp-debias", "--dp-buckets", "32", "--output-json", str(out)])
     assert res.exit_code == 0, res.output
@@ -338,7 +342,7 @@ def test_cli_dp_options(tmp_path):
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     assert "dp_select" not in doc and doc["params"]["dp_select"] is None
-    assert doc["epsilon_per_feature"] == {"host": 1.0}                # every feature at 3 / 3
+    assert doc["epsilon_per_feature"] == {"host": pytest.approx(0.9)}  # every feature at (3 - 0.3) / 3
     res = CliRunner().invoke(main, [*base, "--output-json", str(out)])  # the default: auto (pilot too small)
     assert res.exit_code == 0 and json.loads(out.read_text())["params"]["dp_select"] == "auto"
     res = CliRunner().invoke(main, [*base, "--dp-buckets", "x"])
@@ -441,9 +445,9 @@ def test_default_dp_on_a_small_table_releases_every_feature():
     fed, res, _, _ = simulate(breast_cancer_parties(2), TrainParams(mode="dp", epsilon=8.0, n_estimators=1,
                                                                     max_depth=2))
     assert "dp_select" not in res
-    assert res["epsilon_per_feature"]["host1"] == pytest.approx(8.0 / 15)
+    assert res["epsilon_per_feature"]["host1"] == pytest.approx(0.9 * 8.0 / 15)
     info = fed.passives["host1"].dp_release_info()
-    assert "releases" not in info and info["n_features"] == 15 and info["epsilon_per_party"] == 8.0
+    assert "releases" not in info and info["n_features"] == 15 and info["epsilon_per_party"] == pytest.approx(8.0)
 
 
 def test_pilot_is_drawn_in_the_active_party_own_row_order():
@@ -500,11 +504,11 @@ def test_auto_select_on_a_pilot_picks_k_by_its_scores_and_the_accounting_adds_up
         assert sel["k_rule"] == "auto" and len(sel["k_score"]) == 2
         assert sel["k"] == 1 + int(np.argmax(sel["k_score"])) == 1 and sel["features"] == [0]
         assert sel["pilot_root_gain_per_row"][0] > 3 * max(sel["pilot_root_gain_per_row"][1], 0)
-        assert rep["epsilon_per_feature"][name] == eps / sel["k"]
+        assert rep["epsilon_per_feature"][name] == pytest.approx(0.9 * eps / sel["k"])
         info = fed.passives[name].dp_release_info()
-        assert info["epsilon_per_party"] == eps and info["n_samples"] == 2500
+        assert info["epsilon_per_party"] == pytest.approx(eps) and info["n_samples"] == 2500
         assert sum(r["n_samples"] for r in info["releases"]) == 2500
-        assert all(r["epsilon_per_party"] == eps for r in info["releases"])
+        assert all(r["epsilon_per_party"] == pytest.approx(eps) for r in info["releases"])
     json.dumps(rep)
 
 
@@ -519,9 +523,9 @@ def test_auto_select_of_every_feature_still_releases_the_pilot_rows_once(monkeyp
     rep = fed.active.dp_report
     for name in ("b", "c"):
         assert rep["dp_select"][name]["k"] == 2 and rep["dp_select"][name]["features"] == [0, 1]
-        assert rep["epsilon_per_feature"][name] == 2.0
+        assert rep["epsilon_per_feature"][name] == pytest.approx(1.8)
         *pilots, main = fed.passives[name].dp_release_info()["releases"]
-        assert main["n_features"] == 2 and main["epsilon_per_party"] == 4.0
+        assert main["n_features"] == 2 and main["epsilon_per_party"] == pytest.approx(4.0)
         assert main["n_samples"] == 2500 - pilot_size(2500) == 2500 - sum(r["n_samples"] for r in pilots)
     p = fed.predict_proba({k: f for k, f in zip("abc", frames)})
     assert p.shape == (2500,)

@@ -52,6 +52,7 @@ import numpy as np
 
 from datasets.errors import InputError
 from vfl.core.binning import Binner, bin_dtype, check_max_bin
+from vfl.core.dp_model import _symexp, _symlog, dp_bounds
 from vfl.core.dp_noise import NoiseSource, randomized_response_exact
 from vfl.core.params import check_epsilon  # (the privacy parameter check lives with the other parameters)
 from vfl.core.sources import LocalSource, SplitRef
@@ -141,6 +142,130 @@ def release_buckets(bucket_idx: np.ndarray, n_bins: np.ndarray, epsilon_per_feat
         domain[j] = k
         out[:, j] = col if k < 2 else randomized_response(col, k, eps, noise)
     return out, domain
+
+
+# --- a data-independent release domain (issue 23) ----------------------------------
+#: default share of a passive party's DP-only budget spent on the bucket edges of the features it has
+#: no public bins for (one DP histogram per feature); public bins spend nothing
+EDGE_SHARE = 0.1
+#: cells of the fine DP histogram between a feature's DP bounds (equal width on the symmetric log scale)
+FINE_CELLS = 32
+#: a changed row moves between two cells of a histogram: L1 sensitivity 2 (the neighbouring relation
+#: of mode dp is "one aligned row's values change", its id and the alignment being public)
+HIST_SENSITIVITY = 2.0
+
+
+def dp_histogram(col: np.ndarray, epsilon: float, noise: NoiseSource) -> tuple[float, float, np.ndarray]:
+    """One feature's ``epsilon``-DP histogram (change-one-row neighbours): DP bounds on the symmetric
+    log scale with ``epsilon / 2`` (:func:`vfl.core.dp_model.dp_bounds`, sensitivity 2), then
+    discrete-Laplace counts of ``FINE_CELLS`` equal cells between them with ``epsilon / 2`` (values
+    outside count in the first or last cell; missing values in none). Returns ``(lo, hi, counts)``
+    on the symmetric log scale; everything derived from it is post-processing."""
+    z = _symlog(np.asarray(col, dtype=np.float64))
+    z = z[~np.isnan(z)]
+    lo, hi = dp_bounds(z, epsilon / 2.0, noise, HIST_SENSITIVITY)
+    width = (hi - lo) / FINE_CELLS
+    cell = np.clip(((np.clip(z, lo, hi) - lo) / width).astype(np.int64), 0, FINE_CELLS - 1)
+    counts = np.bincount(cell, minlength=FINE_CELLS)
+    noisy = noise.laplace_counts(counts, HIST_SENSITIVITY / (epsilon / 2.0))
+    return float(lo), float(hi), np.maximum(noisy, 0).astype(np.float64)
+
+
+def histogram_edges(lo: float, hi: float, counts: np.ndarray, n_buckets: int) -> np.ndarray:
+    """``n_buckets - 1`` non-decreasing edges at the ``i / n_buckets`` quantiles of a (noisy) histogram
+    of equal cells over ``[lo, hi]`` on the symmetric log scale (linear inside a cell), back on the
+    raw scale; an empty histogram gives equally spaced edges. Always ``n_buckets - 1`` edges (a
+    repeated edge leaves a bucket empty: the count never depends on the data)."""
+    q = check_n_buckets(n_buckets)
+    c = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
+    width = (hi - lo) / len(c)
+    total = float(c.sum())
+    if total <= 0:
+        z = np.linspace(lo, hi, q + 1)[1:-1]
+    else:
+        cum = np.concatenate([[0.0], np.cumsum(c)])
+        targets = total * np.arange(1, q) / q
+        i = np.clip(np.searchsorted(cum, targets, side="left") - 1, 0, len(c) - 1)
+        frac = np.clip((targets - cum[i]) / np.where(c[i] > 0, c[i], 1.0), 0.0, 1.0)
+        z = lo + width * (i + frac)
+    return np.maximum.accumulate(_symexp(z))
+
+
+class ReleaseDomain:
+    """A passive party's buckets for mode dp, independent of its data except through a charged step.
+
+    Per feature: the user's public bins (``public``: ``{feature index: entry}`` of
+    :func:`vfl.core.dp_model.check_dp_bins`; no budget), else one :func:`dp_histogram` with an even
+    share of ``epsilon`` (the party's edge budget). :attr:`n_bins` (the slots the active party is
+    told) is ``max_bin + 1`` per feature, or the public edges' count + 2: public schema only. A
+    release in ``q`` buckets (:meth:`edges`) takes the public edges (every ``k``-th one when there are
+    more than ``q - 1``), ``q - 1`` edges equally spaced between public bounds, or the DP histogram's
+    ``q``-quantiles; the missing slot is always the last, present in every feature's domain."""
+
+    def __init__(self, max_bin: int, epsilon: float, noise: NoiseSource, public: dict | None = None,
+                 party: str = ""):
+        self.max_bin = check_max_bin(max_bin)
+        self.epsilon = check_epsilon(epsilon, "edge epsilon") if epsilon else 0.0
+        self.noise = noise
+        self.public = dict(public or {})
+        self.party = party
+        self.hist: dict[int, tuple] = {}
+        self.n_features = 0
+        self.spent = 0.0
+
+    def fit(self, X) -> "ReleaseDomain":
+        X = np.asarray(X, dtype=np.float64)
+        self.n_features = X.shape[1]
+        bad = [j for j in self.public if not (isinstance(j, (int, np.integer)) and 0 <= j < self.n_features)]
+        if bad:
+            raise InputError(f"public bins of party {self.party!r}: no feature {bad[0]!r}")
+        for j, e in self.public.items():
+            if "edges" in e and len(e["edges"]) > self.max_bin - 1:
+                raise InputError(f"public bins of party {self.party!r}, feature {j}: {len(e['edges'])} edges make "
+                                 f"more than max_bin = {self.max_bin} buckets")
+        dp_features = [j for j in range(self.n_features) if j not in self.public]
+        if dp_features and not self.epsilon > 0:
+            raise InputError(f"party {self.party!r}: features without public bins need an edge budget > 0")
+        per = self.epsilon / len(dp_features) if dp_features else 0.0
+        self.hist = {j: dp_histogram(X[:, j], per, self.noise) for j in dp_features}
+        self.spent = self.epsilon if dp_features else 0.0
+        return self
+
+    def max_buckets(self, j: int) -> int:
+        e = self.public.get(j)
+        return len(e["edges"]) + 1 if e is not None and "edges" in e else self.max_bin
+
+    @property
+    def n_bins(self) -> np.ndarray:
+        return np.array([self.max_buckets(j) + 1 for j in range(self.n_features)], dtype=np.int32)
+
+    def edges(self, j: int, n_buckets: int) -> np.ndarray:
+        """Feature ``j``'s ``q - 1`` edges for a release in ``q = n_buckets`` buckets (at most
+        :meth:`max_buckets`); a value ``x <= edges[i]`` is in bucket ``i`` or lower."""
+        q = min(check_n_buckets(n_buckets), self.max_buckets(j))
+        e = self.public.get(j)
+        if e is not None and "edges" in e:
+            pub = np.asarray(e["edges"], dtype=np.float64)
+            if q - 1 >= pub.size:
+                return pub
+            return pub[(np.arange(1, q) * (pub.size + 1)) // q - 1]      # every k-th public edge
+        if e is not None:
+            lo, hi = _symlog(np.float64(e["lo"])), _symlog(np.float64(e["hi"]))
+            return _symexp(np.linspace(lo, hi, q + 1)[1:-1])
+        return histogram_edges(*self.hist[j], q)
+
+    def report(self) -> dict:
+        """What the edges spent: ``{"epsilon", "dp_features", "public_features"}``."""
+        return {"epsilon": self.spent, "dp_features": self.n_features - len(self.public),
+                "public_features": len(self.public)}
+
+
+def bucketize(col: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Bucket of every value (``x <= edges[i]``: bucket ``i`` or lower); missing: the last slot."""
+    col = np.asarray(col, dtype=np.float64)
+    b = np.searchsorted(edges, col, side="left")
+    b[np.isnan(col)] = len(edges) + 1
+    return b.astype(np.int64)
 
 
 # --- accounting ----------------------------------------------------------------

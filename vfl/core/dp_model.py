@@ -61,6 +61,7 @@ import numpy as np
 
 from datasets.errors import InputError, ProtocolError
 from vfl.core.binning import Binner, _thresholds
+from vfl.core.dp_noise import NoiseSource
 from vfl.core.split import SplitInfo
 
 #: the trees of a DP model (the first is the default): one feature per tree chosen by the exponential
@@ -707,17 +708,23 @@ def _symexp(z):
     return np.sign(z) * np.expm1(np.abs(z))
 
 
-def dp_bounds(z: np.ndarray, epsilon: float, rng) -> tuple[float, float] | None:
+def dp_bounds(z: np.ndarray, epsilon: float, rng, sensitivity: float = 1.0) -> tuple[float, float] | None:
     """``epsilon``-DP bounds of ``z`` (symmetric-log values): a Laplace histogram over fixed cells of
-    [-R, R] (a row changes one count by one), then, as post-processing, the span of the cells whose
-    noisy count passes ``tau = ln(cells / 0.01) / epsilon`` (so an empty cell passes with
-    probability about 1/200 over all cells); none passes: the noisiest-max cell. None: no cell."""
+    [-R, R] (a row changes one count by one under add/remove: ``sensitivity`` 1; a changed row moves
+    between two cells: 2), then, as post-processing, the span of the cells whose noisy count passes
+    ``tau = sensitivity ln(cells / 0.01) / epsilon`` (so an empty cell passes with probability about
+    1/200 over all cells); none passes: the noisiest-max cell. ``rng``: a
+    :class:`vfl.core.dp_noise.NoiseSource` (discrete Laplace) or a numpy generator."""
     cells = _COARSE_CELLS
     width = 2 * _SYMLOG_RANGE / cells
     counts = np.bincount(np.clip(((z + _SYMLOG_RANGE) / width).astype(np.int64), 0, cells - 1),
-                         minlength=cells).astype(np.float64)
-    noisy = counts + rng.laplace(0.0, 1.0 / epsilon, size=cells)
-    keep = np.flatnonzero(noisy > math.log(cells / 0.01) / epsilon)
+                         minlength=cells)
+    scale = sensitivity / epsilon
+    if isinstance(rng, NoiseSource):
+        noisy = rng.laplace_counts(counts, scale).astype(np.float64)
+    else:
+        noisy = counts + rng.laplace(0.0, scale, size=cells)
+    keep = np.flatnonzero(noisy > sensitivity * math.log(cells / 0.01) / epsilon)
     if keep.size == 0:
         keep = np.array([int(np.argmax(noisy))])
     return -_SYMLOG_RANGE + keep[0] * width, -_SYMLOG_RANGE + (keep[-1] + 1) * width
