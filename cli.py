@@ -253,8 +253,9 @@ def _training_options(f):
                      help="Mode dp: each passive party's privacy budget, split evenly over its features "
                           "(inf: no noise)."),
         click.option("--epsilon-per-feature", type=float, default=_default("epsilon_per_feature"),
-                     help="Mode dp: the budget per released feature instead (a party's total is this times "
-                          "its features)."),
+                     help="Mode dp: instead of --epsilon, what each feature of a party costs per row (its DP "
+                          "bucket edges and its release; the party's total is this times its features). Every "
+                          "feature is then released (no --dp-select: an integer K is refused)."),
         click.option("--dp-buckets", default=str(_default("dp_buckets")), show_default=True,
                      help="Mode dp: buckets per released feature: 'auto' (chosen from its epsilon, see "
                           "docs/dp.md) or an integer (at most that many; 32 with --no-dp-debias is the old "

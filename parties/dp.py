@@ -359,7 +359,9 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
     if any(not r > 0 for r in rest.values()):
         raise InputError(f"mode dp: the bucket edges leave no budget for the release ({rest})")
     budget = {"epsilon_per_party": rest, "epsilon_per_feature": {p: rest[p] / n_features[p] for p in peers}}
-    k = params.dp_select
+    # epsilon_per_feature: every feature costs exactly that per row (its edges and its release), so
+    # no selection (which would give each released feature d x epsilon / K; an integer K is refused)
+    k = params.dp_select if params.epsilon_per_feature is None else None
     if k is not None and k != "auto":
         small = {p: d for p, d in n_features.items() if d < k}
         if small:

@@ -173,8 +173,8 @@ def _binner(req: m.TrainSetup, s: PassiveState | None = None) -> Binner:
         raise ProtocolError(f"dp_binning must be {{'epsilon': a number > 0}}, got {req.dp_binning!r}")
     if s is None:
         return DPBinner(req.max_bin, float(eps))
-    return DPBinner(req.max_bin, float(eps), public=public_columns(s.dp_bins, s.feature_names, s.name),
-                    party=s.name)
+    return DPBinner(req.max_bin, float(eps), noise_source(unsafe_seed(s, "bins")),
+                    public=public_columns(s.dp_bins, s.feature_names, s.name), party=s.name)
 
 
 def public_key(s: PassiveState, req: m.PublicKey) -> m.Ack:

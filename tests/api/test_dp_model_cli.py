@@ -50,7 +50,16 @@ def test_simulate_dp_model_reports_and_records_the_budget(tmp_path):
         for tree in rnd:
             assert len(tree.leaves()) == 4                       # grown to max_depth whatever the data
             assert all(n.gain == 0.0 and n.n_samples == 0 for n in tree.nodes)
-            assert all(n.sum_gradients == 0.0 for n in tree.nodes if not n.is_leaf)
+            # the file keeps what prediction needs only: no sum, exact or noisy, in any node (issue 23,
+            # finding 6: noisy leaf sums at full precision revealed more than the leaf values)
+            assert all(n.sum_gradients == 0.0 and n.sum_hessians == 0.0 for n in tree.nodes)
+            assert any(n.value != 0.0 for n in tree.leaves())
+    raw = json.loads((models / "guest.json").read_text())
+    for rnd in raw["rounds"]:
+        for tree in rnd:
+            assert all(nd.get("sum_gradients", 0.0) == 0.0 and nd.get("sum_hessians", 0.0) == 0.0
+                       for nd in tree["nodes"])
+    assert "NOT PRIVATE" not in json.dumps(raw) and "OpenDP" in d["noise"]
 
 
 def test_simulate_dp_model_gaussian_with_delta(tmp_path):

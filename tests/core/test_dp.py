@@ -499,3 +499,18 @@ def test_histogram_edges_are_quantiles_of_the_noisy_histogram():
     e4 = histogram_edges(0.0, 8.0, counts, 4)                  # 25%: inside cell 3, 50% and 75%: cell 7
     assert np.allclose(np.log1p(e4), [3 + 15 / 30, 7 + 10 / 60, 7 + 35 / 60])
     assert len(histogram_edges(0.0, 8.0, np.zeros(8), 5)) == 4      # empty: still q - 1 edges
+
+
+def test_epsilon_per_feature_means_what_it_says():
+    """Each feature costs epsilon_per_feature per row (edges + release): no selection by default, an
+    explicit --dp-select K (which would give each released feature d x eps / K) is refused."""
+    with pytest.raises(InputError, match="epsilon_per_feature charges each"):
+        TrainParams(mode="dp", epsilon_per_feature=1.0, dp_select=1)
+    a, b, c = small_frames(2500, seed=4)           # large enough for the default pilot with --epsilon
+    fed = _fed((a, b, c))
+    fed.fit(TrainParams(mode="dp", epsilon_per_feature=1.0, n_estimators=1, max_depth=2))
+    rep = fed.active.dp_report
+    assert "dp_select" not in rep
+    assert rep["epsilon_per_party"] == {"b": 2.0, "c": 2.0}
+    assert rep["epsilon_per_feature"] == {"b": pytest.approx(0.9), "c": pytest.approx(0.9)}
+    assert rep["edge_epsilon"] == {"b": pytest.approx(0.2), "c": pytest.approx(0.2)}

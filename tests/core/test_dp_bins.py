@@ -20,6 +20,7 @@ from vfl.core.dp_model import (
     public_thresholds,
     read_dp_bins,
 )
+from vfl.core.dp_noise import SeededNoise
 from vfl.core.params import TrainParams
 
 GOOD = {"age": {"lo": 18, "hi": 90}, "income": {"edges": [0, 1000.5, 20000, 1e6]}}
@@ -32,7 +33,7 @@ def test_public_edges_are_used_exactly_and_spend_no_budget():
     rng = np.random.default_rng(0)
     X = np.column_stack([rng.normal(50, 10, 5000), rng.lognormal(8, 1, 5000), rng.normal(0, 1, 5000)])
     public = {0: {"lo": 18.0, "hi": 90.0}, 1: {"edges": [0.0, 1000.5, 20000.0, 1e6]}}
-    b = DPBinner(16, 0.6, np.random.default_rng(1), public=public, party="p").fit(X)
+    b = DPBinner(16, 0.6, SeededNoise(1), public=public, party="p").fit(X)
     assert np.array_equal(b.thresholds_[1], [0.0, 1000.5, 20000.0, 1e6])
     t0 = b.thresholds_[0]
     z = np.log1p(t0)
@@ -41,7 +42,7 @@ def test_public_edges_are_used_exactly_and_spend_no_budget():
     assert np.array_equal(public_thresholds(public[0], 16), t0)
     assert b.report() == {"epsilon": 0.6, "dp_features": 1, "public_features": 2}
     # the one DP feature gets the whole 0.6: its bounds are those of a DP fit at 0.6 with the same noise
-    alone = DPBinner(16, 0.6, np.random.default_rng(1)).fit(X[:, 2:])
+    alone = DPBinner(16, 0.6, SeededNoise(1)).fit(X[:, 2:])
     assert np.array_equal(b.thresholds_[2], alone.thresholds_[0])
     # every feature public: no data is read at all (NaN everywhere would still bin), nothing spent
     allpub = DPBinner(16, 0.6, public={0: public[0], 1: public[1], 2: {"edges": [0.0]}}).fit(np.full((10, 3), np.nan))

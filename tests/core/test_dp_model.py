@@ -6,7 +6,7 @@ import pytest
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import stats
-from support import halving_levels, small_frames
+from support import halving_levels, rnm_probs, small_frames
 
 from datasets.errors import InputError
 from datasets.frames import PartyFrame
@@ -29,6 +29,7 @@ from vfl.core.dp_model import (
     gaussian_plan_event,
     plan_dp_model,
 )
+from vfl.core.dp_noise import SecureNoise, SeededNoise
 from vfl.core.objectives import BinaryObjective, get_objective
 from vfl.core.params import TrainParams
 from vfl.core.rounds import RoundObserver
@@ -42,28 +43,28 @@ def _chi2(counts, probs):
     return float(((counts - expected) ** 2 / expected).sum())
 
 
-def test_exponential_mechanism_frequencies_follow_exp_eps_u_over_2_delta():
-    """Selection frequencies over a fixed candidate set match exp(eps u / (2 Delta)); the same draws
-    compared against a wrong Delta (2 Delta or Delta / 2) fail the chi-square test."""
+def test_exponential_mechanism_frequencies_follow_report_noisy_max_of_scale_2_delta_over_eps():
+    """Selection frequencies over a fixed candidate set match report-noisy-max with exponential
+    noise of scale 2 Delta / eps (the exponential mechanism's eps guarantee); the same draws compared
+    against a wrong Delta (2 Delta or Delta / 2) fail the chi-square test. OpenDP's sampler (the
+    secure source) gives the same distribution."""
     u = np.array([0.0, 1.0, 2.0, 3.0, 5.0])
     eps, delta = 1.0, 1.5
-    rng = np.random.default_rng(7)
+    noise = SeededNoise(7)
     n = 40_000
-    picks = np.array([exponential_mechanism(u, eps, delta, rng) for _ in range(n)])
+    picks = np.array([exponential_mechanism(u, eps, delta, noise) for _ in range(n)])
     counts = np.bincount(picks, minlength=u.size).astype(float)
-
-    def probs(sens):
-        w = np.exp(eps * u / (2 * sens))
-        return w / w.sum()
-
     critical = stats.chi2.ppf(0.999, df=u.size - 1)
-    assert _chi2(counts, probs(delta)) < critical
-    assert _chi2(counts, probs(2 * delta)) > critical
-    assert _chi2(counts, probs(delta / 2)) > critical
+    assert _chi2(counts, rnm_probs(u, 2 * delta / eps)) < critical
+    assert _chi2(counts, rnm_probs(u, 4 * delta / eps)) > critical
+    assert _chi2(counts, rnm_probs(u, delta / eps)) > critical
+    secure = np.bincount([exponential_mechanism(u, eps, delta, SecureNoise()) for _ in range(1500)],
+                         minlength=u.size).astype(float)
+    assert _chi2(secure, rnm_probs(u, 2 * delta / eps)) < critical
 
 
 def test_exponential_mechanism_edges_no_overflow_inf_and_zero():
-    rng = np.random.default_rng(0)
+    rng = SecureNoise()
     huge = np.array([1e300, 1e300 * 0.5, -1e300])
     assert exponential_mechanism(huge, 1.0, 1e-3, rng) == 0          # scores 1e305: no overflow, no NaN
     assert exponential_mechanism(np.array([1.0, 3.0, 2.0]), math.inf, 1.0, rng) == 1
@@ -114,7 +115,7 @@ def _plan(**kw):
 
 def test_laplace_leaf_noise_has_the_stated_scale():
     plan = _plan()
-    mech = TreeMechanisms(plan, 1.0, np.random.default_rng(3))
+    mech = TreeMechanisms(plan, 1.0, SeededNoise(3))
     draws = np.array([mech.noisy_sums(10.0, 5.0) for _ in range(40_000)])
     b_g, b_h = plan.g_star / plan.leaf_gradients, plan.h_star / plan.leaf_hessians
     assert np.var(draws[:, 0]) == pytest.approx(2 * b_g ** 2, rel=0.05)
@@ -126,7 +127,7 @@ def test_laplace_leaf_noise_has_the_stated_scale():
 
 def test_gaussian_leaf_noise_has_the_stated_sigma():
     plan = _plan(dp_delta=1e-5)
-    mech = TreeMechanisms(plan, 1.0, np.random.default_rng(4))
+    mech = TreeMechanisms(plan, 1.0, SeededNoise(4))
     draws = np.array([mech.noisy_sums(0.0, 0.0) for _ in range(40_000)])
     assert np.std(draws[:, 0]) == pytest.approx(plan.leaf_gradients, rel=0.03)
     assert np.std(draws[:, 1]) == pytest.approx(plan.leaf_hessians, rel=0.03)
@@ -134,7 +135,7 @@ def test_gaussian_leaf_noise_has_the_stated_sigma():
 
 def test_leaf_weight_is_clipped_and_the_released_tree_keeps_no_exact_statistics():
     plan = _plan(dp_model=0.01)
-    mech = TreeMechanisms(plan, 1.0, np.random.default_rng(5))
+    mech = TreeMechanisms(plan, 1.0, SeededNoise(5))
     bound = plan.g_star / plan.h_star
     weights = [mech.leaf_weight(Node(0, 0, sum_gradients=3.0, sum_hessians=0.25)) for _ in range(300)]
     assert max(abs(w) for w in weights) <= bound and max(abs(w) for w in weights) == pytest.approx(bound)
@@ -291,7 +292,7 @@ def test_dp_binner_edges():
     rng = np.random.default_rng(0)
     X = np.column_stack([rng.uniform(0, 1, 20_000), rng.lognormal(3, 1, 20_000), rng.integers(0, 3, 20_000)])
     X[::10, 0] = np.nan
-    b = DPBinner(16, 3.0, np.random.default_rng(1)).fit(X)      # 1 per feature
+    b = DPBinner(16, 3.0, SeededNoise(1)).fit(X)      # 1 per feature
     for j, t in enumerate(b.thresholds_):
         assert np.all(np.diff(t) > 0) and len(t) == 15
         z = np.sign(t) * np.log1p(np.abs(t))
@@ -314,7 +315,7 @@ def test_dp_bounds_ignore_empty_cells_at_small_epsilon():
     """At epsilon 0.01 over 120 cells an empty cell's noise passes the threshold in about 0.5% of fits
     (by design); the bounds always hold the bulk of the data."""
     z = np.random.default_rng(0).normal(2.0, 0.3, 30_000)
-    rng = np.random.default_rng(2)
+    rng = SeededNoise(2)
     wide = 0
     for _ in range(400):
         lo, hi = dp_bounds(z, 0.01, rng)
@@ -335,18 +336,19 @@ def test_plan_dataclass_defaults_are_not_private():
 
 def test_dp_base_scores():
     rng = np.random.default_rng(0)
+    noise = SecureNoise()
     y = (rng.random(10_000) < 0.2).astype(float)
     binary = get_objective("binary")
     exact = binary.base_score(y)[0]
-    assert dp_base_score(binary, y, 1e4, rng)[0] == pytest.approx(exact, abs=1e-3)
-    noisy = [dp_base_score(binary, y, 0.01, rng)[0] for _ in range(50)]
+    assert dp_base_score(binary, y, 1e4, noise)[0] == pytest.approx(exact, abs=1e-3)
+    noisy = [dp_base_score(binary, y, 0.01, noise)[0] for _ in range(50)]
     assert np.std(noisy) > 0.01 and abs(np.mean(noisy) - exact) < 0.2
     multi = get_objective("multiclass")
     yk = multi.check_labels(rng.integers(0, 3, 9000))
-    assert np.allclose(dp_base_score(multi, yk, 1e4, rng), multi.base_score(yk), atol=1e-3)
+    assert np.allclose(dp_base_score(multi, yk, 1e4, noise), multi.base_score(yk), atol=1e-3)
     reg = get_objective("regression")
     yr = rng.normal(50.0, 5.0, 20_000)
-    assert dp_base_score(reg, yr, 10.0, rng)[0] == pytest.approx(50.0, abs=0.5)
+    assert dp_base_score(reg, yr, 10.0, noise)[0] == pytest.approx(50.0, abs=0.5)
 
 
 def test_cyclic_random_trees_halve_the_bin_range_without_looking_at_data():
@@ -354,7 +356,7 @@ def test_cyclic_random_trees_halve_the_bin_range_without_looking_at_data():
     (no histogram is read: None is passed for them), missing values to the right."""
     plan = _plan(n_estimators=4, dp_trees="cyclic")
     assert plan.trees == "cyclic" and plan.level_epsilon == 0
-    mech = TreeMechanisms(plan, 1.0, np.random.default_rng(0))
+    mech = TreeMechanisms(plan, 1.0, SeededNoise(0))
     offsets = [np.array([0, 9, 12]), np.array([0, 5])]      # source 0: 8 + 2 ordinary bins; source 1: 4
     s, left_bin, right_bin = halving_levels(mech, [None, None], [None, None], offsets)
     assert (s.source_idx, s.feature_idx, s.bin_idx, s.default_left) == (0, 0, 3, False)

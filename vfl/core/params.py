@@ -211,6 +211,11 @@ class TrainParams:
             raise InputError("mode 'dp' needs exactly one of epsilon (each passive party's total, split "
                              "evenly over its features) and epsilon_per_feature; inf means no noise")
         setattr(self, given[0], check_epsilon(getattr(self, given[0]), given[0]))
+        if given[0] == "epsilon_per_feature" and self.dp_select not in (None, "auto"):
+            raise InputError(f"epsilon_per_feature charges each of a passive party's d features this epsilon per row "
+                             f"(its total is d x epsilon_per_feature); dp_select={self.dp_select} would release "
+                             "fewer features, each at that total / K, so the name would not hold: give the "
+                             "party's total with epsilon, or dp_select 'none'")
 
     def _validate_dp_options(self):
         share = self.dp_edge_share
