@@ -22,11 +22,13 @@ privacy guarantee.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
 
 from datasets.errors import InputError, PeerError, ProtocolError
+from parties.dp_ledger import PrivacyLedger, dataset_fingerprint
 from parties.passive_state import PassiveState, unsafe_seed
 from protocols import messages as m
 from vfl.core.binning import Binner
@@ -80,6 +82,46 @@ def guard(s: PassiveState, request) -> None:
     if s.train.mode == Mode.DP and type(request) in DP_REFUSED:
         raise ProtocolError(f"party {s.name!r} trains in mode 'dp' and answers no {type(request).__name__}: "
                             f"only its one noisy release leaves it")
+
+
+# -- the lifetime ledger and the training rows (issue 23) ---------------------------------------------
+def ledger(s: PassiveState) -> PrivacyLedger | None:
+    """This party's lifetime privacy ledger (None: none configured)."""
+    if s.dp_ledger_path is None:
+        if s.dp_lifetime_epsilon is not None:
+            raise InputError(f"party {s.name!r}: dp_lifetime_epsilon needs a ledger file (dp_ledger_path, "
+                             "--dp-ledger) to count what every training spent")
+        return None
+    return PrivacyLedger(s.dp_ledger_path, s.dp_lifetime_epsilon, s.name)
+
+
+def charge(s: PassiveState, epsilon: float, kind: str, planned: float | None = None, **detail) -> None:
+    """Charge ``epsilon`` (per row, of this party's dataset) to the ledger before a mechanism runs:
+    refused (ProtocolError naming the budget) when it would exceed the lifetime epsilon, or when
+    ``planned`` (the whole training's cost, of which this is the first part) would."""
+    book = ledger(s)
+    if book is None:
+        return
+    fp = dataset_fingerprint(s.ids if s.ids is not None else [], s.X, s.feature_names)
+    if planned is not None:
+        book.check(fp, planned, f"a training at epsilon {planned:.6g}")
+    book.charge(fp, epsilon, kind, s.model_id, **detail)
+
+
+def id_digests(ids) -> np.ndarray:
+    return np.array([hashlib.sha256(str(i).encode()).hexdigest()[:24] for i in np.asarray(ids).tolist()])
+
+
+def check_prediction_ids(s: PassiveState, ids) -> None:
+    """Prediction refuses the rows of a DP-only training (mode dp): routing a training row by its true
+    values would reveal its buckets without noise (issue 23). Refused, not charged."""
+    if s.dp_training_ids is None or len(ids) == 0:
+        return
+    hit = np.isin(id_digests(ids), s.dp_training_ids)
+    if hit.any():
+        raise ProtocolError(f"party {s.name!r} refuses to route {int(hit.sum())} row(s) that were released in its "
+                            "DP-only training (mode dp): their true values would reveal their buckets without "
+                            "noise; predict on rows outside the training")
 
 
 def _need_dp(s: PassiveState, req):
@@ -163,6 +205,13 @@ def release(s: PassiveState, req: m.DPReleaseRequest) -> m.DPRelease:
                             f"a second release would spend the privacy budget again")
     noise = noise_source(unsafe_seed(s, "release"))
     edge = 0.0 if dom is None else float(dom.spent)
+    # the ledger: this release's per-row loss beyond what this training's releases charged already
+    before = max([check_epsilon(r["epsilon_per_party"]) - r.get("edge_epsilon", 0.0) for r in _entries(s)],
+                 default=0.0)
+    charge(s, max(eps * len(features) - before, 0.0) if eps != float("inf") else eps, "dp-release",
+           n_rows=int(rows.size), n_features=int(len(features)), epsilon_per_feature=json_epsilon(eps))
+    if dom is not None and s.dp_training_ids is None:
+        s.dp_training_ids = np.sort(id_digests(s.ids[s.train.rows]))
     if dom is None:     # epsilon inf: no noise, nothing to protect (the training bins, as before)
         bucket_idx, n_bins, last_bin = _coarsen(s, binner, req.n_buckets, features)
         has_missing = np.any(bucket_idx == (n_bins - 1)[None, :], axis=0)
@@ -432,9 +481,11 @@ def dp_only_binning(params) -> dict | None:
     bucket edges, ``dp_edge_share`` of its per-row total (None at epsilon inf: no noise, no claim)."""
     share = float(params.dp_edge_share)
     if params.epsilon is not None:
-        return None if params.epsilon == float("inf") else {"epsilon": share * params.epsilon}
+        return None if params.epsilon == float("inf") else {"epsilon": share * params.epsilon,
+                                                            "training_epsilon": params.epsilon}
     eps_f = params.epsilon_per_feature
-    return None if eps_f == float("inf") else {"epsilon_per_feature": share * eps_f}
+    return None if eps_f == float("inf") else {"epsilon_per_feature": share * eps_f,
+                                               "training_epsilon_per_feature": eps_f}
 
 
 def edge_spent(p: str, reported, asked: dict | None, n_features: int) -> float:
@@ -442,7 +493,7 @@ def edge_spent(p: str, reported, asked: dict | None, n_features: int) -> float:
     was given."""
     if asked is None:
         return 0.0
-    limit = asked.get("epsilon", asked.get("epsilon_per_feature", 0.0) * n_features)
+    limit = asked["epsilon"] if "epsilon" in asked else asked["epsilon_per_feature"] * n_features
     ok = isinstance(reported, dict) and set(reported) == {"epsilon", "dp_features", "public_features"} and all(
         not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
         for v in reported.values()) and reported["epsilon"] <= limit * (1 + 1e-9)

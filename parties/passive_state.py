@@ -157,6 +157,8 @@ class PassiveState:
     allowed_prediction: tuple = PREDICTIONS
     dp_unsafe_noise_seed: object = None        # NOT PRIVATE test seed of the DP noise (None: cryptographic)
     dp_max_epsilon_per_feature: float | None = None
+    dp_ledger_path: str | None = None          # the lifetime privacy ledger file (parties.dp_ledger; None: none)
+    dp_lifetime_epsilon: float | None = None   # the most epsilon the dataset may spend, over all trainings
     # own data
     ids: np.ndarray | None = None
     X: np.ndarray | None = None                # or a datasets.pieces.PieceTable: read where needed
@@ -174,6 +176,7 @@ class PassiveState:
     completed: bool = False
     table: LookupTable = field(default_factory=LookupTable)
     dp_ledger: list = field(default_factory=list)     # every DP release, oldest first
+    dp_training_ids: np.ndarray | None = None  # mode dp: digests of the released training ids (never routed)
     # sessions
     train: TrainingSession = field(default_factory=TrainingSession)
     sessions: dict = field(default_factory=dict)      # session id -> rows (prediction, validation)

@@ -139,7 +139,8 @@ def test_passive_parties_receive_their_sketch_budget_at_setup_and_nothing_else_n
     setups = [loads(frame) for frame in _frames_to(fed, "b") if _is(frame, "TrainSetup")]
     assert len(setups) == 1
     # three parties hold features: 90% of 0.3 * 3.0 / 3 each (the base score takes 10%)
-    assert setups[0].dp_binning == {"epsilon": pytest.approx(0.27)}
+    # ... and the training's total, which the party's lifetime ledger charges (parties.dp_ledger)
+    assert setups[0].dp_binning == {"epsilon": pytest.approx(0.27), "training_epsilon": pytest.approx(3.0)}
     assert fed.model.dp_model["sketch"]["epsilon_per_party"] == pytest.approx(0.27)
     binner = fed.passives["b"]._state.train.binner
     assert isinstance(binner, DPBinner) and binner.epsilon == pytest.approx(0.27)

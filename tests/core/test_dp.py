@@ -216,6 +216,11 @@ def _aligned_rows(fed, frames):
     return {name: alignment.positions(h, common, name) for name, h in hashes.items()}
 
 
+def fresh_ids(frames: dict) -> dict:
+    """The same values under new ids: rows the passive parties never released."""
+    return {k: f.assign(id=f["id"] + 10 ** 6) for k, f in frames.items()}
+
+
 def _fed(frames, **kw):
     a, b, c = frames
     return Federation(ActiveParty("a", a, label_col="y"),
@@ -259,8 +264,9 @@ def test_active_never_receives_raw_values_or_boundaries():
     a, b, c = small_frames(400, seed=1)
     fed = _fed((a, b, c), record=True)
     fed.fit(TrainParams(mode="dp", epsilon=2.0, n_estimators=3, max_depth=3, max_bin=8, dp_buckets=8))
-    p1 = fed.predict_proba({"a": a, "b": b, "c": c}, prediction="one-round")
-    p2 = fed.predict_proba({"a": a, "b": b, "c": c}, prediction="node")
+    new = fresh_ids({"a": a, "b": b, "c": c})      # the training rows themselves are refused (below)
+    p1 = fed.predict_proba(new, prediction="one-round")
+    p2 = fed.predict_proba(new, prediction="node")
     assert np.array_equal(p1, p2)
     secrets_ = {"b": b[["b0", "b1"]].to_numpy(), "c": c[["c0", "c1"]].to_numpy()}
     # the passive parties' bucket edges (DP histograms, never sent)
@@ -339,7 +345,7 @@ def test_dp_model_predicts_saves_and_loads(tmp_path):
     fed.passives["b"].dp_unsafe_noise_seed = 1
     fed.passives["c"].dp_unsafe_noise_seed = 2
     fed.fit(TrainParams(mode="dp", epsilon=8.0, n_estimators=5, max_depth=3))
-    new = {"a": a.iloc[:40], "b": b.iloc[:40], "c": c.iloc[:40]}
+    new = fresh_ids({"a": a.iloc[:40], "b": b.iloc[:40], "c": c.iloc[:40]})
     proba = fed.predict_proba(new)
     fed.save(tmp_path)
     passive_file = json.loads((tmp_path / "c.json").read_text())
@@ -514,3 +520,51 @@ def test_epsilon_per_feature_means_what_it_says():
     assert rep["epsilon_per_party"] == {"b": 2.0, "c": 2.0}
     assert rep["epsilon_per_feature"] == {"b": pytest.approx(0.9), "c": pytest.approx(0.9)}
     assert rep["edge_epsilon"] == {"b": pytest.approx(0.2), "c": pytest.approx(0.2)}
+
+
+# --- the lifetime ledger and the training rows (issue 23, finding 4) -----------------------
+def test_prediction_of_training_rows_is_refused_in_mode_dp_and_survives_a_reload(tmp_path):
+    a, b, c = small_frames(200, seed=9)
+    fed = _fed((a, b, c))
+    fed.fit(TrainParams(mode="dp", epsilon=2.0, n_estimators=1, max_depth=2))
+    half = {"a": a.iloc[:10], "b": b.iloc[:10], "c": c.iloc[:10]}
+    with pytest.raises(PeerError, match="refuses to route 10 row.*DP-only training"):
+        fed.predict_proba(half)
+    assert fed.predict_proba(fresh_ids(half)).shape == (10,)
+    fed.save(tmp_path)
+    fed2 = Federation.load(tmp_path)
+    with pytest.raises(PeerError, match="refuses to route"):
+        fed2.predict_proba(half)
+    fed_he = _fed((a, b, c))                       # HE and plain trainings are not concerned
+    fed_he.fit(TrainParams(mode="plain", n_estimators=1, max_depth=2))
+    assert fed_he.predict_proba(half).shape == (10,)
+
+
+def test_lifetime_ledger_counts_every_training_and_refuses_past_the_limit(tmp_path):
+    import os
+    import stat
+
+    from parties.dp_ledger import PrivacyLedger, summary
+    a, b, c = small_frames(200, seed=10)
+    fed = _fed((a, b, c))
+    for name in ("b", "c"):
+        fed.passives[name].dp_ledger_path = str(tmp_path / f"{name}.ledger.json")
+        fed.passives[name].dp_lifetime_epsilon = 5.0
+    fed.fit(TrainParams(mode="dp", epsilon=2.0, n_estimators=1, max_depth=2, dp_select=None))
+    path = tmp_path / "b.ledger.json"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    doc = PrivacyLedger(path).read()
+    (fp, entries), = doc["datasets"].items()
+    assert [e["kind"] for e in entries] == ["dp-edges", "dp-release"]
+    assert sum(e["epsilon"] for e in entries) == pytest.approx(2.0)
+    fed.fit(TrainParams(mode="dp", epsilon=2.0, n_estimators=1, max_depth=2, dp_select=None))   # a new model_id
+    assert summary(PrivacyLedger(path).read())[fp]["epsilon"] == pytest.approx(4.0)
+    with pytest.raises(PeerError, match="refuses a training at epsilon 2.*spent epsilon 4 of its lifetime budget 5"):
+        fed.fit(TrainParams(mode="dp", epsilon=2.0, n_estimators=1, max_depth=2, dp_select=None))
+    with pytest.raises(PeerError, match="refuses a training without differential privacy"):
+        fed.fit(TrainParams(mode="plain", n_estimators=1, max_depth=2))
+    assert summary(PrivacyLedger(path).read())[fp]["epsilon"] == pytest.approx(4.0)    # refusals charge nothing
+    # the command shows it
+    r = CliRunner().invoke(main, ["dp-ledger", "show", str(path)])
+    assert r.exit_code == 0, r.output
+    assert fp[:16] in r.output and "epsilon 4" in r.output

@@ -270,7 +270,7 @@ def test_dp_select_report_and_no_raw_value_reaches_the_active_party(frames):
                 for x in np.concatenate([secrets_[s].ravel(), thresholds[s]]):
                     assert repr(float(x)) not in blob
     # the model predicts through the passive parties' true thresholds
-    p = fed.predict_proba({"a": a, "b": b, "c": c})
+    p = fed.predict_proba({k: f.assign(id=f["id"] + 10 ** 6) for k, f in zip("abc", (a, b, c))})
     assert p.shape[0] == len(a) and np.all((p >= 0) & (p <= 1))
 
 
@@ -527,5 +527,5 @@ def test_auto_select_of_every_feature_still_releases_the_pilot_rows_once(monkeyp
         *pilots, main = fed.passives[name].dp_release_info()["releases"]
         assert main["n_features"] == 2 and main["epsilon_per_party"] == pytest.approx(4.0)
         assert main["n_samples"] == 2500 - pilot_size(2500) == 2500 - sum(r["n_samples"] for r in pilots)
-    p = fed.predict_proba({k: f for k, f in zip("abc", frames)})
+    p = fed.predict_proba({k: f.assign(id=f["id"] + 10 ** 6) for k, f in zip("abc", frames)})
     assert p.shape == (2500,)

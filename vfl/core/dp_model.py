@@ -280,8 +280,10 @@ class DPModelPlan:
 
     # -- what the parties use ---------------------------------------------------
     def binning_setup(self) -> dict | None:
-        """The DP settings a passive party needs at setup (``TrainSetup.dp_binning``)."""
-        return {"epsilon": self.sketch_epsilon_per_party} if self.private else None
+        """The DP settings a passive party needs at setup (``TrainSetup.dp_binning``): its sketch budget
+        and the training's total (what its lifetime ledger charges, parties.dp_ledger)."""
+        return {"epsilon": self.sketch_epsilon_per_party, "training_epsilon": self.reported_epsilon} \
+            if self.private else None
 
     def binner(self, max_bin: int, public: dict | None = None, party: str = "") -> Binner:
         """A party's binner: DP edges with its sketch share, except on ``public`` features
