@@ -114,10 +114,15 @@ def _plan(**kw):
 
 
 def test_laplace_leaf_noise_has_the_stated_scale():
+    """Reference figures by hand (not from the plan): dp_model 1, 5 selected trees, budget
+    0.1/0.2/0.7: each tree gets 0.9/5 = 0.18, its leaves 0.7/0.9 of it = 0.14, the gradient sums 80%
+    = 0.112 (sensitivity g* = 1: scale 1/0.112), the hessian sums 0.028 (h* = 1/4: scale 0.25/0.028)."""
     plan = _plan()
+    b_g, b_h = 1.0 / 0.112, 0.25 / 0.028
+    assert plan.g_star / plan.leaf_gradients == pytest.approx(b_g, rel=1e-12)
+    assert plan.h_star / plan.leaf_hessians == pytest.approx(b_h, rel=1e-12)
     mech = TreeMechanisms(plan, 1.0, SeededNoise(3))
     draws = np.array([mech.noisy_sums(10.0, 5.0) for _ in range(40_000)])
-    b_g, b_h = plan.g_star / plan.leaf_gradients, plan.h_star / plan.leaf_hessians
     assert np.var(draws[:, 0]) == pytest.approx(2 * b_g ** 2, rel=0.05)
     assert np.var(draws[:, 1]) == pytest.approx(2 * b_h ** 2, rel=0.05)
     assert np.mean(draws[:, 0]) == pytest.approx(10.0, abs=4 * b_g * math.sqrt(2 / 40_000))
@@ -125,12 +130,46 @@ def test_laplace_leaf_noise_has_the_stated_scale():
     assert np.mean(np.abs(draws[:, 0] - 10.0)) == pytest.approx(b_g, rel=0.03)
 
 
+def _reference_rho(eps: float, delta: float, T: int, D: int, shares, trees: str, g_star: float, h_star: float):
+    """The total zCDP budget a (eps, delta) plan can spend, calibrated here from scratch with
+    dp-accounting (the events written out with literal sensitivities, not the plan's helpers), and the
+    leaf sigmas it gives: ``(rho, sigma_gradients, sigma_hessians)``."""
+    def events(rho):
+        leaf = shares[2] * rho / T
+        sg, sh = g_star / math.sqrt(2 * 0.8 * leaf), h_star / math.sqrt(2 * 0.2 * leaf)
+        tree = [dp_event.GaussianDpEvent(sg / g_star), dp_event.GaussianDpEvent(sh / h_star)]
+        if trees == "selected":
+            tree.append(dp_event.ZCDpEvent(8 * shares[1] * rho / T / 8))
+        else:
+            tree.append(dp_event.SelfComposedDpEvent(dp_event.ZCDpEvent(8 * shares[1] * rho / (T * D) / 8), D))
+        return dp_event.ComposedDpEvent([dp_event.ZCDpEvent(shares[0] * rho),
+                                         dp_event.SelfComposedDpEvent(dp_event.ComposedDpEvent(tree), T)]), sg, sh
+
+    def spent(rho):
+        acc = rdp_privacy_accountant.RdpAccountant()
+        acc.compose(events(rho)[0])
+        return acc.get_epsilon(delta)
+
+    lo, hi = 0.0, 1.0
+    while spent(hi) < eps:
+        hi *= 2
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if spent(mid) <= eps else (lo, mid)
+    _, sg, sh = events(lo)
+    return lo, sg, sh
+
+
 def test_gaussian_leaf_noise_has_the_stated_sigma():
+    """The leaf sigmas against a calibration made here from scratch (binary: g* = 1, h* = 1/4)."""
     plan = _plan(dp_delta=1e-5)
+    _, sg, sh = _reference_rho(1.0, 1e-5, 5, 3, (0.1, 0.2, 0.7), "selected", 1.0, 0.25)
+    assert plan.leaf_gradients == pytest.approx(sg, rel=1e-6)
+    assert plan.leaf_hessians == pytest.approx(sh, rel=1e-6)
     mech = TreeMechanisms(plan, 1.0, SeededNoise(4))
     draws = np.array([mech.noisy_sums(0.0, 0.0) for _ in range(40_000)])
-    assert np.std(draws[:, 0]) == pytest.approx(plan.leaf_gradients, rel=0.03)
-    assert np.std(draws[:, 1]) == pytest.approx(plan.leaf_hessians, rel=0.03)
+    assert np.std(draws[:, 0]) == pytest.approx(sg, rel=0.03)
+    assert np.std(draws[:, 1]) == pytest.approx(sh, rel=0.03)
 
 
 def test_leaf_weight_is_clipped_and_the_released_tree_keeps_no_exact_statistics():
@@ -185,15 +224,13 @@ def test_gaussian_path_matches_dp_accounting_figures():
     plan = plan_dp_model(params, 1, 2)
     assert plan.mechanism == "gaussian" and plan.level_epsilon > 0
     assert 0.99 <= plan.reported_epsilon <= 1.0
-    tree = dp_event.ComposedDpEvent([
-        dp_event.GaussianDpEvent(plan.leaf_gradients / plan.g_star),
-        dp_event.GaussianDpEvent(plan.leaf_hessians / plan.h_star),
-        dp_event.SelfComposedDpEvent(dp_event.ZCDpEvent(plan.level_epsilon ** 2 / 8), 3)])
-    event = dp_event.ComposedDpEvent([dp_event.ZCDpEvent(plan.sketch_epsilon ** 2 / 2),
-                                      dp_event.SelfComposedDpEvent(tree, 20)])
-    acc = rdp_privacy_accountant.RdpAccountant()
-    acc.compose(event)
-    assert acc.get_epsilon(1e-5) == pytest.approx(plan.reported_epsilon, rel=1e-9)
+    # reference: calibrated here with literal sensitivities (g* = 1, h* = 1/4, gain 4 g*^2/h* = 16 only
+    # enters through the exponential mechanism's zCDP eps^2/8, a sensitivity-free figure)
+    rho, sg, sh = _reference_rho(1.0, 1e-5, 20, 3, (0.1, 0.3, 0.6), "exponential", 1.0, 0.25)
+    assert plan.extra["rho"] == pytest.approx(rho, rel=1e-6)
+    assert plan.leaf_gradients == pytest.approx(sg, rel=1e-6) and plan.leaf_hessians == pytest.approx(sh, rel=1e-6)
+    assert plan.level_epsilon == pytest.approx(math.sqrt(8 * 0.3 * rho / 60), rel=1e-6)
+    assert plan.sketch_epsilon == pytest.approx(math.sqrt(2 * 0.1 * rho), rel=1e-6)
     assert account_gaussian(gaussian_plan_event(plan), 1e-5) == pytest.approx(plan.reported_epsilon, rel=1e-12)
     # a single Gaussian event: our accountant call is the library's
     one = dp_event.GaussianDpEvent(2.0)
@@ -381,3 +418,63 @@ def test_dp_training_samples_rows_by_secret_poisson_draws():
     assert not np.array_equal(a[0], a[1])            # independent per tree
     assert booster.sampler.draw(0, g, g)[0] is not None
     assert PoissonSampler(1.0).draw(0, g, g) == (None, None, 1.0)
+
+
+# --------------------------------------------------------------------------- the mechanisms that ran
+class CountingNoise(SeededNoise):
+    """Records every mechanism drawn through the seam: (kind, scale, values)."""
+
+    def __init__(self, seed, calls):
+        super().__init__(seed)
+        self.calls = calls
+
+    def laplace_counts(self, counts, scale):
+        self.calls.append(("laplace_counts", float(scale), int(np.size(counts))))
+        return super().laplace_counts(counts, scale)
+
+    def laplace(self, values, scale):
+        self.calls.append(("laplace", float(scale), int(np.size(values))))
+        return super().laplace(values, scale)
+
+    def gaussian(self, values, scale):
+        self.calls.append(("gaussian", float(scale), int(np.size(values))))
+        return super().gaussian(values, scale)
+
+    def noisy_max(self, scores, scale):
+        self.calls.append(("noisy_max", float(scale), int(np.size(scores))))
+        return super().noisy_max(scores, scale)
+
+
+def test_the_mechanisms_that_ran_add_up_to_the_reported_epsilon(monkeypatch):
+    """End to end (a federation of two parties, 3 selected trees of depth 2, binary): every draw of
+    every party is recorded at the noise seam, and the epsilon they spend -- by their scales and the
+    sensitivities written here (a count: 1; a leaf's gradient sum: g* = 1, hessian sum: h* = 1/4; a
+    feature choice: g* = 1, epsilon = 2 Delta / scale), leaves of a tree in parallel, the rest in
+    sequence -- equals the plan's reported epsilon; and the counts match the plan's shape."""
+    import parties.passive_train as pt
+    import vfl.core.dp_model as dm
+    calls = {"active": [], "passive": []}
+    monkeypatch.setattr(dm, "noise_source", lambda seed=None: CountingNoise(0, calls["active"]))
+    monkeypatch.setattr(pt, "noise_source", lambda seed=None: CountingNoise(1, calls["passive"]))
+    a, b, _ = small_frames(300, seed=2)
+    fed = federation_from_frames([PartyFrame("a", a, "id", "y"), PartyFrame("b", b, "id")])
+    T, D = 3, 2
+    fed.fit(TrainParams(mode="plain", n_estimators=T, max_depth=D, dp_model=1.0))
+    reported = fed.model.dp_model["epsilon"]
+    act, pas = calls["active"], calls["passive"]
+    kinds = [k for k, _, _ in act]
+    assert kinds.count("noisy_max") == T                          # one feature choice per tree
+    leaves = [c for c in act if c[0] == "laplace"]
+    assert len(leaves) == 2 * T * 2 ** D                          # G~ and H~ of every leaf of full trees
+    counts = [c for c in act if c[0] == "laplace_counts"]
+    base = [c for c in counts if c[2] == 2]                       # the binary base score: (positives, rows)
+    bins_a = [c for c in counts if c[2] == 120]                   # a DP bound histogram per feature
+    assert len(base) == 1 and len(bins_a) == 2 and len(pas) == 2 and all(c[2] == 120 for c in pas)
+    eps = 2 / base[0][1]                                          # two counts of sensitivity 1
+    eps += sum(1 / c[1] for c in bins_a) + sum(1 / c[1] for c in pas)
+    eps += sum(2 * 1.0 / c[1] for c in act if c[0] == "noisy_max")
+    for t in range(T):                                            # each tree's leaves: disjoint rows
+        tree = leaves[t * 2 ** (D + 1):(t + 1) * 2 ** (D + 1)]
+        eps += max(1.0 / g[1] + 0.25 / h[1] for g, h in zip(tree[0::2], tree[1::2]))
+    assert eps == pytest.approx(reported, rel=1e-9)
+    assert reported <= 1.0 + 1e-9
