@@ -135,7 +135,8 @@ def _need_dp(s: PassiveState, req):
 def _domain_buckets(s: PassiveState, n_buckets, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
     """Mode dp with noise: the training rows' buckets of ``features`` in the release domain
     (:class:`vfl.core.dp.ReleaseDomain`: public bins or charged DP histograms, never the raw data);
-    ``n_buckets[i]`` value buckets (None: the domain's most), the missing slot last. Returns
+    ``n_buckets[i]`` value buckets (None: the domain's most), the missing slot last (randomized over
+    unless the public schema says the feature is never missing). Returns
     ``(bucket_idx, n_slots, edges)``."""
     dom = s.train.dp_domain
     want = np.array([dom.max_buckets(int(f)) for f in features]) if n_buckets is None else np.asarray(n_buckets)
@@ -146,7 +147,10 @@ def _domain_buckets(s: PassiveState, n_buckets, features: np.ndarray) -> tuple[n
     for f, q in zip(features.tolist(), want.tolist()):
         e = dom.edges(int(f), int(q))
         edges[int(f)] = e
-        cols.append(bucketize(s.train.dp_X[:, f], e))
+        col = bucketize(s.train.dp_X[:, f], e)
+        if not dom.missing_slot(int(f)):        # the schema says never missing: a missing value -> bucket 0
+            col[col == len(e) + 1] = 0
+        cols.append(col)
         slots.append(len(e) + 2)
     return np.column_stack(cols), np.array(slots, dtype=np.int64), edges
 
@@ -218,7 +222,8 @@ def release(s: PassiveState, req: m.DPReleaseRequest) -> m.DPRelease:
         edges = None
     else:               # every feature's domain has its missing slot, whatever the data
         bucket_idx, n_bins, edges = _domain_buckets(s, req.n_buckets, features)
-        has_missing, last_bin = np.ones(len(features), dtype=bool), {}
+        has_missing = np.array([dom.missing_slot(int(f)) for f in features], dtype=bool)
+        last_bin = {}
     # draw the noise in the party's own row order, not the salted alignment order, so a
     # seeded party (simulations) gets the same noise per row whatever the salt
     asked, rows = rows, rows[np.argsort(s.train.rows[rows], kind="stable")]

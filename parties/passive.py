@@ -204,9 +204,10 @@ class PassiveParty:
         self.set_dp_bins(dp_bins)
 
     def set_dp_bins(self, dp_bins: dict | None) -> None:
-        """This party's public bounds or bin edges per feature for a DP released model (``--dp-model``;
-        :func:`vfl.core.dp_model.check_dp_bins`): those features spend none of its sketch budget. Not
-        used by other trainings (exact quantile bins)."""
+        """This party's public bounds or bin edges per feature for a DP released model (``--dp-model``)
+        and mode dp (:func:`vfl.core.dp_model.check_dp_bins`): those features spend no budget on their
+        edges; in mode dp ``"missing": false`` drops a feature's missing slot. Not used by other
+        trainings (exact quantile bins)."""
         s = self._state
         where = f"party {s.name!r}" + (f" (file {s.source})" if s.source else "")
         spec = check_dp_bins(dp_bins, f"{where}: dp_bins")

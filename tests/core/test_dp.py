@@ -568,3 +568,26 @@ def test_lifetime_ledger_counts_every_training_and_refuses_past_the_limit(tmp_pa
     r = CliRunner().invoke(main, ["dp-ledger", "show", str(path)])
     assert r.exit_code == 0, r.output
     assert fp[:16] in r.output and "epsilon 4" in r.output
+
+
+def test_a_public_never_missing_column_has_no_missing_slot_and_a_missing_value_goes_to_bucket_0():
+    """The public schema (dp_bins "missing": false) drops a feature's missing slot: k = q, not q + 1
+    (a wider channel); a missing value, against the schema, goes to bucket 0 (a fixed rule)."""
+    from vfl.core.dp_model import check_dp_bins
+    assert check_dp_bins({"b0": {"missing": False}, "b1": {"lo": 0, "hi": 1, "missing": True}}) == \
+        {"b0": {"missing": False}, "b1": {"lo": 0.0, "hi": 1.0, "missing": True}}
+    for bad in ({"b0": {}}, {"b0": {"missing": "no"}}, {"b0": {"missing": False, "hi": 2}}):
+        with pytest.raises(InputError, match="column 'b0'"):
+            check_dp_bins(bad)
+    a, b, c = small_frames(300, seed=11)
+    b = b.copy()
+    b.loc[:2, "b0"] = np.nan
+    fed = Federation(ActiveParty("a", a, label_col="y"),
+                     [PassiveParty("b", b, dp_bins={"b0": {"missing": False}}), PassiveParty("c", c)], record=True)
+    fed.fit(TrainParams(mode="dp", epsilon=2.0, n_estimators=1, max_depth=2, dp_select=None, dp_buckets=4))
+    rel = {s: x for s, x in ((s, loads(f)) for s, r, f in fed.transport.log if r == "a")
+           if isinstance(x, m.DPRelease)}
+    assert rel["b"].n_bins.tolist() == [5, 5] and rel["b"].rr_domain.tolist() == [4, 5]
+    assert rel["c"].rr_domain.tolist() == [5, 5]
+    assert int(rel["b"].buckets[:, 0].max()) <= 3                    # never reported in the missing slot
+    assert fed.active.dp_report["edge_epsilon"]["b"] == pytest.approx(0.2)   # the flag is no public bin

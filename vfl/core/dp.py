@@ -200,14 +200,17 @@ class ReleaseDomain:
     told) is ``max_bin + 1`` per feature, or the public edges' count + 2: public schema only. A
     release in ``q`` buckets (:meth:`edges`) takes the public edges (every ``k``-th one when there are
     more than ``q - 1``), ``q - 1`` edges equally spaced between public bounds, or the DP histogram's
-    ``q``-quantiles; the missing slot is always the last, present in every feature's domain."""
+    ``q``-quantiles; the missing slot is always the last, present in every feature's domain unless
+    the public schema says the column is never missing (:meth:`missing_slot`)."""
 
     def __init__(self, max_bin: int, epsilon: float, noise: NoiseSource, public: dict | None = None,
                  party: str = ""):
         self.max_bin = check_max_bin(max_bin)
         self.epsilon = check_epsilon(epsilon, "edge epsilon") if epsilon else 0.0
         self.noise = noise
-        self.public = dict(public or {})
+        public = dict(public or {})
+        self.public = {j: e for j, e in public.items() if "edges" in e or "lo" in e}     # bounds or edges
+        self.never_missing = {j for j, e in public.items() if e.get("missing") is False}  # the schema says so
         self.party = party
         self.hist: dict[int, tuple] = {}
         self.n_features = 0
@@ -230,6 +233,12 @@ class ReleaseDomain:
         self.hist = {j: dp_histogram(X[:, j], per, self.noise) for j in dp_features}
         self.spent = self.epsilon if dp_features else 0.0
         return self
+
+    def missing_slot(self, j: int) -> bool:
+        """Whether feature ``j``'s release randomizes over a missing slot: always, unless the public
+        schema says the column is never missing (``"missing": false``; a missing value then goes to
+        bucket 0, a fixed rule)."""
+        return j not in self.never_missing
 
     def max_buckets(self, j: int) -> int:
         e = self.public.get(j)

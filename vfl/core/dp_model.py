@@ -780,7 +780,9 @@ def check_dp_bins(spec, where: str = "dp_bins") -> dict:
     """Public bins per column, checked and normalised: ``{column: {"lo": float, "hi": float}}``
     (public bounds, ``lo < hi``: the edges are then placed as the DP ones, equally spaced on the
     symmetric log scale) or ``{column: {"edges": [floats]}}`` (strictly increasing, finite; a value
-    ``x <= edges[i]`` falls in bin ``i`` or lower)."""
+    ``x <= edges[i]`` falls in bin ``i`` or lower). Mode dp also reads an optional ``"missing": false``
+    (the public schema says the column is never missing: its release has no missing slot), alone or
+    beside the bounds or edges; a released model ignores it."""
     if spec is None:
         return {}
     if not isinstance(spec, dict):
@@ -791,8 +793,16 @@ def check_dp_bins(spec, where: str = "dp_bins") -> dict:
         at = f"{where}, column {col!r}"
         if not isinstance(col, str) or not col:
             raise InputError(f"{where}: column names must be non-empty strings, got {col!r}")
-        if not isinstance(entry, dict) or set(entry) not in ({"lo", "hi"}, {"edges"}):
-            raise InputError(f"{at}: expected {{\"lo\": x, \"hi\": y}} or {{\"edges\": [...]}}, got {entry!r}")
+        keys = set(entry) - {"missing"} if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or keys not in ({"lo", "hi"}, {"edges"}, set()) or not entry:
+            raise InputError(f"{at}: expected {{\"lo\": x, \"hi\": y}} or {{\"edges\": [...]}} (and optionally "
+                             f"\"missing\": false), got {entry!r}")
+        if "missing" in entry and not isinstance(entry["missing"], bool):
+            raise InputError(f"{at}: \"missing\" must be true or false, got {entry['missing']!r}")
+        flag = {"missing": entry["missing"]} if "missing" in entry else {}
+        if not keys:
+            out[col] = flag
+            continue
         if "edges" in entry:
             edges = entry["edges"]
             if not isinstance(edges, (list, tuple)) or not edges:
@@ -804,14 +814,14 @@ def check_dp_bins(spec, where: str = "dp_bins") -> dict:
             if np.any(np.diff(e) <= 0):
                 i = int(np.flatnonzero(np.diff(e) <= 0)[0])
                 raise InputError(f"{at}: \"edges\" must be strictly increasing ({edges[i]!r} then {edges[i + 1]!r})")
-            out[col] = {"edges": [float(x) for x in e]}
+            out[col] = {"edges": [float(x) for x in e], **flag}
             continue
         lo, hi = entry["lo"], entry["hi"]
         if not (_finite_number(lo) and _finite_number(hi)):
             raise InputError(f"{at}: \"lo\" and \"hi\" must be finite numbers, got {lo!r} and {hi!r}")
         if not lo < hi:
             raise InputError(f"{at}: \"lo\" must be below \"hi\", got {lo!r} and {hi!r}")
-        out[col] = {"lo": float(lo), "hi": float(hi)}
+        out[col] = {"lo": float(lo), "hi": float(hi), **flag}
     return out
 
 
@@ -849,7 +859,8 @@ class DPBinner(Binner):
         if not (isinstance(epsilon, (int, float)) and epsilon > 0) or math.isnan(epsilon):
             raise InputError(f"DP binning needs an epsilon > 0, got {epsilon!r}")
         self.epsilon = float(epsilon)
-        self.public = dict(public or {})
+        # bounds or edges (an entry with only mode dp's "missing" flag is not a public bin)
+        self.public = {j: e for j, e in (public or {}).items() if "edges" in e or "lo" in e}
         self.party = party
         self.noise = SecureNoise() if noise is None else noise
         self.spent = 0.0
