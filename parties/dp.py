@@ -1,7 +1,8 @@
 """DP-only mode on both sides of the wire (the mechanism itself is in :mod:`vfl.core.dp`).
 
-Protocol after alignment and ``TrainSetup(mode="dp")`` (whose reply, as in
-HE mode, gives the number of bucket slots per passive feature):
+Protocol after alignment and ``TrainSetup(mode="dp", dp_binning=...)`` (whose reply gives the
+number of bucket slots per passive feature, from ``max_bin`` and the party's public bins only, and
+what its DP bucket edges spent: :class:`vfl.core.dp.ReleaseDomain`, issue 23):
 
 1. ``DPReleaseRequest(model_id, epsilon_per_feature)`` -> ``DPRelease``: the
    passive party randomizes every aligned row's bucket index of every feature
@@ -18,7 +19,9 @@ HE mode, gives the number of bucket slots per passive feature):
 
 While a passive party trains in mode ``dp`` it refuses gradients, histogram
 and split requests: answering them would reveal its true buckets and void the
-privacy guarantee.
+privacy guarantee. After it, it refuses to route its training rows
+(:func:`check_prediction_ids`). Its lifetime ledger (:mod:`parties.dp_ledger`) is charged before
+every mechanism runs (:func:`charge`).
 """
 from __future__ import annotations
 

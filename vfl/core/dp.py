@@ -1,47 +1,44 @@
-"""DP-only mode (FederBoost-style): equal-frequency buckets, randomized response, accounting.
+"""DP-only mode (FederBoost-style): a data-independent bucketing, randomized response, accounting.
 
 Core module: no party wiring here (see ``parties/dp.py`` for the messages'
 handlers on each side).
 
-The mechanism
--------------
-For each of its features a passive party cuts its aligned training rows into
-``q <= max_bin`` buckets of (near) equal size with :class:`vfl.core.binning.Binner`
--- the very bins HE and plain modes use, so every mode sees the same
-buckets: quantile cut points, tied values never split, and a feature with at
-most ``q`` distinct values gets one bucket per value. Missing values (NaN)
-form one more bucket, the last one.
+The mechanism (issue 23)
+------------------------
+Each passive party's release domain (:class:`ReleaseDomain`) comes from public
+information or a charged DP step, never from the raw data: per feature the
+user's public bins (bounds or edges, ``--dp-bins``), else a DP histogram
+(:func:`dp_histogram`, discrete Laplace, change-one-row sensitivity 2) whose
+quantiles place the edges; the slot counts the active party is told come from
+``max_bin`` or the public edges, the number of buckets ``q`` from epsilon. The
+missing slot is always the last and always in the randomization domain (unless
+the public schema says the column is never missing).
 
-Every row's bucket index then goes through ``q``-ary randomized response
-(:func:`randomized_response`): it stays with probability
+Every row's bucket index then goes through ``k``-ary randomized response
+(:func:`randomized_response`, exact integer sampling from ``os.urandom``, see
+:mod:`vfl.core.dp_noise`): it stays with probability
 
     p = e^eps / (e^eps + k - 1)
 
 and otherwise moves to one of the ``k - 1`` other buckets uniformly at random,
-where ``k`` is the size of the randomization domain: the ``q`` value buckets,
-plus the missing bucket when the feature has missing values in the training
-rows. So missingness is protected like any value: a missing row can be
-reported in a value bucket and vice versa. A feature without missing values
-has no missing bucket in its domain (none is ever reported). ``eps = inf``
-means ``p = 1``: no noise, the utility ceiling of the bucketing alone.
+``k = q + 1``. ``eps = inf`` means ``p = 1``: no noise (and no claim; the
+training bins are then used as they are).
 
 Accounting
 ----------
-Each released (row, feature) bucket index is ``eps``-locally differentially
-private for that row (given the bucketing). A party's features compose, so
-the per-row privacy loss of one party's whole release is the sum over its
-features: :func:`epsilon_budget` splits a per-party total evenly over the
-party's features, or multiplies a per-feature value by the feature count.
-The bucketing itself (cut points, the number of buckets, whether a feature
-has a missing bucket) is computed from the party's data and is not
-randomized; the cut points never leave the party, the bucket counts do (as in
-HE mode).
+Each released (row, feature) bucket index is ``eps``-DP for that row (change
+one row's values; its id and the alignment are public). A party's features
+compose: the per-row loss of one party's release is the sum over its released
+features, plus what its edges' DP histograms spent (``EDGE_SHARE`` of the
+party's budget by default). :func:`epsilon_budget` splits a per-party total
+evenly over the party's features, or multiplies a per-feature value by the
+feature count.
 
 :class:`BucketSource` is the active party's view of one passive party's
 release: a plaintext histogram source over the noisy buckets, so the same
 :class:`vfl.core.boosting.Booster` grows the trees locally without talking to the
 passive party except to register the split points it chooses (the passive
-party keeps their thresholds, for prediction).
+party keeps their thresholds, release edges, for prediction).
 """
 from __future__ import annotations
 
