@@ -22,6 +22,8 @@ its claimed epsilon (except with 5% probability). Audits:
   distinguisher: a Mironov test of what the model file stores (the noisy sums, when it stores
   them) against numpy's Laplace sampler: D' is guessed when the stored sums cannot be D's sums plus
   a value numpy's ``laplace`` can produce.
+* ``dp_model_bins_extreme``: the released model's DP bin edges of one feature, with an extreme
+  canary (1e9) added in D'; distinguisher: an edge above 1000.
 
 Run it against another checkout with ``PYTHONPATH=/that/checkout python benchmarks/dp_audit.py``
 (the script uses whatever ``vfl`` is importable first). ``--trials N`` per side; the tests run it
@@ -274,11 +276,28 @@ def audit_model_leaf(trials: int, epsilon: float = 1.0) -> dict:
                                                    "stored noisy sums?")
 
 
+def audit_model_bins(trials: int, epsilon: float = 1.0) -> dict:
+    """A released model's DP bin edges of one feature (what a party's lookup table holds, and what
+    routing reveals): 300 typical rows (D) and the same with an extreme canary, 1e9 (D', add one
+    row). Distinguisher: D' when any edge lies above 1000."""
+    from vfl.core.dp_model import DPBinner
+    x = np.random.default_rng(0).normal(0.0, 1.0, 300)
+    d, d2 = x[:, None], np.append(x, 1e9)[:, None]
+
+    def guess_d(X):
+        return not any(float(np.max(t)) > 1e3 for t in DPBinner(8, epsilon).fit(X).thresholds_ if len(t))
+
+    gd = [guess_d(d) for _ in range(trials)]
+    gd2 = [guess_d(d2) for _ in range(trials)]
+    return _result(epsilon, gd, gd2, distinguisher="an edge above 1000")
+
+
 AUDITS = {"dp_release_changed": lambda n: audit_release("changed", n),
           "dp_release_missing": lambda n: audit_release("missing", n),
           "dp_release_extreme": lambda n: audit_release("extreme", n),
           "dp_seeded": lambda n: audit_seeded(max(10, n // 10)),
-          "dp_model_leaf": lambda n: audit_model_leaf(n)}
+          "dp_model_leaf": lambda n: audit_model_leaf(n),
+          "dp_model_bins_extreme": lambda n: audit_model_bins(n)}
 
 
 def main(argv=None) -> int:

@@ -49,6 +49,8 @@ def test_seeded_simulation_and_model_leaf_pass_the_audit():
     leaf = dp_audit.audit_model_leaf(60)
     # the model file stores no noisy sum: nothing for the Mironov test to read
     assert leaf["fpr"] == 1.0 and leaf["epsilon_lower_bound"] == 0.0
+    bins = dp_audit.audit_model_bins(60)            # DP bounds hide an extreme canary
+    assert bins["epsilon_lower_bound"] <= bins["claimed_epsilon"], bins
 
 
 def test_the_script_prints_one_json_object(capsys):
