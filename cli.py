@@ -24,6 +24,7 @@ from crypto.keys import WeakKeyWarning, check_key_bits
 from datasets import SHARED_TASKS, load_guest_host, load_named
 from datasets.errors import InputError, VFLError
 from datasets.loaders import DEFAULT_BATCH_ROWS
+from parties.dp_ledger import PrivacyLedger, summary
 from parties.memory import return_freed_memory
 from parties.network import check_prediction, load_active_model, predict_active, serve_passive, train_active
 from protocols.certs import make_certs
@@ -32,6 +33,7 @@ from protocols.units import format_bytes
 from vfl.api import simulate as simulate_federation
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
 from vfl.core.dp_model import DP_TREES, read_dp_bins
+from vfl.core.dp_noise import NOT_PRIVATE
 from vfl.core.files import check_writable_dir, write_text_atomic
 from vfl.core.params import (
     ALIGNMENTS,
@@ -252,8 +254,9 @@ def _training_options(f):
                      help="Mode dp: each passive party's privacy budget, split evenly over its features "
                           "(inf: no noise)."),
         click.option("--epsilon-per-feature", type=float, default=_default("epsilon_per_feature"),
-                     help="Mode dp: the budget per released feature instead (a party's total is this times "
-                          "its features)."),
+                     help="Mode dp: instead of --epsilon, what each feature of a party costs per row (its DP "
+                          "bucket edges and its release; the party's total is this times its features). Every "
+                          "feature is then released (no --dp-select: an integer K is refused)."),
         click.option("--dp-buckets", default=str(_default("dp_buckets")), show_default=True,
                      help="Mode dp: buckets per released feature: 'auto' (chosen from its epsilon, see "
                           "docs/dp.md) or an integer (at most that many; 32 with --no-dp-debias is the old "
@@ -265,6 +268,12 @@ def _training_options(f):
                           "chosen on a pilot of disjoint rows; 'auto': the pilot also picks K, from its gains and "
                           "each feature's channel at epsilon / K (no selection when the pilot is too "
                           "small); 'none': release every feature."),
+        click.option("--dp-edge-share", type=float, default=_default("dp_edge_share"), show_default=True,
+                     help="Mode dp: share of each passive party's epsilon spent on the DP histograms that place "
+                          "its bucket edges (features with public bins from --dp-bins spend none)."),
+        click.option("--dp-unsafe-noise-seed", type=int, default=_default("dp_unsafe_noise_seed"),
+                     help="NOT PRIVATE, tests only: seed the DP noise so a run repeats (anyone knowing the seed "
+                          "can invert it). Default: cryptographic noise; --seed never touches it."),
         click.option("--dp-model", type=float, default=_default("dp_model"),
                      help="Modes he/plain: train a differentially private released model with this total "
                           "epsilon per training row (inf: the non-private model); see docs/dp.md."),
@@ -342,9 +351,15 @@ def _training_options(f):
                    "loopback, dashboard off), or a scheduler address shared by all (tests; see README).")
 @click.option("--dask-tls-dir", type=click.Path(file_okay=False), help="Certificates for a --dask scheduler address.")
 @click.option("--dask-insecure", is_flag=True, help="Allow a non-TLS --dask scheduler address.")
+@click.option("--dp-ledger-dir", type=click.Path(file_okay=False), default=None,
+              help="Each passive party keeps its lifetime privacy ledger here (NAME.dp-ledger.json).")
+@click.option("--dp-lifetime-epsilon", type=float, default=None,
+              help="With --dp-ledger-dir: each passive party refuses what would take its dataset's total "
+                   "epsilon above this.")
 def simulate(dataset, active, passives, id_col, label_col, parties, test_size, output_json, predictions,
              save_model, verbose, quiet, prediction, validation_size, jobs, categorical=(), weight_col=None,
-             link_mbps=None, dask_spec=None, dask_tls_dir=None, dask_insecure=False, **train_options):
+             link_mbps=None, dask_spec=None, dask_tls_dir=None, dask_insecure=False, dp_ledger_dir=None,
+             dp_lifetime_epsilon=None, **train_options):
     """Run a whole federation in one process and report time, test metric and bytes.
 
     --categorical, --monotone and --weight-col name columns of whichever party holds them
@@ -367,6 +382,9 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     click.echo(f"parties: {names}; mode {mode}" + (f", {params.key_bits}-bit Paillier" if mode == Mode.HE else "")
                + f"; objective {params.objective}")
     click.echo(f"alignment: {params.align}; prediction: {prediction}")
+    if params.dp_unsafe_noise_seed is not None:
+        click.echo(f"WARNING: {NOT_PRIVATE}: --dp-unsafe-noise-seed {params.dp_unsafe_noise_seed} seeds the DP noise; "
+                   "the printed epsilon does not hold")
     bar = tqdm(total=params.n_estimators, desc="trees", unit="tree", disable=quiet, file=sys.stderr)
 
     def on_round(r, info):
@@ -389,7 +407,8 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
                                                            validation_size=validation_size or None,
                                                            executor_for=executor_for if dask_spec else None,
                                                            link_mbps=link_mbps, categorical=list(categorical),
-                                                           weight_col=weight_col)
+                                                           weight_col=weight_col, dp_ledger_dir=dp_ledger_dir,
+                                                           dp_lifetime_epsilon=dp_lifetime_epsilon)
         if dask_spec:
             result["dask"] = {"spec": dask_spec, "workers": {ex.name: ex.worker_peaks() for ex in executors}}
     finally:
@@ -587,6 +606,29 @@ def certs(out, parties, hosts, days, overwrite):
     click.echo(f"give each party ca.pem and its own NAME.pem/NAME.key; keep {Path(out) / 'ca.key'} elsewhere")
 
 
+@main.group("dp-ledger")
+def dp_ledger_group():
+    """A passive party's lifetime privacy ledger (docs/dp.md)."""
+
+
+@dp_ledger_group.command("show")
+@click.argument("path", type=click.Path(dir_okay=False, exists=True))
+@click.option("--json", "as_json", is_flag=True, help="Print the whole ledger as JSON.")
+def dp_ledger_show(path, as_json):
+    """What every dataset in the ledger PATH has spent, per kind of charge."""
+    doc = PrivacyLedger(path).read()
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+        return
+    rows = summary(doc)
+    if not rows:
+        click.echo("no charges")
+    for fp, r in rows.items():
+        kinds = ", ".join(f"{k} {v:.6g}" if v != "inf" else f"{k} inf" for k, v in r["kinds"].items())
+        total = r["epsilon"] if r["epsilon"] == "inf" else f"{r['epsilon']:.6g}"
+        click.echo(f"dataset {fp[:16]}: epsilon {total} in {r['entries']} charge(s) ({kinds})")
+
+
 @main.group()
 def party():
     """Run one party of a federation as its own process (network mode)."""
@@ -612,15 +654,22 @@ def party():
 @click.option("--validation-data", type=click.Path(),
               help="The id column and this party's features of the validation rows (CSV or Parquet).")
 @click.option("--dp-bins", type=click.Path(dir_okay=False), default=None,
-              help="For --dp-model trainings: JSON file {column: {\"lo\": x, \"hi\": y} or {\"edges\": [...]}} "
-                   "of this party's public bounds or bin edges (no sketch budget spent on them).")
+              help="For --dp-model and mode dp trainings: JSON file {column: {\"lo\": x, \"hi\": y} or "
+                   "{\"edges\": [...]}} of this party's public bounds or bin edges (no budget spent on them).")
+@click.option("--dp-ledger", type=click.Path(dir_okay=False), default=None,
+              help="Lifetime privacy ledger file: every DP release and training of this party's dataset is "
+                   "charged there (vfl dp-ledger show FILE).")
+@click.option("--dp-lifetime-epsilon", type=float, default=None,
+              help="With --dp-ledger: refuse any release or training that would take the dataset's total "
+                   "epsilon above this (a training without DP counts as infinite).")
 @_net_options
 @_dask_options
 @lambda f: _credit_options(f, active=False)
 def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_align, allow_prediction,
                   dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
                   validation_data=None, dask_scheduler=None, dask_tls_dir=None, dask_insecure=False,
-                  dask_via_scheduler=False, categorical=(), monotone=(), dp_bins=None):
+                  dask_via_scheduler=False, categorical=(), monotone=(), dp_bins=None, dp_ledger=None,
+                  dp_lifetime_epsilon=None):
     """Serve training sessions and prediction requests of an active party."""
     _setup_logging(log_level)
     return_freed_memory()         # a long-lived driver: freed memory goes back to the system
@@ -634,7 +683,10 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
 
     policy = {k: v for k, v in (("allowed_align", tuple(allow_align)),
                                 ("allowed_prediction", tuple(allow_prediction)),
-                                ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature)) if v}
+                                ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature),
+                                ("dp_ledger_path", dp_ledger), ("dp_lifetime_epsilon", dp_lifetime_epsilon)) if v}
+    if dp_lifetime_epsilon is not None and dp_ledger is None:
+        raise click.UsageError("--dp-lifetime-epsilon needs --dp-ledger FILE (where the spending is counted)")
     executor = _party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive", dask_via_scheduler)
     try:
         serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready,

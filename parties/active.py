@@ -24,7 +24,7 @@ from datasets.frames import party_data
 from datasets.loaders import DeferredColumns
 from parties.channel import GradientChannel
 from parties.checkpoint import CheckpointTracker
-from parties.dp import booster_class, dp_sources
+from parties.dp import booster_class, dp_only_binning, dp_sources
 from parties.monitor import TrainingMonitor
 from parties.psi_align import align_predict, align_train
 from parties.remote import RemoteSource, end_prediction, leaf_mask_fetcher, source_map
@@ -33,6 +33,7 @@ from protocols import messages as m
 from protocols.transport import Transport
 from vfl.core.binning import feature_matrix
 from vfl.core.dp_model import plan_dp_model, public_columns
+from vfl.core.dp_noise import NOT_PRIVATE
 from vfl.core.leafmask import DEFAULT_PREDICTION, PREDICTIONS
 from vfl.core.model import BoostedModel
 from vfl.core.objectives import check_sample_weight, get_objective
@@ -236,8 +237,9 @@ class ActiveParty:
         booster_params = params
         try:
             with self.channel.waiting():
+                binning = dp_only_binning(params) if params.mode == Mode.DP else self.dp_plan.binning_setup()
                 infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id,
-                                                             self.dp_plan.binning_setup(), params.max_cat)
+                                                             binning, params.max_cat)
                                              for p in peers})
                 if resume is not None:
                     acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds,
@@ -292,7 +294,9 @@ class ActiveParty:
         self.timings = [t.as_dict() for t in booster.timings]
         self.model = BoostedModel(objective.name, objective.n_targets, [float(b) for b in base],
                                   params.learning_rate, self.name, self.feature_names, peers, model_id, salt.hex(),
-                                  rounds, params.to_dict())
+                                  rounds, params.to_dict() | ({"privacy": NOT_PRIVATE + ": dp_unsafe_noise_seed seeded "
+                                                                          "the DP noise"}
+                                                              if params.dp_unsafe_noise_seed is not None else {}))
         # each passive party's model hash at training end: checked by the party at every prediction
         self.model.party_hashes = {p: r.info["model_hash"] for p, r in (ends or {}).items()
                                    if isinstance(getattr(r, "info", None), dict)
@@ -370,6 +374,9 @@ class ActiveParty:
         if params.mode == Mode.DP:
             dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(own_rows), root_gradients,
                                             own_rows)
+            if params.dp_unsafe_noise_seed is not None:
+                self.dp_report["privacy"] = (f"{NOT_PRIVATE}: the DP noise was seeded (dp_unsafe_noise_seed="
+                                             f"{params.dp_unsafe_noise_seed}); no epsilon holds")
             return sources + dp
         for p in peers:
             nb = infos[p].n_bins

@@ -1,7 +1,8 @@
 """DP-only mode on both sides of the wire (the mechanism itself is in :mod:`vfl.core.dp`).
 
-Protocol after alignment and ``TrainSetup(mode="dp")`` (whose reply, as in
-HE mode, gives the number of bucket slots per passive feature):
+Protocol after alignment and ``TrainSetup(mode="dp", dp_binning=...)`` (whose reply gives the
+number of bucket slots per passive feature, from ``max_bin`` and the party's public bins only, and
+what its DP bucket edges spent: :class:`vfl.core.dp.ReleaseDomain`, issue 23):
 
 1. ``DPReleaseRequest(model_id, epsilon_per_feature)`` -> ``DPRelease``: the
    passive party randomizes every aligned row's bucket index of every feature
@@ -18,18 +19,34 @@ HE mode, gives the number of bucket slots per passive feature):
 
 While a passive party trains in mode ``dp`` it refuses gradients, histogram
 and split requests: answering them would reveal its true buckets and void the
-privacy guarantee.
+privacy guarantee. After it, it refuses to route its training rows
+(:func:`check_prediction_ids`). Its lifetime ledger (:mod:`parties.dp_ledger`) is charged before
+every mechanism runs (:func:`charge`).
 """
 from __future__ import annotations
+
+import hashlib
+import math
 
 import numpy as np
 
 from datasets.errors import InputError, PeerError, ProtocolError
-from parties.passive_state import PassiveState
+from parties.dp_ledger import PrivacyLedger, dataset_fingerprint
+from parties.passive_state import PassiveState, unsafe_seed
 from protocols import messages as m
+from vfl.core.binning import Binner
 from vfl.core.boosting import Booster
-from vfl.core.dp import BucketSource, check_epsilon, epsilon_budget, json_epsilon, release_buckets, stay_probability
+from vfl.core.dp import (
+    BucketSource,
+    bucketize,
+    check_epsilon,
+    epsilon_budget,
+    json_epsilon,
+    release_buckets,
+    stay_probability,
+)
 from vfl.core.dp_debias import DebiasedBucketSource, DPBooster, auto_buckets, auto_select, coarse_buckets, root_gains
+from vfl.core.dp_noise import NOT_PRIVATE, noise_source
 from vfl.core.params import Mode
 
 #: what a passive party training in mode dp refuses to answer
@@ -41,9 +58,9 @@ DP_REFUSED = frozenset({m.Gradients, m.GradientsStart, m.GradientShard, m.Histog
 #
 # Local settings of the passive party (never set by the active party), on its state:
 #
-# * ``dp_seed``: seed of the randomized response. ``None`` (default) draws fresh entropy from
-#   the operating system for every release -- what a deployment must use. Simulations set it
-#   for reproducible runs.
+# * ``dp_unsafe_noise_seed``: ``None`` (default): cryptographic noise (os.urandom), what any
+#   release must use. A seed makes the noise reproducible and the release NOT PRIVATE (tests
+#   only; the ledger entry and the model file then say "NOT PRIVATE").
 # * ``dp_max_epsilon_per_feature``: this party's own policy; a release request above it is
 #   refused. ``None``: no cap.
 
@@ -70,12 +87,75 @@ def guard(s: PassiveState, request) -> None:
                             f"only its one noisy release leaves it")
 
 
+# -- the lifetime ledger and the training rows (issue 23) ---------------------------------------------
+def ledger(s: PassiveState) -> PrivacyLedger | None:
+    """This party's lifetime privacy ledger (None: none configured)."""
+    if s.dp_ledger_path is None:
+        if s.dp_lifetime_epsilon is not None:
+            raise InputError(f"party {s.name!r}: dp_lifetime_epsilon needs a ledger file (dp_ledger_path, "
+                             "--dp-ledger) to count what every training spent")
+        return None
+    return PrivacyLedger(s.dp_ledger_path, s.dp_lifetime_epsilon, s.name)
+
+
+def charge(s: PassiveState, epsilon: float, kind: str, planned: float | None = None, **detail) -> None:
+    """Charge ``epsilon`` (per row, of this party's dataset) to the ledger before a mechanism runs:
+    refused (ProtocolError naming the budget) when it would exceed the lifetime epsilon, or when
+    ``planned`` (the whole training's cost, of which this is the first part) would."""
+    book = ledger(s)
+    if book is None:
+        return
+    fp = dataset_fingerprint(s.ids if s.ids is not None else [], s.X, s.feature_names)
+    if planned is not None:
+        book.check(fp, planned, f"a training at epsilon {planned:.6g}")
+    book.charge(fp, epsilon, kind, s.model_id, **detail)
+
+
+def id_digests(ids) -> np.ndarray:
+    return np.array([hashlib.sha256(str(i).encode()).hexdigest()[:24] for i in np.asarray(ids).tolist()])
+
+
+def check_prediction_ids(s: PassiveState, ids) -> None:
+    """Prediction refuses the rows of a DP-only training (mode dp): routing a training row by its true
+    values would reveal its buckets without noise (issue 23). Refused, not charged."""
+    if s.dp_training_ids is None or len(ids) == 0:
+        return
+    hit = np.isin(id_digests(ids), s.dp_training_ids)
+    if hit.any():
+        raise ProtocolError(f"party {s.name!r} refuses to route {int(hit.sum())} row(s) that were released in its "
+                            "DP-only training (mode dp): their true values would reveal their buckets without "
+                            "noise; predict on rows outside the training")
+
+
 def _need_dp(s: PassiveState, req):
     if s.train.mode != Mode.DP:
         raise ProtocolError(f"party {s.name!r} is not training in mode 'dp'")
     if req.model_id != s.model_id:
         raise ProtocolError(f"party {s.name!r}: request for unknown model {req.model_id!r}")
-    return s.need("setup", s.train.binner)
+    return s.need("setup", s.train.binner if s.train.dp_domain is None else s.train.dp_domain)
+
+
+def _domain_buckets(s: PassiveState, n_buckets, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Mode dp with noise: the training rows' buckets of ``features`` in the release domain
+    (:class:`vfl.core.dp.ReleaseDomain`: public bins or charged DP histograms, never the raw data);
+    ``n_buckets[i]`` value buckets (None: the domain's most), the missing slot last (randomized over
+    unless the public schema says the feature is never missing). Returns
+    ``(bucket_idx, n_slots, edges)``."""
+    dom = s.train.dp_domain
+    want = np.array([dom.max_buckets(int(f)) for f in features]) if n_buckets is None else np.asarray(n_buckets)
+    if want.shape != features.shape or not np.issubdtype(want.dtype, np.integer) or np.any(want < 2):
+        raise ProtocolError(f"party {s.name!r}: DPReleaseRequest.n_buckets must give an integer >= 2 "
+                            f"per released feature ({len(features)}), got {want.tolist()}")
+    cols, slots, edges = [], [], {}
+    for f, q in zip(features.tolist(), want.tolist()):
+        e = dom.edges(int(f), int(q))
+        edges[int(f)] = e
+        col = bucketize(s.train.dp_X[:, f], e)
+        if not dom.missing_slot(int(f)):        # the schema says never missing: a missing value -> bucket 0
+            col[col == len(e) + 1] = 0
+        cols.append(col)
+        slots.append(len(e) + 2)
+    return np.column_stack(cols), np.array(slots, dtype=np.int64), edges
 
 
 def _coarsen(s: PassiveState, binner, n_buckets, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -122,35 +202,52 @@ def release(s: PassiveState, req: m.DPReleaseRequest) -> m.DPRelease:
     if cap is not None and eps > check_epsilon(cap, "dp_max_epsilon_per_feature"):
         raise InputError(f"party {s.name!r} releases at most epsilon_per_feature={cap}, "
                          f"asked for {eps}")
-    n_rows, n_feat = s.train.bin_idx.shape
+    dom = s.train.dp_domain
+    n_rows, n_feat = s.train.bin_idx.shape if dom is None else s.train.dp_X.shape
     rows = _indices(s.name, req.rows, n_rows, "rows")
     features = _indices(s.name, req.features, n_feat, "features")
     released = s.train.dp_released if s.train.dp_released is not None else np.zeros(n_rows, dtype=bool)
     if _entries(s) and (req.rows is None or released[rows].any()):
         raise ProtocolError(f"party {s.name!r} already released its buckets of these rows for this training; "
                             f"a second release would spend the privacy budget again")
-    seed = s.dp_seed
-    if seed is not None and _entries(s):      # a seeded party's later releases (--dp-select): own streams
-        seed = [*np.atleast_1d(np.asarray(seed, dtype=object)).tolist(), len(_entries(s))]
-    rng = np.random.default_rng(seed)
-    bucket_idx, n_bins, last_bin = _coarsen(s, binner, req.n_buckets, features)
-    has_missing = np.any(bucket_idx == (n_bins - 1)[None, :], axis=0)     # over all training rows
+    noise = noise_source(unsafe_seed(s, "release"))
+    edge = 0.0 if dom is None else float(dom.spent)
+    # the ledger: this release's per-row loss beyond what this training's releases charged already
+    before = max([check_epsilon(r["epsilon_per_party"]) - r.get("edge_epsilon", 0.0) for r in _entries(s)],
+                 default=0.0)
+    charge(s, max(eps * len(features) - before, 0.0) if eps != float("inf") else eps, "dp-release",
+           n_rows=int(rows.size), n_features=int(len(features)), epsilon_per_feature=json_epsilon(eps))
+    if dom is not None and s.dp_training_ids is None:
+        s.dp_training_ids = np.sort(id_digests(s.ids[s.train.rows]))
+    if dom is None:     # epsilon inf: no noise, nothing to protect (the training bins, as before)
+        bucket_idx, n_bins, last_bin = _coarsen(s, binner, req.n_buckets, features)
+        has_missing = np.any(bucket_idx == (n_bins - 1)[None, :], axis=0)
+        edges = None
+    else:               # every feature's domain has its missing slot, whatever the data
+        bucket_idx, n_bins, edges = _domain_buckets(s, req.n_buckets, features)
+        has_missing = np.array([dom.missing_slot(int(f)) for f in features], dtype=bool)
+        last_bin = {}
     # draw the noise in the party's own row order, not the salted alignment order, so a
     # seeded party (simulations) gets the same noise per row whatever the salt
     asked, rows = rows, rows[np.argsort(s.train.rows[rows], kind="stable")]
-    noisy_own, domain = release_buckets(bucket_idx[rows], n_bins, eps, rng, has_missing)
+    noisy_own, domain = release_buckets(bucket_idx[rows], n_bins, eps, noise, has_missing)
     noisy = np.empty((n_rows, len(features)), dtype=noisy_own.dtype)
     noisy[rows] = noisy_own
     keep = np.zeros(n_rows, dtype=bool)
     keep[rows] = True
     released |= keep
     s.train.dp_released = released
+    s.train.dp_edges.update(edges or {})      # the latest release of a feature defines its buckets
     s.dp_ledger.append({
         "model_id": s.model_id, "n_samples": int(rows.size), "n_features": int(len(features)),
-        "epsilon_per_feature": json_epsilon(eps), "epsilon_per_party": json_epsilon(eps * len(features)),
+        "noise": noise.label(), **({} if noise.private else {"privacy": NOT_PRIVATE}),
+        # a row's loss in this training: the edges' histograms (every training row is in them) plus
+        # this release of it (the releases of one training take disjoint rows: the max is the total)
+        "epsilon_per_feature": json_epsilon(eps), "epsilon_per_party": json_epsilon(eps * len(features) + edge),
         "rr_domain": [int(k) for k in domain], "n_buckets": [int(nb) - 1 for nb in n_bins],
         **({} if req.features is None else {"features": [int(f) for f in features]}),
-        "bucket_last_bin": {str(f): v for f, v in last_bin.items()}})
+        **({"bucket_last_bin": {str(f): v for f, v in last_bin.items()}} if dom is None else
+           {"edge_epsilon": edge})})
     return m.DPRelease(noisy[asked], n_bins.astype(np.int32), domain, eps)
 
 
@@ -161,6 +258,8 @@ def register_splits(s: PassiveState, req: m.DPSplitRegister) -> m.DPSplitRecords
     f_all, b_all, dl_all = req.feature_idx, req.bin_idx, req.default_left
     if not (f_all.ndim == b_all.ndim == dl_all.ndim == 1 and len(f_all) == len(b_all) == len(dl_all)):
         raise ProtocolError("DPSplitRegister: feature_idx, bin_idx and default_left differ in shape")
+    if s.train.dp_domain is not None:
+        return _register_on_edges(s, f_all, b_all, dl_all)
     last: dict = {}
     for r in _entries(s):       # the latest release of a feature defines its buckets
         last.update(r.get("bucket_last_bin", {}))
@@ -170,6 +269,21 @@ def register_splits(s: PassiveState, req: m.DPSplitRegister) -> m.DPSplitRecords
         if buckets is None or not 0 <= b < len(buckets):
             raise ProtocolError(f"DPSplitRegister: party {s.name!r} released no bucket {b} of feature {f}")
         b = buckets[b]          # a released bucket -> the last training bin in it
+        record_ids.append(s.table.add(s.name, s.feature_names, binner, f, b, dl, -1, -1, -1))
+    return m.DPSplitRecords(np.array(record_ids, dtype=np.int64))
+
+
+def _register_on_edges(s: PassiveState, f_all, b_all, dl_all) -> m.DPSplitRecords:
+    """A split "bucket <= b" of a feature released in the domain: the threshold is the release's edge
+    ``b`` (DP or public, so a prediction's route reveals nothing about the training rows)."""
+    edges = s.train.dp_edges
+    binner = Binner(m.MAX_BINS - 1)
+    binner.thresholds_ = [np.asarray(edges.get(j, np.empty(0)), dtype=np.float64)
+                          for j in range(len(s.feature_names))]
+    record_ids = []
+    for f, b, dl in zip(f_all.tolist(), b_all.tolist(), dl_all.tolist()):
+        if f not in edges or not 0 <= b <= len(edges[f]):
+            raise ProtocolError(f"DPSplitRegister: party {s.name!r} released no bucket {b} of feature {f}")
         record_ids.append(s.table.add(s.name, s.feature_names, binner, f, b, dl, -1, -1, -1))
     return m.DPSplitRecords(np.array(record_ids, dtype=np.int64))
 
@@ -294,8 +408,17 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
     that order: :func:`pilot_rows`).
     """
     n_features = {p: int(len(infos[p].n_bins)) for p in peers}
-    budget = epsilon_budget(n_features, params.epsilon, params.epsilon_per_feature)
-    k = params.dp_select
+    total = epsilon_budget(n_features, params.epsilon, params.epsilon_per_feature)
+    # what each party's bucket edges spent (a DP histogram per feature without public bins, charged
+    # at setup; public bins: nothing): the release gets the rest of the party's per-row budget
+    edge = {p: edge_spent(p, infos[p].dp_binning, dp_only_binning(params), n_features[p]) for p in peers}
+    rest = {p: (total["epsilon_per_party"][p] - edge[p]) for p in peers}
+    if any(not r > 0 for r in rest.values()):
+        raise InputError(f"mode dp: the bucket edges leave no budget for the release ({rest})")
+    budget = {"epsilon_per_party": rest, "epsilon_per_feature": {p: rest[p] / n_features[p] for p in peers}}
+    # epsilon_per_feature: every feature costs exactly that per row (its edges and its release), so
+    # no selection (which would give each released feature d x epsilon / K; an integer K is refused)
+    k = params.dp_select if params.epsilon_per_feature is None else None
     if k is not None and k != "auto":
         small = {p: d for p, d in n_features.items() if d < k}
         if small:
@@ -351,12 +474,41 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
         stay[p] = [1.0 if d < 2 else stay_probability(eps, int(d)) for d in r.rr_domain.tolist()]
         buckets[p] = [int(nb) - 1 for nb in r.n_bins.tolist()]
     report = {"epsilon_per_feature": {p: json_epsilon(eps_f[p]) for p in peers},
-              "epsilon_per_party": {p: json_epsilon(budget["epsilon_per_party"][p]) for p in peers},
+              "epsilon_per_party": {p: json_epsilon(total["epsilon_per_party"][p]) for p in peers},
+              "edge_epsilon": {p: edge[p] for p in peers},
+              "release_epsilon_per_party": {p: json_epsilon(rest[p]) for p in peers},
               "rr_stay_probability": stay, "dp_buckets": buckets, "dp_debias": bool(params.dp_debias)}
     if chosen:
         report["dp_select"] = {p: {key: ([int(f) for f in v] if key == "features" else v)
                                    for key, v in c.items()} for p, c in chosen.items()}
     return sources, report
+
+
+def dp_only_binning(params) -> dict | None:
+    """``TrainSetup.dp_binning`` of mode dp: each passive party's budget for the DP histograms of its
+    bucket edges, ``dp_edge_share`` of its per-row total (None at epsilon inf: no noise, no claim)."""
+    share = float(params.dp_edge_share)
+    if params.epsilon is not None:
+        return None if params.epsilon == float("inf") else {"epsilon": share * params.epsilon,
+                                                            "training_epsilon": params.epsilon}
+    eps_f = params.epsilon_per_feature
+    return None if eps_f == float("inf") else {"epsilon_per_feature": share * eps_f,
+                                               "training_epsilon_per_feature": eps_f}
+
+
+def edge_spent(p: str, reported, asked: dict | None, n_features: int) -> float:
+    """What party ``p``'s bucket edges spent (its ``BinningInfo.dp_binning``), checked against what it
+    was given."""
+    if asked is None:
+        return 0.0
+    limit = asked["epsilon"] if "epsilon" in asked else asked["epsilon_per_feature"] * n_features
+    ok = isinstance(reported, dict) and set(reported) == {"epsilon", "dp_features", "public_features"} and all(
+        not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+        for v in reported.values()) and reported["epsilon"] <= limit * (1 + 1e-9)
+    if not ok:
+        raise PeerError(f"party {p!r} reported its DP bucket edges as {reported!r}: expected "
+                        f"{{'epsilon': at most {limit}, 'dp_features': n, 'public_features': n}}")
+    return float(reported["epsilon"])
 
 
 def _wanted_array(wanted, slots) -> np.ndarray:

@@ -172,10 +172,13 @@ class PassiveParty:
     # (e.g. ``party.allowed_align = ("psi",)`` refuses hashed ids, also for prediction).
     allowed_align = _state_attr("allowed_align", "alignment methods accepted")
     allowed_prediction = _state_attr("allowed_prediction", "prediction protocols accepted")
-    # DP mode: the seed of the randomized response (None: fresh OS entropy per release, what a
-    # deployment must use) and this party's cap on a release's epsilon per feature (None: none)
-    dp_seed = _state_attr("dp_seed", "seed of the DP randomized response (None: OS entropy)")
+    # DP mode: a NOT PRIVATE test seed of the noise (None: cryptographic noise, what every release
+    # must use) and this party's cap on a release's epsilon per feature (None: none)
+    dp_unsafe_noise_seed = _state_attr("dp_unsafe_noise_seed", "NOT PRIVATE test seed of the DP noise (None: secure)")
     dp_max_epsilon_per_feature = _state_attr("dp_max_epsilon_per_feature", "cap on a DP release's epsilon")
+    # the lifetime privacy ledger (parties.dp_ledger): its file and the dataset's lifetime epsilon
+    dp_ledger_path = _state_attr("dp_ledger_path", "lifetime privacy ledger file (None: none)")
+    dp_lifetime_epsilon = _state_attr("dp_lifetime_epsilon", "the most epsilon the dataset may ever spend")
     psi_pending_cap = _state_attr("psi_pending_cap", "pending PSI exchanges kept (older ones are forgotten)")
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
@@ -201,9 +204,10 @@ class PassiveParty:
         self.set_dp_bins(dp_bins)
 
     def set_dp_bins(self, dp_bins: dict | None) -> None:
-        """This party's public bounds or bin edges per feature for a DP released model (``--dp-model``;
-        :func:`vfl.core.dp_model.check_dp_bins`): those features spend none of its sketch budget. Not
-        used by other trainings (exact quantile bins)."""
+        """This party's public bounds or bin edges per feature for a DP released model (``--dp-model``)
+        and mode dp (:func:`vfl.core.dp_model.check_dp_bins`): those features spend no budget on their
+        edges; in mode dp ``"missing": false`` drops a feature's missing slot. Not used by other
+        trainings (exact quantile bins)."""
         s = self._state
         where = f"party {s.name!r}" + (f" (file {s.source})" if s.source else "")
         spec = check_dp_bins(dp_bins, f"{where}: dp_bins")
@@ -397,7 +401,9 @@ class PassiveParty:
                 **({"categories": {f: list(v) for f, v in self.categories.items()}} if self.categories else {}),
                 **({"monotone": self.monotone} if self.monotone else {}),
                 "records": [record_to_json(r) for r in self.records],
-                **({"dp_release": release} if release else {})}
+                **({"dp_release": release} if release else {}),
+                **({"dp_training_ids": self._state.dp_training_ids.tolist()}
+                   if self._state.dp_training_ids is not None else {})}
 
     def file_dict(self) -> dict:
         """What the model file holds: :meth:`model_dict` and its ``model_hash``."""
@@ -427,6 +433,11 @@ class PassiveParty:
         p.records = records
         if d.get("dp_release"):
             p.dp_releases.append(dict(d["dp_release"]))
+        ids = d.get("dp_training_ids")
+        if ids is not None:
+            if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):
+                raise damaged(source, "dp_training_ids", "must list id digests (strings)")
+            p._state.dp_training_ids = np.array(sorted(ids))
         return p
 
     @classmethod

@@ -8,7 +8,10 @@
 """
 from __future__ import annotations
 
+import numpy as np
+
 from datasets.errors import ProtocolError
+from parties.dp import check_prediction_ids
 from parties.passive_state import PassiveState
 from protocols import alignment, psi
 from protocols import messages as m
@@ -58,7 +61,7 @@ def psi_request(s: PassiveState, req: m.PsiRequest) -> m.PsiResponse:
         s.reset_training()
         s.salt = req.salt
     pending = s.psi_pending
-    pending[req.session_id] = {"purpose": req.purpose, "perm": perm, "X": X}
+    pending[req.session_id] = {"purpose": req.purpose, "perm": perm, "X": X, "ids": ids}
     while len(pending) > s.psi_pending_cap:                # forget abandoned sessions
         pending.pop(next(iter(pending)))
     return m.PsiResponse(double, own)
@@ -77,6 +80,8 @@ def psi_result(s: PassiveState, req: m.PsiResult) -> m.AlignAck:
             raise ProtocolError("the PSI result is empty")
         s.train.rows = rows
     else:
+        if state["purpose"] == m.PsiPurpose.PREDICT:
+            check_prediction_ids(s, np.asarray(state["ids"])[rows])
         s.sessions[req.session_id] = state["X"][rows]
         if state["purpose"] == m.PsiPurpose.VALIDATE:
             s.eval_session = req.session_id

@@ -18,6 +18,7 @@ import pandas as pd
 from datasets.errors import InputError, ProtocolError
 from datasets.frames import party_data
 from datasets.pieces import PieceTable
+from parties.dp import check_prediction_ids
 from parties.passive_state import PassiveState
 from protocols import alignment
 from protocols import messages as m
@@ -72,6 +73,7 @@ def predict_start(s: PassiveState, req: m.PredictStart) -> m.Ack:
     ids, X = s.prediction_data()
     own = alignment.hash_ids(ids, s.salt)
     rows = alignment.positions(own, req.hashes, s.name)
+    check_prediction_ids(s, np.asarray(ids)[rows])
     s.sessions[req.session_id] = X[rows]
     return m.Ack({"n_rows": int(len(rows))})
 

@@ -50,6 +50,9 @@ class TrainingSession:
     shards: ShardSet | None = None             # the aligned rows' shards on the executor's workers
     assignment: np.ndarray | None = None       # node of every row, per tree, of the last histogram request
     dp_released: np.ndarray | None = None      # mode dp: the aligned rows already released (bool)
+    dp_domain: object = None                   # mode dp: vfl.core.dp.ReleaseDomain (None: epsilon inf)
+    dp_X: np.ndarray | None = None             # mode dp: the aligned rows' raw values (never sent)
+    dp_edges: dict = field(default_factory=dict)   # mode dp: {feature: edges of its latest release}
     intake: object = None                      # the round's parties.passive_train.RoundIntake (overlap)
     overlap: dict = field(default_factory=lambda: {"eager": 0, "fallback": 0, "partials": 0,
                                                    "partials_before_request": 0})   # root levels, for tests
@@ -152,8 +155,10 @@ class PassiveState:
     # local policy, never set by the active party
     allowed_align: tuple = ALIGNMENTS
     allowed_prediction: tuple = PREDICTIONS
-    dp_seed: object = None                     # seed of the randomized response (None: OS entropy)
+    dp_unsafe_noise_seed: object = None        # NOT PRIVATE test seed of the DP noise (None: cryptographic)
     dp_max_epsilon_per_feature: float | None = None
+    dp_ledger_path: str | None = None          # the lifetime privacy ledger file (parties.dp_ledger; None: none)
+    dp_lifetime_epsilon: float | None = None   # the most epsilon the dataset may spend, over all trainings
     # own data
     ids: np.ndarray | None = None
     X: np.ndarray | None = None                # or a datasets.pieces.PieceTable: read where needed
@@ -171,6 +176,7 @@ class PassiveState:
     completed: bool = False
     table: LookupTable = field(default_factory=LookupTable)
     dp_ledger: list = field(default_factory=list)     # every DP release, oldest first
+    dp_training_ids: np.ndarray | None = None  # mode dp: digests of the released training ids (never routed)
     # sessions
     train: TrainingSession = field(default_factory=TrainingSession)
     sessions: dict = field(default_factory=dict)      # session id -> rows (prediction, validation)
@@ -263,3 +269,11 @@ class PassiveState:
     def drop_session(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
         self.psi_pending.pop(session_id, None)
+
+
+def unsafe_seed(s: PassiveState, what: str):
+    """The NOT PRIVATE test seed of one of this party's noise draws (None: cryptographic noise)."""
+    seed = s.dp_unsafe_noise_seed
+    if seed is None:
+        return None
+    return [int(x) for x in np.atleast_1d(np.asarray(seed, dtype=object))] + [sum(map(ord, what)), len(s.dp_ledger)]

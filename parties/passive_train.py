@@ -12,6 +12,7 @@ table, rows sent left), and at the end ``TrainEnd`` -> ``Ack``. A resumed traini
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -28,13 +29,16 @@ from crypto.packing import PackingLayout
 from crypto.shards import ShardedGradients, ShardSet, overlap_enabled, stream_rows, value_width
 from datasets.errors import InputError, ProtocolError
 from datasets.pieces import PieceTable
-from parties.passive_state import PassiveState
+from parties import dp
+from parties.passive_state import PassiveState, unsafe_seed
 from parties.shard_ops import ShardReader
 from protocols import messages as m
 from protocols.serialization import BigInts
 from protocols.transport import check_deadline
 from vfl.core.binning import Binner
+from vfl.core.dp import ReleaseDomain
 from vfl.core.dp_model import DPBinner, public_columns
+from vfl.core.dp_noise import noise_source
 from vfl.core.params import Mode
 from vfl.core.sampling import leaf_positions
 from vfl.core.split import goes_left
@@ -111,6 +115,16 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
         raise InputError(f"party {s.name!r}: categorical features and monotone constraints are not supported "
                          "with a DP released model (--dp-model)")
     t.data_digest = None
+    t.dp_domain, t.dp_X, t.dp_edges = None, None, {}
+    s.dp_training_ids = None
+    if req.mode == Mode.DP and req.dp_binning is not None:
+        return _dp_domain(s, req, X)
+    if req.mode != Mode.DP:     # the ledger: a DP released model's total, else an unbounded training
+        spec = req.dp_binning or {}
+        total = spec.get("training_epsilon", float("inf")) if req.dp_binning is not None else float("inf")
+        if isinstance(total, bool) or not isinstance(total, (int, float)) or not total > 0:
+            raise ProtocolError(f"dp_binning.training_epsilon must be a number > 0, got {total!r}")
+        dp.charge(s, float(total), "dp-model" if req.dp_binning is not None else "no-dp", mode=req.mode)
     if pieces is not None:              # bounded driver: rows, edges and bins stay on the workers
         values = len(rows) * len(s.feature_names)     # mode plain: own workers only for a large table
         executor = s.get_executor(work=values if t.mode == Mode.HE or values >= PLAIN_WORKERS_FROM else -1)
@@ -137,19 +151,46 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
                          t.binner.report() if isinstance(t.binner, DPBinner) else None)
 
 
+def _dp_domain(s: PassiveState, req: m.TrainSetup, X) -> m.BinningInfo:
+    """Mode dp with noise: the release domain (:class:`vfl.core.dp.ReleaseDomain`): bucket counts from
+    ``max_bin`` and this party's public bins, edges from those or from a DP histogram per feature
+    charged to ``req.dp_binning`` (``{"epsilon": the party's edge budget}`` or
+    ``{"epsilon_per_feature": per feature without public bins}``). The rows' raw values stay here."""
+    spec = req.dp_binning
+    key = "epsilon" if "epsilon" in spec else "epsilon_per_feature"
+    val, total = spec.get(key), spec.get(f"training_{key}")
+    if set(spec) - {f"training_{key}"} != {key} or any(
+            isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or not math.isfinite(v)
+            for v in (val, 0.0 if total is None else total)):
+        raise ProtocolError(f"mode dp: dp_binning must be {{'epsilon' or 'epsilon_per_feature': a finite number "
+                            f">= 0, and optionally 'training_' + that key}}, got {spec!r}")
+    public = public_columns(s.dp_bins, s.feature_names, s.name)
+    n_dp = len(s.feature_names) - len(public)
+    eps = float(val) if key == "epsilon" else float(val) * n_dp
+    planned = None if total is None else float(total) * (1 if key == "epsilon" else len(s.feature_names))
+    dp.charge(s, eps if n_dp else 0.0, "dp-edges", planned, dp_features=n_dp)
+    t = s.train
+    t.dp_domain = ReleaseDomain(req.max_bin, eps, noise_source(unsafe_seed(s, "edges")), public, s.name).fit(X)
+    t.dp_X = np.asarray(X, dtype=np.float64)
+    t.binner = t.bin_idx = None
+    nb = t.dp_domain.n_bins
+    return m.BinningInfo(nb, np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int8), t.dp_domain.report())
+
+
 def _binner(req: m.TrainSetup, s: PassiveState | None = None) -> Binner:
     """Exact quantile bins, or DP bin edges with the budget the active party gave (``--dp-model``),
     except on the features this party gave public bounds or edges for (``s.dp_bins``: no budget)."""
     if req.dp_binning is None:
         return Binner(req.max_bin)
     eps = req.dp_binning.get("epsilon")
-    if set(req.dp_binning) != {"epsilon"} or isinstance(eps, bool) or not isinstance(eps, (int, float)) \
+    if set(req.dp_binning) - {"training_epsilon"} != {"epsilon"} or isinstance(eps, bool) \
+            or not isinstance(eps, (int, float)) \
             or not eps > 0:      # NaN fails too
         raise ProtocolError(f"dp_binning must be {{'epsilon': a number > 0}}, got {req.dp_binning!r}")
     if s is None:
         return DPBinner(req.max_bin, float(eps))
-    return DPBinner(req.max_bin, float(eps), public=public_columns(s.dp_bins, s.feature_names, s.name),
-                    party=s.name)
+    return DPBinner(req.max_bin, float(eps), noise_source(unsafe_seed(s, "bins")),
+                    public=public_columns(s.dp_bins, s.feature_names, s.name), party=s.name)
 
 
 def public_key(s: PassiveState, req: m.PublicKey) -> m.Ack:

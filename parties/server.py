@@ -91,7 +91,8 @@ class PassiveServer:
     BUSY_RETRY_AFTER = 0.1
 
     #: policy attributes copied onto every :class:`PassiveParty` the server creates or loads
-    POLICY = ("allowed_align", "allowed_prediction", "dp_max_epsilon_per_feature")
+    POLICY = ("allowed_align", "allowed_prediction", "dp_max_epsilon_per_feature", "dp_ledger_path",
+              "dp_lifetime_epsilon")
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
                  source: str | None = None, policy: dict | None = None,

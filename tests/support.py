@@ -1,5 +1,6 @@
 """Small shared helpers of the test suite (fixtures are in conftest.py)."""
 import copy
+import math
 import select
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from hypothesis import strategies as st
+from scipy import integrate
 
 from protocols import messages as m
 from protocols.serialization import BigInts
@@ -153,3 +155,18 @@ def halving_levels(mech, root_hists, child_hists, offsets, tree=(0, 0)):
     nodes += [Node(1, 1, parent=0), Node(2, 1, parent=0)]
     return (split, mech.choose_split(nodes[1], child_hists, offsets, tree, nodes).bin_idx,
             mech.choose_split(nodes[2], child_hists, offsets, tree, nodes).bin_idx)
+
+
+def rnm_probs(u, scale: float) -> np.ndarray:
+    """Exact selection probabilities of report-noisy-max with exponential noise of ``scale``
+    (OpenDP's make_noisy_max under max divergence), by numerical integration (independent of the
+    sampler): P(i) = int f_i(x) prod_{j != i} F_j(x) dx."""
+    u = np.asarray(u, dtype=float)
+    out = []
+    for i in range(u.size):
+        def f(x, i=i):
+            rest = [1 - math.exp(-(x - u[j]) / scale) if x > u[j] else 0.0 for j in range(u.size) if j != i]
+            return math.exp(-(x - u[i]) / scale) / scale * float(np.prod(rest))
+        pts = sorted({float(v) for v in u if v > u[i]})
+        out.append(integrate.quad(f, u[i], u[i] + 60 * scale, points=pts or None, limit=200)[0])
+    return np.array(out)

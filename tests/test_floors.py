@@ -51,6 +51,8 @@ FUNCTION_IMPORT_ALLOWED = [
                                         "whose WORKER_OPS read a party's own data) by name, in the worker only"),
     ("vfl.core.dp_model", "dp_accounting",
      "optional extra [dp]: Google's accountant only for --dp-model with dp_delta"),
+    ("vfl.core.dp_noise", "opendp",
+     "optional extra [dp]: OpenDP's Laplace, Gaussian and noisy max only when a DP mechanism draws noise"),
 ]
 
 

@@ -204,11 +204,12 @@ class Federation:
             out[name] = p.feature_importance(kind, n_rounds=n)
         return out
 
-    def seed_dp_noise(self, seed: int) -> None:
-        """Mode dp in simulation: passive party ``i`` draws its noise from ``[seed, i]`` (reproducible;
-        by default each draws OS entropy, as deployments do)."""
+    def unsafe_seed_dp_noise(self, seed: int) -> None:
+        """NOT PRIVATE, tests and experiments only: in mode dp passive party ``i`` draws its noise
+        from numpy seeded with ``[seed, i]`` (reproducible, invertible by anyone who knows the seed).
+        By default every party draws cryptographic noise (:class:`vfl.core.dp_noise.SecureNoise`)."""
         for i, p in enumerate(self.passives.values()):
-            p.dp_seed = [seed, i]
+            p.dp_unsafe_noise_seed = [seed, i]
 
     def bytes_report(self) -> dict[str, int]:
         return self.transport.bytes_report()
@@ -453,7 +454,8 @@ def _test_metrics(model: BoostedModel, y_test, raw) -> dict:
 def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: int = 0,
              on_round=None, record: bool = False, prediction: str | None = None,
              validation_size: float | None = None, executor_for=None, link_mbps: float | None = None,
-             categorical=None, weight_col: str | None = None):
+             categorical=None, weight_col: str | None = None, dp_ledger_dir=None,
+             dp_lifetime_epsilon: float | None = None):
     """Split rows into train/test by the active party's ids, train, predict the test rows.
 
     ``categorical``: columns (of any party) to treat as categorical; ``weight_col``: the active
@@ -488,8 +490,15 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     if validation is not None and weight_col is not None:
         validation[party_frames[0].name] = validation[party_frames[0].name].drop(columns=weight_col)
     user_params, params = params, active_params
-    for i, p in enumerate(fed.passives.values()):
-        p.dp_seed = [params.seed, i]    # mode dp: reproducible noise in simulation (deployments: OS entropy)
+    if params.dp_unsafe_noise_seed is not None:     # NOT PRIVATE: an explicit test option, never --seed
+        fed.unsafe_seed_dp_noise(params.dp_unsafe_noise_seed)
+    if dp_ledger_dir is not None:       # each passive party's lifetime privacy ledger (parties.dp_ledger)
+        Path(dp_ledger_dir).mkdir(parents=True, exist_ok=True)
+        for name, p in fed.passives.items():
+            p.dp_ledger_path = str(Path(dp_ledger_dir) / f"{name}.dp-ledger.json")
+            p.dp_lifetime_epsilon = dp_lifetime_epsilon
+    elif dp_lifetime_epsilon is not None:
+        raise InputError("dp_lifetime_epsilon needs dp_ledger_dir (where each party counts its spending)")
     t0 = time.perf_counter()
     fed.fit(params, on_round=on_round, validation=validation)
     train_seconds = time.perf_counter() - t0

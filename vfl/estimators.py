@@ -95,7 +95,8 @@ _LABEL = "__vfl_label__"
 _ROW_ID = "__vfl_row__"         # the id column of the single-table form (row positions)
 _COMMON = ("n_estimators", "max_depth", "learning_rate", "max_bin", "reg_lambda", "min_child_weight", "gamma",
            "subsample", "goss", "top_rate", "other_rate", "early_stopping_rounds", "eval_metric", "mode",
-           "key_bits", "encryption", "precision_bits", "seed", "align", "epsilon", "epsilon_per_feature")
+           "key_bits", "encryption", "precision_bits", "seed", "align", "epsilon", "epsilon_per_feature",
+           "dp_unsafe_noise_seed")
 _SHOWN = 8                      # column names an error message lists at most
 
 #: Whether :meth:`vfl.api.Federation.fit` trains with per-row weights (``sample_weight=``; issue 15
@@ -159,7 +160,7 @@ class _VerticalBoosting(BaseEstimator):
                  precision_bits=_D("precision_bits"), seed=_D("seed"), id_col="id", importance_type="gain",
                  align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature"),
                  parties=None, n_parties=2, label_party=None, random_state=None, categorical=None,
-                 monotone_constraints=None):
+                 monotone_constraints=None, dp_unsafe_noise_seed=_D("dp_unsafe_noise_seed")):
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
@@ -189,6 +190,7 @@ class _VerticalBoosting(BaseEstimator):
         self.random_state = random_state
         self.categorical = categorical
         self.monotone_constraints = monotone_constraints
+        self.dp_unsafe_noise_seed = dp_unsafe_noise_seed       # NOT PRIVATE: tests only
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -313,9 +315,11 @@ class _VerticalBoosting(BaseEstimator):
             return None
         return int(col) if 0 <= col < len(position) else None
 
-    def _table_frames(self, X, labels=None) -> list[tuple[str, pd.DataFrame]]:
-        """The parties' frames of a validated table (the fitted layout), the label in the active one."""
-        ids = np.arange(X.shape[0])
+    def _table_frames(self, X, labels=None, predict: bool = False) -> list[tuple[str, pd.DataFrame]]:
+        """The parties' frames of a validated table (the fitted layout), the label in the active one.
+        A table's rows have no identity: training rows are numbered 0..n-1, prediction rows -1..-n
+        (new rows to every party: mode dp refuses to route the ids it released in training)."""
+        ids = -1 - np.arange(X.shape[0]) if predict else np.arange(X.shape[0])
         items = []
         for i, (name, positions) in enumerate(self._layout):
             cols = [self._column_names[j] for j in positions]
@@ -409,7 +413,8 @@ class _VerticalBoosting(BaseEstimator):
                                             "monotone_constraints": per_party[frames[0].name] or None})
             monotone = {f"{n}:{f}": c for n, cs in per_party.items() if n != frames[0].name for f, c in cs.items()}
         fed = federation_from_frames(frames, categorical=self.categorical, monotone=monotone)
-        fed.seed_dp_noise(params.seed)
+        if params.dp_unsafe_noise_seed is not None:     # NOT PRIVATE: an explicit test option, never seed
+            fed.unsafe_seed_dp_noise(params.dp_unsafe_noise_seed)
         validation = None
         if eval_set is not None:
             if not (isinstance(eval_set, (tuple, list)) and len(eval_set) == 2):
@@ -492,7 +497,7 @@ class _VerticalBoosting(BaseEstimator):
             if _is_party_form(X):
                 raise InputError("this estimator was fitted on a single table X (split by parties=): predict from "
                                  "a table with the same columns, not from one DataFrame per party")
-            return dict(self._table_frames(self._check_table(X, reset=False)))
+            return dict(self._table_frames(self._check_table(X, reset=False), predict=True))
         if not _is_party_form(X):
             raise InputError(f"this estimator was fitted on one DataFrame per party {self.party_names_}: predict "
                              f"from the same parties' frames (a dict or a list of DataFrames)")
@@ -617,7 +622,8 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                  precision_bits=_D("precision_bits"), seed=_D("seed"), id_col="id", importance_type="gain",
                  align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature"),
                  parties=None, n_parties=2, label_party=None, random_state=None, categorical=None,
-                 monotone_constraints=None, objective=Objective.REGRESSION.value, huber_slope=_D("huber_slope")):
+                 monotone_constraints=None, objective=Objective.REGRESSION.value, huber_slope=_D("huber_slope"),
+                 dp_unsafe_noise_seed=_D("dp_unsafe_noise_seed")):
         super().__init__(n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate,
                          max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight, gamma=gamma,
                          subsample=subsample, goss=goss, top_rate=top_rate, other_rate=other_rate,
@@ -626,7 +632,7 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                          id_col=id_col, importance_type=importance_type, align=align, epsilon=epsilon,
                          epsilon_per_feature=epsilon_per_feature, parties=parties, n_parties=n_parties,
                          label_party=label_party, random_state=random_state, categorical=categorical,
-                         monotone_constraints=monotone_constraints)
+                         monotone_constraints=monotone_constraints, dp_unsafe_noise_seed=dp_unsafe_noise_seed)
         self.objective = objective
         self.huber_slope = huber_slope
 

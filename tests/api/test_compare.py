@@ -32,7 +32,7 @@ def test_cli_compare_tiny_writes_csv_json_png(tmp_path):
     for x in rows:
         assert 0.5 < float(x["test_auc"]) <= 1 and float(x["train_seconds"]) > 0
         assert 0 < int(x["train_bytes"]) < int(x["total_bytes"])
-    assert json.loads(rows[1]["epsilon_per_feature"]) == {"host1": pytest.approx(1 / 15)}
+    assert json.loads(rows[1]["epsilon_per_feature"]) == {"host1": pytest.approx(0.9 / 15)}     # 10%: edges
     # eps = inf is the plain model on the same split, exactly
     assert rows[2]["test_auc"] == rows[0]["test_auc"]
     assert int(rows[1]["train_bytes"]) < int(rows[0]["train_bytes"])
@@ -114,14 +114,15 @@ def test_give_credit_is_split_four_six_for_compare(shared_dir):
     with warnings.catch_warnings():
         _, res, _, _ = simulate(frames, TrainParams(mode="dp", epsilon=6.0, n_estimators=1, max_depth=2,
                                                     dp_select=None))
-    assert res["epsilon_per_feature"] == {"host": 1.0} and res["epsilon_per_party"] == {"host": 6.0}
+    # 10% of the party's 6 places its bucket edges (DP histograms), the rest is released: 5.4 / 6
+    assert res["epsilon_per_feature"] == {"host": pytest.approx(0.9)} and res["epsilon_per_party"] == {"host": 6.0}
     # the default (--dp-select auto): the pilot (4,800 of 24,000 rows) picks K (its scores' argmax) features
     with warnings.catch_warnings():
         _, res, _, _ = simulate(frames, TrainParams(mode="dp", epsilon=6.0, n_estimators=1, max_depth=2))
     sel = res["dp_select"]["host"]
     k = sel["k"]
     assert sel["k_rule"] == "auto" and k == 1 + sel["k_score"].index(max(sel["k_score"])) and 1 <= k < 6
-    assert res["epsilon_per_feature"] == {"host": 6.0 / k} and res["epsilon_per_party"] == {"host": 6.0}
+    assert res["epsilon_per_feature"] == {"host": pytest.approx(5.4 / k)} and res["epsilon_per_party"] == {"host": 6.0}
     assert len(sel["features"]) == k and sel["pilot_rows"] == pilot_size(res["n_train"]) == 4800
     assert 0.5 < res["test_auc"] < 1
 
@@ -160,11 +161,15 @@ def test_compare_dp_arms_old_mechanism_and_select():
     dp_select arm dp with --dp-select, the dp_all arm dp releasing every feature; all train in
     mode dp at each epsilon; the dp arm is the default (--dp-select auto)."""
     from vfl.compare import DP_ARMS, Arm
-    cfg = CompareConfig(max_bin=16, dp_select=2, epsilon_scope="feature").validate()
-    assert set(DP_ARMS) == {"dp", "dp_old", "dp_select", "dp_all"} <= set(cfg.modes)
-    old = cfg.train_params(Arm.DP_OLD.value, 2.0, 3)
+    # per-feature epsilons mean every feature is released: an integer --dp-select is refused (issue 23)
+    with pytest.raises(InputError, match="epsilon_per_feature charges each"):
+        CompareConfig(max_bin=16, dp_select=2, epsilon_scope="feature").validate()
+    feat = CompareConfig(max_bin=16, epsilon_scope="feature").validate()
+    old = feat.train_params(Arm.DP_OLD.value, 2.0, 3)
     assert (old.mode, old.dp_buckets, old.dp_debias, old.dp_select, old.epsilon_per_feature, old.seed) == \
         ("dp", 16, False, None, 2.0, 3)
+    cfg = CompareConfig(max_bin=16, dp_select=2).validate()
+    assert set(DP_ARMS) == {"dp", "dp_old", "dp_select", "dp_all"} <= set(cfg.modes)
     new = cfg.train_params(Arm.DP.value, 2.0, 0)
     assert (new.mode, new.dp_buckets, new.dp_debias, new.dp_select) == ("dp", "auto", True, "auto")
     every = cfg.train_params(Arm.DP_ALL.value, 2.0, 0)

@@ -50,7 +50,16 @@ def test_simulate_dp_model_reports_and_records_the_budget(tmp_path):
         for tree in rnd:
             assert len(tree.leaves()) == 4                       # grown to max_depth whatever the data
             assert all(n.gain == 0.0 and n.n_samples == 0 for n in tree.nodes)
-            assert all(n.sum_gradients == 0.0 for n in tree.nodes if not n.is_leaf)
+            # the file keeps what prediction needs only: no sum, exact or noisy, in any node (issue 23,
+            # finding 6: noisy leaf sums at full precision revealed more than the leaf values)
+            assert all(n.sum_gradients == 0.0 and n.sum_hessians == 0.0 for n in tree.nodes)
+            assert any(n.value != 0.0 for n in tree.leaves())
+    raw = json.loads((models / "guest.json").read_text())
+    for rnd in raw["rounds"]:
+        for tree in rnd:
+            assert all(nd.get("sum_gradients", 0.0) == 0.0 and nd.get("sum_hessians", 0.0) == 0.0
+                       for nd in tree["nodes"])
+    assert "NOT PRIVATE" not in json.dumps(raw) and "OpenDP" in d["noise"]
 
 
 def test_simulate_dp_model_gaussian_with_delta(tmp_path):
@@ -130,7 +139,8 @@ def test_passive_parties_receive_their_sketch_budget_at_setup_and_nothing_else_n
     setups = [loads(frame) for frame in _frames_to(fed, "b") if _is(frame, "TrainSetup")]
     assert len(setups) == 1
     # three parties hold features: 90% of 0.3 * 3.0 / 3 each (the base score takes 10%)
-    assert setups[0].dp_binning == {"epsilon": pytest.approx(0.27)}
+    # ... and the training's total, which the party's lifetime ledger charges (parties.dp_ledger)
+    assert setups[0].dp_binning == {"epsilon": pytest.approx(0.27), "training_epsilon": pytest.approx(3.0)}
     assert fed.model.dp_model["sketch"]["epsilon_per_party"] == pytest.approx(0.27)
     binner = fed.passives["b"]._state.train.binner
     assert isinstance(binner, DPBinner) and binner.epsilon == pytest.approx(0.27)

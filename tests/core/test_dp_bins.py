@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 import pytest
+from dp_accounting import dp_event
+from dp_accounting.rdp import rdp_privacy_accountant
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import JSON_VALUES, mutated
@@ -12,14 +14,13 @@ from support import JSON_VALUES, mutated
 from datasets.errors import InputError, ProtocolError
 from vfl.core.dp_model import (
     DPBinner,
-    account_gaussian,
     account_pure,
     check_dp_bins,
-    gaussian_event,
     plan_dp_model,
     public_thresholds,
     read_dp_bins,
 )
+from vfl.core.dp_noise import SeededNoise
 from vfl.core.params import TrainParams
 
 GOOD = {"age": {"lo": 18, "hi": 90}, "income": {"edges": [0, 1000.5, 20000, 1e6]}}
@@ -32,7 +33,7 @@ def test_public_edges_are_used_exactly_and_spend_no_budget():
     rng = np.random.default_rng(0)
     X = np.column_stack([rng.normal(50, 10, 5000), rng.lognormal(8, 1, 5000), rng.normal(0, 1, 5000)])
     public = {0: {"lo": 18.0, "hi": 90.0}, 1: {"edges": [0.0, 1000.5, 20000.0, 1e6]}}
-    b = DPBinner(16, 0.6, np.random.default_rng(1), public=public, party="p").fit(X)
+    b = DPBinner(16, 0.6, SeededNoise(1), public=public, party="p").fit(X)
     assert np.array_equal(b.thresholds_[1], [0.0, 1000.5, 20000.0, 1e6])
     t0 = b.thresholds_[0]
     z = np.log1p(t0)
@@ -41,7 +42,7 @@ def test_public_edges_are_used_exactly_and_spend_no_budget():
     assert np.array_equal(public_thresholds(public[0], 16), t0)
     assert b.report() == {"epsilon": 0.6, "dp_features": 1, "public_features": 2}
     # the one DP feature gets the whole 0.6: its bounds are those of a DP fit at 0.6 with the same noise
-    alone = DPBinner(16, 0.6, np.random.default_rng(1)).fit(X[:, 2:])
+    alone = DPBinner(16, 0.6, SeededNoise(1)).fit(X[:, 2:])
     assert np.array_equal(b.thresholds_[2], alone.thresholds_[0])
     # every feature public: no data is read at all (NaN everywhere would still bin), nothing spent
     allpub = DPBinner(16, 0.6, public={0: public[0], 1: public[1], 2: {"edges": [0.0]}}).fit(np.full((10, 3), np.nan))
@@ -90,10 +91,18 @@ def test_gaussian_plan_recounts_the_unspent_sketch_with_dp_accounting():
     full = plan.reported_epsilon
     plan.record_binning({"a": {"epsilon": 0.0, "dp_features": 0, "public_features": 3},
                          "b": {"epsilon": plan.sketch_epsilon_per_party, "dp_features": 2, "public_features": 0}})
-    expected = account_gaussian(gaussian_event(plan.base_epsilon + plan.sketch_epsilon_per_party, 0.0, 2,
-                                               plan.leaf_gradients, plan.leaf_hessians, plan.g_star, plan.h_star,
-                                               5, plan.select_epsilon), 1e-5)
-    assert plan.reported_epsilon == pytest.approx(expected, rel=1e-12) and plan.reported_epsilon < full
+    # reference, written out with dp-accounting's own events and literal sensitivities (binary: g* = 1,
+    # h* = 1/4): the spent sketch (base score + party b's share, pure eps -> eps^2/2 zCDP), then 5 trees
+    # of one feature choice (eps^2/8 zCDP) and the Gaussian leaf sums
+    spent_sketch = plan.base_epsilon + plan.sketch_epsilon_per_party
+    tree = dp_event.ComposedDpEvent([dp_event.GaussianDpEvent(plan.leaf_gradients / 1.0),
+                                     dp_event.GaussianDpEvent(plan.leaf_hessians / 0.25),
+                                     dp_event.ZCDpEvent(plan.select_epsilon ** 2 / 8)])
+    acc = rdp_privacy_accountant.RdpAccountant()
+    acc.compose(dp_event.ComposedDpEvent([dp_event.ZCDpEvent(spent_sketch ** 2 / 2),
+                                          dp_event.SelfComposedDpEvent(tree, 5)]))
+    assert plan.reported_epsilon == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9) and plan.reported_epsilon < full
+    assert spent_sketch == pytest.approx(0.1 * plan.sketch_epsilon + 0.9 * plan.sketch_epsilon / 2)
 
 
 def test_check_dp_bins_normalises():
@@ -143,8 +152,9 @@ def test_read_dp_bins_file_errors_name_the_file_line_and_column(tmp_path):
 
 
 def test_dp_bins_params_need_dp_model_and_round_trip():
-    with pytest.raises(InputError, match="dp_bins applies with dp_model only"):
+    with pytest.raises(InputError, match="dp_bins applies with dp_model only .--dp-model EPS. or mode dp"):
         TrainParams(mode="plain", dp_bins=GOOD)
+    assert TrainParams(mode="dp", epsilon=1.0, dp_bins=GOOD).dp_bins == check_dp_bins(GOOD)   # mode dp: edges
     p = TrainParams(mode="plain", dp_model=1.0, dp_bins=GOOD)
     assert TrainParams.from_dict(p.to_dict()).dp_bins == check_dp_bins(GOOD)
     with pytest.raises(InputError, match="parameter dp_bins, column 'age'"):

@@ -6,7 +6,7 @@ import pytest
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import stats
-from support import halving_levels, small_frames
+from support import halving_levels, rnm_probs, small_frames
 
 from datasets.errors import InputError
 from datasets.frames import PartyFrame
@@ -29,6 +29,7 @@ from vfl.core.dp_model import (
     gaussian_plan_event,
     plan_dp_model,
 )
+from vfl.core.dp_noise import SecureNoise, SeededNoise
 from vfl.core.objectives import BinaryObjective, get_objective
 from vfl.core.params import TrainParams
 from vfl.core.rounds import RoundObserver
@@ -42,28 +43,28 @@ def _chi2(counts, probs):
     return float(((counts - expected) ** 2 / expected).sum())
 
 
-def test_exponential_mechanism_frequencies_follow_exp_eps_u_over_2_delta():
-    """Selection frequencies over a fixed candidate set match exp(eps u / (2 Delta)); the same draws
-    compared against a wrong Delta (2 Delta or Delta / 2) fail the chi-square test."""
+def test_exponential_mechanism_frequencies_follow_report_noisy_max_of_scale_2_delta_over_eps():
+    """Selection frequencies over a fixed candidate set match report-noisy-max with exponential
+    noise of scale 2 Delta / eps (the exponential mechanism's eps guarantee); the same draws compared
+    against a wrong Delta (2 Delta or Delta / 2) fail the chi-square test. OpenDP's sampler (the
+    secure source) gives the same distribution."""
     u = np.array([0.0, 1.0, 2.0, 3.0, 5.0])
     eps, delta = 1.0, 1.5
-    rng = np.random.default_rng(7)
+    noise = SeededNoise(7)
     n = 40_000
-    picks = np.array([exponential_mechanism(u, eps, delta, rng) for _ in range(n)])
+    picks = np.array([exponential_mechanism(u, eps, delta, noise) for _ in range(n)])
     counts = np.bincount(picks, minlength=u.size).astype(float)
-
-    def probs(sens):
-        w = np.exp(eps * u / (2 * sens))
-        return w / w.sum()
-
     critical = stats.chi2.ppf(0.999, df=u.size - 1)
-    assert _chi2(counts, probs(delta)) < critical
-    assert _chi2(counts, probs(2 * delta)) > critical
-    assert _chi2(counts, probs(delta / 2)) > critical
+    assert _chi2(counts, rnm_probs(u, 2 * delta / eps)) < critical
+    assert _chi2(counts, rnm_probs(u, 4 * delta / eps)) > critical
+    assert _chi2(counts, rnm_probs(u, delta / eps)) > critical
+    secure = np.bincount([exponential_mechanism(u, eps, delta, SecureNoise()) for _ in range(1500)],
+                         minlength=u.size).astype(float)
+    assert _chi2(secure, rnm_probs(u, 2 * delta / eps)) < critical
 
 
 def test_exponential_mechanism_edges_no_overflow_inf_and_zero():
-    rng = np.random.default_rng(0)
+    rng = SecureNoise()
     huge = np.array([1e300, 1e300 * 0.5, -1e300])
     assert exponential_mechanism(huge, 1.0, 1e-3, rng) == 0          # scores 1e305: no overflow, no NaN
     assert exponential_mechanism(np.array([1.0, 3.0, 2.0]), math.inf, 1.0, rng) == 1
@@ -113,10 +114,15 @@ def _plan(**kw):
 
 
 def test_laplace_leaf_noise_has_the_stated_scale():
+    """Reference figures by hand (not from the plan): dp_model 1, 5 selected trees, budget
+    0.1/0.2/0.7: each tree gets 0.9/5 = 0.18, its leaves 0.7/0.9 of it = 0.14, the gradient sums 80%
+    = 0.112 (sensitivity g* = 1: scale 1/0.112), the hessian sums 0.028 (h* = 1/4: scale 0.25/0.028)."""
     plan = _plan()
-    mech = TreeMechanisms(plan, 1.0, np.random.default_rng(3))
+    b_g, b_h = 1.0 / 0.112, 0.25 / 0.028
+    assert plan.g_star / plan.leaf_gradients == pytest.approx(b_g, rel=1e-12)
+    assert plan.h_star / plan.leaf_hessians == pytest.approx(b_h, rel=1e-12)
+    mech = TreeMechanisms(plan, 1.0, SeededNoise(3))
     draws = np.array([mech.noisy_sums(10.0, 5.0) for _ in range(40_000)])
-    b_g, b_h = plan.g_star / plan.leaf_gradients, plan.h_star / plan.leaf_hessians
     assert np.var(draws[:, 0]) == pytest.approx(2 * b_g ** 2, rel=0.05)
     assert np.var(draws[:, 1]) == pytest.approx(2 * b_h ** 2, rel=0.05)
     assert np.mean(draws[:, 0]) == pytest.approx(10.0, abs=4 * b_g * math.sqrt(2 / 40_000))
@@ -124,17 +130,51 @@ def test_laplace_leaf_noise_has_the_stated_scale():
     assert np.mean(np.abs(draws[:, 0] - 10.0)) == pytest.approx(b_g, rel=0.03)
 
 
+def _reference_rho(eps: float, delta: float, T: int, D: int, shares, trees: str, g_star: float, h_star: float):
+    """The total zCDP budget a (eps, delta) plan can spend, calibrated here from scratch with
+    dp-accounting (the events written out with literal sensitivities, not the plan's helpers), and the
+    leaf sigmas it gives: ``(rho, sigma_gradients, sigma_hessians)``."""
+    def events(rho):
+        leaf = shares[2] * rho / T
+        sg, sh = g_star / math.sqrt(2 * 0.8 * leaf), h_star / math.sqrt(2 * 0.2 * leaf)
+        tree = [dp_event.GaussianDpEvent(sg / g_star), dp_event.GaussianDpEvent(sh / h_star)]
+        if trees == "selected":
+            tree.append(dp_event.ZCDpEvent(8 * shares[1] * rho / T / 8))
+        else:
+            tree.append(dp_event.SelfComposedDpEvent(dp_event.ZCDpEvent(8 * shares[1] * rho / (T * D) / 8), D))
+        return dp_event.ComposedDpEvent([dp_event.ZCDpEvent(shares[0] * rho),
+                                         dp_event.SelfComposedDpEvent(dp_event.ComposedDpEvent(tree), T)]), sg, sh
+
+    def spent(rho):
+        acc = rdp_privacy_accountant.RdpAccountant()
+        acc.compose(events(rho)[0])
+        return acc.get_epsilon(delta)
+
+    lo, hi = 0.0, 1.0
+    while spent(hi) < eps:
+        hi *= 2
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if spent(mid) <= eps else (lo, mid)
+    _, sg, sh = events(lo)
+    return lo, sg, sh
+
+
 def test_gaussian_leaf_noise_has_the_stated_sigma():
+    """The leaf sigmas against a calibration made here from scratch (binary: g* = 1, h* = 1/4)."""
     plan = _plan(dp_delta=1e-5)
-    mech = TreeMechanisms(plan, 1.0, np.random.default_rng(4))
+    _, sg, sh = _reference_rho(1.0, 1e-5, 5, 3, (0.1, 0.2, 0.7), "selected", 1.0, 0.25)
+    assert plan.leaf_gradients == pytest.approx(sg, rel=1e-6)
+    assert plan.leaf_hessians == pytest.approx(sh, rel=1e-6)
+    mech = TreeMechanisms(plan, 1.0, SeededNoise(4))
     draws = np.array([mech.noisy_sums(0.0, 0.0) for _ in range(40_000)])
-    assert np.std(draws[:, 0]) == pytest.approx(plan.leaf_gradients, rel=0.03)
-    assert np.std(draws[:, 1]) == pytest.approx(plan.leaf_hessians, rel=0.03)
+    assert np.std(draws[:, 0]) == pytest.approx(sg, rel=0.03)
+    assert np.std(draws[:, 1]) == pytest.approx(sh, rel=0.03)
 
 
 def test_leaf_weight_is_clipped_and_the_released_tree_keeps_no_exact_statistics():
     plan = _plan(dp_model=0.01)
-    mech = TreeMechanisms(plan, 1.0, np.random.default_rng(5))
+    mech = TreeMechanisms(plan, 1.0, SeededNoise(5))
     bound = plan.g_star / plan.h_star
     weights = [mech.leaf_weight(Node(0, 0, sum_gradients=3.0, sum_hessians=0.25)) for _ in range(300)]
     assert max(abs(w) for w in weights) <= bound and max(abs(w) for w in weights) == pytest.approx(bound)
@@ -184,15 +224,13 @@ def test_gaussian_path_matches_dp_accounting_figures():
     plan = plan_dp_model(params, 1, 2)
     assert plan.mechanism == "gaussian" and plan.level_epsilon > 0
     assert 0.99 <= plan.reported_epsilon <= 1.0
-    tree = dp_event.ComposedDpEvent([
-        dp_event.GaussianDpEvent(plan.leaf_gradients / plan.g_star),
-        dp_event.GaussianDpEvent(plan.leaf_hessians / plan.h_star),
-        dp_event.SelfComposedDpEvent(dp_event.ZCDpEvent(plan.level_epsilon ** 2 / 8), 3)])
-    event = dp_event.ComposedDpEvent([dp_event.ZCDpEvent(plan.sketch_epsilon ** 2 / 2),
-                                      dp_event.SelfComposedDpEvent(tree, 20)])
-    acc = rdp_privacy_accountant.RdpAccountant()
-    acc.compose(event)
-    assert acc.get_epsilon(1e-5) == pytest.approx(plan.reported_epsilon, rel=1e-9)
+    # reference: calibrated here with literal sensitivities (g* = 1, h* = 1/4, gain 4 g*^2/h* = 16 only
+    # enters through the exponential mechanism's zCDP eps^2/8, a sensitivity-free figure)
+    rho, sg, sh = _reference_rho(1.0, 1e-5, 20, 3, (0.1, 0.3, 0.6), "exponential", 1.0, 0.25)
+    assert plan.extra["rho"] == pytest.approx(rho, rel=1e-6)
+    assert plan.leaf_gradients == pytest.approx(sg, rel=1e-6) and plan.leaf_hessians == pytest.approx(sh, rel=1e-6)
+    assert plan.level_epsilon == pytest.approx(math.sqrt(8 * 0.3 * rho / 60), rel=1e-6)
+    assert plan.sketch_epsilon == pytest.approx(math.sqrt(2 * 0.1 * rho), rel=1e-6)
     assert account_gaussian(gaussian_plan_event(plan), 1e-5) == pytest.approx(plan.reported_epsilon, rel=1e-12)
     # a single Gaussian event: our accountant call is the library's
     one = dp_event.GaussianDpEvent(2.0)
@@ -291,7 +329,7 @@ def test_dp_binner_edges():
     rng = np.random.default_rng(0)
     X = np.column_stack([rng.uniform(0, 1, 20_000), rng.lognormal(3, 1, 20_000), rng.integers(0, 3, 20_000)])
     X[::10, 0] = np.nan
-    b = DPBinner(16, 3.0, np.random.default_rng(1)).fit(X)      # 1 per feature
+    b = DPBinner(16, 3.0, SeededNoise(1)).fit(X)      # 1 per feature
     for j, t in enumerate(b.thresholds_):
         assert np.all(np.diff(t) > 0) and len(t) == 15
         z = np.sign(t) * np.log1p(np.abs(t))
@@ -314,7 +352,7 @@ def test_dp_bounds_ignore_empty_cells_at_small_epsilon():
     """At epsilon 0.01 over 120 cells an empty cell's noise passes the threshold in about 0.5% of fits
     (by design); the bounds always hold the bulk of the data."""
     z = np.random.default_rng(0).normal(2.0, 0.3, 30_000)
-    rng = np.random.default_rng(2)
+    rng = SeededNoise(2)
     wide = 0
     for _ in range(400):
         lo, hi = dp_bounds(z, 0.01, rng)
@@ -335,18 +373,19 @@ def test_plan_dataclass_defaults_are_not_private():
 
 def test_dp_base_scores():
     rng = np.random.default_rng(0)
+    noise = SecureNoise()
     y = (rng.random(10_000) < 0.2).astype(float)
     binary = get_objective("binary")
     exact = binary.base_score(y)[0]
-    assert dp_base_score(binary, y, 1e4, rng)[0] == pytest.approx(exact, abs=1e-3)
-    noisy = [dp_base_score(binary, y, 0.01, rng)[0] for _ in range(50)]
+    assert dp_base_score(binary, y, 1e4, noise)[0] == pytest.approx(exact, abs=1e-3)
+    noisy = [dp_base_score(binary, y, 0.01, noise)[0] for _ in range(50)]
     assert np.std(noisy) > 0.01 and abs(np.mean(noisy) - exact) < 0.2
     multi = get_objective("multiclass")
     yk = multi.check_labels(rng.integers(0, 3, 9000))
-    assert np.allclose(dp_base_score(multi, yk, 1e4, rng), multi.base_score(yk), atol=1e-3)
+    assert np.allclose(dp_base_score(multi, yk, 1e4, noise), multi.base_score(yk), atol=1e-3)
     reg = get_objective("regression")
     yr = rng.normal(50.0, 5.0, 20_000)
-    assert dp_base_score(reg, yr, 10.0, rng)[0] == pytest.approx(50.0, abs=0.5)
+    assert dp_base_score(reg, yr, 10.0, noise)[0] == pytest.approx(50.0, abs=0.5)
 
 
 def test_cyclic_random_trees_halve_the_bin_range_without_looking_at_data():
@@ -354,7 +393,7 @@ def test_cyclic_random_trees_halve_the_bin_range_without_looking_at_data():
     (no histogram is read: None is passed for them), missing values to the right."""
     plan = _plan(n_estimators=4, dp_trees="cyclic")
     assert plan.trees == "cyclic" and plan.level_epsilon == 0
-    mech = TreeMechanisms(plan, 1.0, np.random.default_rng(0))
+    mech = TreeMechanisms(plan, 1.0, SeededNoise(0))
     offsets = [np.array([0, 9, 12]), np.array([0, 5])]      # source 0: 8 + 2 ordinary bins; source 1: 4
     s, left_bin, right_bin = halving_levels(mech, [None, None], [None, None], offsets)
     assert (s.source_idx, s.feature_idx, s.bin_idx, s.default_left) == (0, 0, 3, False)
@@ -379,3 +418,63 @@ def test_dp_training_samples_rows_by_secret_poisson_draws():
     assert not np.array_equal(a[0], a[1])            # independent per tree
     assert booster.sampler.draw(0, g, g)[0] is not None
     assert PoissonSampler(1.0).draw(0, g, g) == (None, None, 1.0)
+
+
+# --------------------------------------------------------------------------- the mechanisms that ran
+class CountingNoise(SeededNoise):
+    """Records every mechanism drawn through the seam: (kind, scale, values)."""
+
+    def __init__(self, seed, calls):
+        super().__init__(seed)
+        self.calls = calls
+
+    def laplace_counts(self, counts, scale):
+        self.calls.append(("laplace_counts", float(scale), int(np.size(counts))))
+        return super().laplace_counts(counts, scale)
+
+    def laplace(self, values, scale):
+        self.calls.append(("laplace", float(scale), int(np.size(values))))
+        return super().laplace(values, scale)
+
+    def gaussian(self, values, scale):
+        self.calls.append(("gaussian", float(scale), int(np.size(values))))
+        return super().gaussian(values, scale)
+
+    def noisy_max(self, scores, scale):
+        self.calls.append(("noisy_max", float(scale), int(np.size(scores))))
+        return super().noisy_max(scores, scale)
+
+
+def test_the_mechanisms_that_ran_add_up_to_the_reported_epsilon(monkeypatch):
+    """End to end (a federation of two parties, 3 selected trees of depth 2, binary): every draw of
+    every party is recorded at the noise seam, and the epsilon they spend -- by their scales and the
+    sensitivities written here (a count: 1; a leaf's gradient sum: g* = 1, hessian sum: h* = 1/4; a
+    feature choice: g* = 1, epsilon = 2 Delta / scale), leaves of a tree in parallel, the rest in
+    sequence -- equals the plan's reported epsilon; and the counts match the plan's shape."""
+    import parties.passive_train as pt
+    import vfl.core.dp_model as dm
+    calls = {"active": [], "passive": []}
+    monkeypatch.setattr(dm, "noise_source", lambda seed=None: CountingNoise(0, calls["active"]))
+    monkeypatch.setattr(pt, "noise_source", lambda seed=None: CountingNoise(1, calls["passive"]))
+    a, b, _ = small_frames(300, seed=2)
+    fed = federation_from_frames([PartyFrame("a", a, "id", "y"), PartyFrame("b", b, "id")])
+    T, D = 3, 2
+    fed.fit(TrainParams(mode="plain", n_estimators=T, max_depth=D, dp_model=1.0))
+    reported = fed.model.dp_model["epsilon"]
+    act, pas = calls["active"], calls["passive"]
+    kinds = [k for k, _, _ in act]
+    assert kinds.count("noisy_max") == T                          # one feature choice per tree
+    leaves = [c for c in act if c[0] == "laplace"]
+    assert len(leaves) == 2 * T * 2 ** D                          # G~ and H~ of every leaf of full trees
+    counts = [c for c in act if c[0] == "laplace_counts"]
+    base = [c for c in counts if c[2] == 2]                       # the binary base score: (positives, rows)
+    bins_a = [c for c in counts if c[2] == 120]                   # a DP bound histogram per feature
+    assert len(base) == 1 and len(bins_a) == 2 and len(pas) == 2 and all(c[2] == 120 for c in pas)
+    eps = 2 / base[0][1]                                          # two counts of sensitivity 1
+    eps += sum(1 / c[1] for c in bins_a) + sum(1 / c[1] for c in pas)
+    eps += sum(2 * 1.0 / c[1] for c in act if c[0] == "noisy_max")
+    for t in range(T):                                            # each tree's leaves: disjoint rows
+        tree = leaves[t * 2 ** (D + 1):(t + 1) * 2 ** (D + 1)]
+        eps += max(1.0 / g[1] + 0.25 / h[1] for g, h in zip(tree[0::2], tree[1::2]))
+    assert eps == pytest.approx(reported, rel=1e-9)
+    assert reported <= 1.0 + 1e-9

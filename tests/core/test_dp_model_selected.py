@@ -8,7 +8,7 @@ import pytest
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import stats
-from support import halving_levels
+from support import halving_levels, rnm_probs
 
 from vfl.core.dp_model import (
     TreeMechanisms,
@@ -21,6 +21,7 @@ from vfl.core.dp_model import (
     halving_leaves,
     plan_dp_model,
 )
+from vfl.core.dp_noise import SeededNoise
 from vfl.core.params import TrainParams
 from vfl.core.tree import Node
 
@@ -57,7 +58,7 @@ def test_halving_leaves_are_the_leaves_the_cyclic_trees_grow(n_ordinary, depth):
     """halving_leaves (used for the utilities) describes exactly the partition that _halve grows."""
     plan = plan_dp_model(TrainParams(mode="plain", dp_model=1.0, n_estimators=1, max_depth=depth,
                                      dp_trees="cyclic"), 1, 1)
-    mech = TreeMechanisms(plan, 1.0, np.random.default_rng(0))
+    mech = TreeMechanisms(plan, 1.0, SeededNoise(0))
     grown = _grow_halving(mech, [np.array([0, n_ordinary + 1])], (0, 0), depth)
     leaves = halving_leaves(n_ordinary, depth)
     assert [set(range(a, z + 1)) for a, z in leaves] == grown
@@ -129,12 +130,12 @@ def test_halving_gain_sensitivity_bounds_every_neighbour(h_star, reg_lambda, dep
 
 # --------------------------------------------------------------------------- the feature choice
 def test_feature_choice_frequencies_follow_the_exponential_mechanism():
-    """select_feature over fixed histograms picks feature j with probability proportional to
-    exp(eps u_j / (2 Delta)), u_j the absolute gradient sums of its halving leaves, Delta = g*;
-    a wrong Delta fails."""
+    """select_feature over fixed histograms picks feature j as report-noisy-max with exponential
+    noise of scale 2 Delta / eps over u_j, the absolute gradient sums of its halving leaves,
+    Delta = g* (the exponential mechanism's guarantee); a wrong Delta fails."""
     plan = _plan()
     plan.select_epsilon = 0.5
-    mech = TreeMechanisms(plan, 1.0, np.random.default_rng(11))
+    mech = TreeMechanisms(plan, 1.0, SeededNoise(11))
     offsets = [np.array([0, 5, 10]), np.array([0, 5])]
     hists = [(np.array([3.0, 1.0, -1.0, -2.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0]), np.full(10, 4.0)),
              (np.array([5.0, 3.0, -4.0, -5.0, 1.0]), np.full(5, 4.0))]
@@ -147,8 +148,7 @@ def test_feature_choice_frequencies_follow_the_exponential_mechanism():
     counts = np.bincount(picks, minlength=3).astype(float)
 
     def chi2(sens):
-        w = np.exp(plan.select_epsilon * (u - u.max()) / (2 * sens))
-        expected = n * w / w.sum()
+        expected = n * rnm_probs(u, 2 * sens / plan.select_epsilon)
         return float(((counts - expected) ** 2 / expected).sum())
 
     critical = stats.chi2.ppf(0.999, df=2)
@@ -163,7 +163,7 @@ def test_selected_tree_halves_the_chosen_feature():
     node of that tree then halves its bin range of it; another tree chooses again."""
     plan = _plan(max_depth=2)
     plan.select_epsilon = 1e9
-    mech = TreeMechanisms(plan, 1.0, np.random.default_rng(0))
+    mech = TreeMechanisms(plan, 1.0, SeededNoise(0))
     offsets = [np.array([0, 5]), np.array([0, 9])]             # source 1's feature: 8 ordinary bins
     flat = (np.zeros(5), np.full(5, 2.0))
     signal = (np.array([9.0, 9.0, 9.0, 9.0, -9.0, -9.0, -9.0, -9.0, 0.0]), np.full(9, 2.0))

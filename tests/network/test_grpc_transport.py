@@ -586,3 +586,21 @@ def test_passive_data_digest_keeps_the_value_saved_lookup_tables_hold():
     old = hashlib.sha256(json.dumps(["b0", "b1"]).encode())
     old.update(np.ascontiguousarray(X).tobytes())
     assert PassiveServer._data_digest(p) == old.hexdigest()
+
+
+def test_dp_mode_with_noise_and_a_ledger_through_the_passive_server(tmp_path):
+    """Mode dp with noise through the server: the policy's ledger charges the edges and the release,
+    the next training past the lifetime budget is refused, and the training rows are never routed."""
+    from parties.dp_ledger import PrivacyLedger, summary
+    a, b, c = small_frames()
+    ledger = tmp_path / "b.ledger.json"
+    sb = _server(tmp_path, b, "b", {"dp_ledger_path": str(ledger), "dp_lifetime_epsilon": 3.0})
+    params = TrainParams(mode="dp", n_estimators=2, max_depth=2, epsilon=2.0, dp_select=None)
+    model, _ = _fit(ActiveParty("a", a), {"b": sb}, params)
+    (entry,) = summary(PrivacyLedger(ledger).read()).values()
+    assert entry["epsilon"] == pytest.approx(2.0) and set(entry["kinds"]) == {"dp-edges", "dp-release"}
+    with pytest.raises(PeerError, match="lifetime budget 3"):
+        _fit(ActiveParty("a", a), {"b": sb}, params)
+    t = InMemoryTransport("a", {"b": _server(tmp_path, b, "b").handle_frame})
+    with pytest.raises(PeerError, match="refuses to route"):
+        ActiveParty.from_model(model).predict_proba(t, a)

@@ -296,7 +296,8 @@ def test_dp_mode_reads_the_aligned_rows_in_the_driver_and_categorical_needs_the_
     d = write_parquet(b, tmp_path / "b")
     party = PassiveParty.from_file("telco", d)
     train(a, party, "dp", n_estimators=1, max_depth=2, epsilon=5.0)
-    assert party._state.train.bin_idx is not None and party._state.train.bin_idx.shape == (300, b.shape[1] - 1)
+    # (issue 23: the raw rows, bucketed at each release in its data-independent domain)
+    assert party._state.train.dp_X is not None and party._state.train.dp_X.shape == (300, b.shape[1] - 1)
     with pytest.raises(InputError, match="categorical"):
         PassiveParty("telco", open_piece_table(d, "telco", "id"), categorical=["small"])
     assert isinstance(PassiveParty.from_file("telco", d, categorical=["small"])._state.X, np.ndarray)

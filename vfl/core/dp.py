@@ -1,47 +1,44 @@
-"""DP-only mode (FederBoost-style): equal-frequency buckets, randomized response, accounting.
+"""DP-only mode (FederBoost-style): a data-independent bucketing, randomized response, accounting.
 
 Core module: no party wiring here (see ``parties/dp.py`` for the messages'
 handlers on each side).
 
-The mechanism
--------------
-For each of its features a passive party cuts its aligned training rows into
-``q <= max_bin`` buckets of (near) equal size with :class:`vfl.core.binning.Binner`
--- the very bins HE and plain modes use, so every mode sees the same
-buckets: quantile cut points, tied values never split, and a feature with at
-most ``q`` distinct values gets one bucket per value. Missing values (NaN)
-form one more bucket, the last one.
+The mechanism (issue 23)
+------------------------
+Each passive party's release domain (:class:`ReleaseDomain`) comes from public
+information or a charged DP step, never from the raw data: per feature the
+user's public bins (bounds or edges, ``--dp-bins``), else a DP histogram
+(:func:`dp_histogram`, discrete Laplace, change-one-row sensitivity 2) whose
+quantiles place the edges; the slot counts the active party is told come from
+``max_bin`` or the public edges, the number of buckets ``q`` from epsilon. The
+missing slot is always the last and always in the randomization domain (unless
+the public schema says the column is never missing).
 
-Every row's bucket index then goes through ``q``-ary randomized response
-(:func:`randomized_response`): it stays with probability
+Every row's bucket index then goes through ``k``-ary randomized response
+(:func:`randomized_response`, exact integer sampling from ``os.urandom``, see
+:mod:`vfl.core.dp_noise`): it stays with probability
 
     p = e^eps / (e^eps + k - 1)
 
 and otherwise moves to one of the ``k - 1`` other buckets uniformly at random,
-where ``k`` is the size of the randomization domain: the ``q`` value buckets,
-plus the missing bucket when the feature has missing values in the training
-rows. So missingness is protected like any value: a missing row can be
-reported in a value bucket and vice versa. A feature without missing values
-has no missing bucket in its domain (none is ever reported). ``eps = inf``
-means ``p = 1``: no noise, the utility ceiling of the bucketing alone.
+``k = q + 1``. ``eps = inf`` means ``p = 1``: no noise (and no claim; the
+training bins are then used as they are).
 
 Accounting
 ----------
-Each released (row, feature) bucket index is ``eps``-locally differentially
-private for that row (given the bucketing). A party's features compose, so
-the per-row privacy loss of one party's whole release is the sum over its
-features: :func:`epsilon_budget` splits a per-party total evenly over the
-party's features, or multiplies a per-feature value by the feature count.
-The bucketing itself (cut points, the number of buckets, whether a feature
-has a missing bucket) is computed from the party's data and is not
-randomized; the cut points never leave the party, the bucket counts do (as in
-HE mode).
+Each released (row, feature) bucket index is ``eps``-DP for that row (change
+one row's values; its id and the alignment are public). A party's features
+compose: the per-row loss of one party's release is the sum over its released
+features, plus what its edges' DP histograms spent (``EDGE_SHARE`` of the
+party's budget by default). :func:`epsilon_budget` splits a per-party total
+evenly over the party's features, or multiplies a per-feature value by the
+feature count.
 
 :class:`BucketSource` is the active party's view of one passive party's
 release: a plaintext histogram source over the noisy buckets, so the same
 :class:`vfl.core.boosting.Booster` grows the trees locally without talking to the
 passive party except to register the split points it chooses (the passive
-party keeps their thresholds, for prediction).
+party keeps their thresholds, release edges, for prediction).
 """
 from __future__ import annotations
 
@@ -52,6 +49,8 @@ import numpy as np
 
 from datasets.errors import InputError
 from vfl.core.binning import Binner, bin_dtype, check_max_bin
+from vfl.core.dp_model import _symexp, _symlog, dp_bounds
+from vfl.core.dp_noise import NoiseSource, randomized_response_exact
 from vfl.core.params import check_epsilon  # (the privacy parameter check lives with the other parameters)
 from vfl.core.sources import LocalSource, SplitRef
 
@@ -92,14 +91,18 @@ def equal_frequency_buckets(X, n_buckets: int) -> tuple[Binner, np.ndarray]:
     return binner, binner.transform(X)
 
 
-def randomized_response(buckets, n_buckets: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+def randomized_response(buckets, n_buckets: int, epsilon: float, noise: NoiseSource) -> np.ndarray:
     """``q``-ary randomized response on bucket indices in ``[0, q)``.
 
-    Each index stays with probability :func:`stay_probability` and otherwise
-    becomes one of the other ``q - 1`` indices uniformly at random.
+    Each index stays with probability (at most) :func:`stay_probability` and otherwise becomes
+    one of the other ``q - 1`` indices uniformly at random; the randomness comes from ``noise``
+    (:class:`vfl.core.dp_noise.SecureNoise` for any real release: cryptographic, never seeded;
+    see :func:`vfl.core.dp_noise.randomized_response_exact`).
     """
     q = check_n_buckets(n_buckets)
     eps = check_epsilon(epsilon)
+    if not isinstance(noise, NoiseSource):
+        raise InputError(f"randomized response draws from a vfl.core.dp_noise.NoiseSource, got {type(noise).__name__}")
     b = np.asarray(buckets)
     if b.size and (not np.issubdtype(b.dtype, np.integer) or b.min() < 0 or b.max() >= q):
         raise InputError(f"bucket indices must be integers in [0, {q}), got values in "
@@ -107,15 +110,11 @@ def randomized_response(buckets, n_buckets: int, epsilon: float, rng: np.random.
     b = b.astype(np.int64)
     if eps == INF:
         return b.copy()
-    p = stay_probability(eps, q)
-    move = rng.random(b.shape) >= p
-    other = rng.integers(0, q - 1, size=b.shape)       # uniform over the q-1 other buckets:
-    other = other + (other >= b)                       # skip the row's own bucket
-    return np.where(move, other, b)
+    return randomized_response_exact(b, q, eps, noise).reshape(b.shape)
 
 
 def release_buckets(bucket_idx: np.ndarray, n_bins: np.ndarray, epsilon_per_feature: float,
-                    rng: np.random.Generator, has_missing=None) -> tuple[np.ndarray, np.ndarray]:
+                    noise: NoiseSource, has_missing=None) -> tuple[np.ndarray, np.ndarray]:
     """Randomize every column of a party's bucket matrix; return ``(noisy, rr_domain)``.
 
     ``n_bins[j]`` counts column ``j``'s value buckets plus the missing slot
@@ -138,8 +137,141 @@ def release_buckets(bucket_idx: np.ndarray, n_bins: np.ndarray, epsilon_per_feat
         missing = np.any(col == missing_slot) if has_missing is None else bool(has_missing[j])
         k = nb if missing else nb - 1
         domain[j] = k
-        out[:, j] = col if k < 2 else randomized_response(col, k, eps, rng)
+        out[:, j] = col if k < 2 else randomized_response(col, k, eps, noise)
     return out, domain
+
+
+# --- a data-independent release domain (issue 23) ----------------------------------
+#: default share of a passive party's DP-only budget spent on the bucket edges of the features it has
+#: no public bins for (one DP histogram per feature); public bins spend nothing
+EDGE_SHARE = 0.1
+#: cells of the fine DP histogram between a feature's DP bounds (equal width on the symmetric log scale)
+FINE_CELLS = 32
+#: a changed row moves between two cells of a histogram: L1 sensitivity 2 (the neighbouring relation
+#: of mode dp is "one aligned row's values change", its id and the alignment being public)
+HIST_SENSITIVITY = 2.0
+
+
+def dp_histogram(col: np.ndarray, epsilon: float, noise: NoiseSource) -> tuple[float, float, np.ndarray]:
+    """One feature's ``epsilon``-DP histogram (change-one-row neighbours): DP bounds on the symmetric
+    log scale with ``epsilon / 2`` (:func:`vfl.core.dp_model.dp_bounds`, sensitivity 2), then
+    discrete-Laplace counts of ``FINE_CELLS`` equal cells between them with ``epsilon / 2`` (values
+    outside count in the first or last cell; missing values in none). Returns ``(lo, hi, counts)``
+    on the symmetric log scale; everything derived from it is post-processing."""
+    z = _symlog(np.asarray(col, dtype=np.float64))
+    z = z[~np.isnan(z)]
+    lo, hi = dp_bounds(z, epsilon / 2.0, noise, HIST_SENSITIVITY)
+    width = (hi - lo) / FINE_CELLS
+    cell = np.clip(((np.clip(z, lo, hi) - lo) / width).astype(np.int64), 0, FINE_CELLS - 1)
+    counts = np.bincount(cell, minlength=FINE_CELLS)
+    noisy = noise.laplace_counts(counts, HIST_SENSITIVITY / (epsilon / 2.0))
+    return float(lo), float(hi), np.maximum(noisy, 0).astype(np.float64)
+
+
+def histogram_edges(lo: float, hi: float, counts: np.ndarray, n_buckets: int) -> np.ndarray:
+    """``n_buckets - 1`` non-decreasing edges at the ``i / n_buckets`` quantiles of a (noisy) histogram
+    of equal cells over ``[lo, hi]`` on the symmetric log scale (linear inside a cell), back on the
+    raw scale; an empty histogram gives equally spaced edges. Always ``n_buckets - 1`` edges (a
+    repeated edge leaves a bucket empty: the count never depends on the data)."""
+    q = check_n_buckets(n_buckets)
+    c = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
+    width = (hi - lo) / len(c)
+    total = float(c.sum())
+    if total <= 0:
+        z = np.linspace(lo, hi, q + 1)[1:-1]
+    else:
+        cum = np.concatenate([[0.0], np.cumsum(c)])
+        targets = total * np.arange(1, q) / q
+        i = np.clip(np.searchsorted(cum, targets, side="left") - 1, 0, len(c) - 1)
+        frac = np.clip((targets - cum[i]) / np.where(c[i] > 0, c[i], 1.0), 0.0, 1.0)
+        z = lo + width * (i + frac)
+    return np.maximum.accumulate(_symexp(z))
+
+
+class ReleaseDomain:
+    """A passive party's buckets for mode dp, independent of its data except through a charged step.
+
+    Per feature: the user's public bins (``public``: ``{feature index: entry}`` of
+    :func:`vfl.core.dp_model.check_dp_bins`; no budget), else one :func:`dp_histogram` with an even
+    share of ``epsilon`` (the party's edge budget). :attr:`n_bins` (the slots the active party is
+    told) is ``max_bin + 1`` per feature, or the public edges' count + 2: public schema only. A
+    release in ``q`` buckets (:meth:`edges`) takes the public edges (every ``k``-th one when there are
+    more than ``q - 1``), ``q - 1`` edges equally spaced between public bounds, or the DP histogram's
+    ``q``-quantiles; the missing slot is always the last, present in every feature's domain unless
+    the public schema says the column is never missing (:meth:`missing_slot`)."""
+
+    def __init__(self, max_bin: int, epsilon: float, noise: NoiseSource, public: dict | None = None,
+                 party: str = ""):
+        self.max_bin = check_max_bin(max_bin)
+        self.epsilon = check_epsilon(epsilon, "edge epsilon") if epsilon else 0.0
+        self.noise = noise
+        public = dict(public or {})
+        self.public = {j: e for j, e in public.items() if "edges" in e or "lo" in e}     # bounds or edges
+        self.never_missing = {j for j, e in public.items() if e.get("missing") is False}  # the schema says so
+        self.party = party
+        self.hist: dict[int, tuple] = {}
+        self.n_features = 0
+        self.spent = 0.0
+
+    def fit(self, X) -> "ReleaseDomain":
+        X = np.asarray(X, dtype=np.float64)
+        self.n_features = X.shape[1]
+        bad = [j for j in self.public if not (isinstance(j, (int, np.integer)) and 0 <= j < self.n_features)]
+        if bad:
+            raise InputError(f"public bins of party {self.party!r}: no feature {bad[0]!r}")
+        for j, e in self.public.items():
+            if "edges" in e and len(e["edges"]) > self.max_bin - 1:
+                raise InputError(f"public bins of party {self.party!r}, feature {j}: {len(e['edges'])} edges make "
+                                 f"more than max_bin = {self.max_bin} buckets")
+        dp_features = [j for j in range(self.n_features) if j not in self.public]
+        if dp_features and not self.epsilon > 0:
+            raise InputError(f"party {self.party!r}: features without public bins need an edge budget > 0")
+        per = self.epsilon / len(dp_features) if dp_features else 0.0
+        self.hist = {j: dp_histogram(X[:, j], per, self.noise) for j in dp_features}
+        self.spent = self.epsilon if dp_features else 0.0
+        return self
+
+    def missing_slot(self, j: int) -> bool:
+        """Whether feature ``j``'s release randomizes over a missing slot: always, unless the public
+        schema says the column is never missing (``"missing": false``; a missing value then goes to
+        bucket 0, a fixed rule)."""
+        return j not in self.never_missing
+
+    def max_buckets(self, j: int) -> int:
+        e = self.public.get(j)
+        return len(e["edges"]) + 1 if e is not None and "edges" in e else self.max_bin
+
+    @property
+    def n_bins(self) -> np.ndarray:
+        return np.array([self.max_buckets(j) + 1 for j in range(self.n_features)], dtype=np.int32)
+
+    def edges(self, j: int, n_buckets: int) -> np.ndarray:
+        """Feature ``j``'s ``q - 1`` edges for a release in ``q = n_buckets`` buckets (at most
+        :meth:`max_buckets`); a value ``x <= edges[i]`` is in bucket ``i`` or lower."""
+        q = min(check_n_buckets(n_buckets), self.max_buckets(j))
+        e = self.public.get(j)
+        if e is not None and "edges" in e:
+            pub = np.asarray(e["edges"], dtype=np.float64)
+            if q - 1 >= pub.size:
+                return pub
+            return pub[(np.arange(1, q) * (pub.size + 1)) // q - 1]      # every k-th public edge
+        if e is not None:
+            lo, hi = _symlog(np.float64(e["lo"])), _symlog(np.float64(e["hi"]))
+            return _symexp(np.linspace(lo, hi, q + 1)[1:-1])
+        return histogram_edges(*self.hist[j], q)
+
+    def report(self) -> dict:
+        """What the edges spent: ``{"epsilon", "dp_features", "public_features"}``."""
+        return {"epsilon": self.spent, "dp_features": self.n_features - len(self.public),
+                "public_features": len(self.public)}
+
+
+def bucketize(col: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Bucket of every value (``x <= edges[i]``: bucket ``i`` or lower); missing: the last slot."""
+    col = np.asarray(col, dtype=np.float64)
+    b = np.searchsorted(edges, col, side="left")
+    b[np.isnan(col)] = len(edges) + 1
+    return b.astype(np.int64)
 
 
 # --- accounting ----------------------------------------------------------------

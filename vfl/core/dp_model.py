@@ -47,8 +47,12 @@ Mechanisms (see docs/dp.md, "DP on the released model"):
   no subsampling amplification (the library amplifies Gaussian events only).
 
 ``dp_model = inf`` is exactly the non-private training (no clipping, exact bins, argmax splits).
-All noise comes from fresh OS entropy (``numpy.random.default_rng()`` with no seed): the public
-``seed`` parameter, recorded in the model file, never touches it.
+All noise is drawn through the mechanism seam :mod:`vfl.core.dp_noise`: OpenDP's discrete Laplace
+(counts), float-safe Laplace and Gaussian (sums), report-noisy-max (selection, the exponential
+mechanism's guarantee) and ``os.urandom`` bits (Poisson sampling), never seeded: the public ``seed``
+parameter, recorded in the model file, never touches it (``dp_unsafe_noise_seed`` does, for tests:
+the model then says NOT PRIVATE). The model file keeps only what prediction needs: leaf values and
+split thresholds, never a noisy sum.
 """
 from __future__ import annotations
 
@@ -61,6 +65,7 @@ import numpy as np
 
 from datasets.errors import InputError, ProtocolError
 from vfl.core.binning import Binner, _thresholds
+from vfl.core.dp_noise import NOT_PRIVATE, NoiseSource, SecureNoise, noise_source
 from vfl.core.split import SplitInfo
 
 #: the trees of a DP model (the first is the default): one feature per tree chosen by the exponential
@@ -214,6 +219,7 @@ class DPModelPlan:
     trees: str = DP_TREES[0]            # "selected"/"cyclic": one feature per tree; "exponential": every feature
     n_targets: int = 1
     extra: dict = field(default_factory=dict)
+    noise: NoiseSource = field(default_factory=SecureNoise)     # where every mechanism draws (never seeded)
 
     @property
     def private(self) -> bool:
@@ -233,6 +239,7 @@ class DPModelPlan:
                                                                   if self.subsample < 1 else "")
                             if self.mechanism == "laplace" else "dp-accounting RDP (zCDP events + Gaussian)"),
              "privacy_unit": "one training row (its features at every party and its label), add/remove",
+             "noise": self.noise.label(), **({} if self.noise.private else {"privacy": NOT_PRIVATE}),
              "gradient_bound": self.g_star, "constant_hessian": self.h_star,
              "gain_sensitivity": self.gain_sensitivity, "n_trees": self.n_trees, "max_depth": self.depth,
              "subsample": self.subsample, "budget_shares": {"sketch": self.shares[0], "splits": self.shares[1],
@@ -273,14 +280,16 @@ class DPModelPlan:
 
     # -- what the parties use ---------------------------------------------------
     def binning_setup(self) -> dict | None:
-        """The DP settings a passive party needs at setup (``TrainSetup.dp_binning``)."""
-        return {"epsilon": self.sketch_epsilon_per_party} if self.private else None
+        """The DP settings a passive party needs at setup (``TrainSetup.dp_binning``): its sketch budget
+        and the training's total (what its lifetime ledger charges, parties.dp_ledger)."""
+        return {"epsilon": self.sketch_epsilon_per_party, "training_epsilon": self.reported_epsilon} \
+            if self.private else None
 
     def binner(self, max_bin: int, public: dict | None = None, party: str = "") -> Binner:
         """A party's binner: DP edges with its sketch share, except on ``public`` features
         (``{feature index: entry}``, user-given bounds or edges: no budget)."""
-        return DPBinner(max_bin, self.sketch_epsilon_per_party, public=public, party=party) if self.private \
-            else Binner(max_bin)
+        return DPBinner(max_bin, self.sketch_epsilon_per_party, self.noise, public=public, party=party) \
+            if self.private else Binner(max_bin)
 
     def record_binning(self, reports: dict) -> None:
         """What each party's bin edges spent (``{party: DPBinner.report()}``, a passive party's from its
@@ -315,18 +324,18 @@ class DPModelPlan:
         """Clip ``g`` to ``[-g*, g*]`` and replace every hessian by ``h*``."""
         return np.clip(g, -self.g_star, self.g_star), np.full_like(h, self.h_star)
 
-    def base_score(self, objective, y: np.ndarray, rng=None) -> np.ndarray:
+    def base_score(self, objective, y: np.ndarray) -> np.ndarray:
         """The released base score from noisy statistics (:func:`dp_base_score`) with its budget
         ``base_epsilon``; the exact one when not private."""
         if not self.private:
             return objective.base_score(y)
-        return dp_base_score(objective, y, self.base_epsilon, np.random.default_rng() if rng is None else rng)
+        return dp_base_score(objective, y, self.base_epsilon, self.noise)
 
-    def tree_mechanisms(self, params, rng=None) -> "TreeMechanisms":
-        return TreeMechanisms(self, params.reg_lambda, rng, params.min_child_weight)
+    def tree_mechanisms(self, params) -> "TreeMechanisms":
+        return TreeMechanisms(self, params.reg_lambda, self.noise, params.min_child_weight)
 
-    def sampler(self, rng=None) -> "PoissonSampler":
-        return PoissonSampler(self.subsample, rng)
+    def sampler(self) -> "PoissonSampler":
+        return PoissonSampler(self.subsample, self.noise)
 
 
 def plan_dp_model(params, n_targets: int, n_parties: int) -> DPModelPlan:
@@ -341,7 +350,7 @@ def plan_dp_model(params, n_targets: int, n_parties: int) -> DPModelPlan:
     n_parties = max(int(n_parties), 1)
     plan = DPModelPlan(eps, params.dp_delta, "laplace" if params.dp_delta is None else "gaussian",
                        g_star, h_star, T, D, q, shares, parties=n_parties, trees=params.dp_trees,
-                       n_targets=int(n_targets))
+                       n_targets=int(n_targets), noise=noise_source(params.dp_unsafe_noise_seed))
     if params.dp_delta is None:
         plan.sketch_epsilon = shares[0] * eps
         tree_amp = (shares[1] + shares[2]) * eps / T
@@ -408,21 +417,24 @@ def _calibrate_gaussian(plan: DPModelPlan, eps: float, delta: float, shares) -> 
 
 
 # --------------------------------------------------------------------------- mechanisms
-def exponential_mechanism(utilities: np.ndarray, epsilon: float, sensitivity: float, rng) -> int:
-    """Index drawn with probability proportional to ``exp(epsilon * u / (2 * sensitivity))``, by the
-    Gumbel-max trick (argmax of scaled utilities plus Gumbel noise: no exponentials, no overflow).
-    ``epsilon = 0``: uniform; ``inf``: the argmax (first on ties)."""
+def exponential_mechanism(utilities: np.ndarray, epsilon: float, sensitivity: float, noise: NoiseSource) -> int:
+    """An ``epsilon``-DP choice among candidates of ``sensitivity``-bounded utilities: OpenDP's
+    report-noisy-max (exponential noise of scale ``2 sensitivity / epsilon``: the exponential
+    mechanism's guarantee, exact arithmetic, no float sampling gaps). ``epsilon = 0``: uniform;
+    ``inf``: the argmax (first on ties)."""
     u = np.asarray(utilities, dtype=np.float64)
     if u.size == 0:
         raise ValueError("the exponential mechanism needs at least one candidate")
     if math.isinf(epsilon):
         return int(np.argmax(u))
-    scores = (epsilon / (2.0 * sensitivity)) * u if epsilon > 0 else np.zeros_like(u)
-    return int(np.argmax(scores + rng.gumbel(size=u.size)))
+    if epsilon <= 0:
+        return int(noise.randbelow(u.size, 1)[0])
+    return noise.noisy_max(u, 2.0 * sensitivity / epsilon)
 
 
-def laplace(value, sensitivity: float, epsilon: float, rng):
-    return value + rng.laplace(0.0, sensitivity / epsilon, size=np.shape(value))
+def laplace(value, sensitivity: float, epsilon: float, noise: NoiseSource):
+    """``value`` plus Laplace noise of scale ``sensitivity / epsilon`` (OpenDP's float-safe sampler)."""
+    return noise.laplace(value, sensitivity / epsilon)
 
 
 def _score(G, H, reg_lambda):
@@ -527,13 +539,15 @@ class TreeMechanisms:
     ``max_depth``), each node's split (exponential mechanism), each leaf's weight (noisy sums),
     and what the released tree keeps (no exact statistics)."""
 
-    def __init__(self, plan: DPModelPlan, reg_lambda: float, rng=None, min_child_weight: float = 0.0):
+    def __init__(self, plan: DPModelPlan, reg_lambda: float, noise: NoiseSource | None = None,
+                 min_child_weight: float = 0.0):
         self.plan = plan
         self.reg_lambda = float(reg_lambda)
         self.min_child_weight = float(min_child_weight)
         self._ranges: dict = {}          # cyclic halving: (round, target, node, side) -> bin range
         self._features: dict = {}        # selected trees: (round, target) -> (source, feature)
-        self.rng = np.random.default_rng() if rng is None else rng      # fresh OS entropy
+        self.noise = plan.noise if noise is None else noise       # never seeded (SecureNoise)
+        self.count = {"select": 0, "split": 0, "leaf_gradient": 0, "leaf_hessian": 0}   # mechanisms run
 
     def tree_feature(self, bin_offsets: list, tree: tuple[int, int]) -> tuple[int, int]:
         """``dp_trees = "cyclic"``: the one ``(source, feature)`` tree ``(round, target)`` splits on,
@@ -559,7 +573,8 @@ class TreeMechanisms:
                     gains.append(g)
         if not feats:
             return None
-        return feats[exponential_mechanism(np.array(gains), self.plan.select_epsilon, self.plan.g_star, self.rng)]
+        self.count["select"] += 1
+        return feats[exponential_mechanism(np.array(gains), self.plan.select_epsilon, self.plan.g_star, self.noise)]
 
     def choose_split(self, node, histograms: list, bin_offsets: list,
                      tree: tuple[int, int] = (0, 0), nodes: list | None = None) -> SplitInfo | None:
@@ -593,7 +608,8 @@ class TreeMechanisms:
         if not parts:
             return None
         gains = np.concatenate([c[0] for _, c in parts])
-        i = exponential_mechanism(gains, self.plan.level_epsilon, self.plan.gain_sensitivity, self.rng)
+        self.count["split"] += 1
+        i = exponential_mechanism(gains, self.plan.level_epsilon, self.plan.gain_sensitivity, self.noise)
         for si, c in parts:
             if i < c[0].size:
                 return SplitInfo(float(c[0][i]), si, int(c[1][i]), int(c[2][i]), bool(c[3][i]),
@@ -620,11 +636,12 @@ class TreeMechanisms:
 
     def noisy_sums(self, G: float, H: float) -> tuple[float, float]:
         p = self.plan
+        self.count["leaf_gradient"] += 1
+        self.count["leaf_hessian"] += 1
         if p.mechanism == "laplace":
-            return (float(laplace(G, p.g_star, p.leaf_gradients, self.rng)),
-                    float(laplace(H, p.h_star, p.leaf_hessians, self.rng)))
-        return (float(G + self.rng.normal(0.0, p.leaf_gradients)),
-                float(H + self.rng.normal(0.0, p.leaf_hessians)))
+            return (float(laplace(G, p.g_star, p.leaf_gradients, self.noise)),
+                    float(laplace(H, p.h_star, p.leaf_hessians, self.noise)))
+        return (float(self.noise.gaussian(G, p.leaf_gradients)), float(self.noise.gaussian(H, p.leaf_hessians)))
 
     def hessian_floor(self) -> float:
         """The smallest denominator of a leaf weight: ``min_child_weight``, and the hessian of the
@@ -642,36 +659,36 @@ class TreeMechanisms:
         G, H = self.noisy_sums(node.sum_gradients, node.sum_hessians)
         w = -G / (max(H, self.hessian_floor()) + self.reg_lambda)
         bound = p.g_star / p.h_star
-        node.sum_gradients, node.sum_hessians = G, H       # the released (noisy) statistics
+        node.sum_gradients = node.sum_hessians = 0.0       # the model keeps the leaf value only
         return float(np.clip(w, -bound, bound))
 
     @staticmethod
     def release(tree) -> None:
-        """Drop what the mechanisms did not release: gains, internal sums, counts."""
+        """Keep only what prediction needs (splits, leaf values): no gain, count or sum, exact or
+        noisy (a noisy sum at full float precision is more than the leaf value releases)."""
         for node in tree.nodes:
             node.gain = 0.0
             node.n_samples = 0
-            if not node.is_leaf:
-                node.sum_gradients = node.sum_hessians = 0.0
+            node.sum_gradients = node.sum_hessians = 0.0
 
 
 class PoissonSampler:
     """Row subsampling for DP training: every row joins each tree's sample independently with
     probability ``q``, drawn from secret randomness (amplification needs a secret sample)."""
 
-    def __init__(self, q: float, rng=None):
+    def __init__(self, q: float, noise: NoiseSource | None = None):
         self.q = float(q)
-        self.rng = np.random.default_rng() if rng is None else rng
+        self.noise = SecureNoise() if noise is None else noise
 
     def draw(self, round_idx: int, g: np.ndarray, h: np.ndarray):
         n, K = g.shape
         if self.q >= 1.0:
             return None, None, 1.0
-        return self.rng.random((K, n)) < self.q, None, 1.0
+        return self.noise.bernoulli(self.q, (K, n)), None, 1.0
 
 
 # --------------------------------------------------------------------------- the base score
-def dp_base_score(objective, y: np.ndarray, epsilon: float, rng) -> np.ndarray:
+def dp_base_score(objective, y: np.ndarray, epsilon: float, noise: NoiseSource) -> np.ndarray:
     """An ``epsilon``-DP base score (a row changes one count by one, or one clipped label):
 
     * binary: the log-odds of noisy (positives, rows) counts, ``epsilon/2`` each;
@@ -682,19 +699,18 @@ def dp_base_score(objective, y: np.ndarray, epsilon: float, rng) -> np.ndarray:
     y = np.asarray(y, dtype=np.float64)
     name = objective.name
     if name == "binary":
-        pos = float(y.sum()) + rng.laplace(0.0, 2.0 / epsilon)
-        n = float(len(y)) + rng.laplace(0.0, 2.0 / epsilon)
+        pos, n = (float(v) for v in noise.laplace_counts([int(round(y.sum())), len(y)], 2.0 / epsilon))
         p = float(np.clip(pos / max(n, 1.0), 1e-3, 1 - 1e-3))
         return np.array([math.log(p / (1 - p))])
     if name == "multiclass":
         k = objective.n_targets
-        counts = np.bincount(y.astype(np.int64), minlength=k)[:k] + rng.laplace(0.0, 1.0 / epsilon, size=k)
+        counts = noise.laplace_counts(np.bincount(y.astype(np.int64), minlength=k)[:k], 1.0 / epsilon).astype(float)
         logp = np.log(np.maximum(counts, 1.0) / np.maximum(counts, 1.0).sum())
         return logp - logp.mean()          # centred, as the exact softmax base score
-    lo, hi = (_symexp(np.array(b)) for b in dp_bounds(_symlog(y), epsilon / 2.0, rng))
+    lo, hi = (_symexp(np.array(b)) for b in dp_bounds(_symlog(y), epsilon / 2.0, noise))
     lo, hi = float(lo), float(hi)
-    total = float(np.clip(y, lo, hi).sum()) + rng.laplace(0.0, max(abs(lo), abs(hi), 1e-12) / (epsilon / 4.0))
-    n = float(len(y)) + rng.laplace(0.0, 4.0 / epsilon)
+    total = float(noise.laplace(float(np.clip(y, lo, hi).sum()), max(abs(lo), abs(hi), 1e-12) / (epsilon / 4.0)))
+    n = float(noise.laplace_counts([len(y)], 4.0 / epsilon)[0])
     return np.array([float(np.clip(total / max(n, 1.0), lo, hi))])
 
 
@@ -707,28 +723,30 @@ def _symexp(z):
     return np.sign(z) * np.expm1(np.abs(z))
 
 
-def dp_bounds(z: np.ndarray, epsilon: float, rng) -> tuple[float, float] | None:
+def dp_bounds(z: np.ndarray, epsilon: float, noise: NoiseSource, sensitivity: float = 1.0) -> tuple[float, float]:
     """``epsilon``-DP bounds of ``z`` (symmetric-log values): a Laplace histogram over fixed cells of
-    [-R, R] (a row changes one count by one), then, as post-processing, the span of the cells whose
-    noisy count passes ``tau = ln(cells / 0.01) / epsilon`` (so an empty cell passes with
-    probability about 1/200 over all cells); none passes: the noisiest-max cell. None: no cell."""
+    [-R, R] (a row changes one count by one under add/remove: ``sensitivity`` 1; a changed row moves
+    between two cells: 2), then, as post-processing, the span of the cells whose noisy count passes
+    ``tau = sensitivity ln(cells / 0.01) / epsilon`` (so an empty cell passes with probability about
+    1/200 over all cells); none passes: the noisiest-max cell. Discrete Laplace counts."""
     cells = _COARSE_CELLS
     width = 2 * _SYMLOG_RANGE / cells
     counts = np.bincount(np.clip(((z + _SYMLOG_RANGE) / width).astype(np.int64), 0, cells - 1),
-                         minlength=cells).astype(np.float64)
-    noisy = counts + rng.laplace(0.0, 1.0 / epsilon, size=cells)
-    keep = np.flatnonzero(noisy > math.log(cells / 0.01) / epsilon)
+                         minlength=cells)
+    scale = sensitivity / epsilon
+    noisy = noise.laplace_counts(counts, scale).astype(np.float64)
+    keep = np.flatnonzero(noisy > sensitivity * math.log(cells / 0.01) / epsilon)
     if keep.size == 0:
         keep = np.array([int(np.argmax(noisy))])
     return -_SYMLOG_RANGE + keep[0] * width, -_SYMLOG_RANGE + (keep[-1] + 1) * width
 
 
-def dp_thresholds(col: np.ndarray, max_bin: int, epsilon: float, rng) -> np.ndarray:
+def dp_thresholds(col: np.ndarray, max_bin: int, epsilon: float, noise: NoiseSource) -> np.ndarray:
     """DP bin edges of one feature: ``max_bin - 1`` edges equally spaced on the symmetric log scale
     ``sign(x) log(1 + |x|)`` between ``epsilon``-DP bounds (:func:`dp_bounds`); values outside fall
     in the first or last bin. NaN (missing) rows take no part."""
     z = _symlog(col[~np.isnan(col)])
-    lo, hi = dp_bounds(z, epsilon, rng)
+    lo, hi = dp_bounds(z, epsilon, noise)
     inner = np.linspace(lo, hi, max_bin + 1)[1:-1]
     return np.unique(_symexp(inner))
 
@@ -762,7 +780,9 @@ def check_dp_bins(spec, where: str = "dp_bins") -> dict:
     """Public bins per column, checked and normalised: ``{column: {"lo": float, "hi": float}}``
     (public bounds, ``lo < hi``: the edges are then placed as the DP ones, equally spaced on the
     symmetric log scale) or ``{column: {"edges": [floats]}}`` (strictly increasing, finite; a value
-    ``x <= edges[i]`` falls in bin ``i`` or lower)."""
+    ``x <= edges[i]`` falls in bin ``i`` or lower). Mode dp also reads an optional ``"missing": false``
+    (the public schema says the column is never missing: its release has no missing slot), alone or
+    beside the bounds or edges; a released model ignores it."""
     if spec is None:
         return {}
     if not isinstance(spec, dict):
@@ -773,8 +793,16 @@ def check_dp_bins(spec, where: str = "dp_bins") -> dict:
         at = f"{where}, column {col!r}"
         if not isinstance(col, str) or not col:
             raise InputError(f"{where}: column names must be non-empty strings, got {col!r}")
-        if not isinstance(entry, dict) or set(entry) not in ({"lo", "hi"}, {"edges"}):
-            raise InputError(f"{at}: expected {{\"lo\": x, \"hi\": y}} or {{\"edges\": [...]}}, got {entry!r}")
+        keys = set(entry) - {"missing"} if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or keys not in ({"lo", "hi"}, {"edges"}, set()) or not entry:
+            raise InputError(f"{at}: expected {{\"lo\": x, \"hi\": y}} or {{\"edges\": [...]}} (and optionally "
+                             f"\"missing\": false), got {entry!r}")
+        if "missing" in entry and not isinstance(entry["missing"], bool):
+            raise InputError(f"{at}: \"missing\" must be true or false, got {entry['missing']!r}")
+        flag = {"missing": entry["missing"]} if "missing" in entry else {}
+        if not keys:
+            out[col] = flag
+            continue
         if "edges" in entry:
             edges = entry["edges"]
             if not isinstance(edges, (list, tuple)) or not edges:
@@ -786,14 +814,14 @@ def check_dp_bins(spec, where: str = "dp_bins") -> dict:
             if np.any(np.diff(e) <= 0):
                 i = int(np.flatnonzero(np.diff(e) <= 0)[0])
                 raise InputError(f"{at}: \"edges\" must be strictly increasing ({edges[i]!r} then {edges[i + 1]!r})")
-            out[col] = {"edges": [float(x) for x in e]}
+            out[col] = {"edges": [float(x) for x in e], **flag}
             continue
         lo, hi = entry["lo"], entry["hi"]
         if not (_finite_number(lo) and _finite_number(hi)):
             raise InputError(f"{at}: \"lo\" and \"hi\" must be finite numbers, got {lo!r} and {hi!r}")
         if not lo < hi:
             raise InputError(f"{at}: \"lo\" must be below \"hi\", got {lo!r} and {hi!r}")
-        out[col] = {"lo": float(lo), "hi": float(hi)}
+        out[col] = {"lo": float(lo), "hi": float(hi), **flag}
     return out
 
 
@@ -824,15 +852,17 @@ class DPBinner(Binner):
     public bounds or edges (:func:`check_dp_bins`), which spend no budget; ``inf``: the exact
     quantile bins of :class:`vfl.core.binning.Binner` (public bins ignored: the non-private training)."""
 
-    def __init__(self, max_bin: int = 32, epsilon: float = math.inf, rng=None, public: dict | None = None,
+    def __init__(self, max_bin: int = 32, epsilon: float = math.inf, noise: NoiseSource | None = None,
+                 public: dict | None = None,
                  party: str = ""):
         super().__init__(max_bin)
         if not (isinstance(epsilon, (int, float)) and epsilon > 0) or math.isnan(epsilon):
             raise InputError(f"DP binning needs an epsilon > 0, got {epsilon!r}")
         self.epsilon = float(epsilon)
-        self.public = dict(public or {})
+        # bounds or edges (an entry with only mode dp's "missing" flag is not a public bin)
+        self.public = {j: e for j, e in (public or {}).items() if "edges" in e or "lo" in e}
         self.party = party
-        self.rng = np.random.default_rng() if rng is None else rng
+        self.noise = SecureNoise() if noise is None else noise
         self.spent = 0.0
 
     def fit(self, X) -> "DPBinner":
@@ -848,7 +878,7 @@ class DPBinner(Binner):
         per = self.epsilon / max(n_dp, 1)
         self.thresholds_ = [public_thresholds(self.public[j], self.max_bin, f"public bins of party "
                                               f"{self.party!r}, feature {j}")
-                            if j in self.public else dp_thresholds(X[:, j], self.max_bin, per, self.rng)
+                            if j in self.public else dp_thresholds(X[:, j], self.max_bin, per, self.noise)
                             for j in range(n_features)]
         self.spent = self.epsilon if n_dp > 0 else 0.0
         return self

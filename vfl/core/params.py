@@ -99,6 +99,8 @@ class TrainParams:
     dp_buckets: int | str = "auto"            # mode dp: buckets per released feature, "auto" from epsilon
     dp_debias: bool = True                    # mode dp: the active party debiases the release (vfl.core.dp_debias)
     dp_select: int | str | None = "auto"      # mode dp: release only this many features per party (None/"none": all)
+    dp_edge_share: float = 0.1                # mode dp: share of a party's budget for its DP bucket edges
+    dp_unsafe_noise_seed: int | None = None   # NOT PRIVATE: seeds the DP noise (tests only); None: cryptographic noise
     # --- learner options (issue 4); names follow XGBoost / LightGBM ---
     huber_slope: float = 1.0               # pseudohuber objective
     subsample: float = 1.0                 # row fraction per tree, in (0, 1]
@@ -209,8 +211,22 @@ class TrainParams:
             raise InputError("mode 'dp' needs exactly one of epsilon (each passive party's total, split "
                              "evenly over its features) and epsilon_per_feature; inf means no noise")
         setattr(self, given[0], check_epsilon(getattr(self, given[0]), given[0]))
+        if given[0] == "epsilon_per_feature" and self.dp_select not in (None, "auto"):
+            raise InputError(f"epsilon_per_feature charges each of a passive party's d features this epsilon per row "
+                             f"(its total is d x epsilon_per_feature); dp_select={self.dp_select} would release "
+                             "fewer features, each at that total / K, so the name would not hold: give the "
+                             "party's total with epsilon, or dp_select 'none'")
 
     def _validate_dp_options(self):
+        share = self.dp_edge_share
+        if isinstance(share, bool) or not isinstance(share, (int, float, np.integer, np.floating)) \
+                or not 0 < float(share) < 1:
+            raise InputError(f"parameter dp_edge_share must be a number in (0, 1), got {share!r}")
+        self.dp_edge_share = float(share)
+        seed = self.dp_unsafe_noise_seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise InputError(f"parameter dp_unsafe_noise_seed must be an integer >= 0 (NOT PRIVATE: tests only) "
+                             f"or None, got {seed!r}")
         q = self.dp_buckets
         if isinstance(q, str) and q.strip().lower() == "auto":
             self.dp_buckets = "auto"
@@ -240,11 +256,15 @@ class TrainParams:
             self.dp_select = int(float(k))
     def _validate_dp_model(self):
         """``dp_model`` and its companions (see :mod:`vfl.core.dp_model`)."""
-        extra = [n for n in ("dp_delta", "dp_clip", "dp_budget", "dp_bins") if getattr(self, n) is not None]
+        extra = [n for n in ("dp_delta", "dp_clip", "dp_budget") + (("dp_bins",) if self.mode != Mode.DP else ())
+                 if getattr(self, n) is not None]
         extra += ["dp_trees"] if self.dp_trees != DP_TREES[0] else []
         if self.dp_model is None:
             if extra:
-                raise InputError(f"parameter {extra[0]} applies with dp_model only (--dp-model EPS)")
+                raise InputError(f"parameter {extra[0]} applies with dp_model only (--dp-model EPS)"
+                                 + (" or mode dp" if extra[0] == "dp_bins" else ""))
+            if self.dp_bins is not None:     # mode dp: public bucket edges (no edge budget)
+                self.dp_bins = check_dp_bins(self.dp_bins, "parameter dp_bins") or None
             return
         if self.mode == Mode.DP:
             raise InputError("dp_model applies to modes 'he' and 'plain': mode 'dp' releases each passive "
