@@ -24,10 +24,10 @@ Randomness, two methods (as for :mod:`crypto.paillier`):
   generic (baby-step giant-step / Pollard lambda) attacks on the exponent at ``2^security``.
 * ``standard``: ``r`` uniform in ``[1, n)``, computed by square-and-multiply.
 
-``g^m`` uses fixed-base tables of ``g`` and ``g^-1`` with 8-bit windows (a digit is a byte of
-``|m|``), so a small packed value costs a few multiplications. The key holder computes both
-powers modulo ``p^2`` and ``q`` and joins them with the CRT; a party with the public key only
-works modulo ``n``.
+The key holder (who encrypts every gradient) computes ``h^r`` modulo ``p^2`` and ``q`` from the
+tables and joins them with the CRT, and gets the message part in closed form, without an
+exponentiation (see :class:`Encryptor`: ``G^m = 1 + p q ((m t / q) mod p)``, ``G`` in ``g``'s
+coset); a party with the public key only works modulo ``n`` with tables of ``g`` and ``g^-1``.
 
 Decryption with ``p``: ``m = L(c^(p-1) mod p^2) / L(g^(p-1) mod p^2) mod p`` with
 ``L(x) = (x - 1) / p`` over ``Z_{p^2}``.
@@ -192,6 +192,8 @@ def check_private_key(p, q, g, h) -> OUPrivateKey:
     for name, v in (("p", p), ("q", q)):
         if v < 3 or not gmpy2.is_prime(v, 40):
             raise InputError(f"OU private key: {name} is not a prime")
+    if gmpy2.gcd(p, q - 1) != 1 or gmpy2.gcd(q, p - 1) != 1:
+        raise InputError("OU private key: p divides q - 1 or q divides p - 1")
     n = p * p * q
     pub = check_public_key(n, g, h)
     if p.bit_length() < prime_bits(pub.key_bits):
@@ -212,7 +214,8 @@ def generate_keypair(bits: int = 2048) -> tuple[OUPublicKey, OUPrivateKey]:
         p = _random_prime(k)
         q = _random_prime(bits - 2 * k)
         n = p * p * q
-        if p != q and n.bit_length() == bits:
+        # gcd(n, p-1) = gcd(n, q-1) = 1: the n-th powers are exactly the kernel of decryption
+        if p != q and n.bit_length() == bits and gmpy2.gcd(p, q - 1) == 1 and gmpy2.gcd(q, p - 1) == 1:
             break
     p2 = p * p
     while True:
@@ -229,19 +232,17 @@ def _byte_digits(a) -> bytes:
     return int(a).to_bytes((a.bit_length() + 7) // 8, "little")
 
 
-class _Tables:
-    """Fixed-base tables of ``g``, ``g^-1`` (8-bit windows over the plaintext bits) and ``h``
-    (windows over the short exponent) modulo one modulus."""
+class _GTable:
+    """``g^m mod modulus`` for signed ``m`` from fixed-base tables of ``g`` and ``g^-1`` (8-bit
+    windows over the plaintext bits): what a party holding only the public key computes."""
 
-    def __init__(self, g, h, modulus, msg_bits: int, exp_bits: int, window: int, fast: bool):
+    def __init__(self, g, modulus, msg_bits: int):
         m = mpz(modulus)
         self.modulus = m
         self.g = FixedBaseTable(g, m, msg_bits, G_WINDOW).rows
         self.ginv = FixedBaseTable(gmpy2.invert(mpz(g), m), m, msg_bits, G_WINDOW).rows
-        self.h = FixedBaseTable(h, m, exp_bits, window) if fast else None
 
-    def gpow(self, msg):
-        """``g^msg`` modulo this table's modulus (``msg`` signed, ``|msg|`` within the table)."""
+    def pow(self, msg):
         if msg == 0:
             return mpz(1)
         rows = self.g if msg > 0 else self.ginv
@@ -256,7 +257,19 @@ class _Tables:
 class Encryptor:
     """Encrypts plaintext integers into raw OU ciphertext integers (mod ``n``): the same
     interface as :class:`crypto.paillier.Encryptor` (``encrypt``, ``encrypt_with``,
-    ``encrypt_stocked``, ``obfuscators``, ``stock``, ``state`` / ``from_state``)."""
+    ``encrypt_stocked``, ``obfuscators``, ``stock``, ``state`` / ``from_state``).
+
+    **The key holder's message part is free.** Write ``b = L(g^(p-1) mod p^2) mod p`` (what
+    decryption divides by) and ``G`` for the element with ``G = 1 + t p (mod p^2)``, ``t = -b mod p``,
+    and ``G = 1 (mod q)``. Then ``G^m = 1 + m t p (mod p^2)`` and ``1 (mod q)``, i.e.
+    ``G^m = 1 + p q ((m t / q) mod p) (mod n)``: one small product, no exponentiation (the
+    analogue of Paillier's ``(1 + n)^m = 1 + m n``). ``G`` lies in ``g``'s coset of the ``n``-th
+    powers (both have ``L(x^(p-1)) = b``), and since ``gcd(n, p-1) = gcd(n, q-1) = 1``
+    (:func:`generate_keypair` ensures it) ``G = g h^k`` for some ``k``: ``G^m h^r = g^m h^(k m + r)``,
+    an encryption of ``m`` with the exponent shifted by the constant ``k m``: the same distribution
+    as ``g^m h^r`` (exactly for uniform ``r``, and under the short-exponent assumption for short
+    ``r``). ``G`` is never published (``G - 1`` shares ``p q`` with ``n``). A party with the public
+    key only computes ``g^m`` from fixed-base tables (:class:`_GTable`)."""
 
     METHODS = ("fast", "standard")
     scheme = SCHEME
@@ -273,13 +286,19 @@ class Encryptor:
         self.max_int = (1 << (self.plain_bits - 2)) - 1
         self._p = self._q = None
         if private_key is not None:
-            self._p, self._q = mpz(private_key.p), mpz(private_key.q)
-            self._p2 = self._p * self._p
-            self._q_inv = gmpy2.invert(self._q, self._p2)      # CRT: n = p^2 * q
+            p, q = mpz(private_key.p), mpz(private_key.q)
+            self._p, self._q, self._p2, self._pq = p, q, p * p, p * q
+            self._q_inv = gmpy2.invert(q, self._p2)      # CRT: n = p^2 * q
+            b = _l(gmpy2.powmod(self.g, p - 1, self._p2), p) % p
+            if b == 0:
+                raise InputError("OU private key: g^(p-1) mod p^2 does not have order p (decryption impossible)")
+            self._t = (-b) % p                          # G = 1 + t p (mod p^2), 1 (mod q)
+            self._tq = self._t * gmpy2.invert(q, p) % p  # G^m = 1 + p q ((m tq) mod p) (mod n)
         window = table_window(self.key_bits)
         self.exponent_bits = -(-2 * security_bits(self.key_bits) // window) * window
         self._window = window
         self._tables = None
+        self._gtable = None
         self.stock = ObfuscatorStock(self)
 
     @property
@@ -288,12 +307,10 @@ class Encryptor:
 
     @property
     def tables(self) -> tuple:
-        """Tables modulo ``p^2`` and ``q`` (key holder) or modulo ``n``, built at the first use."""
+        """Fixed-base tables of ``h`` modulo ``p^2`` and ``q`` (key holder) or modulo ``n``."""
         if self._tables is None:
-            fast = self.method == "fast"
             mods = (self._p2, self._q) if self._p is not None else (self.n,)
-            self._tables = tuple(_Tables(self.g, self.h, m, self.plain_bits, self.exponent_bits, self._window, fast)
-                                 for m in mods)
+            self._tables = tuple(FixedBaseTable(self.h, m, self.exponent_bits, self._window) for m in mods)
         return self._tables
 
     def state(self) -> dict:
@@ -308,7 +325,8 @@ class Encryptor:
         pub = OUPublicKey(int(st["n"], 16), int(st["g"], 16), int(st["h"], 16))
         priv = OUPrivateKey(pub, int(st["p"], 16), int(st["q"], 16)) if st.get("p") else None
         enc = cls(pub, priv, st["method"])
-        enc.tables                     # a worker builds its tables when the key arrives
+        if enc.method == "fast":
+            enc.tables                 # a worker builds its tables when the key arrives
         return enc
 
     def _join(self, xp, xq):
@@ -323,34 +341,36 @@ class Encryptor:
 
     # -- randomness -----------------------------------------------------------
     def obfuscators(self, count: int) -> list:
-        """``count`` fresh ``h^r mod n``, each from its own randomness."""
+        """``count`` fresh ``h^r mod n``, each from its own randomness (``r`` short for ``fast``)."""
         if self.method == "standard":
             return [gmpy2.powmod(self.h, _random_below(self.n), self.n) for _ in range(count)]
         tables = self.tables
-        digits = tables[0].h.random_digits(count)
+        digits = tables[0].random_digits(count)
         if len(tables) == 1:
-            t = tables[0].h
-            return [t.pow_digits(e) for e in digits]
-        tp, tq = tables[0].h, tables[1].h
+            return [tables[0].pow_digits(e) for e in digits]
+        tp, tq = tables
         return [self._join(tp.pow_digits(e), tq.pow_digits(e)) for e in digits]
 
     def obfuscator(self):
         return self.obfuscators(1)[0]
 
     # -- encryption -------------------------------------------------------------
+    def message_part(self, m):
+        """``G^m mod n`` (key holder: closed form) or ``g^m mod n`` (public key: tables)."""
+        if self._p is not None:
+            return 1 + self._pq * (mpz(m) * self._tq % self._p)
+        if self._gtable is None:
+            self._gtable = _GTable(self.g, self.n, self.plain_bits)
+        return self._gtable.pow(m)
+
     def encrypt_with(self, plaintexts: Sequence[int], obfuscators: Sequence) -> list:
-        """Encrypt with obfuscators made earlier (each used once: the stock hands each out once)."""
+        """Encrypt with obfuscators made earlier: one product per value for the key holder (each
+        obfuscator used once: the stock hands each out once)."""
         if len(obfuscators) != len(plaintexts):
             raise ValueError(f"{len(plaintexts)} plaintexts but {len(obfuscators)} obfuscators")
         self._check(plaintexts)
         n = self.n
-        return [self._gpow(m) * r % n for m, r in zip(plaintexts, obfuscators)]
-
-    def _gpow(self, m):
-        tables = self.tables
-        if len(tables) == 1:
-            return tables[0].gpow(m)
-        return self._join(tables[0].gpow(m), tables[1].gpow(m))
+        return [self.message_part(m) * r % n for m, r in zip(plaintexts, obfuscators)]
 
     def encrypt_stocked(self, plaintexts: Sequence[int]) -> tuple[list, int, int]:
         """Encrypt with obfuscators from :attr:`stock` first, the rest the usual way; returns
@@ -367,24 +387,22 @@ class Encryptor:
         self._check(plaintexts)
         if parallel.on_workers(executor, "encrypt", len(plaintexts)):
             return self._encrypt_workers(plaintexts, executor)
-        if self.method == "standard":
+        if self.method == "standard" or self._p is None:
             return self.encrypt_with(plaintexts, self.obfuscators(len(plaintexts)))
-        tables = self.tables
-        n = self.n
-        if len(tables) == 1:
-            t = tables[0]
-            return [t.gpow(m) * t.h.pow_digits(e) % n for m, e in zip(plaintexts, t.h.random_digits(len(plaintexts)))]
-        tp, tq = tables
-        hp, hq = tp.h, tq.h
-        p2, q = self._p2, self._q
+        tp, tq = self.tables
+        rp0, rq0 = tp.rows[0], tq.rows[0]
+        rows = list(zip(tp.rows[1:], tq.rows[1:]))
+        p, p2, q, qinv, t = self._p, self._p2, self._q, self._q_inv, self._t
         out = []
-        for m, e in zip(plaintexts, hp.random_digits(len(plaintexts))):
-            xp = hp.pow_digits(e)
-            xq = hq.pow_digits(e)
+        for m, e in zip(plaintexts, tp.random_digits(len(plaintexts))):
+            xp = rp0[e[0]]
+            xq = rq0[e[0]]
+            for (rowp, rowq), d in zip(rows, e[1:]):
+                xp = xp * rowp[d] % p2
+                xq = xq * rowq[d] % q
             if m:
-                xp = xp * tp.gpow(m) % p2
-                xq = xq * tq.gpow(m) % q
-            out.append(self._join(xp, xq))
+                xp = xp * (1 + (m * t % p) * p) % p2          # G^m = 1 + m t p (mod p^2), 1 (mod q)
+            out.append(xq + q * ((xp - xq) * qinv % p2))
         return out
 
     def rerandomize(self, ciphertexts: Sequence) -> list:

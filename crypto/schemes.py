@@ -68,8 +68,9 @@ def cipher_bits(key_bits: int, scheme: str = DEFAULT_SCHEME) -> int:
 
 #: one encryption in multiplications modulo the cipher modulus, for the pre-shift cost model
 #: (:func:`crypto.compress.choose_shifts`). Paillier (fixed base, CRT): measured ~24 squarings
-#: mod n^2. OU: the short exponent's table windows plus one byte-window of g per 8 bits of the
-#: message (a pre-shifted copy fills the plaintext), each modulo p^2 and q (~0.7 of a product mod n).
+#: mod n^2. OU: the short exponent's table windows, each a product modulo p^2 and one modulo q
+#: (~0.7 of a product mod n), the CRT and the message part (closed form, whatever the message:
+#: a pre-shifted copy costs what any value costs).
 PAILLIER_ENCRYPT_COST = 24.0
 
 
@@ -79,8 +80,7 @@ def encrypt_cost(key_bits: int, scheme: str = DEFAULT_SCHEME) -> float:
         return PAILLIER_ENCRYPT_COST
     window = paillier.table_window(key_bits)
     exp_windows = -(-2 * keys.security_bits(key_bits) // window)
-    msg_windows = ou.plain_bits(key_bits) // ou.G_WINDOW
-    return 0.7 * (exp_windows + msg_windows)
+    return 0.7 * exp_windows + 2.0
 
 
 def public_key_fields(public_key) -> dict:

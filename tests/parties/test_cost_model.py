@@ -154,7 +154,7 @@ def test_the_layout_and_the_cost_model_know_the_scheme():
     try:
         assert (pa.plain_bits, ou.plain_bits) == (2048, 682)
         assert (pa.cipher_bytes, ou.cipher_bytes) == (512, 256)
-        assert ou.encrypt_cost > pa.encrypt_cost
+        assert 0 < ou.encrypt_cost < 30
         per_pa, per_ou = layout.values_per_plaintext(pa.plain_bits), layout.values_per_plaintext(ou.plain_bits)
         assert per_ou == (682 - 2) // layout.value_bits < per_pa
         big = PackingLayout.for_bounds(1.0, 0.25, max_rows=455, n_targets=12)
