@@ -167,3 +167,18 @@ def test_a_key_of_the_wrong_scheme_is_refused_by_the_passive_party(oukey):
     assert p._state.train.plain_bits == KEY_BITS // 3 and int(p._state.train.nsquare) == pub.n
     with pytest.raises(ProtocolError, match="TrainSetup.scheme"):
         loads(dumps(m.TrainSetup("he", 8, "x", scheme="elgamal")))
+
+
+def test_ou_model_files_round_trip(tmp_path):
+    """A model trained with OU is saved with its scheme and loads back to the same predictions (the
+    files hold no key: prediction never encrypts)."""
+    a, b = _frames(n=100)
+    fed = _fed(a, b)
+    fed.fit(TrainParams(mode="he", scheme="ou", key_bits=KEY_BITS, n_estimators=2, max_depth=2))
+    fed.save(tmp_path)
+    again = Federation.load(tmp_path)
+    assert again.model.params["scheme"] == "ou"
+    new = {"bank": a.drop(columns="y"), "telco": b}
+    np.testing.assert_allclose(again.predict_raw(new), fed.predict_raw(new), rtol=0, atol=1e-12)
+    text = " ".join(p.read_text() for p in tmp_path.rglob("*.json"))
+    assert format(fed.active.channel.private_key.p, "x") not in text
