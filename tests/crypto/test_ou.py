@@ -40,6 +40,11 @@ def test_key_generation_sizes(bits):
     assert gmpy2.is_prime(priv.p) and gmpy2.is_prime(priv.q) and priv.p != priv.q
     assert pow(pub.g, pub.n, pub.n) == pub.h
     assert gmpy2.gcd(priv.p, priv.q - 1) == 1 and gmpy2.gcd(priv.q, priv.p - 1) == 1
+    # Coron-Naccache-Paillier: p - 1 has a prime factor t of twice the security level, h^t = 1 mod p^2
+    assert gmpy2.is_prime(priv.t) and (priv.p - 1) % priv.t == 0 and (priv.q - 1) % priv.t
+    assert priv.t.bit_length() == {1024: 160, 2048: 224, 3072: 256}[bits]
+    assert pow(pub.h, priv.t, priv.p ** 2) == 1 and priv.exponent == priv.t
+    ou.check_private_key(priv.p, priv.q, pub.g, pub.h, priv.t)
     assert pub.plain_bits == bits // 3 and pub.cipher_modulus == pub.n
     assert schemes.scheme_of(pub) == "ou" and schemes.cipher_modulus(pub) == pub.n
     ou.check_private_key(priv.p, priv.q, pub.g, pub.h)        # a generated key passes its own checks
@@ -74,7 +79,7 @@ def test_round_trip(crypt, oukey, values, method, holder):
 @settings(max_examples=30, deadline=None)
 @given(st.integers(min_value=-(2 ** 338) + 1, max_value=2 ** 338 - 1))
 def test_the_key_holders_closed_form_message_part_is_in_gs_coset(crypt, oukey, m):
-    """``G^m = 1 + p q ((m t / q) mod p)`` (no exponentiation) and the public ``g^m`` differ by an
+    """``G^m = 1 + p q ((m s / q) mod p)`` (no exponentiation) and the public ``g^m`` differ by an
     n-th power: the quotient decrypts to 0, ``G^m`` is 1 mod q and ``1 + m t p`` mod p^2."""
     enc, dec = crypt
     pub, priv = oukey
@@ -82,7 +87,24 @@ def test_the_key_holders_closed_form_message_part_is_in_gs_coset(crypt, oukey, m
     public = pub.encryptor().message_part(m)
     assert dec.decrypt([holder * gmpy2.invert(public, pub.n) % pub.n]) == [0]
     assert dec.decrypt_signed([holder, public]) == [m, m]
-    assert holder % priv.q == 1 and holder % priv.p ** 2 == (1 + (m * enc._t % priv.p) * priv.p) % priv.p ** 2
+    assert holder % priv.q == 1 and holder % priv.p ** 2 == (1 + (m * enc._s % priv.p) * priv.p) % priv.p ** 2
+
+
+def test_decryption_with_t_equals_the_textbook_decryption(crypt, oukey):
+    """Raising to t (Coron-Naccache-Paillier) or to p - 1 (textbook) decrypts the same plaintexts."""
+    enc, dec = crypt
+    pub, priv = oukey
+    textbook = ou.Decryptor(ou.OUPrivateKey(pub, priv.p, priv.q))
+    assert textbook.e == priv.p - 1 and dec.e == priv.t
+    vals = [0, 5, -5, enc.max_int, -enc.max_int, 2 ** 200 + 3]
+    cts = enc.encrypt(vals) + pub.encrypt(vals)
+    assert textbook.decrypt_signed(cts) == dec.decrypt_signed(cts) == vals + vals
+    # a textbook key (no t) encrypts and decrypts too, also through the worker state
+    tb_enc = ou.Encryptor(pub, ou.OUPrivateKey(pub, priv.p, priv.q))
+    assert tb_enc._e == priv.p - 1
+    again = ou.Encryptor.from_state(tb_enc.state())
+    assert again._e == priv.p - 1 and textbook.decrypt_signed(again.encrypt([-9, 9])) == [-9, 9]
+    assert dec.decrypt_signed(tb_enc.encrypt([-9, 9])) == [-9, 9]
 
 
 def test_randomized_and_rerandomized(crypt, oukey):
@@ -230,6 +252,8 @@ def test_bad_keys_refused_with_a_clear_error(oukey):
         ou.check_private_key(priv.p, priv.p, pub.g, pub.h)
     with pytest.raises(InputError, match="h is not g"):
         ou.check_private_key(priv.p, priv.q, pub.g, pub.h * pub.g % pub.n)
+    with pytest.raises(InputError, match="t must be a prime factor of p - 1"):
+        ou.check_private_key(priv.p, priv.q, pub.g, pub.h, priv.t + 2)
     with pytest.raises(InputError, match="needs g and h"):
         schemes.public_key_from_fields("ou", pub.n)
     with pytest.raises(InputError, match="OU key sent as Paillier"):
