@@ -52,7 +52,8 @@ Conventions:
 * Hyperparameters are the :class:`vfl.core.params.TrainParams` fields with XGBoost's
   names (also ``mode="dp"`` with ``epsilon``, and ``align="psi"``), with TrainParams'
   defaults, checked in ``fit`` (so ``clone``/``get_params``/``set_params`` work as in
-  scikit-learn). ``mode`` defaults to ``"he"`` (real Paillier). ``random_state``
+  scikit-learn). ``mode`` defaults to ``"he"`` (real Paillier; ``scheme="ou"``: real
+  Okamoto-Uchiyama, docs/schemes.md). ``random_state``
   (an int or a ``numpy.random.RandomState``), when set, gives the ``seed``; it also
   seeds the simulated parties' DP noise, so a fit is reproducible in every mode.
 * Credit-risk options (issue 15): ``categorical`` names columns to treat as categories
