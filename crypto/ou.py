@@ -11,24 +11,24 @@ order ``t``, so decryption raises to ``t`` instead of ``p - 1`` (:func:`generate
 Encryption of an integer ``m`` with ``|m| < 2^(k-2)`` (``k`` = :func:`plain_bits`, so every such
 ``m`` is below ``p/2``): ``c = g^m h^r mod n``. Ciphertexts live modulo ``n`` (not ``n^2`` as in
 Paillier: half the bytes, and products of half the size); a product mod ``n`` is the sum of the
-plaintexts mod ``p``; ``c^k`` multiplies the plaintext by
-``k``. A negative ``m`` is ``(g^-1)^|m|`` (decryption gives ``m mod p``, mapped back to the
-centred range).
+plaintexts mod ``p``; ``c^k`` multiplies the plaintext by ``k``. A negative ``m`` encrypts
+``m mod p`` (decryption maps it back to the centred range).
 
 Randomness, two methods (as for :mod:`crypto.paillier`):
 
 * ``fast``: ``r`` is a **short random exponent** of ``2 * security`` bits rounded up to whole
-  table windows (224 bits at 2048-bit keys, 256 at 3072: :attr:`Encryptor.exponent_bits`), and
-  ``h^r`` comes from a fixed-base table. Its security additionally assumes that ``h^r`` with
-  such a short ``r`` is indistinguishable from ``h^r`` with ``r`` uniform modulo ``n`` (the
-  short-exponent assumption of DJN 2010 for Paillier and of Koshiba-Kurosawa 2004 for
-  discrete-log groups; HEU's OU makes the same choice). ``2 * security`` bits keep the
+  table windows (230 bits at 2048-bit keys, 260 at 3072, 160 at 1024:
+  :attr:`Encryptor.exponent_bits`), and ``h^r`` comes from a fixed-base table. Its security
+  additionally assumes that ``h^r`` with such a short ``r`` is indistinguishable from ``h^r`` with
+  ``r`` uniform modulo ``n`` (the short-exponent assumption of DJN 2010 for Paillier and of
+  Koshiba-Kurosawa 2004 for discrete-log groups; HEU's OU draws an even shorter ``r``, of about
+  the security level). ``2 * security`` bits keep the
   generic (baby-step giant-step / Pollard lambda) attacks on the exponent at ``2^security``.
 * ``standard``: ``r`` uniform in ``[1, n)``, computed by square-and-multiply.
 
 The key holder (who encrypts every gradient) computes ``h^r`` modulo ``p^2`` and ``q`` from the
 tables and joins them with the CRT, and gets the message part in closed form, without an
-exponentiation (see :class:`Encryptor`: ``G^m = 1 + p q ((m t / q) mod p)``, ``G`` in ``g``'s
+exponentiation (see :class:`Encryptor`: ``G^m = 1 + p q ((m s / q) mod p)``, ``G`` in ``g``'s
 coset); a party with the public key only works modulo ``n`` with tables of ``g`` and ``g^-1``.
 
 Decryption with ``p``: ``m = L(c^t mod p^2) / L(g^t mod p^2) mod p`` with ``L(x) = (x - 1) / p``
