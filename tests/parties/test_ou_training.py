@@ -73,7 +73,8 @@ def test_ou_equals_plain_with_categorical_weights_and_monotone():
 
 def test_ou_multiclass_target_groups_equal_plain():
     """Ten classes of 108-bit slots do not fit one 341-bit OU plaintext: the targets travel in groups
-    (more of them than with Paillier) and the trees are still those of plain."""
+    (more of them than with Paillier) and the trees are still those of plain (here with uniform, not
+    short, randomness: ``encryption="standard"``)."""
     rng = np.random.default_rng(4)
     a, b, _ = small_frames(n=50, seed=4)
     y = rng.integers(0, 10, size=50)
@@ -83,7 +84,7 @@ def test_ou_multiclass_target_groups_equal_plain():
     for mode in ("plain", "he"):
         fed = Federation(ActiveParty("bank", a), [PassiveParty("telco", b)], record=True)
         fed.fit(TrainParams(mode=mode, scheme="ou", key_bits=KEY_BITS, precision_bits=48, objective="multiclass",
-                            n_estimators=1, max_depth=2, min_child_weight=0.01))
+                            n_estimators=1, max_depth=2, min_child_weight=0.01, encryption="standard"))
         starts = _sent(fed, m.GradientsStart)
         out[mode] = _structures(fed.model)
         if mode == "he":
