@@ -6,9 +6,10 @@ Contract (the hot path; one function, one contract)::
         -> list[list]
 
 * ``values``: one packed value per sample (``n_samples``). With ``modulus`` set
-  they are raw Paillier ciphertexts (gmpy2 ``mpz`` in ``[1, modulus)``) and
+  they are raw ciphertexts (gmpy2 ``mpz`` in ``[1, modulus)``) and
   "sum" means the homomorphic addition, multiplication modulo
-  ``modulus = n**2``; without it they are plaintext ints and "sum" is integer
+  ``modulus`` (the key's cipher modulus, :mod:`crypto.schemes`: ``n**2`` for Paillier, ``n`` for
+  Okamoto-Uchiyama); without it they are plaintext ints and "sum" is integer
   addition (``plain`` mode).
 * ``bin_idx``: ``(n_samples, n_features)`` integer bin of every sample.
 * ``node_rows``: one array of sample indices per node to build (many nodes at
