@@ -42,11 +42,15 @@ from vfl.core.params import (
     MODES,
     OBJECTIVES,
     PREDICTIONS,
+    SCHEMES,
     Mode,
     Objective,
     TrainParams,
     check_monotone,
 )
+
+#: how the scheme is named to the user
+SCHEME_NAMES = {"paillier": "Paillier", "ou": "Okamoto-Uchiyama"}
 
 # old option name -> its name now (the library says active/passive; FATE said guest/host)
 DEPRECATED_OPTIONS = {"--guest": "--active", "--host": "--passive"}
@@ -182,7 +186,7 @@ def train_params_from_options(options: dict) -> TrainParams:
         options["dp_bins"] = read_dp_bins(options["dp_bins"])
     params = TrainParams(**{_OPTION_FIELDS.get(k, k): v for k, v in options.items()})
     if params.mode == Mode.HE:
-        check_key_bits(params.key_bits)
+        check_key_bits(params.key_bits, SCHEME_NAMES[params.scheme])
     return params
 
 
@@ -304,7 +308,9 @@ def _training_options(f):
         click.option("--gamma", default=_default("gamma"), show_default=True),
         click.option("--key-bits", default=_default("key_bits"), show_default=True),
         click.option("--encryption", type=click.Choice(ENCRYPTIONS), default=_default("encryption"),
-                     show_default=True, help="Paillier randomness: short-exponent 'fast' or phe-style 'standard'."),
+                     show_default=True, help="Encryption randomness: short-exponent 'fast' or full-length 'standard'."),
+        click.option("--scheme", type=click.Choice(SCHEMES), default=_default("scheme"), show_default=True,
+                     help="Mode he: Paillier, or Okamoto-Uchiyama 'ou' (ciphertexts mod n; docs/schemes.md)."),
         click.option("--seed", default=_default("seed"), show_default=True),
         click.option("--align", type=click.Choice(ALIGNMENTS), default=_default("align"), show_default=True,
                      help="Sample alignment: salted mmh3 hashes, or ECDH private set intersection (X25519)."),
@@ -379,7 +385,8 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
         check_writable_dir(save_model, "--save-model directory")     # refused before training, not after
     mode = params.mode
     names = ", ".join(f"{pf.name} ({len(pf.feature_names)} features)" for pf in party_frames)
-    click.echo(f"parties: {names}; mode {mode}" + (f", {params.key_bits}-bit Paillier" if mode == Mode.HE else "")
+    key = f", {params.key_bits}-bit {SCHEME_NAMES[params.scheme]}" if mode == Mode.HE else ""
+    click.echo(f"parties: {names}; mode {mode}" + key
                + f"; objective {params.objective}")
     click.echo(f"alignment: {params.align}; prediction: {prediction}")
     if params.dp_unsafe_noise_seed is not None:

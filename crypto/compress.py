@@ -2,9 +2,9 @@
 
 A passive party shifts and adds ``per`` sums (each a signed-digit value of
 ``shift_bits`` bits, see :mod:`crypto.packing`) into one value with Horner's
-rule; under encryption a shift by ``w`` bits is ``c^(2^w) mod n^2`` and an
-addition is a multiplication. The key holder then decrypts ``per`` times fewer
-ciphertexts and splits the signed-digit stream back into sums.
+rule; under encryption a shift by ``w`` bits is ``c^(2^w)`` modulo the cipher modulus (``n^2``
+Paillier, ``n`` Okamoto-Uchiyama: :mod:`crypto.schemes`) and an addition is a multiplication.
+The key holder then decrypts ``per`` times fewer ciphertexts and splits the signed-digit stream back into sums.
 
 Cost: Horner needs ``w`` squarings mod ``n**2`` per bin sum (``w`` = slot
 width), about a thousand per output ciphertext; with many nodes of few rows

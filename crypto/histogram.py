@@ -4,9 +4,10 @@
 (:mod:`crypto.shards`: ``shard_hist``, ``shards_hist``, ``root_partial``; issue 24 removed the
 older per-request paths that shipped the whole ciphertext vector to every worker):
 
-* ``vals``: the block's packed values, one per row. With ``modulus`` set they are raw Paillier
-  ciphertexts (gmpy2 ``mpz`` in ``[1, modulus)``) and "sum" means the homomorphic addition,
-  multiplication modulo ``modulus = n**2``; without it they are plaintext ints and "sum" is
+* ``vals``: the block's packed values, one per row. With ``modulus`` set they are raw ciphertexts
+  (gmpy2 ``mpz`` in ``[1, modulus)``) and "sum" means the homomorphic addition, multiplication
+  modulo ``modulus``, the key's cipher modulus (:mod:`crypto.schemes`: ``n**2`` for Paillier, ``n``
+  for Okamoto-Uchiyama); without it they are plaintext ints and "sum" is
   integer addition (``plain`` mode).
 * ``bins``: ``(rows, n_features)`` integer bin of every row; ``n_bins``: slots per feature.
 * ``stats``: optional dict; ``stats["additions"]`` counts the homomorphic additions performed.
@@ -19,7 +20,7 @@ older per-request paths that shipped the whole ciphertext vector to every worker
 
 Returns the flat sums; an empty bin holds the identity (``1`` for ciphertexts, the encryption of
 zero with ``r = 1``; ``0`` in plaintext). Every variant yields exactly the same sums
-(multiplication mod ``n**2`` is associative and commutative).
+(multiplication modulo the cipher modulus is associative and commutative).
 
 Implementation notes (measured, see ``benchmarks/hist_kernel.py``): the inner
 loop ``acc[c] = acc[c] * v % m`` streams the ciphertexts in row order into a

@@ -20,15 +20,15 @@ class WeakKeyWarning(UserWarning):
     """A 1024-bit key: fine for tests and benchmarks, below current guidance for real data."""
 
 
-def check_key_bits(bits: int) -> int:
-    """Validate a key size: refuse < 1024 bits, warn at < 2048 bits."""
+def check_key_bits(bits: int, scheme: str = "Paillier") -> int:
+    """Validate a key size (``scheme`` names the key in messages): refuse < 1024 bits, warn at < 2048 bits."""
     try:
         bits = int(bits)
     except (TypeError, ValueError):
         raise InputError(f"key size must be an integer number of bits, got {bits!r}") from None
     if bits < MIN_KEY_BITS:
         raise InputError(
-            f"key size {bits} bits is refused: Paillier keys must have at least {MIN_KEY_BITS} bits "
+            f"key size {bits} bits is refused: {scheme} keys must have at least {MIN_KEY_BITS} bits "
             f"(default {DEFAULT_KEY_BITS})")
     if bits > MAX_KEY_BITS:
         raise InputError(f"key size {bits} bits is larger than the supported maximum {MAX_KEY_BITS}")
@@ -36,7 +36,7 @@ def check_key_bits(bits: int) -> int:
         raise InputError(f"key size must be a multiple of 8 bits, got {bits}")
     if bits < DEFAULT_KEY_BITS:
         warnings.warn(
-            f"{bits}-bit Paillier keys offer about 80-bit security: use {DEFAULT_KEY_BITS} bits or more "
+            f"{bits}-bit {scheme} keys offer about 80-bit security: use {DEFAULT_KEY_BITS} bits or more "
             "for real data", WeakKeyWarning, stacklevel=2)
     return bits
 

@@ -55,7 +55,7 @@ class StockKeeper:
     def __init__(self, executor, encryptor, max_bytes: int = MAX_STOCK_BYTES, batch: int | None = None):
         self.executor = executor
         self.encryptor = encryptor
-        self.cap = max(1, int(max_bytes) // int_width(encryptor.nsquare))
+        self.cap = max(1, int(max_bytes) // int_width(encryptor.cipher_modulus))
         inline = isinstance(executor, InlineExecutor)
         self.batch = int(batch or (FILL_BATCH_INLINE if inline else FILL_BATCH_WORKER))
         # an executor whose requests cost milliseconds of scheduling (Dask: the scheduler, the

@@ -115,6 +115,7 @@ class Encryptor:
     """Encrypts many plaintext integers into raw ciphertext integers."""
 
     METHODS = ("fast", "standard")
+    scheme = "paillier"
 
     def __init__(self, public_key, private_key=None, method: str = "fast", _hs=None):
         if method not in self.METHODS:
@@ -136,6 +137,11 @@ class Encryptor:
         if method == "fast":
             self.hs = mpz(_hs) if _hs is not None else self._pow(self._random_unit(), self.n)
         self.stock = ObfuscatorStock(self)   # fresh obfuscators of this key, in this process only
+
+    @property
+    def cipher_modulus(self):
+        """The modulus ciphertexts live in (``n^2``; :mod:`crypto.schemes`)."""
+        return self.nsquare
 
     @property
     def tables(self) -> tuple:
@@ -324,6 +330,8 @@ class ObfuscatorStock:
 class Decryptor:
     """CRT decryption of raw ciphertext integers (what phe's private key computes)."""
 
+    scheme = "paillier"
+
     def __init__(self, private_key):
         p, q = mpz(private_key.p), mpz(private_key.q)
         self.p, self.q = p, q
@@ -334,6 +342,10 @@ class Decryptor:
         self.hp = gmpy2.invert(self._l(gmpy2.powmod(n1, p - 1, self.p2), p), p)
         self.hq = gmpy2.invert(self._l(gmpy2.powmod(n1, q - 1, self.q2), q), q)
         self.q_inv_p = gmpy2.invert(q, p)
+
+    @property
+    def cipher_modulus(self):
+        return self.nsquare
 
     @staticmethod
     def _l(x, d):

@@ -45,7 +45,7 @@ from crypto.framing import read_frame, write_frame
 from crypto.histogram import block_sums
 from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
 from crypto.packing import PackingLayout, pack
-from crypto.paillier import Decryptor, Encryptor
+from crypto.schemes import decryptor_from_state, encryptor_from_state
 from crypto.shards import unpack_codes
 
 _state: dict = {}
@@ -68,9 +68,9 @@ def _put(req, blobs, st):
     elif kind == "array":
         obj = np.frombuffer(blobs[0], dtype=np.dtype(req["dtype"])).reshape(req["shape"])
     elif kind == "encryptor":
-        obj = Encryptor.from_state(req["state"])
+        obj = encryptor_from_state(req["state"])
     elif kind == "decryptor":
-        obj = Decryptor.from_state(req["state"])
+        obj = decryptor_from_state(req["state"])
     else:
         raise ValueError(f"unknown slot kind {kind!r}")
     st[req["slot"]] = obj
@@ -87,12 +87,12 @@ def _compress(req, blobs, st):
 def _encrypt(req, blobs, st):
     enc = st[req["slot"]]
     plain = bytes_to_ints(blobs[0], int(req["width"]), signed=True)
-    return {}, [ints_to_bytes(enc.encrypt(plain), int_width(enc.nsquare))]
+    return {}, [ints_to_bytes(enc.encrypt(plain), int_width(enc.cipher_modulus))]
 
 
 def _decrypt(req, blobs, st):
     dec = st[req["slot"]]
-    out = dec.decrypt_signed(bytes_to_ints(blobs[0], int_width(dec.nsquare)))
+    out = dec.decrypt_signed(bytes_to_ints(blobs[0], int_width(dec.cipher_modulus)))
     return {}, [ints_to_bytes(out, int_width(dec.n) + 1, signed=True)]
 
 

@@ -233,13 +233,13 @@ class ActiveParty:
                              "again and disagree with the finished rounds")
         # the key first: the workers then make obfuscators while the passive parties bin their features
         self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.n_jobs, len(rows),
-                                       executor=self.executor, name=self.name)
+                                       executor=self.executor, name=self.name, scheme=params.scheme)
         booster_params = params
         try:
             with self.channel.waiting():
                 binning = dp_only_binning(params) if params.mode == Mode.DP else self.dp_plan.binning_setup()
                 infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id,
-                                                             binning, params.max_cat)
+                                                             binning, params.max_cat, params.scheme)
                                              for p in peers})
                 if resume is not None:
                     acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds,
@@ -354,7 +354,7 @@ class ActiveParty:
                           min(caps) if caps else None, peers=peers, link_mbps=self.link_mbps)
         if params.mode == Mode.HE:
             with self.channel.waiting():
-                transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
+                transport.call_many({p: self.channel.public_key_message() for p in peers})
 
     def _sources(self, transport: Transport, peers: list[str], infos: dict, params: TrainParams,
                  model_id: str, root_gradients=None, own_rows=None) -> list[HistogramSource]:

@@ -32,13 +32,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from crypto import schemes
 from crypto.compress import choose_shifts, shift_choices, squaring_seconds
 from crypto.executor import Executor, InlineExecutor, LocalExecutor
 from crypto.intcodec import int_width
-from crypto.keys import generate_keypair
 from crypto.obfuscators import StockKeeper
 from crypto.packing import PackingLayout, decode_sums
-from crypto.paillier import Decryptor, Encryptor
 from crypto.parallel import resolve_workers
 from crypto.shards import (
     EncryptionStream,
@@ -80,9 +79,16 @@ class GradientChannel(RoundObserver):
     FRAME_MARGIN = 65536
 
     def __init__(self, mode: str, key_bits: int, encryption: str, n_jobs: int | None = None,
-                 n_samples: int | None = None, executor: Executor | None = None, name: str = "active"):
+                 n_samples: int | None = None, executor: Executor | None = None, name: str = "active",
+                 scheme: str = schemes.DEFAULT_SCHEME):
         self.mode = mode
         self.key_bits = key_bits
+        self.scheme = schemes.check_scheme(scheme)
+        # what the layout and the cost model ask of the scheme (crypto.schemes): the plaintext space
+        # packed values may fill, the bytes of one ciphertext, one encryption in modular products
+        self.plain_bits = schemes.plain_bits(key_bits, scheme)
+        self.cipher_bytes = (schemes.cipher_bits(key_bits, scheme) + 7) // 8
+        self.encrypt_cost = schemes.encrypt_cost(key_bits, scheme)
         self.public_key = self.private_key = None
         self.encryptor = self.decryptor = None
         self.own_executor = executor is None      # the caller's executor is used, never closed
@@ -97,9 +103,9 @@ class GradientChannel(RoundObserver):
         self.stock: StockKeeper | None = None     # obfuscators made ahead on the workers (``he``)
         if mode == Mode.HE:
             try:
-                self.public_key, self.private_key = generate_keypair(key_bits)
-                self.encryptor = Encryptor(self.public_key, self.private_key, method=encryption)
-                self.decryptor = Decryptor(self.private_key)
+                self.public_key, self.private_key = schemes.generate_keypair(key_bits, scheme)
+                self.encryptor = schemes.encryptor(self.public_key, self.private_key, method=encryption)
+                self.decryptor = schemes.decryptor(self.private_key)
                 self.stock = StockKeeper(self.executor, self.encryptor).start()
                 if n_samples:       # before the first round: one value per row
                     bounds = plan_shards(n_samples, self.executor.n_workers)
@@ -120,7 +126,7 @@ class GradientChannel(RoundObserver):
 
     def group_size(self, layout: PackingLayout) -> int:
         """Targets packed per plaintext: all of them when they fit the key, else the most that fit."""
-        fit = replace(layout, n_targets=1).values_per_plaintext(self.key_bits)   # raises if none fits
+        fit = replace(layout, n_targets=1).values_per_plaintext(self.plain_bits)   # raises if none fits
         return min(layout.n_targets, fit)
 
     def plan(self, n_bins: int, max_depth: int, preshift: str | bool = "auto",
@@ -154,10 +160,14 @@ class GradientChannel(RoundObserver):
         return sum(1 / self.measured.get(p, ASSUMED_LINK_MBPS * 1e6 / 8) for p in self.peers)
 
     def squaring_seconds(self) -> float:
-        """One multiplication mod ``n**2`` on this machine (measured once per channel)."""
+        """One multiplication mod the cipher modulus (``n**2``, OU ``n``) on this machine (measured once)."""
         if self._squaring is None:
-            self._squaring = squaring_seconds(self.encryptor.nsquare)
+            self._squaring = squaring_seconds(self.encryptor.cipher_modulus)
         return self._squaring
+
+    def public_key_message(self) -> m.PublicKey:
+        """The key message every passive party receives (``he``)."""
+        return m.PublicKey(**schemes.public_key_fields(self.public_key))
 
     def waiting(self):
         """A context in which the party waits for its peers: the workers fill their obfuscator
@@ -207,8 +217,9 @@ class GradientChannel(RoundObserver):
         if isinstance(self.preshift, int):
             return max(k for k in shift_choices(per) if k <= max(1, self.preshift))
         return choose_shifts(n_samples, self.n_bins, per, layout.value_bits, self.max_depth,
-                             n_trees=n_trees, n_groups=n_groups, wire_seconds_per_byte=self.wire_seconds_per_byte(),
-                             cipher_bytes=(2 * self.key_bits + 7) // 8, squaring_seconds=self.squaring_seconds())
+                             encrypt_cost=self.encrypt_cost, n_trees=n_trees, n_groups=n_groups,
+                             wire_seconds_per_byte=self.wire_seconds_per_byte(),
+                             cipher_bytes=self.cipher_bytes, squaring_seconds=self.squaring_seconds())
 
     # -- the round ------------------------------------------------------------
     def round_started(self, gradients: RoundGradients) -> None:
@@ -251,7 +262,7 @@ class GradientChannel(RoundObserver):
                                           precision_bits=rg.precision_bits)
         K, G = layout.n_targets, self.group_size(layout)
         glayout = layout if G == K else replace(layout, n_targets=G)
-        per = glayout.values_per_plaintext(self.key_bits)
+        per = glayout.values_per_plaintext(self.plain_bits)
         n = rg.n_rows
         used = rg.in_any_sample
         n_used = n if used is None else int(np.count_nonzero(used))
@@ -259,7 +270,7 @@ class GradientChannel(RoundObserver):
         shifts = self._shifts(n_used, glayout, per, n_trees=K, n_groups=n_groups, frame_rows=n)
         he = self.mode == Mode.HE
         if he:
-            width, signed = int_width(self.encryptor.nsquare), False
+            width, signed = int_width(self.encryptor.cipher_modulus), False
             self.executor.share("encryptor", self.encryptor, {"kind": "encryptor", "state": self.encryptor.state()})
         else:
             width, signed = plain_width(glayout.value_bits, shifts), True

@@ -47,7 +47,7 @@ from vfl.core.tree import Tree, damaged, need_dict, need_float, need_int, need_k
 CHECKPOINT_FORMAT = "vfl-boost-checkpoint"
 CHECKPOINT_VERSION = 1
 # parameters that may change between the interrupted run and its resume
-RESUMABLE_CHANGES = ("n_estimators", "key_bits", "encryption")
+RESUMABLE_CHANGES = ("n_estimators", "key_bits", "encryption", "scheme")   # a resume makes a new key
 
 
 _DIGEST_CHUNK = 65_536

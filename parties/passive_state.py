@@ -44,7 +44,10 @@ class TrainingSession:
     bin_idx: np.ndarray | None = None          # (aligned rows, features) bin indices (None: on the workers)
     reader: object = None                      # parties.shard_ops.ShardReader: workers read a Parquet table
     data_digest: str | None = None             # with a reader: the workers' fingerprint of the aligned rows
-    nsquare: object = None                     # n^2 of the active party's public key (gmpy2)
+    scheme: str = "paillier"                   # the key's scheme (TrainSetup.scheme; crypto.schemes)
+    public_key: object = None                  # the active party's public key (crypto.schemes)
+    nsquare: object = None                     # the ciphertext modulus of that key (gmpy2): n^2 Paillier, n OU
+    plain_bits: int | None = None              # that key's plaintext space in bits (what a layout may fill)
     round_idx: int | None = None               # the round of the last gradients (kept after TrainEnd)
     grads: ShardedGradients | None = None      # the round's gradients (values on the shards' workers)
     shards: ShardSet | None = None             # the aligned rows' shards on the executor's workers

@@ -21,10 +21,10 @@ from collections import deque
 import gmpy2
 import numpy as np
 
+from crypto import schemes
 from crypto.compress import check_shifts, compress, stride_for
 from crypto.executor import WorkerError
 from crypto.intcodec import ints_to_bytes
-from crypto.keys import public_key_from_n
 from crypto.packing import PackingLayout
 from crypto.shards import ShardedGradients, ShardSet, overlap_enabled, stream_rows, value_width
 from datasets.errors import InputError, ProtocolError
@@ -101,6 +101,8 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     s.close_executor()                  # shards of an earlier session
     t = s.train
     t.mode = req.mode
+    t.scheme = req.scheme
+    t.nsquare = t.public_key = t.plain_bits = None     # a new training waits for its own key
     s.model_id = req.model_id
     s.table.records = []
     pieces = s.X if isinstance(s.X, PieceTable) and req.mode != Mode.DP and req.dp_binning is None else None
@@ -194,8 +196,20 @@ def _binner(req: m.TrainSetup, s: PassiveState | None = None) -> Binner:
 
 
 def public_key(s: PassiveState, req: m.PublicKey) -> m.Ack:
-    pk = public_key_from_n(int(req.n, 16))
-    s.train.nsquare = gmpy2.mpz(pk.nsquare)
+    """The key holder's public key, of the scheme its ``TrainSetup`` announced (a key of another
+    scheme is refused: the packing layout and the ciphertext modulus follow the scheme)."""
+    t = s.train
+    s.need("setup", t.mode)
+    if req.scheme != t.scheme:
+        raise ProtocolError(f"PublicKey: a {req.scheme!r} key for a training set up with scheme {t.scheme!r} "
+                            "(TrainSetup.scheme) is refused")
+    try:
+        pk = schemes.public_key_from_fields(req.scheme, *req.numbers())
+    except InputError as exc:
+        raise ProtocolError(f"PublicKey from the active party: {exc}") from None
+    t.public_key = pk
+    t.plain_bits = schemes.plain_bits(pk)
+    t.nsquare = gmpy2.mpz(schemes.cipher_modulus(pk))
     return m.Ack()
 
 
@@ -226,12 +240,12 @@ def _start_round(s: PassiveState, round_idx: int, encrypted: bool, layout: dict,
     except (KeyError, TypeError, ValueError) as exc:
         raise ProtocolError(f"bad packing layout: {exc}") from None
     # sizes against what this session allows: sums of at most n rows, slots that fit the key
-    key_bits = (int(t.nsquare).bit_length() + 1) // 2 if encrypted else MAX_PLAIN_BITS
+    space = t.plain_bits if encrypted else MAX_PLAIN_BITS      # the key's plaintext space (crypto.schemes)
     if lay.max_rows > n:
         raise ProtocolError(f"Gradients.layout: max_rows={lay.max_rows} but the training has {n} rows")
-    if per * lay.value_bits > key_bits - 2:
+    if per * lay.value_bits > space - 2:
         raise ProtocolError(f"Gradients.layout: {per} values of {lay.value_bits} bits per ciphertext do not "
-                            f"fit a {key_bits}-bit key")
+                            f"fit the key's {space}-bit plaintext space")
     if groups > MAX_GROUPS:
         raise ProtocolError(f"Gradients: more than {MAX_GROUPS} target groups")
     width, signed = value_width(t.nsquare if encrypted else None, lay.value_bits, per if shifts > 1 else 1)

@@ -20,6 +20,7 @@ import numpy as np
 
 from crypto.compress import check_shifts
 from crypto.packing import PackingLayout
+from crypto.schemes import OU, PAILLIER, SCHEMES
 from datasets.errors import ProtocolError
 from protocols.serialization import BigInts, array, count, number, register, text
 
@@ -110,6 +111,11 @@ class TrainSetup:
     model_id: str = text(ID_CHARS, nonempty=True)
     dp_binning: dict | None = None      # --dp-model: {"epsilon": this party's budget for its DP bin edges}
     max_cat: int = count(1, 1024, default=64)  # category bins of a categorical feature (vfl.core.binning.MAX_CAT_LIMIT)
+    scheme: str = text(16, default=PAILLIER)   # mode he: the key's scheme (crypto.schemes), checked on PublicKey
+
+    def validate(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise ProtocolError(f"TrainSetup.scheme: {self.scheme!r} is not one of {', '.join(SCHEMES)}")
 
 
 @register
@@ -135,15 +141,32 @@ class BinningInfo:
 @register
 @dataclass
 class PublicKey:
-    n: str = text(4096, nonempty=True)    # the Paillier modulus, hex (at most 16,384 bits)
+    """The key holder's public key (:func:`crypto.schemes.public_key_fields`): Paillier ``n``, or
+    Okamoto-Uchiyama ``n = p^2 q`` with ``g`` and ``h``; hex. The receiver checks ``scheme``
+    against its ``TrainSetup`` and the numbers with :func:`crypto.schemes.public_key_from_fields`."""
+    n: str = text(4096, nonempty=True)    # the modulus, hex (at most 16,384 bits)
+    scheme: str = text(16, default=PAILLIER)
+    g: str = text(4096, default="")       # OU only
+    h: str = text(4096, default="")       # OU only
 
     def validate(self) -> None:
-        try:
-            n = int(self.n, 16)
-        except ValueError:
-            raise ProtocolError("PublicKey.n: not a hexadecimal number") from None
-        if n < 3 or n % 2 == 0:
-            raise ProtocolError("PublicKey.n: not a Paillier modulus (must be an odd number above 2)")
+        if self.scheme not in SCHEMES:
+            raise ProtocolError(f"PublicKey.scheme: {self.scheme!r} is not one of {', '.join(SCHEMES)}")
+        for name in ("n", "g", "h") if self.scheme == OU else ("n",):
+            try:
+                v = int(getattr(self, name), 16)
+            except ValueError:
+                raise ProtocolError(f"PublicKey.{name}: not a hexadecimal number") from None
+            if name == "n" and (v < 3 or v % 2 == 0):
+                raise ProtocolError(f"PublicKey.n: not a {self.scheme} modulus (must be an odd number above 2)")
+        if self.scheme == PAILLIER and (self.g or self.h):
+            raise ProtocolError("PublicKey: a Paillier key has no g or h (an OU key named paillier?)")
+
+    def numbers(self) -> tuple[int, int | None, int | None]:
+        """``(n, g, h)`` as integers (``g``, ``h`` None for Paillier)."""
+        if self.scheme == OU:
+            return int(self.n, 16), int(self.g, 16), int(self.h, 16)
+        return int(self.n, 16), None, None
 
 
 # --- one boosting round (one tree, or one tree per class) -----------------

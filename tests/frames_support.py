@@ -86,6 +86,11 @@ def malformed_frames() -> list[tuple[bytes, str]]:
         (dumps(m.TrainResume("m", -1, 0)), "TrainResume.n_rounds"),
         (dumps(m.PredictStart("m" * 1000, "s", np.zeros((1, 16), np.uint8))), "PredictStart.model_id"),
         (dumps(m.PublicKey("zz")), "PublicKey.n"),
+        (dumps(m.PublicKey("ff", "ou", "zz", "3")), "PublicKey.g"),
+        (dumps(m.PublicKey("ff", "ou", "3", "")), "PublicKey.h"),
+        (dumps(m.PublicKey("ff", "paillier", "3", "5")), "PublicKey: a Paillier key has no g or h"),
+        (dumps(m.PublicKey("ff", "elgamal")), "PublicKey.scheme"),
+        (dumps(m.TrainSetup("he", 8, "x", None, 64, "rsa")), "TrainSetup.scheme"),
         (dumps(m.DPReleaseRequest("m", float("nan"))), "DPReleaseRequest.epsilon_per_feature"),
         (dumps(m.ErrorReply(m.ErrorKind.BUSY, "x", -1.0)), "ErrorReply.retry_after"),
         # structure

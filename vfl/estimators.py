@@ -52,7 +52,8 @@ Conventions:
 * Hyperparameters are the :class:`vfl.core.params.TrainParams` fields with XGBoost's
   names (also ``mode="dp"`` with ``epsilon``, and ``align="psi"``), with TrainParams'
   defaults, checked in ``fit`` (so ``clone``/``get_params``/``set_params`` work as in
-  scikit-learn). ``mode`` defaults to ``"he"`` (real Paillier). ``random_state``
+  scikit-learn). ``mode`` defaults to ``"he"`` (real Paillier; ``scheme="ou"``: real
+  Okamoto-Uchiyama, docs/schemes.md). ``random_state``
   (an int or a ``numpy.random.RandomState``), when set, gives the ``seed``; it also
   seeds the simulated parties' DP noise, so a fit is reproducible in every mode.
 * Credit-risk options (issue 15): ``categorical`` names columns to treat as categories
@@ -95,7 +96,7 @@ _LABEL = "__vfl_label__"
 _ROW_ID = "__vfl_row__"         # the id column of the single-table form (row positions)
 _COMMON = ("n_estimators", "max_depth", "learning_rate", "max_bin", "reg_lambda", "min_child_weight", "gamma",
            "subsample", "goss", "top_rate", "other_rate", "early_stopping_rounds", "eval_metric", "mode",
-           "key_bits", "encryption", "precision_bits", "seed", "align", "epsilon", "epsilon_per_feature",
+           "key_bits", "encryption", "scheme", "precision_bits", "seed", "align", "epsilon", "epsilon_per_feature",
            "dp_unsafe_noise_seed")
 _SHOWN = 8                      # column names an error message lists at most
 
@@ -156,7 +157,7 @@ class _VerticalBoosting(BaseEstimator):
                  min_child_weight=_D("min_child_weight"), gamma=_D("gamma"), subsample=_D("subsample"),
                  goss=_D("goss"), top_rate=_D("top_rate"), other_rate=_D("other_rate"),
                  early_stopping_rounds=_D("early_stopping_rounds"), eval_metric=_D("eval_metric"),
-                 mode=_D("mode"), key_bits=_D("key_bits"), encryption=_D("encryption"),
+                 mode=_D("mode"), key_bits=_D("key_bits"), encryption=_D("encryption"), scheme=_D("scheme"),
                  precision_bits=_D("precision_bits"), seed=_D("seed"), id_col="id", importance_type="gain",
                  align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature"),
                  parties=None, n_parties=2, label_party=None, random_state=None, categorical=None,
@@ -177,6 +178,7 @@ class _VerticalBoosting(BaseEstimator):
         self.mode = mode
         self.key_bits = key_bits
         self.encryption = encryption
+        self.scheme = scheme
         self.precision_bits = precision_bits
         self.seed = seed
         self.id_col = id_col
@@ -618,7 +620,7 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                  min_child_weight=_D("min_child_weight"), gamma=_D("gamma"), subsample=_D("subsample"),
                  goss=_D("goss"), top_rate=_D("top_rate"), other_rate=_D("other_rate"),
                  early_stopping_rounds=_D("early_stopping_rounds"), eval_metric=_D("eval_metric"),
-                 mode=_D("mode"), key_bits=_D("key_bits"), encryption=_D("encryption"),
+                 mode=_D("mode"), key_bits=_D("key_bits"), encryption=_D("encryption"), scheme=_D("scheme"),
                  precision_bits=_D("precision_bits"), seed=_D("seed"), id_col="id", importance_type="gain",
                  align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature"),
                  parties=None, n_parties=2, label_party=None, random_state=None, categorical=None,
@@ -628,7 +630,8 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                          max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight, gamma=gamma,
                          subsample=subsample, goss=goss, top_rate=top_rate, other_rate=other_rate,
                          early_stopping_rounds=early_stopping_rounds, eval_metric=eval_metric, mode=mode,
-                         key_bits=key_bits, encryption=encryption, precision_bits=precision_bits, seed=seed,
+                         key_bits=key_bits, encryption=encryption, scheme=scheme, precision_bits=precision_bits,
+                         seed=seed,
                          id_col=id_col, importance_type=importance_type, align=align, epsilon=epsilon,
                          epsilon_per_feature=epsilon_per_feature, parties=parties, n_parties=n_parties,
                          label_party=label_party, random_state=random_state, categorical=categorical,

@@ -59,6 +59,18 @@ def test_simulate_he_with_guest_and_two_host_files(tmp_path):
     assert "crypto: encrypt" in res.output and "tree 1:" in res.output
 
 
+def test_simulate_he_with_okamoto_uchiyama(tmp_path):
+    out = tmp_path / "r.json"
+    res = _run(["simulate", "--mode", "he", "--scheme", "ou", "--key-bits", "1024", "--trees", "2", "--depth", "2",
+                "--quiet", "--output-json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "1024-bit Okamoto-Uchiyama" in res.output and "warning: 1024-bit OU keys" in res.output
+    summary = json.loads(out.read_text())
+    assert summary["mode"] == "he" and summary["params"]["scheme"] == "ou" and summary["test_auc"] > 0.9
+    bad = _run(["simulate", "--mode", "he", "--scheme", "rsa"])
+    assert bad.exit_code != 0 and "'rsa' is not one of 'paillier', 'ou'" in bad.output
+
+
 def test_simulate_parties_option_splits_bundled_data_three_ways(tmp_path):
     res = _run(["simulate", "--mode", "plain", "--parties", "3", "--trees", "2", "--quiet"])
     assert res.exit_code == 0, res.output

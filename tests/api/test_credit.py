@@ -24,12 +24,13 @@ def _fed(bank, bureau, record=False):
                       [PassiveParty("bureau", bureau, monotone={"days_late": +1})], record=record)
 
 
-def test_he_and_plain_grow_identical_trees_with_categories_weights_and_constraints():
+@pytest.mark.parametrize("scheme", ["paillier", "ou"])
+def test_he_and_plain_grow_identical_trees_with_categories_weights_and_constraints(scheme):
     bank, bureau = credit_frames()
     models = {}
     for mode in ("plain", "he"):
         fed = _fed(bank, bureau)
-        fed.fit(TrainParams(mode=mode, key_bits=KEY_BITS, **PARAMS))
+        fed.fit(TrainParams(mode=mode, key_bits=KEY_BITS, scheme=scheme, **PARAMS))
         models[mode] = fed
     trees = {m: [t.structure() for r in f.model.rounds for t in r] for m, f in models.items()}
     assert trees["he"] == trees["plain"]

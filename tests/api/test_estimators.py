@@ -74,13 +74,16 @@ def test_classifier_binary_labels_and_list_input():
     assert clf.score(list(parts.values()), yb) > 0.95
 
 
-def test_classifier_he_mode():
+@pytest.mark.parametrize("scheme", ["paillier", "ou"])
+def test_classifier_he_mode(scheme):
     parts, y = wine_parties()
     small = {k: v[v["id"].isin([f"w{i}" for i in range(0, 178, 3)])] for k, v in parts.items()}
     ys = y[::3]
-    out = [VerticalBoostingClassifier(n_estimators=2, max_depth=2, mode=mode, key_bits=KEY_BITS)
-           .fit(small, ys).predict_proba(small) for mode in ("plain", "he")]
+    clfs = [VerticalBoostingClassifier(n_estimators=2, max_depth=2, mode=mode, key_bits=KEY_BITS, scheme=scheme)
+            for mode in ("plain", "he")]
+    out = [clf.fit(small, ys).predict_proba(small) for clf in clfs]
     assert np.array_equal(out[0], out[1])
+    assert clfs[1].get_params()["scheme"] == scheme and clfs[1].model_.params["scheme"] == scheme
 
 
 @pytest.mark.parametrize("kw", [dict(mode="dp", epsilon=4.0), dict(mode="plain", align="psi")])

@@ -236,8 +236,9 @@ def test_one_target_that_cannot_fit_the_key_is_a_clear_error():
 
 
 # --------------------------------------------------------------------------- he == plain
+@pytest.mark.parametrize("scheme", ["paillier", "ou"])
 @pytest.mark.parametrize("objective", ["multiclass", "regression", "pseudohuber"])
-def test_he_and_plain_grow_identical_trees(objective):
+def test_he_and_plain_grow_identical_trees(objective, scheme):
     ids, X, rng = make_data(70, seed=3, nan_rate=0.1)
     x0, x2 = np.nan_to_num(X[:, 0]), np.nan_to_num(X[:, 2])
     y = {"multiclass": (x0 > 0).astype(int) + (x2 > 0.3).astype(int),
@@ -247,7 +248,7 @@ def test_he_and_plain_grow_identical_trees(objective):
     for mode in ("plain", "he"):
         fed = federation(y, X, ids)
         fed.fit(mode=mode, key_bits=KEY_BITS, objective=objective, n_estimators=2, max_depth=2,
-                huber_slope=0.5)
+                huber_slope=0.5, scheme=scheme)
         out[mode] = (trees(fed), fed.model.base_score)
     assert out["he"] == out["plain"]
     assert any(not n[1] and n[5] == "b" for t in out["he"][0] for n in t)   # passive splits happen

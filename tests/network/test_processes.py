@@ -202,6 +202,29 @@ def test_tls_processes_train_and_predict_like_in_memory(children, data_files, tm
     assert "(PSI)" in children.log("host2") and "(hashed ids)" in children.log("host2")
 
 
+def test_tls_processes_train_with_okamoto_uchiyama_like_in_memory(children, data_files, tmp_path):
+    """``--scheme ou`` over mutual TLS: the passive processes accept the OU key (ciphertexts mod n,
+    half the bytes of Paillier's per value) and the model is the in-memory plain model."""
+    certs = tmp_path / "certs"
+    r = run_cli("certs", "--out", certs, "--party", "guest", "--party", "host1", "--party", "host2")
+    assert r.returncode == 0, r.stderr
+    tls = ["--tls-dir", certs]
+    _, a1 = children.passive("host1", data_files["host1"]["all"], tmp_path / "m1", *tls)
+    _, a2 = children.passive("host2", data_files["host2"]["all"], tmp_path / "m2", *tls)
+    peers = ["--peer", f"host1={a1}", "--peer", f"host2={a2}"]
+    r = run_cli("party", "active", "--data", data_files["guest"]["train"], *peers, "--model-dir", tmp_path / "ma",
+                *tls, "--mode", "he", "--scheme", "ou", "--key-bits", 1024, "--trees", 2, "--depth", 3,
+                "--timeout", 60, "--output-json", tmp_path / "train.json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((tmp_path / "train.json").read_text())
+    assert summary["params"]["scheme"] == "ou" and summary["n_trees"] == 2
+    assert summary["bytes_sent"]["guest->host1"] > 455 * 128     # at least one vector of 1024-bit ciphertexts
+    model = BoostedModel.load(tmp_path / "ma" / "guest.json")
+    fed, _ = reference(data_files, n_estimators=2, max_depth=3)
+    assert_same_model(model, {"host1": tmp_path / "m1" / f"{model.model_id}.json",
+                              "host2": tmp_path / "m2" / f"{model.model_id}.json"}, fed)
+
+
 def _checkpoint_rounds(path: Path) -> int:
     try:
         return json.loads(path.read_text())["n_rounds"]

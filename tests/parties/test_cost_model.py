@@ -8,6 +8,7 @@ import pytest
 
 import parties.channel as channel_module
 from crypto.compress import check_shifts, choose_shifts, shift_choices, squaring_seconds, stride_for
+from crypto.packing import PackingLayout
 from datasets.errors import InputError
 from parties.active import ActiveParty
 from parties.channel import ASSUMED_LINK_MBPS
@@ -142,3 +143,24 @@ def test_measured_throughput_replaces_the_assumption():
     assert channel.wire_seconds_per_byte() == assumed
     channel.observe_send("telco", 10_000_000, 0.1)       # 100 MB/s
     assert channel.wire_seconds_per_byte() == pytest.approx(1e-8)
+
+
+def test_the_layout_and_the_cost_model_know_the_scheme():
+    """OU's plaintext space is a third of the key (p): fewer values per ciphertext, half the bytes
+    of a Paillier ciphertext, and a dearer encryption of a pre-shifted copy (its plaintext is long)."""
+    layout = PackingLayout.for_bounds(1.0, 0.25, max_rows=455)
+    pa = channel_module.GradientChannel("plain", 2048, "fast", scheme="paillier")
+    ou = channel_module.GradientChannel("plain", 2048, "fast", scheme="ou")
+    try:
+        assert (pa.plain_bits, ou.plain_bits) == (2048, 682)
+        assert (pa.cipher_bytes, ou.cipher_bytes) == (512, 256)
+        assert 0 < ou.encrypt_cost < 30
+        per_pa, per_ou = layout.values_per_plaintext(pa.plain_bits), layout.values_per_plaintext(ou.plain_bits)
+        assert per_ou == (682 - 2) // layout.value_bits < per_pa
+        big = PackingLayout.for_bounds(1.0, 0.25, max_rows=455, n_targets=12)
+        assert ou.group_size(big) < pa.group_size(big) == 12       # targets split into more groups
+    finally:
+        pa.close()
+        ou.close()
+    with pytest.raises(InputError, match="unknown encryption scheme"):
+        channel_module.GradientChannel("plain", 2048, "fast", scheme="rsa")

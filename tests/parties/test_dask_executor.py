@@ -179,6 +179,22 @@ def test_same_model_on_local_pool_local_cluster_and_real_cluster(mode, always_pa
     assert {"telco", "shop"} <= owners
 
 
+@pytest.mark.slow
+def test_okamoto_uchiyama_on_a_dask_cluster_grows_the_plain_model(always_parallel, local_cluster):
+    """``scheme="ou"``: the Dask workers rebuild the OU encryptor from its state, encrypt, sum mod n
+    and the key holder decrypts with p: the trees of plain, to the last bit."""
+    ref_model, ref_raw = _fit(_fed(n_jobs=2), "plain")
+    executors = [DaskExecutor(local_cluster.scheduler_address, name=n, insecure=True)
+                 for n in ("bank", "telco", "shop")]
+    try:
+        model, raw = _fit(_fed(executors), "he", scheme="ou")
+    finally:
+        for ex in executors:
+            ex.close()
+    assert _structures(model) == _structures(ref_model)
+    assert np.array_equal(raw, ref_raw)
+
+
 # --- the frame cap and the driver's memory ---------------------------------------------
 def _ciphertext_lists(min_len: int, n: int) -> list[int]:
     """Lengths of the lists in this process holding at least ``min_len`` ciphertexts (> n)."""

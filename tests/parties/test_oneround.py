@@ -105,10 +105,10 @@ def test_one_round_equals_node_by_node_breast_cancer_with_missing(breast2):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("align", ["hash", "psi"])
-def test_one_round_equals_node_by_node_three_parties(breast3, align):
+@pytest.mark.parametrize("align, scheme", [("hash", "paillier"), ("psi", "paillier"), ("hash", "ou")])
+def test_one_round_equals_node_by_node_three_parties(breast3, align, scheme):
     fed, test = trained(with_missing(breast3, seed=3), mode="he", key_bits=KEY_BITS, n_estimators=3,
-                        max_depth=3, align=align)
+                        max_depth=3, align=align, scheme=scheme)
     owners = {n.owner for rnd in fed.model.rounds for t in rnd for n in t.nodes if not n.is_leaf}
     assert owners == {"guest", "host1", "host2"}           # every party decides some nodes
     node = fed.predict_raw(test, prediction="node")

@@ -50,15 +50,16 @@ def _structures(model):
     return [t.structure() for rnd in model.rounds for t in rnd]
 
 
-@pytest.mark.parametrize("preshift", [False, True, "auto", 3])
-def test_he_equals_plain_with_every_fast_path_on_two_passive_pools(always_parallel, started_pids, preshift,
+@pytest.mark.parametrize("preshift, scheme", [(False, "paillier"), (True, "paillier"), ("auto", "paillier"),
+                                             (3, "paillier"), (False, "ou"), (3, "ou")])
+def test_he_equals_plain_with_every_fast_path_on_two_passive_pools(always_parallel, started_pids, preshift, scheme,
                                                                   monkeypatch):
     monkeypatch.setattr(ActiveParty, "preshift", preshift)
     params = dict(n_estimators=2, max_depth=3, key_bits=KEY_BITS)
     plain = _federation()
     m_plain = plain.fit(TrainParams(mode="plain", **params))
     fed = _federation()
-    m_he = fed.fit(TrainParams(mode="he", **params))
+    m_he = fed.fit(TrainParams(mode="he", scheme=scheme, **params))
     assert _structures(m_plain) == _structures(m_he)
     if preshift == 3:       # an intermediate number of copies: some Horner on the passive side too
         cur = fed.active.channel.current

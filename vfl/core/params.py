@@ -63,12 +63,20 @@ class Encryption(Vocabulary):
     STANDARD = "standard"
 
 
+class Scheme(Vocabulary):
+    """The additively homomorphic scheme of mode ``he``: Paillier (the default) or Okamoto-Uchiyama
+    (``crypto.ou``: ciphertexts mod n instead of n^2, fewer packed values per ciphertext)."""
+    PAILLIER = "paillier"
+    OU = "ou"
+
+
 MODES = Mode.values()
 OBJECTIVES = Objective.values()
 ALIGNMENTS = Alignment.values()
 PREDICTIONS = Prediction.values()
 DEFAULT_PREDICTION = Prediction.ONE_ROUND.value
 ENCRYPTIONS = Encryption.values()
+SCHEMES = Scheme.values()
 # metrics per objective (the first is the default eval_metric); see vfl.core.metrics
 EVAL_METRICS = {
     "binary": ("logloss", "auc", "error"),
@@ -92,6 +100,7 @@ class TrainParams:
     key_bits: int = 2048
     precision_bits: int = 32
     encryption: str = "fast"      # "fast" (short-exponent) or "standard"
+    scheme: str = "paillier"      # mode he: "paillier" or "ou" (Okamoto-Uchiyama), see docs/schemes.md
     seed: int = 0
     align: str = "hash"           # "hash" or "psi" (see protocols/psi.py)
     epsilon: float | None = None              # mode dp: each passive party's total (see vfl.core.dp)
@@ -187,6 +196,7 @@ class TrainParams:
         if self.encryption not in ENCRYPTIONS:
             raise InputError(f"parameter encryption must be 'fast' or 'standard', got {self.encryption!r}")
         self.encryption = Encryption(self.encryption).value
+        self.scheme = _member(Scheme, "scheme", self.scheme)
         if self.eval_metric is not None and self.eval_metric not in EVAL_METRICS[self.objective]:
             raise InputError(f"parameter eval_metric {self.eval_metric!r} does not fit objective "
                              f"{self.objective!r}; choose one of {EVAL_METRICS[self.objective]}")
