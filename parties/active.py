@@ -236,8 +236,13 @@ class ActiveParty:
         booster_params = params
         try:
             with self.channel.waiting():
+                # what each passive party will hold our requests to (parties.passive_checks); a DP released
+                # model grows every node whatever its rows (stopping on counts would leak): no row floor
+                floor = 1 if params.dp_model is not None else params.min_node_rows
                 infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id,
-                                                             self.dp_plan.binning_setup(), params.max_cat)
+                                                             self.dp_plan.binning_setup(), params.max_cat,
+                                                             n_rounds=params.n_estimators,
+                                                             max_depth=params.max_depth, min_node_rows=floor)
                                              for p in peers})
                 if resume is not None:
                     acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds,
@@ -350,7 +355,10 @@ class ActiveParty:
                           min(caps) if caps else None, peers=peers, link_mbps=self.link_mbps)
         if params.mode == Mode.HE:
             with self.channel.waiting():
-                transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x")) for p in peers})
+                # with the fast method's fixed base: the passive parties re-randomise their replies with it
+                enc = self.channel.encryptor
+                hs = format(int(enc.hs), "x") if getattr(enc, "method", None) == "fast" else ""
+                transport.call_many({p: m.PublicKey(format(self.channel.public_key.n, "x"), hs) for p in peers})
 
     def _sources(self, transport: Transport, peers: list[str], infos: dict, params: TrainParams,
                  model_id: str, root_gradients=None, own_rows=None) -> list[HistogramSource]:

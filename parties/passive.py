@@ -48,6 +48,8 @@ def model_hash(d: dict) -> str:
     prediction request: a modified lookup table is refused instead of changing predictions."""
     core = {"party": d["party"], "model_id": d["model_id"], "salt": d["salt"], "features": d["features"],
             "records": [{k: r[k] for k in RECORD_CORE} for r in d["records"]]}
+    if d.get("trainer") is not None:        # who trained it (issue 22): bound, an edit is refused
+        core["trainer"] = d["trainer"]
     return content_hash(core, exclude=())
 
 #: every request a passive party answers, and its handler ``(state, request) -> reply``
@@ -176,6 +178,8 @@ class PassiveParty:
     # deployment must use) and this party's cap on a release's epsilon per feature (None: none)
     dp_seed = _state_attr("dp_seed", "seed of the DP randomized response (None: OS entropy)")
     dp_max_epsilon_per_feature = _state_attr("dp_max_epsilon_per_feature", "cap on a DP release's epsilon")
+    min_node_rows = _state_attr("min_node_rows", "the least min_node_rows a training setup may agree")
+    trainer = _state_attr("trainer", "the identity of the client that trained the model (None: not recorded)")
     psi_pending_cap = _state_attr("psi_pending_cap", "pending PSI exchanges kept (older ones are forgotten)")
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
@@ -263,10 +267,21 @@ class PassiveParty:
         dp.guard(self._state, request)
         if isinstance(request, (m.PredictStart, m.PsiRequest)) and request.model_hash:
             self.check_model_hash(request.model_hash)
-        reply = handler(self._state, request)
+        randomizer = self._state.train.randomizer
+        if randomizer is None:
+            reply = handler(self._state, request)
+        else:       # its reply obfuscators are made while this party waits, not while it serves
+            with randomizer.busy():
+                reply = handler(self._state, request)
         if isinstance(request, m.TrainEnd) and self.completed and isinstance(reply, m.Ack):
             reply.info["model_hash"] = self.model_hash()
         return reply
+
+    @property
+    def training_refused(self) -> str | None:
+        """The rule a training request broke (the training is then over), or None."""
+        proto = self._state.train.protocol
+        return None if proto is None else proto.refused
 
     def model_hash(self) -> str:
         """The hash of this party's model (:func:`model_hash`), recomputed when the table changes."""
@@ -397,7 +412,8 @@ class PassiveParty:
                 **({"categories": {f: list(v) for f, v in self.categories.items()}} if self.categories else {}),
                 **({"monotone": self.monotone} if self.monotone else {}),
                 "records": [record_to_json(r) for r in self.records],
-                **({"dp_release": release} if release else {})}
+                **({"dp_release": release} if release else {}),
+                **({"trainer": self.trainer} if self.trainer is not None else {})}
 
     def file_dict(self) -> dict:
         """What the model file holds: :meth:`model_dict` and its ``model_hash``."""
@@ -416,6 +432,10 @@ class PassiveParty:
         p.model_id = d["model_id"]
         p.salt = bytes.fromhex(d["salt"])
         p.completed = bool(d.get("completed", True))
+        trainer = d.get("trainer")
+        if trainer is not None and not isinstance(trainer, str):
+            raise damaged(source, "trainer", "must be the identity of the party that trained the model")
+        p.trainer = trainer
         cats = d.get("categories") or {}
         if not isinstance(cats, dict) or not all(isinstance(v, list) for v in cats.values()):
             raise damaged(source, "categories", "must map feature names to lists of categories")

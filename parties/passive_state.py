@@ -51,6 +51,8 @@ class TrainingSession:
     assignment: np.ndarray | None = None       # node of every row, per tree, of the last histogram request
     dp_released: np.ndarray | None = None      # mode dp: the aligned rows already released (bool)
     intake: object = None                      # the round's parties.passive_train.RoundIntake (overlap)
+    protocol: object = None                    # parties.passive_checks.TrainingProtocol: what is allowed
+    randomizer: object = None                  # crypto.obfuscators.ReplyRandomizer: fresh randomness for replies
     overlap: dict = field(default_factory=lambda: {"eager": 0, "fallback": 0, "partials": 0,
                                                    "partials_before_request": 0})   # root levels, for tests
 
@@ -154,6 +156,8 @@ class PassiveState:
     allowed_prediction: tuple = PREDICTIONS
     dp_seed: object = None                     # seed of the randomized response (None: OS entropy)
     dp_max_epsilon_per_feature: float | None = None
+    min_node_rows: int = 1                     # the least min_node_rows a TrainSetup may agree (federation)
+    trainer: str | None = None                 # who trained the model (bound into the model file, issue 22)
     # own data
     ids: np.ndarray | None = None
     X: np.ndarray | None = None                # or a datasets.pieces.PieceTable: read where needed
@@ -224,6 +228,9 @@ class PassiveState:
 
     def close_executor(self) -> None:
         self.train.end_intake()
+        randomizer, self.train.randomizer = self.train.randomizer, None
+        if randomizer is not None:
+            randomizer.close()
         shards, self.train.shards = self.train.shards, None
         self.train.grads = None
         self.train.reader = None

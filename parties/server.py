@@ -91,15 +91,18 @@ class PassiveServer:
     BUSY_RETRY_AFTER = 0.1
 
     #: policy attributes copied onto every :class:`PassiveParty` the server creates or loads
-    POLICY = ("allowed_align", "allowed_prediction", "dp_max_epsilon_per_feature")
+    POLICY = ("allowed_align", "allowed_prediction", "dp_max_epsilon_per_feature", "min_node_rows")
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
                  source: str | None = None, policy: dict | None = None,
                  validation_frame: pd.DataFrame | None = None, validation_source: str | None = None,
-                 executor=None, categorical=None, monotone: dict | None = None, dp_bins: dict | None = None):
+                 executor=None, categorical=None, monotone: dict | None = None, dp_bins: dict | None = None,
+                 access=None):
         """``categorical``/``monotone``/``dp_bins``: this party's categorical columns, monotone constraints
-        and public bins (see :class:`PassiveParty`), used by every training it serves; ``executor``: its compute."""
+        and public bins (see :class:`PassiveParty`), used by every training it serves; ``executor``: its compute;
+        ``access``: who may train and predict (:class:`parties.federation.Access`; None: no check)."""
         self.name, self.frame, self.id_col, self.source = str(name), frame, id_col, source
+        self.access = access
         self.executor = executor        # the party's own compute (e.g. its Dask cluster) for every training
         self.categorical, self.monotone, self.dp_bins = categorical, monotone, dp_bins
         # this party's features of validation rows, for trainings that use a validation set
@@ -249,7 +252,17 @@ class PassiveServer:
                 with self._lock:
                     self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
                 raise ProtocolError(f"party {self.name!r} already holds a finished model {mid!r}")
-            return self._on_training_message(p, request, who)
+            try:
+                return self._on_training_message(p, request, who)
+            except ProtocolError:
+                refused = p.training_refused
+                if refused is not None and self.training is p:
+                    log.warning("%s: training of model %s for %s ends: a refused request (%s)", self.name,
+                                p.model_id, who, refused)
+                    p.close_executor()
+                    with self._lock:
+                        self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
+                raise
 
     def _on_training_message(self, p: PassiveParty, request, who: str):
         reply = p.handle(request)
@@ -288,6 +301,7 @@ class PassiveServer:
 
     # -- training -----------------------------------------------------------
     def _start_session(self, request, who, client):
+        trainer = self.access.check_train(client) if self.access is not None else None    # deny by default
         with self._train_lock:
             with self._lock:
                 t = self.training
@@ -303,6 +317,7 @@ class PassiveServer:
                             "is abandoned", self.name, who, t.model_id, self.training_peer)
                 t.close_executor()
             party = self._configure(self._new_party())
+            party.trainer = trainer         # bound into the model file: who may predict by default
             if self.validation_frame is not None:
                 party.load_validation_data(self.validation_frame, self.validation_source)
             with self._lock:
@@ -395,6 +410,8 @@ class PassiveServer:
                 raise InputError(f"party {self.name!r}: model {mid!r} is unfinished (its training was "
                                  "interrupted): resume the training before predicting")
             raise InputError(f"party {self.name!r} holds no model {mid!r} in {self.model_dir}")
+        if self.access is not None:     # deny by default: the federation's list, else the model's trainer
+            self.access.check_predict(client, party.trainer, mid)
         with self._model_lock(mid):
             if mid not in self._prediction_ready:
                 party.load_prediction_data(self.frame, self.source)

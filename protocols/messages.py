@@ -110,6 +110,11 @@ class TrainSetup:
     model_id: str = text(ID_CHARS, nonempty=True)
     dp_binning: dict | None = None      # --dp-model: {"epsilon": this party's budget for its DP bin edges}
     max_cat: int = count(1, 1024, default=64)  # category bins of a categorical feature (vfl.core.binning.MAX_CAT_LIMIT)
+    # what the passive party holds every training request to (parties.passive_checks): rounds, levels per
+    # round (histogram requests), and the fewest rows of a node it builds a histogram of
+    n_rounds: int = count(1, 1 << 20, default=10)
+    max_depth: int = count(1, 30, default=4)
+    min_node_rows: int = count(1, 1 << 20, default=1)
 
 
 @register
@@ -136,6 +141,9 @@ class BinningInfo:
 @dataclass
 class PublicKey:
     n: str = text(4096, nonempty=True)    # the Paillier modulus, hex (at most 16,384 bits)
+    # the fixed base hs = h^n mod n^2 of the key holder's "fast" obfuscators, hex ("": none, the
+    # standard method): the passive party re-randomises its replies with fresh hs^a of its own
+    hs: str = text(8192, default="")
 
     def validate(self) -> None:
         try:
@@ -144,6 +152,13 @@ class PublicKey:
             raise ProtocolError("PublicKey.n: not a hexadecimal number") from None
         if n < 3 or n % 2 == 0:
             raise ProtocolError("PublicKey.n: not a Paillier modulus (must be an odd number above 2)")
+        if self.hs:
+            try:
+                hs = int(self.hs, 16)
+            except ValueError:
+                raise ProtocolError("PublicKey.hs: not a hexadecimal number") from None
+            if not 1 < hs < n * n:
+                raise ProtocolError("PublicKey.hs: not a unit modulo n^2")
 
 
 # --- one boosting round (one tree, or one tree per class) -----------------
