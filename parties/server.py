@@ -53,6 +53,12 @@ def _check_model_id(model_id: str) -> str:
     return model_id
 
 
+def _identity(who, client: str) -> str:
+    """The caller's identity for access checks (deny by default): the transport's
+    ``Caller.client`` (certificate names under TLS), else ``client``."""
+    return str(getattr(who, "client", client))
+
+
 @dataclass(eq=False)
 class _PredictionSession:
     """A prediction session: its model's party, its owner, its own lock, how busy it is."""
@@ -244,7 +250,14 @@ class PassiveServer:
         with self._train_lock:
             p = self._need_training(kind, client)
             if isinstance(request, m.TrainSetup):
-                return self._on_setup(request, who)
+                try:
+                    return self._on_setup(request, who)
+                except ProtocolError as exc:      # a setup this party refuses (a rule) ends the session
+                    log.warning("%s: training session of %s ends: its setup was refused (%s)", self.name, who, exc)
+                    p.close_executor()
+                    with self._lock:
+                        self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
+                    raise
             if isinstance(request, m.TrainResume):
                 return self._on_resume(request, who)
             if self._reopening is not None:     # a finished model was set up again, but not to be resumed
@@ -301,7 +314,7 @@ class PassiveServer:
 
     # -- training -----------------------------------------------------------
     def _start_session(self, request, who, client):
-        trainer = self.access.check_train(client) if self.access is not None else None    # deny by default
+        trainer = self.access.check_train(_identity(who, client)) if self.access is not None else None
         with self._train_lock:
             with self._lock:
                 t = self.training
@@ -411,7 +424,7 @@ class PassiveServer:
                                  "interrupted): resume the training before predicting")
             raise InputError(f"party {self.name!r} holds no model {mid!r} in {self.model_dir}")
         if self.access is not None:     # deny by default: the federation's list, else the model's trainer
-            self.access.check_predict(client, party.trainer, mid)
+            self.access.check_predict(_identity(who, client), party.trainer, mid)
         with self._model_lock(mid):
             if mid not in self._prediction_ready:
                 party.load_prediction_data(self.frame, self.source)

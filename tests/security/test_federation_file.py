@@ -1,8 +1,7 @@
 """The federation file (issue 22, Build 1): parsed with tomllib, every mistake named by file, table
 and key; certificates that carry only a party's own names; deny by default."""
-import tomllib
-
 import pytest
+import tomllib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
