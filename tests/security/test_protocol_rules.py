@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 from support import small_frames
 
+from datasets import load_named
 from parties.passive_checks import TrainingProtocol
 from protocols import messages as m
+from protocols.serialization import loads
 from protocols.transport import frame_handler
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.core.errors import PeerError, ProtocolError
@@ -142,3 +144,30 @@ def test_a_refused_request_ends_the_training():
     with pytest.raises(ProtocolError, match="ended after a refused request"):
         p.handle(m.HistogramRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32),
                                     np.zeros((1, p.n_aligned), np.int32)))
+
+
+@pytest.mark.parametrize("dataset, objective", [("breast_cancer", "binary"), ("wine", "multiclass"),
+                                                ("diabetes", "regression")])
+def test_the_default_floor_changes_no_bundled_datasets_model(dataset, objective):
+    """min_node_rows = 2 (the default): a child of one row is derived (parent minus its sibling),
+    never built; the grown model is the one a floor of 1 (no floor: the code before issue 22) grows,
+    to the bit, and the passive party sees no node of one row."""
+    parts = load_named(dataset, 2)
+    frames = {p.name: p.frame for p in parts}
+    out, one_row_nodes = {}, {}
+    for floor in (1, 2):
+        fed = Federation(ActiveParty(parts[0].name, frames[parts[0].name]),
+                         [PassiveParty(parts[1].name, frames[parts[1].name])], record=True)
+        model = fed.fit(TrainParams(mode="plain", objective=objective, n_estimators=8, max_depth=6,
+                                    min_child_weight=0.0 if objective == "regression" else 1.0,
+                                    min_node_rows=floor))
+        sent = [loads(f) for _, r, f in fed.transport.log if r == parts[1].name]
+        one_row_nodes[floor] = sum(int(np.count_nonzero(q.assignment[t] == nid) == 1)
+                                   for q in sent if isinstance(q, m.HistogramRequest)
+                                   for t, nid in zip(q.tree_idx.tolist(), q.node_ids.tolist()))
+        out[floor] = ([[t.structure() for t in r] for r in model.rounds], fed.predict_raw(frames))
+    assert out[1][0] == out[2][0]
+    assert np.array_equal(out[1][1], out[2][1])
+    assert one_row_nodes[2] == 0
+    if dataset == "diabetes":
+        assert one_row_nodes[1] > 0          # the floor did change what was asked (not a vacuous test)
