@@ -413,7 +413,8 @@ class PassiveParty:
                 **({"monotone": self.monotone} if self.monotone else {}),
                 "records": [record_to_json(r) for r in self.records],
                 **({"dp_release": release} if release else {}),
-                **({"trainer": self.trainer} if self.trainer is not None else {})}
+                **({"trainer": self.trainer} if self.trainer is not None else {}),
+                **({"max_depth": self._state.max_depth} if self._state.max_depth is not None else {})}
 
     def file_dict(self) -> dict:
         """What the model file holds: :meth:`model_dict` and its ``model_hash``."""
@@ -436,6 +437,10 @@ class PassiveParty:
         if trainer is not None and not isinstance(trainer, str):
             raise damaged(source, "trainer", "must be the identity of the party that trained the model")
         p.trainer = trainer
+        depth = d.get("max_depth")
+        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
+            raise damaged(source, "max_depth", "must be a positive integer")
+        p._state.max_depth = depth
         cats = d.get("categories") or {}
         if not isinstance(cats, dict) or not all(isinstance(v, list) for v in cats.values()):
             raise damaged(source, "categories", "must map feature names to lists of categories")

@@ -135,6 +135,11 @@ class LookupTable:
                 out[sel] = goes_left(x[sel], None, dl[r], categories=cats[r])
         return out
 
+    def tree_keys(self) -> np.ndarray:
+        """Per record, an index of its tree ((round, tree) pairs numbered in order of appearance)."""
+        keys: dict = {}
+        return np.array([keys.setdefault((r["round"], r["tree"]), len(keys)) for r in self.records], dtype=np.int64)
+
     def features(self, record_ids: np.ndarray) -> np.ndarray:
         """The feature column of each record."""
         return np.array([self.records[r]["feature_idx"] for r in record_ids.tolist()], dtype=np.int64)
@@ -158,6 +163,7 @@ class PassiveState:
     dp_max_epsilon_per_feature: float | None = None
     min_node_rows: int = 1                     # the least min_node_rows a TrainSetup may agree (federation)
     trainer: str | None = None                 # who trained the model (bound into the model file, issue 22)
+    max_depth: int | None = None               # the model's max_depth (agreed at setup): a row's route budget
     # own data
     ids: np.ndarray | None = None
     X: np.ndarray | None = None                # or a datasets.pieces.PieceTable: read where needed
@@ -179,6 +185,7 @@ class PassiveState:
     train: TrainingSession = field(default_factory=TrainingSession)
     sessions: dict = field(default_factory=dict)      # session id -> rows (prediction, validation)
     psi_pending: dict = field(default_factory=dict)   # session id -> {purpose, perm, X}
+    route_counts: dict = field(default_factory=dict)  # prediction session id -> (rows, trees) routes answered
     eval_session: str | None = None                   # the validation session of the training under way
     psi_pending_cap: int = MAX_PSI_PENDING             # pending PSI exchanges kept (a server raises it: it
     #                                                    bounds its sessions itself and never evicts one in use)
@@ -269,4 +276,5 @@ class PassiveState:
 
     def drop_session(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
+        self.route_counts.pop(session_id, None)
         self.psi_pending.pop(session_id, None)

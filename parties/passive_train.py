@@ -101,6 +101,7 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     t = s.train
     t.mode = req.mode
     t.protocol = TrainingProtocol(s.name, req.n_rounds, req.max_depth, req.min_node_rows)
+    s.max_depth = int(req.max_depth)        # recorded in the model file: node-by-node prediction's budget
     s.model_id = req.model_id
     s.table.records = []
     pieces = s.X if isinstance(s.X, PieceTable) and req.mode != Mode.DP and req.dp_binning is None else None

@@ -296,4 +296,9 @@ def test_the_federation_trains_and_predicts_and_only_the_trainer_predicts(fed, t
             t.call("insurer", m.RouteRequest("route", np.zeros(1, np.int64), np.array([5], np.int64)))
         with pytest.raises(PeerError, match="unknown record id"):
             t.call("insurer", m.RouteRequest("route", np.array([10_000], np.int64), np.zeros(1, np.int64)))
+        # issue 22 (6.): any (record, row) pair was answered; a row now meets at most max_depth (3) of
+        # insurer's records of one tree, as on a path
+        t.call("insurer", m.RouteRequest("route", np.zeros(3, np.int64), np.zeros(3, np.int64)))
+        with pytest.raises(PeerError, match="rule 'path budget'"):
+            t.call("insurer", m.RouteRequest("route", np.zeros(1, np.int64), np.zeros(1, np.int64)))
         t.call("insurer", m.PredictEnd("route"))

@@ -9,6 +9,7 @@ from support import small_frames
 
 from datasets import load_named
 from parties.passive_checks import TrainingProtocol
+from protocols import alignment
 from protocols import messages as m
 from protocols.serialization import loads
 from protocols.transport import frame_handler
@@ -171,3 +172,22 @@ def test_the_default_floor_changes_no_bundled_datasets_model(dataset, objective)
     assert one_row_nodes[2] == 0
     if dataset == "diabetes":
         assert one_row_nodes[1] > 0          # the floor did change what was asked (not a vacuous test)
+
+
+def test_node_by_node_prediction_answers_a_path_budget_per_row_and_tree():
+    a, b, _ = small_frames(200, seed=4)
+    fed = Federation(ActiveParty("bank", a), [PassiveParty("telco", b)])
+    fed.fit(TrainParams(**PARAMS))
+    honest = fed.predict_proba({"bank": a, "telco": b}, prediction="node")      # within the budget
+    assert np.allclose(honest, fed.predict_proba({"bank": a, "telco": b}))
+    p = fed.passives["telco"]
+    assert p.model_dict()["max_depth"] == 3
+    hashes = alignment.hash_ids(p._state.ids[:4], p.salt)
+    p.handle(m.PredictStart(p.model_id, "s", hashes))
+    rec = np.zeros(3, np.int64)
+    p.handle(m.RouteRequest("s", rec, np.zeros(3, np.int64)))
+    with pytest.raises(ProtocolError, match="rule 'path budget'"):
+        p.handle(m.RouteRequest("s", np.zeros(1, np.int64), np.zeros(1, np.int64)))
+    p.handle(m.RouteRequest("s", np.zeros(1, np.int64), np.ones(1, np.int64)))     # another row: its own budget
+    with pytest.raises(ProtocolError, match="row index out of range"):
+        p.handle(m.RouteRequest("s", np.zeros(1, np.int64), np.array([4], np.int64)))
