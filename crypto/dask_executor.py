@@ -173,8 +173,13 @@ class DaskExecutor(Executor):
             if not self.spec.startswith("tls://") and not insecure:
                 raise InputError(f"Dask scheduler {self.spec} is not TLS: a party's cluster carries its plaintext "
                                  "data; use tls://... with --dask-tls-dir, or --dask-insecure on a private network")
-        else:       # a local cluster speaks TLS too: a throwaway CA and certificate, never written anywhere
-            security = security if security is not None else Security.temporary()
+        elif security is None:      # a local cluster speaks TLS too: a throwaway CA and certificate, in memory
+            try:
+                security = Security.temporary()
+            except ImportError:
+                if not insecure:
+                    raise InputError("--dask local:N runs its cluster over TLS, which needs the 'cryptography' "
+                                     "package (pip install '.[net]'); or give --dask-insecure") from None
         self.security = security
         self.insecure = bool(insecure)
         self.timeout = float(timeout)
