@@ -207,6 +207,7 @@ class ReplyRandomizer:
         self.target = 0
         self.count = self.from_stock = self.on_spot = 0
         self.seconds = self.background_seconds = 0.0
+        self._reported_bg = 0.0
         self._busy = 0
         self._stop = False
         self._cond = threading.Condition()
@@ -243,6 +244,12 @@ class ReplyRandomizer:
             self.target = min(self.cap, int(ROUNDS_AHEAD * len(out)))
             self._cond.notify_all()
         return out
+
+    def background_since_last(self) -> float:
+        """Seconds of background fill since the last call (reported with each reply)."""
+        with self._cond:
+            dt, self._reported_bg = self.background_seconds - self._reported_bg, self.background_seconds
+        return dt
 
     def _run(self) -> None:
         stock = self.encryptor.stock

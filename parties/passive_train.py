@@ -470,6 +470,7 @@ def _histograms(s: PassiveState, req: m.HistogramRequest, g, a, tree_idx, intake
     if t.mode == Mode.HE:       # not the product of the key holder's own ciphertexts (issue 22)
         packed = s.need("the public key", t.randomizer).rerandomize(packed)
         timing["rerandomize"] = int((time.perf_counter() - t2) * 1e6)
+        timing["rerandomize_bg"] = int(t.randomizer.background_since_last() * 1e6)   # its stock, made while waiting
     return m.HistogramResponse(n_values, BigInts(packed), timing)
 
 

@@ -139,3 +139,40 @@ def test_access_deny_by_default(tmp_path):
     assert alone.check_predict("certificate bank", "certificate bank", "m") == "certificate bank"
     with pytest.raises(ProtocolError, match="the client that trained it"):
         alone.check_predict("certificate shop", "certificate bank", "m")
+
+
+def test_the_commands_deny_by_default(tmp_path):
+    """Under TLS a passive party needs a federation file or --allow-client; --insecure listens on
+    loopback only; `vfl certs --federation` gives each party only its own names."""
+    pytest.importorskip("grpc")
+    pytest.importorskip("cryptography")
+    from click.testing import CliRunner
+    from support import small_frames
+
+    from cli import main
+    from protocols.certs import certificate_names
+
+    def run(*args):
+        return CliRunner().invoke(main, [str(a) for a in args])
+
+    _, b, _ = small_frames(30)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    fed = _write(tmp_path, GOOD.replace('"10.0.0.7:50051"', '"127.0.0.1:1"'))
+    r = run("certs", "--out", tmp_path / "certs", "--federation", fed)
+    assert r.exit_code == 0, r.output
+    names = {p: certificate_names((tmp_path / "certs" / f"{p}.pem").read_bytes()) for p in ("bank", "telco", "insurer")}
+    assert names == {"bank": {"bank", "bank.internal"}, "telco": {"telco", "telco.internal"},
+                     "insurer": {"insurer"}}        # (telco's IP address is an IP name, not a DNS one)
+    r = run("certs", "--out", tmp_path / "c2", "--federation", fed, "--host", "x.example")
+    assert r.exit_code != 0 and "--host goes into every certificate" in r.output
+    base = ["party", "passive", "--name", "telco", "--data", tmp_path / "b.csv", "--model-dir", tmp_path / "m",
+            "--listen", "127.0.0.1:0"]
+    r = run(*base, "--tls-dir", tmp_path / "certs")
+    assert r.exit_code == 1 and "would serve any certificate of its CA" in r.output and "--federation" in r.output
+    r = run(*base[:-2], "--listen", "0.0.0.0:0", "--insecure")
+    assert r.exit_code == 1 and "--insecure refuses to listen on 0.0.0.0:0" in r.output
+    r = run(*base[:2], "--name", "bank", *base[4:], "--federation", fed, "--tls-dir", tmp_path / "certs")
+    assert r.exit_code == 1 and "is the federation's active party" in r.output
+    r = run("party", "active", "--federation", fed, "--name", "telco", "--data", tmp_path / "b.csv",
+            "--model-dir", tmp_path / "ma", "--tls-dir", tmp_path / "certs")
+    assert r.exit_code == 1 and "the active party is 'bank', not 'telco'" in r.output
