@@ -112,11 +112,13 @@ def _charge_routes(s: PassiveState, session_id: str, n_rows: int, rec: np.ndarra
     if s.max_depth is None or not rec.size:
         return
     keys = s.table.tree_keys()
+    known = keys[rec] >= 0          # records of a known tree (mode dp's have none: no budget)
+    if not known.any():
+        return
     counts = s.route_counts.get(session_id)
     if counts is None:
-        counts = s.route_counts[session_id] = np.zeros((n_rows, int(keys.max()) + 1 if keys.size else 1),
-                                                       dtype=np.int32)
-    at = (rows.astype(np.int64), keys[rec])
+        counts = s.route_counts[session_id] = np.zeros((n_rows, int(keys.max()) + 1), dtype=np.int32)
+    at = (rows.astype(np.int64)[known], keys[rec][known])
     np.add.at(counts, at, 1)
     if int(counts[at].max()) > s.max_depth:
         np.subtract.at(counts, at, 1)

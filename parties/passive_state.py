@@ -136,9 +136,11 @@ class LookupTable:
         return out
 
     def tree_keys(self) -> np.ndarray:
-        """Per record, an index of its tree ((round, tree) pairs numbered in order of appearance)."""
+        """Per record, an index of its tree ((round, tree) pairs numbered in order of appearance); -1
+        for a record of no known tree (mode dp registers its splits without one)."""
         keys: dict = {}
-        return np.array([keys.setdefault((r["round"], r["tree"]), len(keys)) for r in self.records], dtype=np.int64)
+        return np.array([keys.setdefault((r["round"], r["tree"]), len(keys)) if r["round"] >= 0 and r["tree"] >= 0
+                         else -1 for r in self.records], dtype=np.int64)
 
     def features(self, record_ids: np.ndarray) -> np.ndarray:
         """The feature column of each record."""
