@@ -8,13 +8,14 @@ import pytest
 from support import small_frames
 
 from datasets import load_named
+from parties.checkpoint import Checkpoint
 from parties.passive_checks import TrainingProtocol
 from protocols import alignment
 from protocols import messages as m
 from protocols.serialization import loads
 from protocols.transport import frame_handler
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
-from vfl.core.errors import PeerError, ProtocolError
+from vfl.core.errors import InputError, PeerError, ProtocolError
 
 PARAMS = dict(mode="plain", n_estimators=2, max_depth=3, learning_rate=0.5)
 
@@ -191,3 +192,12 @@ def test_node_by_node_prediction_answers_a_path_budget_per_row_and_tree():
     p.handle(m.RouteRequest("s", np.zeros(1, np.int64), np.ones(1, np.int64)))     # another row: its own budget
     with pytest.raises(ProtocolError, match="row index out of range"):
         p.handle(m.RouteRequest("s", np.zeros(1, np.int64), np.array([4], np.int64)))
+
+
+def test_a_checkpoint_from_before_min_node_rows_still_resumes():
+    params = TrainParams(**PARAMS).to_dict()
+    old = {k: v for k, v in params.items() if k != "min_node_rows"}
+    ck = Checkpoint("bank", ["telco"], "m", "00", old, 10, "d")
+    ck.check_resume("bank", ["telco"], params, "d", 10)            # the default: the same training
+    with pytest.raises(InputError, match="min_node_rows 2 -> 5"):
+        ck.check_resume("bank", ["telco"], dict(params, min_node_rows=5), "d", 10)
