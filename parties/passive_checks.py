@@ -110,8 +110,9 @@ class TrainingProtocol:
             if not np.array_equal(a[t] >= 0, tree.sampled) or not np.array_equal(new == -1, old == -1):
                 self._refuse(what, "fixed sample", f"tree {t}: the rows in the tree's sample (or outside every "
                                                    "node) changed within the round")
-            inside = old >= 0
-            pairs = np.unique(np.stack([old[inside], new[inside]], axis=1), axis=0)
+            inside = old >= 0        # (then new >= 0 too): the (old, new) node pairs, as one int64 key each
+            keys = np.unique((old[inside].astype(np.int64) << 32) | new[inside].astype(np.int64))
+            pairs = np.stack([keys >> 32, keys & 0xFFFFFFFF], axis=1)
             level: set[int] = set()
             fresh_parent: dict[int, int] = {}
             for v in np.unique(pairs[:, 0]).tolist():
@@ -132,6 +133,9 @@ class TrainingProtocol:
                     self._refuse(what, "refinement", f"tree {t}: the rows of node {v} are spread over "
                                                      f"{len(image)} nodes (a split makes two children)")
                 for c in image:
+                    if c >= (1 << (self.max_depth + 1)) - 1:
+                        self._refuse(what, "refinement", f"tree {t}: node id {c} is beyond a tree of depth "
+                                                         f"{self.max_depth}")
                     if c in tree.used or c in fresh_parent:
                         self._refuse(what, "refinement", f"tree {t}: node {c} (from node {v}) is not a new node")
                     fresh_parent[c] = v
@@ -151,9 +155,14 @@ class TrainingProtocol:
 
     def _check_nodes(self, what: str, a: np.ndarray, tree_idx: np.ndarray, node_ids: np.ndarray) -> None:
         limit = (1 << (self.max_depth + 1)) - 1      # nodes of a full binary tree of depth max_depth
+        sizes = {}
         for t, nid in zip(tree_idx.tolist(), node_ids.tolist()):
             tree = self.trees[t]
-            n = int(np.count_nonzero(a[t] == nid))
+            if t not in sizes:      # sampled rows per node of tree t
+                row = a[t]
+                ids, counts = np.unique(row[row >= 0], return_counts=True)
+                sizes[t] = dict(zip(ids.tolist(), counts.tolist()))
+            n = int(sizes[t].get(nid, 0))
             if n == 0:       # a node without rows (a DP released model's full levels): nothing to read
                 if nid in tree.used and nid not in tree.level or nid >= limit:
                     self._refuse(what, "splittable nodes", f"tree {t}: node {nid} is not a node of the level "

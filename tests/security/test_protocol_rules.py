@@ -201,3 +201,13 @@ def test_a_checkpoint_from_before_min_node_rows_still_resumes():
     ck.check_resume("bank", ["telco"], params, "d", 10)            # the default: the same training
     with pytest.raises(InputError, match="min_node_rows 2 -> 5"):
         ck.check_resume("bank", ["telco"], dict(params, min_node_rows=5), "d", 10)
+
+
+def test_node_ids_beyond_the_agreed_depth_are_refused():
+    proto = TrainingProtocol("telco", n_rounds=1, max_depth=2, min_node_rows=1)
+    a = np.zeros((1, 8), np.int32)
+    proto.histogram_request(0, a, np.zeros(1), np.zeros(1))
+    b = a.copy()
+    b[0, :4], b[0, 4:] = 1, (1 << 30)
+    with pytest.raises(ProtocolError, match="rule 'refinement': tree 0: node id 1073741824 is beyond"):
+        proto.histogram_request(0, b, np.zeros(1), np.array([1]))
