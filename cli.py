@@ -9,6 +9,7 @@ the fields of :class:`vfl.core.params.TrainParams`, and one function
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from datasets import SHARED_TASKS, load_guest_host, load_named
 from datasets.errors import InputError, VFLError
 from datasets.loaders import DEFAULT_BATCH_ROWS
 from parties.dp_ledger import PrivacyLedger, summary
+from parties.federation import load_federation
 from parties.memory import return_freed_memory
 from parties.network import check_prediction, load_active_model, predict_active, serve_passive, train_active
 from protocols.certs import make_certs
@@ -305,6 +307,9 @@ def _training_options(f):
         click.option("--max-bin", default=_default("max_bin"), show_default=True),
         click.option("--reg-lambda", default=_default("reg_lambda"), show_default=True),
         click.option("--min-child-weight", default=_default("min_child_weight"), show_default=True),
+        click.option("--min-node-rows", default=_default("min_node_rows"), show_default=True,
+                     help="No passive party builds a histogram of a node with fewer rows (a federation file's "
+                          "min_node_rows raises it)."),
         click.option("--gamma", default=_default("gamma"), show_default=True),
         click.option("--key-bits", default=_default("key_bits"), show_default=True),
         click.option("--encryption", type=click.Choice(ENCRYPTIONS), default=_default("encryption"),
@@ -591,6 +596,27 @@ def _party_executor(name: str, scheduler, tls_dir, insecure, role: str, via_sche
     return dask_executor(scheduler, f"{role}:{name}", tls_dir=tls_dir, insecure=insecure, direct=not via_scheduler)
 
 
+def _federation_peers(federation, name, peer_specs, active: bool):
+    """``(this party's name, {passive party: address})`` from --peer and/or the federation file."""
+    peers = parse_peers(peer_specs)
+    if federation is None:
+        if not peers:
+            raise click.UsageError("give --peer NAME=HOST:PORT (repeat for each passive party) or --federation FILE")
+        return name or "guest", peers
+    if active:
+        name = name or federation.active
+        if name != federation.active:
+            raise InputError(f"{federation.path}: the active party is {federation.active!r}, not {name!r} (--name)")
+    else:
+        federation.party(name, "the model's active party")
+    passives = federation.passives
+    for p in peers:
+        if p not in passives:
+            raise InputError(f"{federation.path}: --peer {p!r} is not a passive party of the federation "
+                             f"({', '.join(passives)})")
+    return name, {**passives, **peers} if not peers else peers
+
+
 def _max_bytes(mb: float) -> int:
     if not mb or mb <= 0:
         raise InputError(f"--max-message-mb must be positive, got {mb}")
@@ -599,15 +625,29 @@ def _max_bytes(mb: float) -> int:
 
 @main.command()
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Directory for the files.")
-@click.option("--party", "parties", multiple=True, required=True, help="Party name; repeat for each party.")
+@click.option("--federation", "federation_file", type=click.Path(dir_okay=False),
+              help="The federation file: one certificate per party, with that party's name and its own hosts only.")
+@click.option("--party", "parties", multiple=True, help="Party name; repeat for each party (without --federation).")
 @click.option("--host", "hosts", multiple=True,
               help="Extra DNS name or IP address to put in every certificate (optional: peers are "
-                   "verified by party name).")
+                   "verified by party name; never another party's name).")
 @click.option("--days", default=825, show_default=True, help="Validity of the certificates.")
 @click.option("--overwrite", is_flag=True, help="Replace existing certificates of these parties.")
-def certs(out, parties, hosts, days, overwrite):
+def certs(out, parties, hosts, days, overwrite, federation_file=None):
     """Create a development CA (reused if DIR has one) and a certificate per party."""
-    written = make_certs(out, parties, hosts, days, overwrite)
+    party_hosts = None
+    if federation_file:
+        if hosts:
+            raise click.UsageError("--host goes into every certificate; with --federation each party's hosts come "
+                                   "from its [parties.NAME] hosts")
+        fed = load_federation(federation_file)
+        for p in parties:
+            fed.party(p, "--party")
+        parties = parties or tuple(fed.parties)
+        party_hosts = {p: fed.parties[p].hosts for p in parties}
+    elif not parties:
+        raise click.UsageError("give --federation FILE or at least one --party NAME")
+    written = make_certs(out, parties, hosts, days, overwrite, party_hosts=party_hosts)
     for f in written:
         click.echo(f"wrote {f}")
     click.echo(f"give each party ca.pem and its own NAME.pem/NAME.key; keep {Path(out) / 'ca.key'} elsewhere")
@@ -650,8 +690,11 @@ def party():
 @click.option("--id-col", default="id", show_default=True)
 @click.option("--model-dir", required=True, type=click.Path(file_okay=False),
               help="Where this party keeps its lookup tables, one file per model.")
+@click.option("--federation", "federation_file", type=click.Path(dir_okay=False),
+              help="The federation file (docs/federation.md): who may train and predict against this party.")
 @click.option("--allow-client", "allow_clients", multiple=True,
-              help="Accept only clients whose certificate is for this name (repeatable; TLS only).")
+              help="Accept only clients whose certificate is for this name (repeatable; TLS only; required under "
+                   "TLS without --federation).")
 @click.option("--allow-align", "allow_align", multiple=True, type=click.Choice(ALIGNMENTS),
               help="Alignment methods this party accepts (repeatable) [default: hash and psi].")
 @click.option("--allow-prediction", "allow_prediction", multiple=True, type=click.Choice(PREDICTIONS),
@@ -676,9 +719,10 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                   dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
                   validation_data=None, dask_scheduler=None, dask_tls_dir=None, dask_insecure=False,
                   dask_via_scheduler=False, categorical=(), monotone=(), dp_bins=None, dp_ledger=None,
-                  dp_lifetime_epsilon=None):
+                  dp_lifetime_epsilon=None, federation_file=None):
     """Serve training sessions and prediction requests of an active party."""
     _setup_logging(log_level)
+    federation = load_federation(federation_file) if federation_file else None
     return_freed_memory()         # a long-lived driver: freed memory goes back to the system
     sec = _security(name, tls_dir, insecure, token_file, allow_clients)
     host = listen.rsplit(":", 1)[0]
@@ -698,20 +742,23 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
     try:
         serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready,
                       policy=policy, validation_data=validation_data, executor=executor,
-                      categorical=list(categorical), monotone=parse_monotone(monotone), dp_bins=dp_bins)
+                      categorical=list(categorical), monotone=parse_monotone(monotone), dp_bins=dp_bins,
+                      federation=federation)
     finally:
         if executor is not None:
             executor.close()
 
 
 @party.command("active")
-@click.option("--name", default="guest", show_default=True, help="This party's name.")
+@click.option("--name", default=None, help="This party's name [default: the federation's active party, else guest].")
+@click.option("--federation", "federation_file", type=click.Path(dir_okay=False),
+              help="The federation file: the passive parties' addresses and min_node_rows (docs/federation.md).")
 @click.option("--data", required=True, type=click.Path(),
               help="id, label, features: CSV, or a Parquet file or directory of Parquet files.")
 @click.option("--id-col", default="id", show_default=True)
 @click.option("--label-col", default="y", show_default=True)
-@click.option("--peer", "peer_specs", multiple=True, required=True,
-              help="Passive party NAME=HOST:PORT; repeat for each.")
+@click.option("--peer", "peer_specs", multiple=True,
+              help="Passive party NAME=HOST:PORT; repeat for each (default: the federation file's passive parties).")
 @click.option("--model-dir", required=True, type=click.Path(file_okay=False),
               help="Where the model (and, during training, checkpoint.json) is written.")
 @click.option("--resume", is_flag=True, help="Continue the interrupted training in --model-dir.")
@@ -736,13 +783,16 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
 def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,
                  output_json, quiet, validation_data, link_mbps, tls_dir, insecure, token_file, max_message_mb,
                  log_level, categorical=(), weight_col=None, dask_scheduler=None, dask_tls_dir=None,
-                 dask_insecure=False, dask_via_scheduler=False, **train_options):
+                 dask_insecure=False, dask_via_scheduler=False, federation_file=None, **train_options):
     """Train with passive parties over the network (checkpoint after every tree)."""
     _setup_logging(log_level)
     return_freed_memory()         # a long-lived driver: freed memory goes back to the system
-    peers = parse_peers(peer_specs)
+    federation = load_federation(federation_file) if federation_file else None
+    name, peers = _federation_peers(federation, name, peer_specs, active=True)
     sec = _security(name, tls_dir, insecure, token_file)
     params = train_params_from_options(train_options)
+    if federation is not None and params.min_node_rows < federation.min_node_rows:
+        params = dataclasses.replace(params, min_node_rows=federation.min_node_rows)
     if params.early_stopping_rounds is not None and validation_data is None:
         raise click.UsageError("--early-stopping-rounds needs --validation-data")
     with tqdm(total=params.n_estimators, desc="trees", unit="tree", disable=quiet, file=sys.stderr) as bar:
@@ -786,6 +836,8 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
               help="id and the active features: CSV, or a Parquet file or directory of Parquet files.")
 @click.option("--id-col", default="id", show_default=True)
 @click.option("--peer", "peer_specs", multiple=True, help="Passive party NAME=HOST:PORT; repeat for each.")
+@click.option("--federation", "federation_file", type=click.Path(dir_okay=False),
+              help="The federation file: the passive parties' addresses (docs/federation.md).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False),
               help="CSV of ids and probabilities (multiclass: prediction and proba_<class>; regression: prediction).")
 @click.option("--prediction", type=click.Choice(PREDICTIONS), default=DEFAULT_PREDICTION, show_default=True,
@@ -799,13 +851,14 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
               help="Rows read and scored at a time (bounded memory; the output is the same for any value).")
 @_net_options
 def predict(model_dir, data, id_col, peer_specs, out, prediction, align, timeout, connect_timeout, output_json,
-            batch_rows, tls_dir, insecure, token_file, max_message_mb, log_level):
+            batch_rows, tls_dir, insecure, token_file, max_message_mb, log_level, federation_file=None):
     """Score new rows with a model trained by `vfl party active` (passive parties must be serving)."""
     _setup_logging(log_level)
     return_freed_memory()         # a long-lived driver: freed memory goes back to the system
     check_prediction(prediction)
-    peers = parse_peers(peer_specs)
+    federation = load_federation(federation_file) if federation_file else None
     model = load_active_model(model_dir)
+    _, peers = _federation_peers(federation, model.active_party, peer_specs, active=False)
     sec = _security(model.active_party, tls_dir, insecure, token_file)
     ids, proba, summary = predict_active(model_dir, data, id_col, peers, sec, out, timeout=timeout,
                                          prediction=prediction, max_frame_bytes=_max_bytes(max_message_mb),

@@ -135,7 +135,8 @@ def main():
         try:
             peers = []
             for h in hosts:
-                p, port = start_passive(h.name, full[h.name], tmp / f"m_{h.name}", sec, tmp / f"{h.name}.err")
+                served = sec if args.insecure else [*sec, "--allow-client", guest.name]     # deny by default
+                p, port = start_passive(h.name, full[h.name], tmp / f"m_{h.name}", served, tmp / f"{h.name}.err")
                 procs.append(p)
                 relay = ShapedLink(("127.0.0.1", port))  # unshaped: counts bytes
                 relays.append(relay)

@@ -106,7 +106,8 @@ def one_run(profile: str, args, files: dict, sec: list, params: list, tmp: Path,
     active_core, passive_core, _ = party_cores(args.cores_per_party)
     run_dir = tmp / profile
     run_dir.mkdir()
-    passive, port = start_passive(files["passive_name"], files["passive"], run_dir / "m_passive", sec,
+    served = sec if args.insecure else [*sec, "--allow-client", files["active_name"]]     # deny by default
+    passive, port = start_passive(files["passive_name"], files["passive"], run_dir / "m_passive", served,
                                   run_dir / "passive.err", preexec_fn=pinned(passive_core), env=env)
     link = ShapedLink.profile(profile, ("127.0.0.1", port))
     try:

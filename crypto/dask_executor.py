@@ -31,7 +31,11 @@ it must be private to the party. Remote schedulers are reached over TLS
 (:func:`security_from_dir`); a plain ``tcp://`` scheduler is refused unless the
 caller passes ``insecure=True`` (``--dask-insecure``). ``local:N`` starts a
 ``LocalCluster`` of N single-threaded worker processes on loopback with the
-dashboard off, owned (and closed) by the executor.
+dashboard off, owned (and closed) by the executor, over TLS with a temporary
+security context (``Security.temporary()``: a fresh CA and certificate in memory; issue 22).
+Key material (the key holder's private key in an encryptor or decryptor) is shipped to the
+workers only through a scheduler reached over TLS, unless ``insecure=True``
+(:meth:`DaskExecutor.share`).
 """
 from __future__ import annotations
 
@@ -184,7 +188,15 @@ class DaskExecutor(Executor):
             if not self.spec.startswith("tls://") and not insecure:
                 raise InputError(f"Dask scheduler {self.spec} is not TLS: a party's cluster carries its plaintext "
                                  "data; use tls://... with --dask-tls-dir, or --dask-insecure on a private network")
+        elif security is None:      # a local cluster speaks TLS too: a throwaway CA and certificate, in memory
+            try:
+                security = Security.temporary()
+            except ImportError:
+                if not insecure:
+                    raise InputError("--dask local:N runs its cluster over TLS, which needs the 'cryptography' "
+                                     "package (pip install '.[net]'); or give --dask-insecure") from None
         self.security = security
+        self.insecure = bool(insecure)
         self.timeout = float(timeout)
         self._want = n_workers if n_workers is not None else local
         self._client: Client | None = None
@@ -210,11 +222,12 @@ class DaskExecutor(Executor):
                     with dask.config.set(LEAN_CONFIG):      # the scheduler and worker processes start with it
                         self._cluster = LocalCluster(
                             n_workers=self._local_workers, threads_per_worker=1, processes=True,
-                            host="127.0.0.1", dashboard_address=None, silence_logs=40,
+                            host="127.0.0.1", dashboard_address=None, silence_logs=40, security=self.security,
                             # no dashboard; the scheduler's health endpoint on a free
                             # loopback port (not 8787, which another cluster may hold)
                             scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
-                self._client = Client(self._cluster, timeout=self.timeout, direct_to_workers=self.direct)
+                self._client = Client(self._cluster, security=self.security, timeout=self.timeout,
+                                      direct_to_workers=self.direct)
             else:
                 self._client = Client(self.spec, security=self.security, timeout=self.timeout,
                                       direct_to_workers=self.direct)
@@ -228,6 +241,22 @@ class DaskExecutor(Executor):
         self._addresses = sorted(self._client.nthreads())
         if self._want:
             self._addresses = self._addresses[:self._want]
+
+    @property
+    def scheduler_tls(self) -> bool:
+        """Whether the scheduler is reached over TLS."""
+        return str(self.client.scheduler.address).startswith("tls://")
+
+    def share(self, slot: str, obj, header: dict, blobs: Sequence[bytes] = (), op: str = "put") -> None:
+        """:meth:`Executor.share`, refusing to ship key material (a private key's factors) to a
+        scheduler reached without TLS unless the executor was made with ``insecure=True``."""
+        state = header.get("state") if isinstance(header.get("state"), dict) else {}
+        if header.get("kind") in ("encryptor", "decryptor") and state.get("p") and not self.insecure \
+                and not self.scheduler_tls:
+            raise InputError(f"Dask executor {self.name!r}: refusing to send key material to the scheduler "
+                             f"{self.client.scheduler.address}, reached without TLS; use a tls:// scheduler "
+                             "(--dask-tls-dir) or, on a private network, --dask-insecure")
+        super().share(slot, obj, header, blobs, op)
 
     def start(self) -> "DaskExecutor":
         with self._lock:

@@ -177,3 +177,105 @@ class StockKeeper:
         return {"made": self.made, "from_stock": self.from_stock, "on_spot": self.on_spot,
                 "batches": self.batches, "background_seconds": round(self.background_seconds, 3),
                 "before_training_seconds": round(self.before_training_seconds, 3)}
+
+
+# --- the passive party: re-randomising its replies (issue 22) --------------------------
+#: obfuscators a passive party makes per background batch (about 3 ms at 2048 bits)
+REPLY_FILL_BATCH = 32
+
+
+class ReplyRandomizer:
+    """A passive party's re-randomisation of the ciphertexts it returns (issue 22, Build 4).
+
+    Without it a histogram reply is the product of the key holder's own ciphertexts, which lets
+    the key holder confirm a guessed bin membership exactly. Every returned ciphertext is
+    multiplied by a fresh obfuscator of the key holder's public key (``encryptor.rerandomize``:
+    a scheme-neutral operation of the encryptor object, which holds the public key and, for the
+    ``fast`` method, the published base ``hs``). The obfuscators come from the party's own stock
+    (``encryptor.stock``), filled by a background thread only while the party waits for the
+    next request (:meth:`busy` marks a request being served), about
+    :data:`ROUNDS_AHEAD` times the last reply's size; the rest are made on the spot.
+
+    Counters (for the lead's cost measurement): ``count`` ciphertexts re-randomised,
+    ``from_stock``/``on_spot``, ``seconds`` spent re-randomising in the foreground,
+    ``background_seconds`` spent filling the stock."""
+
+    def __init__(self, encryptor, max_bytes: int = MAX_STOCK_BYTES, batch: int = REPLY_FILL_BATCH):
+        self.encryptor = encryptor
+        self.cap = max(1, int(max_bytes) // int_width(encryptor.cipher_modulus))
+        self.batch = int(batch)
+        self.target = 0
+        self.count = self.from_stock = self.on_spot = 0
+        self.seconds = self.background_seconds = 0.0
+        self._reported_bg = 0.0
+        self._busy = 0
+        self._stop = False
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "ReplyRandomizer":
+        if self._thread is None and not self._stop:
+            self._thread = threading.Thread(target=self._run, name="reply-obfuscators", daemon=True)
+            self._thread.start()
+        return self
+
+    @contextmanager
+    def busy(self):
+        """A request is being served: no background fill until it ends."""
+        with self._cond:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy -= 1
+                self._cond.notify_all()
+
+    def rerandomize(self, ciphertexts) -> list:
+        """Every ciphertext times a fresh obfuscator; the stock's target follows the reply sizes."""
+        t0 = time.perf_counter()
+        out, k, spot = self.encryptor.rerandomize(ciphertexts)
+        dt = time.perf_counter() - t0
+        with self._cond:
+            self.count += len(out)
+            self.from_stock += k
+            self.on_spot += spot
+            self.seconds += dt
+            self.target = min(self.cap, int(ROUNDS_AHEAD * len(out)))
+            self._cond.notify_all()
+        return out
+
+    def background_since_last(self) -> float:
+        """Seconds of background fill since the last call (reported with each reply)."""
+        with self._cond:
+            dt, self._reported_bg = self.background_seconds - self._reported_bg, self.background_seconds
+        return dt
+
+    def _run(self) -> None:
+        stock = self.encryptor.stock
+        while True:
+            with self._cond:
+                while not self._stop and (self._busy or len(stock) >= self.target):
+                    self._cond.wait()
+                if self._stop:
+                    return
+                want = min(self.batch, self.target - len(stock))
+            t0 = time.perf_counter()
+            stock.fill(want, self.target)
+            with self._cond:
+                self.background_seconds += time.perf_counter() - t0
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._thread = None
+        self.encryptor.stock.clear()
+
+    def stats(self) -> dict:
+        with self._cond:
+            return {"count": self.count, "from_stock": self.from_stock, "on_spot": self.on_spot,
+                    "seconds": round(self.seconds, 6), "background_seconds": round(self.background_seconds, 6),
+                    "stock": len(self.encryptor.stock)}

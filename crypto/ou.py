@@ -137,7 +137,7 @@ class OUPublicKey:
 
     def rerandomize(self, ciphertexts: Sequence) -> list:
         """The same plaintexts under fresh randomness: each ciphertext times a fresh ``h^r``."""
-        return self.encryptor().rerandomize(ciphertexts)
+        return self.encryptor().rerandomize(ciphertexts)[0]
 
     def add(self, a, b):
         """``Enc(x + y)`` from ``Enc(x)`` and ``Enc(y)``."""
@@ -453,10 +453,17 @@ class Encryptor:
             out.append(xq + q * ((xp - xq) * qinv % p2))
         return out
 
-    def rerandomize(self, ciphertexts: Sequence) -> list:
-        """The same plaintexts under fresh randomness: each ciphertext times a fresh ``h^r``."""
+    def rerandomize(self, ciphertexts: Sequence) -> tuple[list, int, int]:
+        """The same plaintexts under fresh randomness: each ciphertext times a fresh ``h^r``, taken
+        from :attr:`stock` or made on the spot (the operation Paillier's encryptor offers too: a
+        passive party re-randomises its replies with it, issue 22). Returns ``(ciphertexts, from
+        stock, made on the spot)``."""
         n = self.n
-        return [mpz(c) * r % n for c, r in zip(ciphertexts, self.obfuscators(len(ciphertexts)))]
+        obf = self.stock.take(len(ciphertexts))
+        k = len(obf)
+        if k < len(ciphertexts):
+            obf.extend(self.obfuscators(len(ciphertexts) - k))
+        return [mpz(c) * r % n for c, r in zip(ciphertexts, obf)], k, len(ciphertexts) - k
 
     def _encrypt_workers(self, plaintexts, executor) -> list:
         executor.share("encryptor", self, {"kind": "encryptor", "state": self.state()})

@@ -228,6 +228,20 @@ class Encryptor:
             out.extend(self.encrypt(plaintexts[k:]))
         return out, k, len(plaintexts) - k
 
+    def rerandomize(self, ciphertexts: Sequence) -> tuple[list, int, int]:
+        """The same plaintexts under fresh randomness: every ciphertext times its own fresh
+        obfuscator (an encryption of 0), taken from :attr:`stock` or made on the spot. Only the
+        public key (and, for ``fast``, the key holder's published base ``hs``) is needed: what a
+        passive party does to every ciphertext it returns (issue 22), so a reply is not the
+        product of the key holder's own ciphertexts. Returns ``(ciphertexts, from stock, made on
+        the spot)``. The scheme-neutral operation (another scheme's encryptor offers the same)."""
+        n2 = self.nsquare
+        obf = self.stock.take(len(ciphertexts))
+        k = len(obf)
+        if k < len(ciphertexts):
+            obf.extend(self.obfuscators(len(ciphertexts) - k))
+        return [mpz(c) * r % n2 for c, r in zip(ciphertexts, obf)], k, len(ciphertexts) - k
+
     def encrypt(self, plaintexts: Sequence[int], executor=None) -> list:
         """Encrypt signed integers with ``|m| < n/2`` (negative ``m`` is taken mod ``n``).
 

@@ -108,6 +108,16 @@ def encryptor(public_key, private_key=None, method: str = "fast"):
     return paillier.Encryptor(public_key, private_key, method)
 
 
+def reply_encryptor(public_key, hs: int | None = None):
+    """A passive party's encryptor of the key holder's public key, for re-randomising the ciphertexts
+    it returns (issue 22): Paillier with the key holder's published fixed base ``hs`` (the ``fast``
+    method; ``None``: the ``standard`` method, ``r^n``), OU with the key's own ``h`` (``h^r``). Its
+    ``rerandomize`` returns ``(ciphertexts, from stock, made on the spot)``."""
+    if scheme_of(public_key) == OU:
+        return ou.Encryptor(public_key, None, "fast")
+    return paillier.Encryptor(public_key, None, "fast" if hs else "standard", _hs=hs)
+
+
 def decryptor(private_key):
     if scheme_of(private_key) == OU:
         return ou.Decryptor(private_key)

@@ -19,6 +19,7 @@ import pandas as pd
 
 from crypto.executor import Executor
 from crypto.parallel import resolve_workers
+from crypto.schemes import PAILLIER
 from datasets.errors import InputError
 from datasets.frames import party_data
 from datasets.loaders import DeferredColumns
@@ -238,8 +239,13 @@ class ActiveParty:
         try:
             with self.channel.waiting():
                 binning = dp_only_binning(params) if params.mode == Mode.DP else self.dp_plan.binning_setup()
+                # what each passive party will hold our requests to (parties.passive_checks); a DP released
+                # model grows every node whatever its rows (stopping on counts would leak): no row floor
+                floor = 1 if params.dp_model is not None else params.min_node_rows
                 infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id,
-                                                             binning, params.max_cat, params.scheme)
+                                                             binning, params.max_cat, params.scheme,
+                                                             n_rounds=params.n_estimators,
+                                                             max_depth=params.max_depth, min_node_rows=floor)
                                              for p in peers})
                 if resume is not None:
                     acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds,
@@ -354,7 +360,13 @@ class ActiveParty:
                           min(caps) if caps else None, peers=peers, link_mbps=self.link_mbps)
         if params.mode == Mode.HE:
             with self.channel.waiting():
-                transport.call_many({p: self.channel.public_key_message() for p in peers})
+                # with the fast method's fixed base (Paillier): the passive parties re-randomise their replies
+                # with it (an OU key carries its own base h)
+                key = self.channel.public_key_message()
+                enc = self.channel.encryptor
+                if key.scheme == PAILLIER and getattr(enc, "method", None) == "fast":
+                    key.hs = format(int(enc.hs), "x")
+                transport.call_many({p: key for p in peers})
 
     def _sources(self, transport: Transport, peers: list[str], infos: dict, params: TrainParams,
                  model_id: str, root_gradients=None, own_rows=None) -> list[HistogramSource]:

@@ -40,7 +40,7 @@ from protocols import alignment
 from vfl.core.binning import feature_column, feature_matrix, n_features
 from vfl.core.files import atomic_text_writer, write_json_atomic
 from vfl.core.model import canonical_bytes, check_content_hash, content_hash, read_model_json
-from vfl.core.params import Mode
+from vfl.core.params import Mode, TrainParams
 from vfl.core.rounds import RoundObserver, RoundRecord
 from vfl.core.tree import Tree, damaged, need_dict, need_float, need_int, need_key, need_list, need_str
 
@@ -149,6 +149,16 @@ def records_per_party(rounds, passive_parties) -> dict[str, int]:
                 if not node.is_leaf and node.owner in counts:
                     counts[node.owner] += 1
     return counts
+
+
+def _param(params: dict, key: str):
+    """A parameter of a checkpoint's ``params``; one it predates (e.g. ``min_node_rows``) has its default."""
+    if key in params:
+        return params[key]
+    try:
+        return TrainParams.default(key)
+    except KeyError:
+        return None
 
 
 @dataclass
@@ -309,10 +319,10 @@ class Checkpoint:
             raise InputError(f"the checkpoint was trained with passive parties {self.passive_parties} (in this "
                              f"order), not {list(passive_parties)}")
         diff = sorted(k for k in set(params) | set(self.params)
-                      if k not in RESUMABLE_CHANGES and params.get(k) != self.params.get(k))
+                      if k not in RESUMABLE_CHANGES and _param(params, k) != _param(self.params, k))
         if diff:
             raise InputError("training parameters differ from the checkpoint's: " + ", ".join(
-                f"{k} {self.params.get(k)!r} -> {params.get(k)!r}" for k in diff))
+                f"{k} {_param(self.params, k)!r} -> {_param(params, k)!r}" for k in diff))
         if params.get("n_estimators", 0) < self.n_rounds:
             raise InputError(f"the checkpoint already has {self.n_rounds} rounds, more than n_estimators "
                              f"{params.get('n_estimators')}")

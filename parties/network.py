@@ -27,6 +27,7 @@ from datasets.loaders import DEFAULT_BATCH_ROWS, iter_party_batches, read_party_
 from datasets.pieces import open_piece_table
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
+from parties.federation import Access
 from parties.server import PassiveServer
 from protocols.grpc_transport import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, GrpcTransport, PartyServer, check_address
 from vfl.core.files import atomic_text_writer, check_writable_dir, fsync_dir, write_json_atomic
@@ -46,10 +47,23 @@ def _read_csv(path, name, id_col, label_col=None, allow_text_label=False, catego
 
 
 # --------------------------------------------------------------------------- passive
+def passive_access(name: str, security, federation=None) -> Access:
+    """Who passive party ``name`` serves (deny by default, issue 22): under TLS, a federation file
+    or ``--allow-client`` is required."""
+    if federation is not None:
+        entry = federation.party(name)
+        if entry.name == federation.active:
+            raise InputError(f"{federation.path}: {name!r} is the federation's active party, not a passive one")
+    elif security.tls and not security.allowed_clients:
+        raise InputError(f"party {name!r} would serve any certificate of its CA: give --federation FILE (who may "
+                         "train and predict, see docs/federation.md) or --allow-client NAME (deny by default)")
+    return Access(name, bool(security.tls), federation, tuple(security.allowed_clients))
+
+
 def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security,
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, on_ready=None, stop_event=None,
                   policy: dict | None = None, validation_data=None, executor=None, categorical=None,
-                  monotone: dict | None = None, dp_bins: dict | None = None) -> None:
+                  monotone: dict | None = None, dp_bins: dict | None = None, federation=None) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop_event``). ``on_ready(port)`` is called once listening;
     ``policy``: :class:`PassiveServer` policy attributes (``allowed_align``, ...);
     ``validation_data``: CSV of this party's features of the validation rows (if the active party
@@ -57,8 +71,14 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     its row shards (e.g. a Dask cluster, :func:`crypto.executor.dask_executor`);
     ``categorical``/``monotone``: this party's categorical columns and monotone constraints
     ``{column: +1 | -1}``; ``dp_bins``: its public bounds/edges for a DP released model
-    (:func:`vfl.core.dp_model.check_dp_bins`)."""
+    (:func:`vfl.core.dp_model.check_dp_bins`); ``federation``: the federation file
+    (:class:`parties.federation.Federation`): who may train and predict (deny by default under TLS;
+    without one, TLS needs ``security.allowed_clients``)."""
     check_address(listen, "--listen address")
+    access = passive_access(name, security, federation)
+    policy = dict(policy or {})
+    if federation is not None:
+        policy.setdefault("min_node_rows", federation.min_node_rows)
     # a Parquet table of numeric features: ids and the piece plan here, rows read where they are used
     table = open_piece_table(data, name, id_col, categorical)
     table = table if table is not None else _read_csv(data, name, id_col, categorical=categorical).frame
@@ -66,7 +86,8 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     service = PassiveServer(name, table, id_col, model_dir, source=str(data), policy=policy,
                             validation_frame=vf.frame if vf is not None else None,
                             validation_source=str(validation_data) if vf is not None else None,
-                            executor=executor, categorical=categorical, monotone=monotone, dp_bins=dp_bins)
+                            executor=executor, categorical=categorical, monotone=monotone, dp_bins=dp_bins,
+                            access=access)
     server = PartyServer(name, service.handle_frame, listen, security, max_frame_bytes=max_frame_bytes)
     port = server.start()
     stop = stop_event or threading.Event()

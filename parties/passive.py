@@ -48,6 +48,8 @@ def model_hash(d: dict) -> str:
     prediction request: a modified lookup table is refused instead of changing predictions."""
     core = {"party": d["party"], "model_id": d["model_id"], "salt": d["salt"], "features": d["features"],
             "records": [{k: r[k] for k in RECORD_CORE} for r in d["records"]]}
+    if d.get("trainer") is not None:        # who trained it (issue 22): bound, an edit is refused
+        core["trainer"] = d["trainer"]
     return content_hash(core, exclude=())
 
 #: every request a passive party answers, and its handler ``(state, request) -> reply``
@@ -179,6 +181,8 @@ class PassiveParty:
     # the lifetime privacy ledger (parties.dp_ledger): its file and the dataset's lifetime epsilon
     dp_ledger_path = _state_attr("dp_ledger_path", "lifetime privacy ledger file (None: none)")
     dp_lifetime_epsilon = _state_attr("dp_lifetime_epsilon", "the most epsilon the dataset may ever spend")
+    min_node_rows = _state_attr("min_node_rows", "the least min_node_rows a training setup may agree")
+    trainer = _state_attr("trainer", "the identity of the client that trained the model (None: not recorded)")
     psi_pending_cap = _state_attr("psi_pending_cap", "pending PSI exchanges kept (older ones are forgotten)")
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
@@ -267,10 +271,21 @@ class PassiveParty:
         dp.guard(self._state, request)
         if isinstance(request, (m.PredictStart, m.PsiRequest)) and request.model_hash:
             self.check_model_hash(request.model_hash)
-        reply = handler(self._state, request)
+        randomizer = self._state.train.randomizer
+        if randomizer is None:
+            reply = handler(self._state, request)
+        else:       # its reply obfuscators are made while this party waits, not while it serves
+            with randomizer.busy():
+                reply = handler(self._state, request)
         if isinstance(request, m.TrainEnd) and self.completed and isinstance(reply, m.Ack):
             reply.info["model_hash"] = self.model_hash()
         return reply
+
+    @property
+    def training_refused(self) -> str | None:
+        """The rule a training request broke (the training is then over), or None."""
+        proto = self._state.train.protocol
+        return None if proto is None else proto.refused
 
     def model_hash(self) -> str:
         """The hash of this party's model (:func:`model_hash`), recomputed when the table changes."""
@@ -403,7 +418,9 @@ class PassiveParty:
                 "records": [record_to_json(r) for r in self.records],
                 **({"dp_release": release} if release else {}),
                 **({"dp_training_ids": self._state.dp_training_ids.tolist()}
-                   if self._state.dp_training_ids is not None else {})}
+                   if self._state.dp_training_ids is not None else {}),
+                **({"trainer": self.trainer} if self.trainer is not None else {}),
+                **({"max_depth": self._state.max_depth} if self._state.max_depth is not None else {})}
 
     def file_dict(self) -> dict:
         """What the model file holds: :meth:`model_dict` and its ``model_hash``."""
@@ -422,6 +439,14 @@ class PassiveParty:
         p.model_id = d["model_id"]
         p.salt = bytes.fromhex(d["salt"])
         p.completed = bool(d.get("completed", True))
+        trainer = d.get("trainer")
+        if trainer is not None and not isinstance(trainer, str):
+            raise damaged(source, "trainer", "must be the identity of the party that trained the model")
+        p.trainer = trainer
+        depth = d.get("max_depth")
+        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
+            raise damaged(source, "max_depth", "must be a positive integer")
+        p._state.max_depth = depth
         cats = d.get("categories") or {}
         if not isinstance(cats, dict) or not all(isinstance(v, list) for v in cats.values()):
             raise damaged(source, "categories", "must map feature names to lists of categories")

@@ -101,8 +101,32 @@ def route(s: PassiveState, req: m.RouteRequest) -> m.RouteResponse:
     s.table.check_ids(rec, s.name)
     if req.rows.size and (req.rows.min() < 0 or req.rows.max() >= len(X)):
         raise ProtocolError("row index out of range")
+    if req.session_id != s.eval_session:
+        _charge_routes(s, req.session_id, rec, req.rows)
     x = X[req.rows, s.table.features(rec)] if rec.size else np.zeros(0)
     return m.RouteResponse(s.table.go_left(rec, x))
+
+
+def _charge_routes(s: PassiveState, session_id: str, rec: np.ndarray, rows: np.ndarray) -> None:
+    """A row's path through a tree meets at most ``max_depth`` nodes: a prediction session may ask
+    about a row at most that many of this party's records of one tree (rule 'path budget'; the
+    model's max_depth is recorded from its training setup; a model file without it: no budget)."""
+    if s.max_depth is None or not rec.size:
+        return
+    keys = s.table.tree_keys()
+    known = keys[rec] >= 0          # records of a known tree (mode dp's have none: no budget)
+    if not known.any():
+        return
+    # (row, tree) pairs answered so far, sparse: memory follows the questions, not rows x trees
+    pair = rows.astype(np.int64)[known] * (int(keys.max()) + 1) + keys[rec][known]
+    seen, counts = s.route_counts.get(session_id, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+    merged, inverse = np.unique(np.concatenate([seen, pair]), return_inverse=True)
+    total = np.bincount(inverse, weights=np.concatenate([counts, np.ones(len(pair), np.int64)])).astype(np.int64)
+    if int(total.max()) > s.max_depth:
+        raise ProtocolError(f"party {s.name!r} refuses RouteRequest: rule 'path budget': a row's path through a "
+                            f"tree meets at most {s.max_depth} nodes (the model's max_depth), more of this party's "
+                            "records of one tree were asked for a row")
+    s.route_counts[session_id] = (merged, total)
 
 
 def leaf_mask(s: PassiveState, req: m.LeafMaskRequest) -> m.LeafMaskResponse:

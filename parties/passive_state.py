@@ -57,6 +57,8 @@ class TrainingSession:
     dp_X: np.ndarray | None = None             # mode dp: the aligned rows' raw values (never sent)
     dp_edges: dict = field(default_factory=dict)   # mode dp: {feature: edges of its latest release}
     intake: object = None                      # the round's parties.passive_train.RoundIntake (overlap)
+    protocol: object = None                    # parties.passive_checks.TrainingProtocol: what is allowed
+    randomizer: object = None                  # crypto.obfuscators.ReplyRandomizer: fresh randomness for replies
     overlap: dict = field(default_factory=lambda: {"eager": 0, "fallback": 0, "partials": 0,
                                                    "partials_before_request": 0})   # root levels, for tests
 
@@ -139,6 +141,13 @@ class LookupTable:
                 out[sel] = goes_left(x[sel], None, dl[r], categories=cats[r])
         return out
 
+    def tree_keys(self) -> np.ndarray:
+        """Per record, an index of its tree ((round, tree) pairs numbered in order of appearance); -1
+        for a record of no known tree (mode dp registers its splits without one)."""
+        keys: dict = {}
+        return np.array([keys.setdefault((r["round"], r["tree"]), len(keys)) if r["round"] >= 0 and r["tree"] >= 0
+                         else -1 for r in self.records], dtype=np.int64)
+
     def features(self, record_ids: np.ndarray) -> np.ndarray:
         """The feature column of each record."""
         return np.array([self.records[r]["feature_idx"] for r in record_ids.tolist()], dtype=np.int64)
@@ -162,6 +171,9 @@ class PassiveState:
     dp_max_epsilon_per_feature: float | None = None
     dp_ledger_path: str | None = None          # the lifetime privacy ledger file (parties.dp_ledger; None: none)
     dp_lifetime_epsilon: float | None = None   # the most epsilon the dataset may spend, over all trainings
+    min_node_rows: int = 1                     # the least min_node_rows a TrainSetup may agree (federation)
+    trainer: str | None = None                 # who trained the model (bound into the model file, issue 22)
+    max_depth: int | None = None               # the model's max_depth (agreed at setup): a row's route budget
     # own data
     ids: np.ndarray | None = None
     X: np.ndarray | None = None                # or a datasets.pieces.PieceTable: read where needed
@@ -184,6 +196,7 @@ class PassiveState:
     train: TrainingSession = field(default_factory=TrainingSession)
     sessions: dict = field(default_factory=dict)      # session id -> rows (prediction, validation)
     psi_pending: dict = field(default_factory=dict)   # session id -> {purpose, perm, X}
+    route_counts: dict = field(default_factory=dict)  # prediction session id -> (rows, trees) routes answered
     eval_session: str | None = None                   # the validation session of the training under way
     psi_pending_cap: int = MAX_PSI_PENDING             # pending PSI exchanges kept (a server raises it: it
     #                                                    bounds its sessions itself and never evicts one in use)
@@ -233,6 +246,9 @@ class PassiveState:
 
     def close_executor(self) -> None:
         self.train.end_intake()
+        randomizer, self.train.randomizer = self.train.randomizer, None
+        if randomizer is not None:
+            randomizer.close()
         shards, self.train.shards = self.train.shards, None
         self.train.grads = None
         self.train.reader = None
@@ -271,6 +287,7 @@ class PassiveState:
 
     def drop_session(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
+        self.route_counts.pop(session_id, None)
         self.psi_pending.pop(session_id, None)
 
 

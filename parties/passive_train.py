@@ -25,11 +25,13 @@ from crypto import schemes
 from crypto.compress import check_shifts, compress, stride_for
 from crypto.executor import WorkerError
 from crypto.intcodec import ints_to_bytes
+from crypto.obfuscators import ReplyRandomizer
 from crypto.packing import PackingLayout
 from crypto.shards import ShardedGradients, ShardSet, overlap_enabled, stream_rows, value_width
 from datasets.errors import InputError, ProtocolError
 from datasets.pieces import PieceTable
 from parties import dp
+from parties.passive_checks import TrainingProtocol
 from parties.passive_state import PassiveState, unsafe_seed
 from parties.shard_ops import ShardReader
 from protocols import messages as m
@@ -98,11 +100,17 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     rows = s.aligned_rows()
     if req.mode not in Mode.values():
         raise ProtocolError(f"unknown mode {req.mode!r}")
+    if req.mode != Mode.DP and req.min_node_rows < s.min_node_rows:
+        raise ProtocolError(f"party {s.name!r} refuses TrainSetup: rule 'min_node_rows': the setup agrees "
+                            f"{req.min_node_rows} rows per node, this party requires at least {s.min_node_rows} "
+                            "(its federation's min_node_rows)")
     s.close_executor()                  # shards of an earlier session
     t = s.train
     t.mode = req.mode
     t.scheme = req.scheme
     t.nsquare = t.public_key = t.plain_bits = None     # a new training waits for its own key
+    t.protocol = TrainingProtocol(s.name, req.n_rounds, req.max_depth, req.min_node_rows)
+    s.max_depth = int(req.max_depth)        # recorded in the model file: node-by-node prediction's budget
     s.model_id = req.model_id
     s.table.records = []
     pieces = s.X if isinstance(s.X, PieceTable) and req.mode != Mode.DP and req.dp_binning is None else None
@@ -210,6 +218,13 @@ def public_key(s: PassiveState, req: m.PublicKey) -> m.Ack:
     t.public_key = pk
     t.plain_bits = schemes.plain_bits(pk)
     t.nsquare = gmpy2.mpz(schemes.cipher_modulus(pk))
+    if t.randomizer is not None:
+        t.randomizer.close()
+    # every ciphertext this party returns is re-randomised with its own fresh obfuscators of this key
+    # (Paillier: the key holder's published base hs for the fast method, else r^n; OU: h^r), from a stock
+    # filled while it waits
+    hs = int(req.hs, 16) if req.hs else None
+    t.randomizer = ReplyRandomizer(schemes.reply_encryptor(pk, hs)).start()
     return m.Ack()
 
 
@@ -219,6 +234,8 @@ def _start_round(s: PassiveState, round_idx: int, encrypted: bool, layout: dict,
     t = s.train
     s.need("setup", t.binner)
     shards = s.need("setup", t.shards)
+    if t.protocol is not None:
+        t.protocol.check_open("gradients")
     t.end_intake()
     n = len(t.rows)
     if encrypted != (t.mode == Mode.HE):
@@ -495,6 +512,8 @@ def gradients_start(s: PassiveState, req: m.GradientsStart) -> m.Ack:
 def gradient_shard(s: PassiveState, req: m.GradientShard) -> m.Ack:
     g = s.need("gradients", s.train.grads)
     _check_round(s, req.round_idx)
+    if s.train.protocol is not None:
+        s.train.protocol.check_open("GradientShard")
     if s.train.intake is not None and s.train.intake.g is g:
         s.train.intake.put(int(req.start), int(req.stop), req.values)
         return m.Ack()
@@ -515,6 +534,8 @@ def _check_round(s: PassiveState, round_idx: int) -> None:
 
 def histogram_request(s: PassiveState, req: m.HistogramRequest) -> m.HistogramResponse:
     t = s.train
+    if t.protocol is not None:
+        t.protocol.check_open("HistogramRequest")
     g = s.need("gradients", t.grads)
     _check_round(s, req.round_idx)
     intake = t.intake if t.intake is not None and t.intake.g is g and not t.intake.used else None
@@ -538,6 +559,19 @@ def histogram_request(s: PassiveState, req: m.HistogramRequest) -> m.HistogramRe
     for tree in np.unique(tree_idx).tolist():      # few nodes without rows: the work is bounded by the data
         at = np.flatnonzero(tree_idx == tree)
         _rows_by_node(a[tree], np.asarray(req.node_ids)[at], "HistogramRequest", tree)
+    snap = t.protocol.snapshot() if t.protocol is not None else None
+    if t.protocol is not None:      # the tree this party helps grow: refinement, levels, floor (passive_checks)
+        t.protocol.histogram_request(int(req.round_idx), a, tree_idx, np.asarray(req.node_ids))
+    try:
+        return _histograms(s, req, g, a, tree_idx, intake, ready if intake is not None else 0)
+    except BaseException:
+        if snap is not None:        # not answered: the same request may come again
+            t.protocol.restore(snap)
+        raise
+
+
+def _histograms(s: PassiveState, req: m.HistogramRequest, g, a, tree_idx, intake, ready):
+    t = s.train
     t.assignment = a
     check_deadline("histograms")
     modulus = t.nsquare if t.mode == Mode.HE else None
@@ -562,8 +596,12 @@ def histogram_request(s: PassiveState, req: m.HistogramRequest) -> m.HistogramRe
     else:       # the key holder sent a copy per slot: the shards summed straight into the output slots
         packed = sums
     t2 = time.perf_counter()
-    return m.HistogramResponse(n_values, BigInts(packed), {"histogram": int((t1 - t0) * 1e6),
-                                                           "compress": int((t2 - t1) * 1e6)})
+    timing = {"histogram": int((t1 - t0) * 1e6), "compress": int((t2 - t1) * 1e6)}
+    if t.mode == Mode.HE:       # not the product of the key holder's own ciphertexts (issue 22)
+        packed = s.need("the public key", t.randomizer).rerandomize(packed)
+        timing["rerandomize"] = int((time.perf_counter() - t2) * 1e6)
+        timing["rerandomize_bg"] = int(t.randomizer.background_since_last() * 1e6)   # its stock, made while waiting
+    return m.HistogramResponse(n_values, BigInts(packed), timing)
 
 
 def split_request(s: PassiveState, req: m.SplitRequest) -> m.SplitResponse:
@@ -572,6 +610,8 @@ def split_request(s: PassiveState, req: m.SplitRequest) -> m.SplitResponse:
     _check_round(s, req.round_idx)
     binner = t.binner
     _check_nodes(req.tree_idx, req.node_ids, a.shape[0], "SplitRequest")
+    if t.protocol is not None:
+        t.protocol.split_request(int(req.round_idx), req.tree_idx, req.node_ids)
     members: list = [None] * len(req.node_ids)
     for tree in np.unique(req.tree_idx).tolist():
         at = np.flatnonzero(req.tree_idx == tree)
@@ -612,6 +652,9 @@ def split_request(s: PassiveState, req: m.SplitRequest) -> m.SplitResponse:
         record_ids.append(rid)
     if t.bin_idx is None and rules:
         go_left = t.reader.go_left(rules, members)
+    if t.protocol is not None:      # the next level must divide these nodes exactly so
+        for ti, nid, gl in zip(req.tree_idx.tolist(), req.node_ids.tolist(), go_left):
+            t.protocol.record_split(ti, nid, gl)
     return m.SplitResponse(np.array(record_ids, dtype=np.int64),
                            np.concatenate(go_left) if go_left else np.zeros(0, dtype=bool),
                            np.array(n_rows, dtype=np.int64))

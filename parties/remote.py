@@ -78,7 +78,8 @@ class RemoteSource(HistogramSource):
         total = len(node_ids) * n_flat
         if reply.n_values != total:
             raise PeerError(f"party {self.party!r} returned {reply.n_values} bin sums, expected {total}")
-        for stage in ("histogram", "compress"):     # the passive party's own compute time
+        # the passive party's own compute time (rerandomize_bg: its reply obfuscators, made while it waited)
+        for stage in ("histogram", "compress", "rerandomize", "rerandomize_bg"):
             v = reply.compute_us.get(stage, 0)
             if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
                 self.channel.current.timing.add(stage, v / 1e6)

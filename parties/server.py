@@ -53,6 +53,12 @@ def _check_model_id(model_id: str) -> str:
     return model_id
 
 
+def _identity(who, client: str) -> str:
+    """The caller's identity for access checks (deny by default): the transport's
+    ``Caller.client`` (certificate names under TLS), else ``client``."""
+    return str(getattr(who, "client", client))
+
+
 @dataclass(eq=False)
 class _PredictionSession:
     """A prediction session: its model's party, its owner, its own lock, how busy it is."""
@@ -92,15 +98,18 @@ class PassiveServer:
 
     #: policy attributes copied onto every :class:`PassiveParty` the server creates or loads
     POLICY = ("allowed_align", "allowed_prediction", "dp_max_epsilon_per_feature", "dp_ledger_path",
-              "dp_lifetime_epsilon")
+              "dp_lifetime_epsilon", "min_node_rows")
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
                  source: str | None = None, policy: dict | None = None,
                  validation_frame: pd.DataFrame | None = None, validation_source: str | None = None,
-                 executor=None, categorical=None, monotone: dict | None = None, dp_bins: dict | None = None):
+                 executor=None, categorical=None, monotone: dict | None = None, dp_bins: dict | None = None,
+                 access=None):
         """``categorical``/``monotone``/``dp_bins``: this party's categorical columns, monotone constraints
-        and public bins (see :class:`PassiveParty`), used by every training it serves; ``executor``: its compute."""
+        and public bins (see :class:`PassiveParty`), used by every training it serves; ``executor``: its compute;
+        ``access``: who may train and predict (:class:`parties.federation.Access`; None: no check)."""
         self.name, self.frame, self.id_col, self.source = str(name), frame, id_col, source
+        self.access = access
         self.executor = executor        # the party's own compute (e.g. its Dask cluster) for every training
         self.categorical, self.monotone, self.dp_bins = categorical, monotone, dp_bins
         # this party's features of validation rows, for trainings that use a validation set
@@ -242,7 +251,14 @@ class PassiveServer:
         with self._train_lock:
             p = self._need_training(kind, client)
             if isinstance(request, m.TrainSetup):
-                return self._on_setup(request, who)
+                try:
+                    return self._on_setup(request, who)
+                except ProtocolError as exc:      # a setup this party refuses (a rule) ends the session
+                    log.warning("%s: training session of %s ends: its setup was refused (%s)", self.name, who, exc)
+                    p.close_executor()
+                    with self._lock:
+                        self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
+                    raise
             if isinstance(request, m.TrainResume):
                 return self._on_resume(request, who)
             if self._reopening is not None:     # a finished model was set up again, but not to be resumed
@@ -250,7 +266,17 @@ class PassiveServer:
                 with self._lock:
                     self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
                 raise ProtocolError(f"party {self.name!r} already holds a finished model {mid!r}")
-            return self._on_training_message(p, request, who)
+            try:
+                return self._on_training_message(p, request, who)
+            except ProtocolError:
+                refused = p.training_refused
+                if refused is not None and self.training is p:
+                    log.warning("%s: training of model %s for %s ends: a refused request (%s)", self.name,
+                                p.model_id, who, refused)
+                    p.close_executor()
+                    with self._lock:
+                        self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
+                raise
 
     def _on_training_message(self, p: PassiveParty, request, who: str):
         reply = p.handle(request)
@@ -289,6 +315,7 @@ class PassiveServer:
 
     # -- training -----------------------------------------------------------
     def _start_session(self, request, who, client):
+        trainer = self.access.check_train(_identity(who, client)) if self.access is not None else None
         with self._train_lock:
             with self._lock:
                 t = self.training
@@ -304,6 +331,7 @@ class PassiveServer:
                             "is abandoned", self.name, who, t.model_id, self.training_peer)
                 t.close_executor()
             party = self._configure(self._new_party())
+            party.trainer = trainer         # bound into the model file: who may predict by default
             if self.validation_frame is not None:
                 party.load_validation_data(self.validation_frame, self.validation_source)
             with self._lock:
@@ -396,6 +424,8 @@ class PassiveServer:
                 raise InputError(f"party {self.name!r}: model {mid!r} is unfinished (its training was "
                                  "interrupted): resume the training before predicting")
             raise InputError(f"party {self.name!r} holds no model {mid!r} in {self.model_dir}")
+        if self.access is not None:     # deny by default: the federation's list, else the model's trainer
+            self.access.check_predict(_identity(who, client), party.trainer, mid)
         with self._model_lock(mid):
             if mid not in self._prediction_ready:
                 party.load_prediction_data(self.frame, self.source)

@@ -137,9 +137,21 @@ def issue_party_cert(out: Path, party: str, ca_cert, ca_key, hosts: tuple[str, .
     return out / f"{party}.pem", out / f"{party}.key"
 
 
-def make_certs(out, parties, hosts=(), days: int = 825, overwrite: bool = False) -> list[Path]:
-    """Create (or reuse) the CA in ``out`` and issue one certificate per party; return the files written."""
+def make_certs(out, parties, hosts=(), days: int = 825, overwrite: bool = False,
+               party_hosts: dict | None = None) -> list[Path]:
+    """Create (or reuse) the CA in ``out`` and issue one certificate per party; return the files written.
+
+    ``hosts`` go into every certificate, ``party_hosts[p]`` into party ``p``'s only (a federation
+    file's hosts). A host equal to another party's name is refused: that party's certificate would
+    then be valid for the other's name and pass as it."""
     parties = list(parties)
+    party_hosts = {p: tuple(party_hosts.get(p, ())) for p in parties} if party_hosts else {}
+    for p in parties:
+        for h in (*hosts, *party_hosts.get(p, ())):
+            if h in parties and h != p:
+                raise InputError(f"host {h!r} for the certificate of party {p!r} is the name of party {h!r}: "
+                                 f"{p}'s certificate would be valid for {h!r} and pass as it; give each party "
+                                 "only its own hosts (vfl certs --federation FILE)")
     if not parties:
         raise InputError("give at least one --party NAME")
     for p in parties:
@@ -163,7 +175,8 @@ def make_certs(out, parties, hosts=(), days: int = 825, overwrite: bool = False)
     for p in parties:
         if not overwrite and ((out / f"{p}.pem").exists() or (out / f"{p}.key").exists()):
             raise InputError(f"{out / (p + '.pem')} already exists (use --overwrite to replace it)")
-        written += list(issue_party_cert(out, p, ca_cert, ca_key, tuple(hosts), days))
+        own = tuple(dict.fromkeys((*hosts, *party_hosts.get(p, ()))))
+        written += list(issue_party_cert(out, p, ca_cert, ca_key, own, days))
     return written
 
 

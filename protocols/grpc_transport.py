@@ -28,6 +28,7 @@ imported only when a network object is created.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import logging
 import re
@@ -76,6 +77,17 @@ def check_address(address: str, what: str = "address") -> str:
     if not m or int(m.group(2)) > 65535:
         raise InputError(f"{what} {address!r} is not HOST:PORT (e.g. 127.0.0.1:50051)")
     return address
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (of a listen address) is the loopback interface only."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_peers(specs) -> dict[str, str]:
@@ -262,6 +274,9 @@ class PartyServer:
             raise InputError(f"the read timeout must be positive, got {read_timeout}")
         self._watch = _ReadWatch(read_timeout)
         self.listen = check_address(listen, "--listen address")
+        if not security.tls and not is_loopback(self.listen.rsplit(":", 1)[0]):
+            raise InputError(f"--insecure refuses to listen on {self.listen}: without TLS anyone on the network "
+                             "could connect; listen on 127.0.0.1 (or [::1], localhost) or use --tls-dir")
         self.security = security
         if max_frame_bytes < 1024:
             raise InputError(f"the frame cap must be at least 1024 bytes, got {max_frame_bytes}")

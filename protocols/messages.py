@@ -112,6 +112,11 @@ class TrainSetup:
     dp_binning: dict | None = None      # --dp-model: {"epsilon": this party's budget for its DP bin edges}
     max_cat: int = count(1, 1024, default=64)  # category bins of a categorical feature (vfl.core.binning.MAX_CAT_LIMIT)
     scheme: str = text(16, default=PAILLIER)   # mode he: the key's scheme (crypto.schemes), checked on PublicKey
+    # what the passive party holds every training request to (parties.passive_checks): rounds, levels per
+    # round (histogram requests), and the fewest rows of a node it builds a histogram of
+    n_rounds: int = count(1, 1 << 20, default=10)
+    max_depth: int = count(1, 30, default=4)
+    min_node_rows: int = count(1, 1 << 20, default=1)
 
     def validate(self) -> None:
         if self.scheme not in SCHEMES:
@@ -143,24 +148,38 @@ class BinningInfo:
 class PublicKey:
     """The key holder's public key (:func:`crypto.schemes.public_key_fields`): Paillier ``n``, or
     Okamoto-Uchiyama ``n = p^2 q`` with ``g`` and ``h``; hex. The receiver checks ``scheme``
-    against its ``TrainSetup`` and the numbers with :func:`crypto.schemes.public_key_from_fields`."""
+    against its ``TrainSetup`` and the numbers with :func:`crypto.schemes.public_key_from_fields`.
+    ``hs`` (Paillier, the ``fast`` method) is the key holder's fixed base ``h^n mod n^2``: the passive
+    party re-randomises its replies with fresh ``hs^a`` of its own (an OU key's ``h`` serves the same)."""
     n: str = text(4096, nonempty=True)    # the modulus, hex (at most 16,384 bits)
     scheme: str = text(16, default=PAILLIER)
     g: str = text(4096, default="")       # OU only
     h: str = text(4096, default="")       # OU only
+    hs: str = text(8192, default="")      # Paillier only ("": the standard method, obfuscators r^n)
 
     def validate(self) -> None:
         if self.scheme not in SCHEMES:
             raise ProtocolError(f"PublicKey.scheme: {self.scheme!r} is not one of {', '.join(SCHEMES)}")
+        values = {}
         for name in ("n", "g", "h") if self.scheme == OU else ("n",):
             try:
-                v = int(getattr(self, name), 16)
+                values[name] = v = int(getattr(self, name), 16)
             except ValueError:
                 raise ProtocolError(f"PublicKey.{name}: not a hexadecimal number") from None
             if name == "n" and (v < 3 or v % 2 == 0):
                 raise ProtocolError(f"PublicKey.n: not a {self.scheme} modulus (must be an odd number above 2)")
         if self.scheme == PAILLIER and (self.g or self.h):
             raise ProtocolError("PublicKey: a Paillier key has no g or h (an OU key named paillier?)")
+        if self.hs:
+            if self.scheme != PAILLIER:
+                raise ProtocolError("PublicKey.hs: only a Paillier key carries a published base hs")
+            try:
+                hs = int(self.hs, 16)
+            except ValueError:
+                raise ProtocolError("PublicKey.hs: not a hexadecimal number") from None
+            n = values["n"]
+            if not 1 < hs < n * n:
+                raise ProtocolError("PublicKey.hs: not a unit modulo n^2")
 
     def numbers(self) -> tuple[int, int | None, int | None]:
         """``(n, g, h)`` as integers (``g``, ``h`` None for Paillier)."""

@@ -157,7 +157,8 @@ def test_tls_processes_train_and_predict_like_in_memory(children, data_files, tm
     r = run_cli("certs", "--out", certs, "--party", "guest", "--party", "host1", "--party", "host2")
     assert r.returncode == 0, r.stderr
     tls = ["--tls-dir", certs]
-    _, a1 = children.passive("host1", data_files["host1"]["all"], tmp_path / "m1", *tls, "--max-message-mb", 1)
+    _, a1 = children.passive("host1", data_files["host1"]["all"], tmp_path / "m1", *tls, "--max-message-mb", 1,
+                             "--allow-client", "guest")      # deny by default: TLS needs the allowed clients
     _, a2 = children.passive("host2", data_files["host2"]["all"], tmp_path / "m2", *tls,
                              "--allow-client", "guest")
     peers = ["--peer", f"host1={a1}", "--peer", f"host2={a2}"]

@@ -65,6 +65,9 @@ class TreeGrower:
                                             getattr(params, "min_data_per_group", 100),
                                             getattr(params, "max_cat_threshold", 32))
         self.bounds: dict[Key, tuple[float, float]] = {}
+        # the passive parties serve no histogram of a node with 0 < rows < this (a DP released model
+        # grows every node whatever its rows: it agrees 1, see parties.active)
+        self._floor = 1 if dp is not None else int(getattr(params, "min_node_rows", 1))
         if dp is not None and (self.constrained or any(getattr(s, "categorical", None) is not None
                                                        for s in sources)):
             raise InputError("dp_model does not support categorical features or monotone constraints (its split "
@@ -107,9 +110,10 @@ class TreeGrower:
         p = self.params
         if self.dp is not None:     # DP: every node splits to max_depth (stopping on counts would leak)
             return list(frontier)
+        least = max(2, int(getattr(p, "min_node_rows", 2)))     # no histogram of a node below the floor
         return [(k, nid) for k, nid in frontier
                 if self.trees[k].nodes[nid].sum_hessians >= 2 * p.min_child_weight
-                and self.trees[k].nodes[nid].n_samples >= 2]
+                and self.trees[k].nodes[nid].n_samples >= least]
 
     def _plan_histograms(self, nodes: list[Key]) -> _Plan:
         wanted = set(nodes)
@@ -126,6 +130,8 @@ class TreeGrower:
             parent = tree.nodes[node.parent]
             a, b = tree.nodes[parent.left], tree.nodes[parent.right]
             small, large = (a, b) if a.n_samples <= b.n_samples else (b, a)
+            if 0 < small.n_samples < self._floor:     # below the histogram floor: build the other, derive this
+                small, large = large, small
             plan.build.append((k, small.node_id))
             if (k, large.node_id) in wanted:
                 plan.derive.append((k, large.node_id, small.node_id, parent.node_id))

@@ -132,6 +132,9 @@ class TrainParams:
     min_data_per_group: int = 100          # categorical splits: samples per group of bins
     max_cat_threshold: int = 32            # categorical splits: bins going left at most
     monotone_constraints: dict | None = None   # the active party's {feature: +1 | -1}
+    # --- trust (issue 22): no histogram of a node with fewer (sampled) rows than this; agreed with the
+    # passive parties at setup (a federation setting). 2: the smallest node ever split, so no model changes
+    min_node_rows: int = 2
 
     @classmethod
     def default(cls, name: str):
@@ -167,6 +170,7 @@ class TrainParams:
         num("reg_lambda", 0, 1e12)
         num("min_child_weight", 0, 1e12)
         num("gamma", 0, 1e12)
+        num("min_node_rows", 1, 1 << 20, integer=True)
         num("key_bits", integer=True)
         num("precision_bits", 8, 48, integer=True)
         num("seed", 0, integer=True)

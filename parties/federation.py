@@ -1,0 +1,307 @@
+"""The federation file (``federation.toml``): who is in the federation and who may ask what.
+
+A deployment starts from one file every party holds a copy of (see docs/federation.md)::
+
+    [federation]
+    active = "bank"              # the one party that holds the labels and trains
+    min_node_rows = 2            # no histogram of a node with fewer rows (optional)
+
+    [parties.bank]
+    hosts = ["bank.internal"]    # extra certificate names of this party (optional)
+
+    [parties.telco]
+    address = "10.0.0.7:50051"   # where the passive party listens (required for a passive party)
+    hosts = ["10.0.0.7"]
+    train = ["bank"]             # who may train against telco (default: the active party)
+    predict = ["bank", "scorer"] # who may predict against telco (default: the party that trained the model)
+
+:func:`load_federation` parses it with the standard library's ``tomllib`` and checks it; every
+mistake is an :class:`FederationError` naming the file, the table and the key.
+
+:class:`Access` is what a passive party's server applies to every session it opens (deny by
+default): under TLS a caller is a federation party only when its certificate names are that
+party's own names (its name and its hosts, nothing else: a certificate that is also valid for
+another party's name is nobody); training is served only to the parties allowed to train, and
+prediction only to the parties allowed to predict (by default the party that trained the model,
+whose identity the passive party binds into its model file).
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from datasets.errors import InputError, ProtocolError
+from protocols.certs import check_party_name
+from protocols.grpc_transport import check_address
+
+try:                       # the standard library from Python 3.11 on
+    import tomllib
+except ModuleNotFoundError:          # pragma: no cover - Python 3.10
+    tomllib = None
+
+#: no histogram is served for a node holding fewer rows than this (a federation setting); 2 is the
+#: smallest node the learner core ever splits (``TreeGrower._splittable``), so no model changes
+DEFAULT_MIN_NODE_ROWS = 2
+#: the most a federation may set (a larger floor stops most trees from growing)
+MAX_MIN_NODE_ROWS = 1 << 20
+
+_FED_KEYS = {"active", "min_node_rows"}
+_PARTY_KEYS = {"address", "hosts", "train", "predict"}
+
+
+class FederationError(InputError):
+    """A mistake in a federation file: names the file, the table and the key."""
+
+
+@dataclass(frozen=True)
+class PartyEntry:
+    """One party of the federation file."""
+    name: str
+    address: str | None = None
+    hosts: tuple[str, ...] = ()
+    train: tuple[str, ...] | None = None        # None: the default (the active party)
+    predict: tuple[str, ...] | None = None      # None: the default (the trainer of the model)
+
+    @property
+    def cert_names(self) -> frozenset[str]:
+        """The names this party's certificate may carry: its own name and its hosts."""
+        return frozenset((self.name, *self.hosts))
+
+
+@dataclass(frozen=True)
+class Federation:
+    """A checked federation file (:func:`load_federation`)."""
+    path: str
+    active: str
+    parties: dict = field(default_factory=dict)     # name -> PartyEntry, in file order
+    min_node_rows: int = DEFAULT_MIN_NODE_ROWS
+
+    @property
+    def passives(self) -> dict[str, str]:
+        """``{passive party: address}`` in file order (what ``--peer`` would give)."""
+        return {p.name: p.address for p in self.parties.values() if p.name != self.active}
+
+    def party(self, name: str, what: str = "--name") -> PartyEntry:
+        if name not in self.parties:
+            raise InputError(f"{self.path}: party {name!r} ({what}) is not in the federation "
+                             f"(its parties: {', '.join(self.parties)})")
+        return self.parties[name]
+
+    def party_of(self, cert_names) -> str | None:
+        """The federation party a certificate identifies, or None: it must carry that party's name
+        and no name outside that party's own (its name and hosts)."""
+        names = set(cert_names)
+        for p in self.parties.values():
+            if p.name in names and names <= p.cert_names:
+                return p.name
+        return None
+
+    def trainers(self, passive: str) -> tuple[str, ...]:
+        p = self.party(passive)
+        return p.train if p.train is not None else (self.active,)
+
+    def predictors(self, passive: str) -> tuple[str, ...] | None:
+        """The parties allowed to predict against ``passive``; None: the trainer of each model."""
+        return self.party(passive).predict
+
+
+def _err(path, table: str, key: str | None, message: str) -> FederationError:
+    where = f"[{table}]" + (f" {key}" if key else "")
+    return FederationError(f"federation file {path}: {where}: {message}")
+
+
+def _names(path, table, key, value, parties) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _err(path, table, key, f"expected a list of party names, got {value!r}")
+    unknown = [v for v in value if v not in parties]
+    if unknown:
+        raise _err(path, table, key, f"{unknown[0]!r} is not a party of the federation "
+                                     f"(its parties: {', '.join(parties)})")
+    if len(set(value)) != len(value):
+        raise _err(path, table, key, "a party is named twice")
+    return tuple(value)
+
+
+def _host(path, table, value) -> str:
+    if not isinstance(value, str) or not value:
+        raise _err(path, table, "hosts", f"expected a list of DNS names or IP addresses, got {value!r}")
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    labels = value.split(".")
+    for label in labels:
+        try:
+            check_party_name(label)
+        except InputError:
+            raise _err(path, table, "hosts", f"{value!r} is neither an IP address nor a DNS name") from None
+    return value
+
+
+def parse_federation(data: dict, path="federation.toml") -> Federation:
+    """Check a parsed federation file (a dict, as ``tomllib`` gives it)."""
+    if not isinstance(data, dict):
+        raise FederationError(f"federation file {path}: not a TOML table")
+    extra = set(data) - {"federation", "parties"}
+    if extra:
+        raise FederationError(f"federation file {path}: unknown table or key {sorted(extra)[0]!r} "
+                              "(expected [federation] and [parties.NAME])")
+    fed = data.get("federation")
+    if not isinstance(fed, dict):
+        raise _err(path, "federation", None, "missing (it names the active party: active = \"NAME\")")
+    extra = set(fed) - _FED_KEYS
+    if extra:
+        raise _err(path, "federation", sorted(extra)[0], f"unknown key (known: {', '.join(sorted(_FED_KEYS))})")
+    tables = data.get("parties")
+    if not isinstance(tables, dict) or not tables:
+        raise _err(path, "parties", None, "missing: give one [parties.NAME] table per party")
+    names = list(tables)
+    for name in names:
+        try:
+            check_party_name(name)
+        except InputError as exc:
+            raise _err(path, f"parties.{name}", None, str(exc)) from None
+        if name == "ca":
+            raise _err(path, f"parties.{name}", None, "'ca' is reserved for the CA's own files")
+        if not isinstance(tables[name], dict):
+            raise _err(path, f"parties.{name}", None, "expected a table")
+    if len(names) < 2:
+        raise _err(path, "parties", None, f"a federation needs at least two parties, got {names}")
+    active = fed.get("active")
+    if not isinstance(active, str) or active not in tables:
+        raise _err(path, "federation", "active", f"{active!r} is not one of the parties ({', '.join(names)})")
+    min_rows = fed.get("min_node_rows", DEFAULT_MIN_NODE_ROWS)
+    if isinstance(min_rows, bool) or not isinstance(min_rows, int) or not 1 <= min_rows <= MAX_MIN_NODE_ROWS:
+        raise _err(path, "federation", "min_node_rows", f"expected an integer 1..{MAX_MIN_NODE_ROWS}, "
+                                                        f"got {min_rows!r}")
+    entries: dict[str, PartyEntry] = {}
+    owner: dict[str, str] = {}          # certificate name -> party
+    for name in names:
+        t, table = tables[name], f"parties.{name}"
+        extra = set(t) - _PARTY_KEYS
+        if extra:
+            raise _err(path, table, sorted(extra)[0], f"unknown key (known: {', '.join(sorted(_PARTY_KEYS))})")
+        address = t.get("address")
+        if address is not None:
+            if not isinstance(address, str):
+                raise _err(path, table, "address", f"expected \"HOST:PORT\", got {address!r}")
+            try:
+                check_address(address)
+            except InputError:
+                raise _err(path, table, "address", f"{address!r} is not HOST:PORT (e.g. 10.0.0.7:50051)") from None
+        elif name != active:
+            raise _err(path, table, "address", "missing: a passive party needs the HOST:PORT it listens on")
+        hosts = t.get("hosts", [])
+        if not isinstance(hosts, list):
+            raise _err(path, table, "hosts", f"expected a list of DNS names or IP addresses, got {hosts!r}")
+        hosts = tuple(_host(path, table, h) for h in hosts)
+        for h in (name, *hosts):
+            if h in tables and h != name:
+                raise _err(path, table, "hosts", f"{h!r} is the name of party {h!r}: a certificate valid for "
+                                                 "another party's name would let this party pass as it")
+            if owner.get(h, name) != name:
+                raise _err(path, table, "hosts", f"{h!r} is already a certificate name of party {owner[h]!r}")
+            owner[h] = name
+        lists = {}
+        for key in ("train", "predict"):
+            if key in t:
+                if name == active:
+                    raise _err(path, table, key, "the active party serves no training or prediction (only a "
+                                                 "passive party's table says who may ask it)")
+                lists[key] = _names(path, table, key, t[key], names)
+        if name in lists.get("train", ()) or name in lists.get("predict", ()):
+            raise _err(path, table, "train" if name in lists.get("train", ()) else "predict",
+                       "a party cannot be its own client")
+        entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"))
+    return Federation(str(path), active, entries, int(min_rows))
+
+
+def load_federation(path) -> Federation:
+    """Read and check a federation file (``tomllib``; a clear error for every mistake)."""
+    p = Path(path)
+    if tomllib is None:         # pragma: no cover
+        raise FederationError(f"federation file {p}: reading TOML needs Python 3.11 or later (tomllib)")
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise FederationError(f"cannot read federation file {p}: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise FederationError(f"federation file {p}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise FederationError(f"federation file {p}: not valid TOML: {exc}") from None
+    return parse_federation(data, p)
+
+
+# --------------------------------------------------------------------------- access
+CERT_PREFIX = "certificate "
+
+
+def cert_names_of(client: str) -> set[str] | None:
+    """The certificate names in a caller's identity (``Caller.client`` under TLS), else None."""
+    client = str(client)
+    if not client.startswith(CERT_PREFIX):
+        return None
+    return set(client[len(CERT_PREFIX):].split("/"))
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who a passive party serves (deny by default under TLS).
+
+    ``tls``: the server authenticates callers by certificate; without it (``--insecure``) the
+    caller's name is only claimed and nothing here is enforced (the transport refuses a
+    non-loopback listen address then). ``federation``: the federation file, or None, with
+    ``allowed_clients`` (``--allow-client``) the only clients (the transport checks them)."""
+    party: str
+    tls: bool
+    federation: Federation | None = None
+    allowed_clients: tuple[str, ...] = ()
+
+    @property
+    def min_node_rows(self) -> int:
+        return self.federation.min_node_rows if self.federation is not None else DEFAULT_MIN_NODE_ROWS
+
+    def identity(self, client: str) -> str:
+        """The caller as a model file records its trainer: the federation party its certificate
+        identifies (or ``client`` itself without a federation)."""
+        if self.federation is None or not self.tls:
+            return str(client)
+        names = cert_names_of(client)
+        party = self.federation.party_of(names or ())
+        if party is None:
+            raise ProtocolError(f"party {self.party!r} refuses a caller with certificate names "
+                                f"{sorted(names or [])}: rule 'federation identity': a client certificate must "
+                                "carry one federation party's name and only that party's own names "
+                                f"({self.federation.path})")
+        return party
+
+    def check_train(self, client: str) -> str:
+        """The caller's identity if it may train against this party, else a ProtocolError."""
+        who = self.identity(client)
+        if self.federation is not None and self.tls:
+            allowed = self.federation.trainers(self.party)
+            if who not in allowed:
+                raise ProtocolError(f"party {self.party!r} refuses to train for {who!r}: rule 'who may train': "
+                                    f"only {list(allowed)} may ({self.federation.path})")
+        return who
+
+    def check_predict(self, client: str, trainer: str | None, model_id: str) -> str:
+        """The caller's identity if it may predict with model ``model_id`` (trained by ``trainer``)."""
+        who = self.identity(client)
+        if not self.tls:
+            return who
+        allowed = self.federation.predictors(self.party) if self.federation is not None else None
+        if allowed is None:         # the default: the party that trained the model
+            if trainer is None:     # a model file from before trainers were recorded
+                allowed = (self.federation.active,) if self.federation is not None else None
+            else:
+                allowed = (trainer,)
+        if allowed is not None and who not in allowed:
+            raise ProtocolError(f"party {self.party!r} refuses prediction with model {model_id!r} for {who!r}: "
+                                f"rule 'who may predict': only {list(allowed)} may"
+                                + (f" ({self.federation.path})" if self.federation is not None else
+                                   " (the client that trained it)"))
+        return who

@@ -1,0 +1,304 @@
+"""The attacks of issue 22, each a real client over real gRPC + mutual TLS against passive-party
+processes started from a federation file (`vfl party passive --federation`), each refused naming
+the rule (on the code before issue 22 every one of them was served).
+
+The federation: bank (active), telco and insurer (passive), min_node_rows = 10; certificates from
+`vfl certs --federation`. One honest training (`vfl party active --federation`) and prediction
+(`vfl predict --federation`) run too: deny by default lets the right party through."""
+from __future__ import annotations
+
+import json
+import select
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from support import KEY_BITS
+
+pytest.importorskip("grpc")
+pytest.importorskip("cryptography")
+
+from crypto.keys import generate_keypair  # noqa: E402
+from crypto.packing import PackingLayout  # noqa: E402
+from crypto.paillier import Decryptor, Encryptor  # noqa: E402
+from datasets import breast_cancer_parties  # noqa: E402
+from parties.active import ActiveParty  # noqa: E402
+from protocols import alignment  # noqa: E402
+from protocols import messages as m  # noqa: E402
+from protocols.certs import _load_ca, issue_party_cert  # noqa: E402
+from protocols.grpc_transport import GrpcTransport, Security  # noqa: E402
+from protocols.serialization import BigInts  # noqa: E402
+from vfl.core.errors import PeerError  # noqa: E402
+from vfl.core.model import BoostedModel  # noqa: E402
+from vfl.core.params import TrainParams  # noqa: E402
+
+pytestmark = pytest.mark.slow   # real party processes
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT = 60
+MIN_NODE_ROWS = 10
+
+
+def cli(*args):
+    return [sys.executable, "-m", "cli", *map(str, args)]
+
+
+def run_cli(*args, timeout=180):
+    return subprocess.run(cli(*args), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_passive(name, data, model_dir, fed, certs, log: Path):
+    err = open(log, "w")
+    p = subprocess.Popen(cli("party", "passive", "--name", name, "--data", data,
+                             "--model-dir", model_dir, "--federation", fed, "--tls-dir", certs,
+                             "--listen", FED_ADDR[name]),
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
+    err.close()
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            raise AssertionError(f"passive {name} exited: {log.read_text()}")
+        ready, _, _ = select.select([p.stdout], [], [], 0.2)
+        if ready and "listening on" in p.stdout.readline():
+            return p
+    p.kill()
+    raise AssertionError(f"passive {name} did not start: {log.read_text()}")
+
+
+FED_ADDR: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory):
+    """Data, federation file, certificates and the two passive processes (killed at the end)."""
+    d = tmp_path_factory.mktemp("fed")
+    frames = breast_cancer_parties(3)
+    names = ["bank", "telco", "insurer"]
+    files = {}
+    for n, pf in zip(names, frames):
+        pf.frame.to_csv(d / f"{n}.csv", index=False)
+        files[n] = d / f"{n}.csv"
+    FED_ADDR.update({"telco": f"127.0.0.1:{free_port()}", "insurer": f"127.0.0.1:{free_port()}"})
+    text = (f'[federation]\nactive = "bank"\nmin_node_rows = {MIN_NODE_ROWS}\n\n[parties.bank]\n\n'
+            f'[parties.telco]\naddress = "{FED_ADDR["telco"]}"\nhosts = ["127.0.0.1"]\n\n'
+            f'[parties.insurer]\naddress = "{FED_ADDR["insurer"]}"\n')
+    (d / "federation.toml").write_text(text)
+    certs = d / "certs"
+    r = run_cli("certs", "--out", certs, "--federation", d / "federation.toml")
+    assert r.returncode == 0, r.stderr
+    procs = {}
+    try:
+        for n in ("telco", "insurer"):
+            procs[n] = start_passive(n, files[n], d / f"m_{n}", d / "federation.toml", certs, d / f"{n}.err")
+        yield {"dir": d, "files": files, "certs": certs, "fed": d / "federation.toml", "procs": procs}
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait(timeout=10)
+            p.stdout.close()
+
+
+def transport(fed, me, peers=("telco", "insurer"), certs=None):
+    return GrpcTransport(me, {p: FED_ADDR[p] for p in peers}, Security.from_options(me, certs or fed["certs"]),
+                         timeout=30)
+
+
+class Tampering(GrpcTransport):
+    """The legitimate active party's client, rewriting its histogram requests."""
+
+    def __init__(self, *args, tamper, target="insurer", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tamper, self.target = tamper, target
+        self.n_hist = 0
+
+    def call(self, peer, message):
+        if isinstance(message, m.SplitRequest) and peer == self.target:     # nodes insurer splits itself
+            self.own = getattr(self, "own", set()) | set(zip(message.tree_idx.tolist(), message.node_ids.tolist()))
+        if isinstance(message, m.HistogramRequest) and peer == self.target:
+            self.n_hist += 1
+            out = self.tamper(self, message, self.n_hist)
+            if isinstance(out, list):           # extra requests after the real one
+                reply = super().call(peer, message)
+                for extra in out:
+                    super().call(peer, extra)
+                return reply
+            message = out
+        return super().call(peer, message)
+
+
+def _bank(fed):
+    return ActiveParty("bank", pd.read_csv(fed["files"]["bank"]))
+
+
+def _fit_tampered(fed, tamper, target="insurer", **params):
+    t = Tampering("bank", {p: FED_ADDR[p] for p in ("telco", "insurer")},
+                  Security.from_options("bank", fed["certs"]), timeout=30, tamper=tamper, target=target)
+    try:
+        return _bank(fed).fit(t, ["telco", "insurer"],
+                              TrainParams(**{"mode": "plain", "n_estimators": 2, "max_depth": 3,
+                                             "min_node_rows": MIN_NODE_ROWS, **params}))
+    finally:
+        t.close()
+
+
+def _level(req):
+    return not np.all(req.node_ids == 0)
+
+
+# -- who may ask ----------------------------------------------------------------------------------
+def test_a_co_passive_certificate_cannot_open_training(fed):
+    """Issue 22 (1.): telco's certificate opened a training session at insurer and read its ids."""
+    with transport(fed, "telco", peers=("insurer",)) as t:
+        with pytest.raises(PeerError, match="refuses to train for 'telco': rule 'who may train'"):
+            t.call("insurer", m.AlignRequest("s1", b"\0" * 16))
+    assert "rule 'who may train'" in (fed["dir"] / "insurer.err").read_text()
+
+
+def test_a_certificate_valid_for_another_partys_name_is_nobody(fed, tmp_path):
+    """Issue 22 (4.): `vfl certs --host bank` put "bank" into telco's certificate; it passed as bank."""
+    r = run_cli("certs", "--out", tmp_path / "old", "--party", "bank", "--party", "telco", "--host", "bank")
+    assert r.returncode != 0 and "is the name of party 'bank'" in r.stderr
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    ca_cert, ca_key = _load_ca(fed["certs"])
+    issue_party_cert(forged, "telco", ca_cert, ca_key, hosts=("bank",))    # the CA signed it: TLS accepts it
+    (forged / "ca.pem").write_bytes((fed["certs"] / "ca.pem").read_bytes())
+    with transport(fed, "telco", peers=("insurer",), certs=forged) as t:
+        with pytest.raises(PeerError, match="rule 'federation identity'"):
+            t.call("insurer", m.AlignRequest("s2", b"\0" * 16))
+
+
+# -- what the active party may ask ------------------------------------------------------------------
+def test_one_row_per_node_is_refused(fed):
+    def tamper(t, req, i):
+        if not _level(req):
+            return req
+        a = req.assignment.copy()
+        a[0] = np.arange(a.shape[1])
+        return m.HistogramRequest(req.round_idx, np.zeros(8, np.int32), np.arange(1, 9, dtype=np.int32), a)
+    with pytest.raises(PeerError, match="insurer.*rule 'refinement'"):
+        _fit_tampered(fed, tamper)
+
+
+def test_an_assignment_not_refining_the_previous_level_is_refused(fed):
+    def tamper(t, req, i):
+        if not _level(req):
+            return req
+        a = req.assignment.copy()
+        a[0, np.flatnonzero(a[0] > 0)[:5]] = 0     # rows back at the root after it was split
+        return m.HistogramRequest(req.round_idx, req.tree_idx, req.node_ids, a)
+    with pytest.raises(PeerError, match="insurer.*rule 'refinement'"):
+        _fit_tampered(fed, tamper)
+
+
+def test_more_histogram_requests_than_trees_times_depth_are_refused(fed):
+    def tamper(t, req, i):
+        if i != 1:
+            return req
+        a = req.assignment.copy()
+        a[0, :a.shape[1] // 2], a[0, a.shape[1] // 2:] = 1, 2      # a refinement, but past max_depth 1
+        return [m.HistogramRequest(req.round_idx, np.zeros(1, np.int32), np.array([1], np.int32), a)]
+    with pytest.raises(PeerError, match="insurer.*rule 'requests per round'"):
+        _fit_tampered(fed, tamper, max_depth=1)
+
+
+def test_a_node_below_min_node_rows_is_refused(fed):
+    """At the third level, a node split by another party is divided again (a split the bank could
+    have made on its own features) so that one child holds 9 rows, and that child is asked for."""
+    def tamper(t, req, i):
+        if i == 2:
+            t.level1 = req.assignment.copy()
+        if i != 3:
+            return req
+        prev, a = t.level1[0], req.assignment.copy()
+        for v in np.unique(prev[prev > 0]).tolist():
+            rows = np.flatnonzero(prev == v)
+            kids = np.unique(a[0, rows])
+            if (0, v) in getattr(t, "own", set()) or len(kids) != 2 or len(rows) < 2 * MIN_NODE_ROWS:
+                continue
+            a[0, rows[:MIN_NODE_ROWS - 1]], a[0, rows[MIN_NODE_ROWS - 1:]] = kids[0], kids[1]
+            return m.HistogramRequest(req.round_idx, np.zeros(1, np.int32), np.array([kids[0]], np.int32), a)
+        raise AssertionError("no level-1 node split by another party: the attack needs one")
+    with pytest.raises(PeerError, match=f"telco.*rule 'min_node_rows'.*holds {MIN_NODE_ROWS - 1} rows"):
+        _fit_tampered(fed, tamper, target="telco")      # insurer makes every split of this tree
+    with pytest.raises(PeerError, match="rule 'min_node_rows': the setup agrees 2 rows per node, this party "
+                                        "requires at least 10"):
+        _fit_tampered(fed, lambda t, req, i: req, min_node_rows=2)      # below the federation's floor
+
+
+def test_a_reply_is_not_the_product_of_the_active_partys_own_ciphertexts(fed):
+    """Issue 22 (3.): the reply was the product of the bank's ciphertexts over each bin's rows, so
+    the product over all bins of a feature equalled the product over every row. Now each reply
+    ciphertext is re-randomised: it differs, and still decrypts to the same sum."""
+    bank = _bank(fed)
+    pk, sk = generate_keypair(KEY_BITS)
+    enc = Encryptor(pk, sk, "fast")
+    with transport(fed, "bank", peers=("insurer",)) as t:
+        rows = bank.align(t, ["insurer"], alignment.new_salt(), "s-product")
+        n = len(rows)
+        info = t.call("insurer", m.TrainSetup("he", 8, "productattack", n_rounds=1, max_depth=1,
+                                              min_node_rows=MIN_NODE_ROWS))
+        t.call("insurer", m.PublicKey(format(pk.n, "x"), hs=format(int(enc.hs), "x")))
+        cts = enc.encrypt([1] * n)
+        layout = PackingLayout.for_bounds(1.0, 0.25, n)
+        t.call("insurer", m.Gradients(0, True, layout.to_dict(), 1, BigInts(cts)))
+        reply = t.call("insurer", m.HistogramRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32),
+                                                     np.zeros((1, n), np.int32)))
+        t.call("insurer", m.TrainEnd("productattack", False))
+    n2 = pk.nsquare
+    k = int(info.n_bins[0])
+    first = reply.values.values[:k]           # feature 0: every row falls in exactly one of its bins
+    prod_reply = 1
+    for c in first:
+        prod_reply = prod_reply * int(c) % n2
+    prod_rows = 1
+    for c in cts:
+        prod_rows = prod_rows * int(c) % n2
+    assert prod_reply != prod_rows
+    assert Decryptor(sk).decrypt([prod_reply]) == [n]       # the same sum: he == plain
+
+
+# -- an honest federation, and prediction ----------------------------------------------------------
+def test_the_federation_trains_and_predicts_and_only_the_trainer_predicts(fed, tmp_path):
+    r = run_cli("party", "active", "--federation", fed["fed"], "--tls-dir", fed["certs"], "--data",
+                fed["files"]["bank"], "--model-dir", tmp_path / "ma", "--mode", "he", "--key-bits", KEY_BITS,
+                "--trees", 2, "--depth", 3, "--quiet", "--output-json", tmp_path / "train.json")
+    assert r.returncode == 0, r.stderr
+    model = BoostedModel.load(tmp_path / "ma" / "bank.json")
+    assert json.loads((tmp_path / "train.json").read_text())["n_trees"] == 2
+    for p in ("telco", "insurer"):
+        d = json.loads((fed["dir"] / f"m_{p}" / f"{model.model_id}.json").read_text())
+        assert d["trainer"] == "bank" and d["completed"] is True
+    r = run_cli("predict", "--federation", fed["fed"], "--tls-dir", fed["certs"], "--model-dir", tmp_path / "ma",
+                "--data", fed["files"]["bank"], "--out", tmp_path / "pred.csv", "--prediction", "node")
+    assert r.returncode == 0, r.stderr
+    assert len(pd.read_csv(tmp_path / "pred.csv")) == 569
+    # telco may not predict against insurer with the bank's model (default: the party that trained it)
+    with transport(fed, "telco", peers=("insurer",)) as t:
+        with pytest.raises(PeerError, match="rule 'who may predict': only \\['bank'\\]"):
+            t.call("insurer", m.PredictStart(model.model_id, "steal", np.zeros((1, 16), np.uint8)))
+    # node-by-node routing answers only rows of the session's batch and records of its model
+    with transport(fed, "bank", peers=("insurer",)) as t:
+        hashes = alignment.hash_ids(np.arange(5), bytes.fromhex(model.salt))
+        t.call("insurer", m.PredictStart(model.model_id, "route", hashes, model.party_hashes.get("insurer", "")))
+        with pytest.raises(PeerError, match="row index out of range"):
+            t.call("insurer", m.RouteRequest("route", np.zeros(1, np.int64), np.array([5], np.int64)))
+        with pytest.raises(PeerError, match="unknown record id"):
+            t.call("insurer", m.RouteRequest("route", np.array([10_000], np.int64), np.zeros(1, np.int64)))
+        # issue 22 (6.): any (record, row) pair was answered; a row now meets at most max_depth (3) of
+        # insurer's records of one tree, as on a path
+        t.call("insurer", m.RouteRequest("route", np.zeros(3, np.int64), np.zeros(3, np.int64)))
+        with pytest.raises(PeerError, match="rule 'path budget'"):
+            t.call("insurer", m.RouteRequest("route", np.zeros(1, np.int64), np.zeros(1, np.int64)))
+        t.call("insurer", m.PredictEnd("route"))
