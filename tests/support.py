@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from protocols import messages as m
@@ -153,3 +154,9 @@ def halving_levels(mech, root_hists, child_hists, offsets, tree=(0, 0)):
     nodes += [Node(1, 1, parent=0), Node(2, 1, parent=0)]
     return (split, mech.choose_split(nodes[1], child_hists, offsets, tree, nodes).bin_idx,
             mech.choose_split(nodes[2], child_hists, offsets, tree, nodes).bin_idx)
+
+
+def examples(n: int) -> int:
+    """A property test's example count: ``n`` under the dev and ci hypothesis profiles, scaled with
+    the profile in force (``thorough``: ten times; see tests/conftest.py)."""
+    return max(1, round(n * settings().max_examples / 100))

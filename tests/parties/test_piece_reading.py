@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import KEY_BITS, small_frames
+from support import KEY_BITS, examples, small_frames
 
 pytest.importorskip("pyarrow")
 
@@ -112,7 +112,7 @@ def test_piece_table_keeps_ids_and_reads_any_rows_from_their_pieces(tmp_path):
         open_piece_table(write_parquet(dup, tmp_path / "dup"), "telco", "id")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 120), files=st.integers(1, 4), group=st.integers(1, 50), seed=st.integers(0, 2 ** 16),
        take=st.integers(0, 200))
 def test_any_rows_read_from_any_piece_layout_equal_the_table(tmp_path_factory, n, files, group, seed, take):
@@ -129,7 +129,7 @@ def test_any_rows_read_from_any_piece_layout_equal_the_table(tmp_path_factory, n
     assert np.array_equal(t.read(rows), want, equal_nan=True)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(cols=st.lists(st.lists(st.floats(-1e6, 1e6) | st.just(float("nan")), max_size=40), max_size=5))
 def test_column_summaries_cross_the_worker_boundary_unchanged(cols):
     from parties.shard_ops import _summaries_from_frame, _summaries_to_frame

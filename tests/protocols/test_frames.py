@@ -14,6 +14,7 @@ import pytest
 from frames_support import malformed_frames, raw_frame
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from crypto.packing import PackingLayout
 from protocols import messages as m
@@ -162,7 +163,7 @@ def _same(a, b) -> bool:
     return True
 
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+FUZZ = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.data_too_large])
 
 
