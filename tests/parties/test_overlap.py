@@ -129,7 +129,7 @@ def test_the_root_partials_are_ready_before_the_request_and_acks_do_not_wait(mon
 
     monkeypatch.setattr(ShardSet, "root_partial", held)
     monkeypatch.setattr(passive_train, "INTAKE_BACKLOG", 8)   # all of a round's messages may wait here
-    acks_before_gate, orders = [], []
+    acks_before_gate, orders, shard_counts = [], [], []
 
     def wrap(fed, real, req):
         t = fed.passives["telco"]._state.train
@@ -139,6 +139,7 @@ def test_the_root_partials_are_ready_before_the_request_and_acks_do_not_wait(mon
                                             if r == "telco" and b"GradientShard" in f[:200]))
                 gate.set()
             intake = t.intake
+            shard_counts.append(len(intake.shards))    # read while the round is on (TrainEnd clears them)
             assert intake.idle.wait(60)            # the partials finish without the request
             reply = real(req)
             orders.append(list(intake.events))
@@ -146,17 +147,17 @@ def test_the_root_partials_are_ready_before_the_request_and_acks_do_not_wait(mon
         return real(req)
 
     fed, model, raw = _fit(monkeypatch, True, wrap=wrap)
-    n_shards = len(fed.passives["telco"]._state.train.shards or []) or None
     assert acks_before_gate and acks_before_gate[0] >= 2       # every shard of round 0 was acknowledged
-    assert len(orders) == 3
-    for events in orders:
+    assert len(orders) == 3 and len(shard_counts) == 3
+    for events, n_shards in zip(orders, shard_counts):
+        assert n_shards > 1                          # the round was streamed in several shards
+        assert sorted(e[1] for e in events[:-1]) == list(range(n_shards))    # each shard's partial, once
         kinds = [e[0] for e in events]
         assert kinds[-1] == "request" and set(kinds[:-1]) == {"partial"} and len(kinds) >= 3
         assert events[-1][1] == len(kinds) - 1       # all partials were done when the request arrived
         assert [e[1] for e in events[:-1]] == sorted(e[1] for e in events[:-1])     # in row order
     stats = _stats(fed, "telco")
     assert stats["eager"] == 3 and stats["partials_before_request"] == stats["partials"] > 0
-    assert n_shards is None or n_shards > 1
     monkeypatch.setattr(ShardSet, "root_partial", real_partial)
     _, model_off, raw_off = _fit(monkeypatch, False)
     assert _structures(model) == _structures(model_off) and np.array_equal(raw, raw_off)

@@ -202,22 +202,26 @@ def test_one_job_keeps_all_work_in_process(always_parallel, started_pids):
     assert started_pids == []
 
 
-def test_preshifted_copies_respect_the_frame_cap_of_transport_and_peers(monkeypatch):
+@pytest.mark.parametrize("preshift", [True, False], ids=["preshifted", "one-copy"])
+@pytest.mark.parametrize("cap,peer_cap", [(None, None), (10 ** 9, 150_000), (150_000, None)],
+                         ids=["no-cap", "peer-cap", "transport-cap"])
+def test_preshifted_copies_respect_the_frame_cap_of_transport_and_peers(monkeypatch, preshift, cap, peer_cap):
     """Pre-shifted copies multiply the gradient bytes; the stream cuts them into shard messages
-    under the smallest cap of the transport and the peers (issue 11: no longer by dropping the copies)."""
-    monkeypatch.setattr(ActiveParty, "preshift", True)
-    for cap, peer_cap, expect_copies in ((None, None, True), (10 ** 9, 150_000, True), (150_000, None, True)):
-        fed = _federation(record=True)
-        if cap is not None:
-            fed.transport.max_frame_bytes = cap
-        if peer_cap is not None:
-            fed.transport.peer_info = {"telco": {"max_frame_bytes": peer_cap}}
-        fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=1))
-        sizes = [len(f) for s, r, f in fed.transport.log if b"GradientShard" in f[:200]]
-        shifts = fed.active.channel.current.shifts
-        assert (shifts > 1) == expect_copies
-        if cap is not None or peer_cap is not None:
-            assert max(sizes) < 150_000 and sum(sizes) > 2 * 150_000    # many shards, each under the cap
+    under the smallest cap of the transport and the peers (issue 11: no longer by dropping the
+    copies): a cap never decides whether there are copies, the party's setting does."""
+    monkeypatch.setattr(ActiveParty, "preshift", preshift)
+    fed = _federation(record=True)
+    if cap is not None:
+        fed.transport.max_frame_bytes = cap
+    if peer_cap is not None:
+        fed.transport.peer_info = {"telco": {"max_frame_bytes": peer_cap}}
+    fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=1))
+    sizes = [len(f) for s, r, f in fed.transport.log if b"GradientShard" in f[:200]]
+    shifts = fed.active.channel.current.shifts
+    assert (shifts > 1) == preshift
+    if cap is not None or peer_cap is not None:
+        assert max(sizes) < 150_000                     # each shard under the smallest cap
+        assert sum(sizes) > 2 * 150_000 or not preshift     # the copies' bytes: many shards
 
 
 def test_a_refused_key_size_leaves_no_worker(started_pids):
