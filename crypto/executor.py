@@ -179,10 +179,6 @@ class Executor(ABC):
     def _forget(self, slot: str) -> None:
         self._slots.pop(slot, None)
 
-    def worker_label(self, index: int) -> str:
-        """How messages name worker ``index``."""
-        return f"worker {index}"
-
     # -- benchmarks -------------------------------------------------------
     @property
     @abstractmethod
@@ -403,10 +399,6 @@ class LocalExecutor(Executor):
         sel.close()
         return results
 
-    def worker_label(self, index: int) -> str:
-        pid = self._workers[index].proc.pid if index < len(self._workers) else "?"
-        return f"worker {index} (pid {pid}) of pool {self.name!r}"
-
     def _send(self, w: _Worker, frame: list[bytes]) -> None:
         try:
             for part in frame:
@@ -487,7 +479,4 @@ class InlineExecutor(Executor):
             if any(wi != 0 for wi, _ in requests):
                 raise WorkerError(f"executor {self.name!r} has one worker")
             return [self._run(h, b) for _, (h, b) in requests]
-
-    def worker_label(self, index: int) -> str:
-        return f"the process of {self.name!r}"
 
