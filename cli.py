@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -333,7 +332,8 @@ def _training_options(f):
 @_learner_options
 @_credit_options
 @click.option("--jobs", type=click.IntRange(0, 256), default=None,
-              help="Worker processes per party for the ciphertext work (default and 0: all cores).")
+              help="Worker processes per party for the ciphertext work (0: all cores; default: "
+                   "$VFL_N_JOBS, else all cores).")
 @click.option("--link-mbps", type=click.FloatRange(0, min_open=True), default=None,
               help="Throughput of the links to the passive parties in Mbit/s, for the cost model that weighs "
                    "pre-shifted gradient copies' bytes against computation (default: simulation models 100 Mbit/s).")
@@ -349,8 +349,6 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
 
     --categorical, --monotone and --weight-col name columns of whichever party holds them
     (PARTY:COLUMN where several parties have a column of that name, e.g. host:x2)."""
-    if jobs is not None:
-        os.environ["VFL_N_JOBS"] = str(jobs)
     if train_options["objective"] is None:
         train_options["objective"] = (SHARED_TASKS.get(dataset, Objective.BINARY.value)
                                       if not (active or passives) else Objective.BINARY.value)
@@ -389,7 +387,7 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
                                                            validation_size=validation_size or None,
                                                            executor_for=executor_for if dask_spec else None,
                                                            link_mbps=link_mbps, categorical=list(categorical),
-                                                           weight_col=weight_col)
+                                                           weight_col=weight_col, n_jobs=jobs)
         if dask_spec:
             result["dask"] = {"spec": dask_spec, "workers": {ex.name: ex.worker_peaks() for ex in executors}}
     finally:

@@ -131,6 +131,20 @@ class Executor(ABC):
             self.broadcast(dict(header, op=op, slot=slot), blobs)
             self._slots[slot] = obj
 
+    #: the modules the workers' ``ext`` operation may run (see :meth:`allow`)
+    extensions: tuple[str, ...] = ()
+
+    def allow(self, *modules: str) -> None:
+        """Let the ``ext`` operation of :mod:`crypto.worker` run these modules' ``WORKER_OPS`` on
+        the workers (e.g. ``"parties.shard_ops"``): the party that starts or uses the executor
+        hands them over, this floor names none. Kept in a slot (:data:`crypto.worker.EXTENSIONS_SLOT`):
+        a no-op once every worker holds them."""
+        with self._lock:
+            wanted = tuple(sorted(set(self.extensions) | {str(m) for m in modules}))
+            if wanted != self.extensions:
+                self.extensions = wanted
+            self.share(worker.EXTENSIONS_SLOT, self.extensions, {"modules": list(self.extensions)}, op="allow")
+
     def share_lazy(self, slot: str, obj, encode: Callable[[], tuple[dict, Sequence[bytes]]]) -> None:
         """Like :meth:`share`, calling ``encode() -> (header, blobs)`` only when needed."""
         if not self.holds(slot, obj):

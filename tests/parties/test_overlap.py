@@ -1,6 +1,6 @@
 """Overlapped rounds (issue 12, item 2): the active party encrypts shard k + 1 while shard k is on
 the wire, the passive party sums the root level of the shards already in. Switched by
-``VFL_OVERLAP`` (crypto.shards.overlap_enabled): on and off grow bit-identical models, in every
+``VFL_OVERLAP`` (parties.settings.Settings, read once per training): on and off grow bit-identical models, in every
 setting the eager root path meets (subsampling, GOSS, several trees a round, pre-shifted copies,
 plain mode, two passive parties), and the passive party's partials are computed before (and
 without delaying) the requests; a root request that does not match falls back."""
@@ -18,16 +18,15 @@ from crypto.paillier import Encryptor
 from crypto.shards import (
     MAX_STREAM_SHARD_BYTES,
     MIN_STREAM_SHARD_BYTES,
-    OVERLAP_ENV,
     STREAM_SHARDS,
     EncryptionStream,
     ShardedEncryption,
     ShardSet,
-    overlap_enabled,
     plan_shards,
     stream_rows,
 )
 from parties import passive_train
+from parties.settings import ENVIRONMENT, Settings
 from protocols import messages as m
 from protocols.serialization import loads
 from protocols.transport import frame_handler
@@ -41,6 +40,9 @@ def _frames(n=N, classes=2):
     if classes > 2:
         a["y"] = (np.digitize(b["b0"] + a["a0"], [-0.7, 0.7])).astype(int)
     return a, b, c
+
+
+OVERLAP_ENV = ENVIRONMENT["overlap"]
 
 
 def _fit(monkeypatch, overlap, mode="he", classes=2, preshift="auto", wrap=None, **kw):
@@ -71,12 +73,12 @@ def _shard_messages(fed, peer):
 
 def test_the_switch_reads_the_environment(monkeypatch):
     monkeypatch.delenv(OVERLAP_ENV, raising=False)
-    assert overlap_enabled()
-    for off in ("0", "off", "no", "false"):
+    assert Settings.from_environ().overlap
+    for off in ("0", "off", "No", "false"):
         monkeypatch.setenv(OVERLAP_ENV, off)
-        assert not overlap_enabled()
+        assert not Settings.from_environ().overlap
     monkeypatch.setenv(OVERLAP_ENV, "1")
-    assert overlap_enabled()
+    assert Settings.from_environ().overlap
     # a streamed round is cut finer than the shards of one worker, at least STREAM_SHARDS pieces
     assert len(plan_shards(24_000, 1)) == 2 and len(plan_shards(24_000, 1, stream_rows(24_000))) == STREAM_SHARDS
     assert len(plan_shards(600, 1, stream_rows(600))) == 3          # but of MIN_SHARD_ROWS rows at least

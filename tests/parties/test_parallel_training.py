@@ -191,9 +191,10 @@ def test_n_jobs_is_validated_with_a_clear_error(monkeypatch):
             ActiveParty("bank", a, n_jobs=bad)
         with pytest.raises(InputError, match="n_jobs"):
             PassiveParty("telco", b, n_jobs=bad)
-    monkeypatch.setenv("VFL_N_JOBS", "many")
-    with pytest.raises(InputError, match="VFL_N_JOBS"):
-        ActiveParty("bank", a)
+    monkeypatch.setenv("VFL_N_JOBS", "many")        # the environment is read when training starts
+    fed = _federation()
+    with pytest.raises(InputError, match="environment variable VFL_N_JOBS must be an integer .* got 'many'"):
+        fed.fit(TrainParams(mode="plain", n_estimators=1, max_depth=1))
 
 
 def test_one_job_keeps_all_work_in_process(always_parallel, started_pids):
@@ -258,12 +259,13 @@ def test_preshift_frame_cap_counts_every_row_of_a_sampled_round():
     """Unsampled rows still travel (as full-width placeholders): the shards under the cap count them."""
     from crypto.packing import PackingLayout
     from parties.channel import GradientChannel
+    from parties.settings import Settings
     from protocols.serialization import dumps
     from vfl.core.fixedpoint import encode_fixed
     from vfl.core.rounds import RoundGradients, RoundTiming
 
     n = 400
-    ch = GradientChannel("he", KEY_BITS, "fast", n_jobs=1)
+    ch = GradientChannel("he", KEY_BITS, "fast", Settings(n_jobs=1))
     rng = np.random.default_rng(0)
     g = encode_fixed(rng.uniform(-1, 1, (n, 1)), 20)
     h = encode_fixed(rng.uniform(0, .25, (n, 1)), 20)
