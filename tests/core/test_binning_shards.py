@@ -60,6 +60,7 @@ def _merge_tree(summaries, order, max_points):
     return merge_summaries(pool, max_points)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(80), deadline=None)
 @given(data=st.data(), max_bin=st.integers(2, 256))
 def test_exact_summaries_of_any_split_give_binners_edges(data, max_bin):

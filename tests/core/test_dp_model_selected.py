@@ -139,6 +139,7 @@ def test_halving_gain_sensitivity_bounds_every_neighbour(h_star, reg_lambda, dep
 
 
 # --------------------------------------------------------------------------- the feature choice
+@pytest.mark.slow
 def test_feature_choice_frequencies_follow_the_exponential_mechanism():
     """select_feature over fixed histograms picks feature j with probability proportional to
     exp(eps u_j / (2 Delta)), u_j the absolute gradient sums of its halving leaves, Delta = g*;

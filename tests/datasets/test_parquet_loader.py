@@ -199,6 +199,7 @@ def tables(draw):
     return df, cuts, draw(st.integers(1, 12))
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(t=tables())
 def test_batches_of_csv_and_parquet_equal_the_whole_table(tmp_path_factory, t):

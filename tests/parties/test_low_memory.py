@@ -323,6 +323,7 @@ print(json.dumps({"growth": hwm() - before, "x_bytes": n * f * 8, "bins": src.bi
 """
 
 
+@pytest.mark.slow
 @needs_clear_refs
 def test_a_low_memory_party_bins_a_deferred_table_without_its_feature_matrix(tmp_path):
     pytest.importorskip("pyarrow")

@@ -115,6 +115,7 @@ def test_overlap_on_and_off_grow_identical_models(monkeypatch, mode, kw):
     assert all(s.groups == 1 and s.layout["n_targets"] == (3 if classes == 3 else 1) for s in starts)
 
 
+@pytest.mark.slow
 def test_the_root_partials_are_ready_before_the_request_and_acks_do_not_wait(monkeypatch):
     """Every partial's computation is held back until the round's first HistogramRequest arrives:
     all GradientShard acknowledgements came back before (they do not wait for the partials, as
