@@ -35,8 +35,8 @@ Contract (the hot path; one function, one contract)::
 Returns, per node, a list of ``bin_offsets[-1]`` sums; an empty bin holds the
 identity (``1`` for ciphertexts, the encryption of zero with ``r = 1``; ``0``
 in plaintext). Every variant yields exactly the same sums (multiplication mod
-``n**2`` is associative and commutative). The naive plaintext oracle of the
-tests is ``reference_histogram`` in tests/support.py.
+``n**2`` is associative and commutative). :func:`reference_histogram` is the
+naive plaintext oracle.
 
 Implementation notes (measured, see ``benchmarks/hist_kernel.py``): the inner
 loop ``acc[c] = acc[c] * v % m`` streams the ciphertexts in row order into a
@@ -271,4 +271,20 @@ def _histogram_workers(executor, values, bin_idx, node_rows, offsets, modulus, j
                 adds += 1
     if stats is not None:
         stats["additions"] = stats.get("additions", 0) + adds
+    return out
+
+
+def reference_histogram(plain_values: Sequence[int], bin_idx: np.ndarray,
+                        node_rows: Sequence[np.ndarray], bin_offsets: np.ndarray) -> list[list[int]]:
+    """Naive plaintext oracle: sum of ``plain_values`` per node, feature and bin."""
+    bin_idx = np.asarray(bin_idx)
+    out = []
+    for rows in node_rows:
+        rows = set(int(r) for r in rows)
+        sums = []
+        for feature_idx in range(bin_idx.shape[1]):
+            n_bins = int(bin_offsets[feature_idx + 1] - bin_offsets[feature_idx])
+            for b in range(n_bins):
+                sums.append(sum(int(plain_values[r]) for r in rows if int(bin_idx[r, feature_idx]) == b))
+        out.append(sums)
     return out

@@ -160,18 +160,3 @@ def examples(n: int) -> int:
     """A property test's example count: ``n`` under the dev and ci hypothesis profiles, scaled with
     the profile in force (``thorough``: ten times; see tests/conftest.py)."""
     return max(1, round(n * settings().max_examples / 100))
-
-
-def reference_histogram(plain_values, bin_idx, node_rows, bin_offsets) -> list[list[int]]:
-    """Naive plaintext oracle: sum of ``plain_values`` per node, feature and bin."""
-    bin_idx = np.asarray(bin_idx)
-    out = []
-    for rows in node_rows:
-        rows = set(int(r) for r in rows)
-        sums = []
-        for feature_idx in range(bin_idx.shape[1]):
-            n_bins = int(bin_offsets[feature_idx + 1] - bin_offsets[feature_idx])
-            for b in range(n_bins):
-                sums.append(sum(int(plain_values[r]) for r in rows if int(bin_idx[r, feature_idx]) == b))
-        out.append(sums)
-    return out

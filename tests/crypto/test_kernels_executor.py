@@ -8,7 +8,7 @@ import signal
 import gmpy2
 import numpy as np
 import pytest
-from support import alive, reference_histogram
+from support import alive
 
 from crypto import parallel
 from crypto.compress import (
@@ -21,7 +21,7 @@ from crypto.compress import (
     stride_for,
 )
 from crypto.executor import Executor, LocalExecutor, WorkerError
-from crypto.histogram import _units, block_sums, histogram, plan_groups
+from crypto.histogram import _units, block_sums, histogram, plan_groups, reference_histogram
 from crypto.intcodec import bytes_to_ints, ints_to_bytes
 from crypto.packing import PackingLayout, decode_sums, pack, unpack
 from crypto.paillier import Decryptor, Encryptor, FixedBaseTable

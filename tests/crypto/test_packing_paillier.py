@@ -2,10 +2,9 @@
 import gmpy2
 import numpy as np
 import pytest
-from support import reference_histogram
 
 from crypto.compress import compress
-from crypto.histogram import histogram
+from crypto.histogram import histogram, reference_histogram
 from crypto.keys import WeakKeyWarning, check_key_bits, generate_keypair
 from crypto.packing import PackingLayout, PackingOverflowError, decode_sums, pack, split_digits, unpack
 from crypto.paillier import Decryptor, Encryptor
