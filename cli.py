@@ -339,7 +339,7 @@ def _training_options(f):
                    "pre-shifted gradient copies' bytes against computation (default: simulation models 100 Mbit/s).")
 @click.option("--dask", "dask_spec", default=None,
               help="Each party on its own Dask cluster: local:N (a LocalCluster of N processes per party on "
-                   "loopback, dashboard off), or a scheduler address shared by all (tests; see README).")
+                   "loopback, dashboard off), or a scheduler address shared by all (tests; see docs/dask.md).")
 @click.option("--dask-tls-dir", type=click.Path(file_okay=False), help="Certificates for a --dask scheduler address.")
 @click.option("--dask-insecure", is_flag=True, help="Allow a non-TLS --dask scheduler address.")
 def simulate(dataset, active, passives, id_col, label_col, parties, test_size, output_json, predictions,

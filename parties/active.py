@@ -480,7 +480,7 @@ class ActiveParty:
         return ids, self.model.output_to_prediction(raw)
 
     def share_split_gains(self, transport) -> dict[str, int]:
-        """Tell every passive party the gain of each of its own splits (opt-in; see README)."""
+        """Tell every passive party the gain of each of its own splits (opt-in; see docs/learner.md)."""
         model = self._need_model()
         per_party: dict[str, tuple[list, list]] = {p: ([], []) for p in model.passive_parties}
         for rnd in model.rounds:

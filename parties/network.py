@@ -122,7 +122,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
                  connect_timeout: float | None = None, on_round=None, validation_data=None,
                  link_mbps: float | None = None, executor=None, categorical=None,
                  weight_col: str | None = None) -> dict:
-    """Train against passive servers; return a JSON-ready summary (see the README).
+    """Train against passive servers; return a JSON-ready summary (see docs/deployment.md).
     ``validation_data``: CSV of validation rows (id, label, features; the passive parties serve
     theirs with ``--validation-data``): metric history and early stopping. ``link_mbps``: the
     links' throughput for the pre-shift cost model (None: measured on the gradient messages).

@@ -188,7 +188,7 @@ class Federation:
 
     def share_split_gains(self) -> dict[str, int]:
         """The active party tells each passive party the gains of its own splits (opt-in leakage:
-        label-derived; see README), so each can compute gain importance locally."""
+        label-derived; see docs/learner.md), so each can compute gain importance locally."""
         return self.active.share_split_gains(self.transport)
 
     def feature_importance(self, kind: str = "gain") -> dict[str, dict[str, float]]:

@@ -61,7 +61,7 @@ Conventions:
   ``PARTY:COLUMN`` where several parties use a name), ``sample_weight`` in ``fit``.
 * ``feature_importances_``: one value per feature, normalised to sum 1;
   ``importance_type`` ``"gain"`` (total gain; the simulated active party shares each
-  passive party's split gains with it, see README) or ``"split"``. Each party
+  passive party's split gains with it, see docs/learner.md) or ``"split"``. Each party
   computes its own part.
 * A fitted estimator pickles (``pickle``/``joblib``): the federation is kept as the
   parties' model dicts (:meth:`vfl.api.Federation.model_dicts`, the model files'
