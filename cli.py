@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -353,13 +352,14 @@ def _training_options(f):
 @_learner_options
 @_credit_options
 @click.option("--jobs", type=click.IntRange(0, 256), default=None,
-              help="Worker processes per party for the ciphertext work (default and 0: all cores).")
+              help="Worker processes per party for the ciphertext work (0: all cores; default: "
+                   "$VFL_N_JOBS, else all cores).")
 @click.option("--link-mbps", type=click.FloatRange(0, min_open=True), default=None,
               help="Throughput of the links to the passive parties in Mbit/s, for the cost model that weighs "
                    "pre-shifted gradient copies' bytes against computation (default: simulation models 100 Mbit/s).")
 @click.option("--dask", "dask_spec", default=None,
               help="Each party on its own Dask cluster: local:N (a LocalCluster of N processes per party on "
-                   "loopback, dashboard off), or a scheduler address shared by all (tests; see README).")
+                   "loopback, dashboard off), or a scheduler address shared by all (tests; see docs/dask.md).")
 @click.option("--dask-tls-dir", type=click.Path(file_okay=False), help="Certificates for a --dask scheduler address.")
 @click.option("--dask-insecure", is_flag=True, help="Allow a non-TLS --dask scheduler address.")
 @click.option("--dp-ledger-dir", type=click.Path(file_okay=False), default=None,
@@ -375,8 +375,6 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
 
     --categorical, --monotone and --weight-col name columns of whichever party holds them
     (PARTY:COLUMN where several parties have a column of that name, e.g. host:x2)."""
-    if jobs is not None:
-        os.environ["VFL_N_JOBS"] = str(jobs)
     if train_options["objective"] is None:
         train_options["objective"] = (SHARED_TASKS.get(dataset, Objective.BINARY.value)
                                       if not (active or passives) else Objective.BINARY.value)
@@ -420,7 +418,7 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
                                                            executor_for=executor_for if dask_spec else None,
                                                            link_mbps=link_mbps, categorical=list(categorical),
                                                            weight_col=weight_col, dp_ledger_dir=dp_ledger_dir,
-                                                           dp_lifetime_epsilon=dp_lifetime_epsilon)
+                                                           dp_lifetime_epsilon=dp_lifetime_epsilon, n_jobs=jobs)
         if dask_spec:
             result["dask"] = {"spec": dask_spec, "workers": {ex.name: ex.worker_peaks() for ex in executors}}
     finally:

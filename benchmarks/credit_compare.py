@@ -1,4 +1,4 @@
-"""The README's credit-scoring example against XGBoost and LightGBM with the same settings (issue 15).
+"""The credit-scoring example of docs/learner.md against XGBoost and LightGBM with the same settings (issue 15).
 
 default_credit (shared datasets): the passive party's x2 (education, 7 values) and x3 (marital
 status, 4 values) categorical, its repayment-status columns x5-x9 monotone increasing in risk,

@@ -1,4 +1,4 @@
-"""The README's projection (issue 11): time per tree and memory per worker for a large table on many
+"""The projection of docs/scale.md (issue 11): time per tree and memory per worker for a large table on many
 cores, computed from the per-core throughput measured by ``benchmarks/scale.py``.
 
     python benchmarks/scale.py > scale.json

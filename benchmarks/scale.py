@@ -21,12 +21,12 @@ timings), **each driver's own peak RSS** (``active_driver_peak_rss_mb``,
 model (the passive lookup table and the predictions of the score rows, to the last bit); per N
 the ratio dask/local and whether the models are identical; and ``throughput``: per-core
 seconds of encryption per row and of histograms per (row x passive feature), what
-``benchmarks/project.py`` turns into the README's projection. Targets (issue 11): Dask within
+``benchmarks/project.py`` turns into the projection of docs/scale.md. Targets (issue 11): Dask within
 1.15x of the local pool at 1M rows; driver RSS flat in N and <= 1 GB at 2M rows; identical models.
 
     python benchmarks/scale.py > scale.json                  # the full run (an hour or more on 2 cores)
     python benchmarks/scale.py --rows 20000 --executor local  # a smoke run
-    python benchmarks/project.py scale.json                  # the README's projection table
+    python benchmarks/project.py scale.json                  # the projection table of docs/scale.md
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ NAME among ``paillier``, ``ou`` (ours), ``phe``, ``heu_ou``, ``heu_zpaillier``. 
 core, ``--rows`` packed (g, h) values (binary logloss bounds, 32 fractional bits) are encrypted
 (ours: fixed base, short exponent, CRT, no obfuscator stock; phe: ``PaillierPublicKey.encrypt`` on
 ``--phe-sample`` values); one histogram of all rows over ``--features`` x ``--bins`` buckets is summed
-(ours: :func:`crypto.histogram.histogram`, the joint-bins kernel a worker runs for a shard in
+(ours: :func:`crypto.histogram.block_sums`, the joint-bins kernel a worker runs for a shard in
 training; phe: ``EncryptedNumber`` additions; HEU: ``Evaluator.batch_feature_wise_bucket_sum``, the
 call SecretFlow's SGB makes) and reported per textbook addition (rows x features); the buckets are
 decrypted (per value). Every scheme's sums are checked against the plaintext sums.
@@ -60,7 +60,7 @@ else:
     HEU_MISSING = None
 
 from crypto import schemes
-from crypto.histogram import histogram
+from crypto.histogram import block_sums
 from crypto.keys import generate_keypair
 from crypto.packing import PackingLayout, pack
 from crypto.paillier import Decryptor, Encryptor
@@ -105,9 +105,8 @@ def ours(name: str, bits: int, plain, order, expected) -> dict:
     rows, features = order.shape
     bins = len(expected) // features
     cts, t_enc = _timed(lambda: enc.encrypt(plain))
-    offsets = np.arange(features + 1, dtype=np.int64) * bins
     modulus = gmpy2.mpz(schemes.cipher_modulus(pub))
-    (sums,), t_hist = _timed(lambda: histogram(cts, order.astype(np.uint16), [np.arange(rows)], offsets, modulus))
+    sums, t_hist = _timed(lambda: block_sums(cts, order.astype(np.uint16), [bins] * features, modulus))
     got, t_dec = _timed(lambda: dec.decrypt_signed(sums))
     if got != expected:
         raise SystemExit(f"{name}: the decrypted histogram differs from the plaintext sums")

@@ -429,10 +429,6 @@ class DaskExecutor(Executor):
     def drop(self, prefix: str) -> None:
         super().drop(prefix)
 
-    def worker_label(self, index: int) -> str:
-        addr = self._addresses[index] if index < len(self._addresses) else "?"
-        return f"Dask worker {addr} of {self.name!r}"
-
     # -- benchmarks -------------------------------------------------------
     @property
     def pids(self) -> list[int]:

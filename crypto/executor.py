@@ -142,6 +142,20 @@ class Executor(ABC):
             self.broadcast(dict(header, op=op, slot=slot), blobs)
             self._slots[slot] = obj
 
+    #: the modules the workers' ``ext`` operation may run (see :meth:`allow`)
+    extensions: tuple[str, ...] = ()
+
+    def allow(self, *modules: str) -> None:
+        """Let the ``ext`` operation of :mod:`crypto.worker` run these modules' ``WORKER_OPS`` on
+        the workers (e.g. ``"parties.shard_ops"``): the party that starts or uses the executor
+        hands them over, this floor names none. Kept in a slot (:data:`crypto.worker.EXTENSIONS_SLOT`):
+        a no-op once every worker holds them."""
+        with self._lock:
+            wanted = tuple(sorted(set(self.extensions) | {str(m) for m in modules}))
+            if wanted != self.extensions:
+                self.extensions = wanted
+            self.share(worker.EXTENSIONS_SLOT, self.extensions, {"modules": list(self.extensions)}, op="allow")
+
     def share_lazy(self, slot: str, obj, encode: Callable[[], tuple[dict, Sequence[bytes]]]) -> None:
         """Like :meth:`share`, calling ``encode() -> (header, blobs)`` only when needed."""
         if not self.holds(slot, obj):
@@ -227,10 +241,6 @@ class Executor(ABC):
 
     def _forget(self, slot: str) -> None:
         self._slots.pop(slot, None)
-
-    def worker_label(self, index: int) -> str:
-        """How messages name worker ``index``."""
-        return f"worker {index}"
 
     # -- benchmarks -------------------------------------------------------
     @property
@@ -510,9 +520,6 @@ class LocalExecutor(Executor):
     def _failed(self) -> None:
         self.close(kill=True)
 
-    def worker_label(self, index: int) -> str:
-        pid = self._workers[index].proc.pid if index < len(self._workers) else "?"
-        return f"worker {index} (pid {pid}) of pool {self.name!r}"
 
 
 class _Meter:
@@ -610,7 +617,4 @@ class InlineExecutor(Executor):
             if any(wi != 0 for wi, _ in requests):
                 raise WorkerError(f"executor {self.name!r} has one worker")
             return [self._run(h, b) for _, (h, b) in requests]
-
-    def worker_label(self, index: int) -> str:
-        return f"the process of {self.name!r}"
 

@@ -11,7 +11,7 @@ Encryption of ``m`` is ``(1 + m*n) * r^n mod n^2``. Two ways to draw ``r^n``:
   random unit ``h`` fixed per key, and ``a`` a short random exponent of
   ``2 * security`` bits. Its security additionally assumes that such short
   exponents do not make ciphertexts distinguishable (DJN 2010, also used by
-  Intel IPCL and SecretFlow HEU). Documented in the README.
+  Intel IPCL and SecretFlow HEU). Documented in docs/threat-model.md (security notes).
 
 The key holder computes either power with the CRT modulo ``p^2`` and ``q^2``.
 For ``fast`` the powers of ``hs`` come from a fixed-base table

@@ -1,4 +1,4 @@
-"""How much parallelism: the worker count (``VFL_N_JOBS``) and THE inline-or-workers rule.
+"""How much parallelism: the worker count and THE inline-or-workers rule.
 
 Every kernel that can run on an :class:`crypto.executor.Executor` asks
 :func:`on_workers` whether a batch is worth shipping; the sizes below which work
@@ -52,30 +52,24 @@ def on_workers(executor, kernel: Kernel, work: int) -> bool:
     return POLICY.on_workers(executor, kernel, work)
 
 
-def default_workers() -> int:
-    """Worker processes to use: ``VFL_N_JOBS`` if set (0: all cores), else the cores this
-    process may run on."""
-    env = os.environ.get("VFL_N_JOBS", "").strip()
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            raise InputError(f"environment variable VFL_N_JOBS must be an integer, got {env!r}") from None
-        if not 0 <= n <= MAX_WORKERS:
-            raise InputError(f"environment variable VFL_N_JOBS must be from 0 to {MAX_WORKERS}, got {n}")
-        if n:
-            return n
+def all_cores() -> int:
+    """The cores this process may run on."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:       # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
 
 
-def resolve_workers(n_jobs: int | None) -> int:
-    """``None`` or ``0``: the default (see :func:`default_workers`); else ``n_jobs`` processes
-    (``1``: everything runs in the calling process)."""
-    if n_jobs is None:
-        return default_workers()
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or not 0 <= n_jobs <= MAX_WORKERS:
+def check_n_jobs(n_jobs: int | None) -> int | None:
+    """``n_jobs`` if it is ``None`` or an integer from 0 (all cores) to :data:`MAX_WORKERS`, else an
+    InputError (the environment's ``VFL_N_JOBS`` is parsed by :class:`parties.settings.Settings`)."""
+    if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, int)
+                               or not 0 <= n_jobs <= MAX_WORKERS):
         raise InputError(f"n_jobs must be an integer from 0 (all cores) to {MAX_WORKERS}, got {n_jobs!r}")
-    return n_jobs or default_workers()
+    return n_jobs
+
+
+def resolve_workers(n_jobs: int | None) -> int:
+    """``None`` or ``0``: all cores (:func:`all_cores`); else ``n_jobs`` processes (``1``: everything
+    runs in the calling process). Reads no environment: a party hands over its settings' count."""
+    return check_n_jobs(n_jobs) or all_cores()

@@ -27,7 +27,6 @@ kernels themselves are :func:`crypto.histogram.block_sums` and
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import deque
@@ -48,18 +47,6 @@ MIN_SHARD_ROWS = 256
 #: rows): the active party encrypts shard k + 1 while shard k is on the wire and the passive party
 #: sums the root level of the shards already in (issue 12)
 STREAM_SHARDS = 8
-#: the environment variable that turns the overlap off ("0"): both parties then work as before
-#: issue 12 (the whole round encrypted, then sent; the passive party starts at the first request);
-#: for tests and benchmarks: the models are the same either way
-OVERLAP_ENV = "VFL_OVERLAP"
-
-
-def overlap_enabled() -> bool:
-    """Whether rounds overlap encryption, the wire and the passive party's first level (default:
-    yes; ``VFL_OVERLAP=0`` turns it off in the process that reads it, active or passive)."""
-    return os.environ.get(OVERLAP_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
-
-
 #: a streamed gradient shard message carries at least this many bytes (unless the frame cap is
 #: lower): every message costs a round trip, which on a slow link must stay small next to its bytes
 MIN_STREAM_SHARD_BYTES = 1 << 20

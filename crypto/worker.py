@@ -18,10 +18,12 @@ Row shards that stay put (:mod:`crypto.shards`):
 * ``pack_encrypt``: pack (and encrypt) a shard's fixed-point gradients into a slot, taking
   obfuscators from the worker's stock first and making the rest on the spot (both counted).
 * ``ext``: an operation of a module above this floor that reads a party's own data where its
-  shards live (:data:`EXTENSIONS`: e.g. ``parties.shard_ops`` reads Parquet pieces, bins them,
+  shards live (e.g. the passive party's ``parties.shard_ops`` reads Parquet pieces, bins them,
   answers the split rule); imported by name in the worker process, so this floor imports nothing
-  of the floors above it. The request names ``module`` (one of :data:`EXTENSIONS`) and ``fn``
-  (a key of that module's ``WORKER_OPS``).
+  of the floors above it, and names none: the party hands the modules it allows to the executor
+  (:meth:`crypto.executor.Executor.allow`, the ``allow`` operation into the slot
+  :data:`EXTENSIONS_SLOT`). The request names ``module`` (one of those) and ``fn`` (a key of that
+  module's ``WORKER_OPS``); any other module is refused.
 * ``shard_hist``: the partial histograms of one shard for the nodes of one level, from the
   bit-packed node codes; ``shards_hist``: the same over every shard a level asks of this worker,
   summed here (one partial per worker); ``combine``: sum partials (a slice of each: the reduction).
@@ -297,14 +299,22 @@ def _combine(req, blobs, st):
     return {"additions": adds}, [ints_to_bytes(acc, w, signed)]
 
 
-#: modules whose ``WORKER_OPS`` the ``ext`` operation may run (a party's own requests only)
-EXTENSIONS = ("parties.shard_ops",)
+#: the slot of the modules whose ``WORKER_OPS`` the ``ext`` operation may run, as the party that
+#: uses the executor allowed them (:meth:`crypto.executor.Executor.allow`)
+EXTENSIONS_SLOT = "allowed-extensions"
+
+
+def _allow(req, blobs, st):
+    st[req["slot"]] = tuple(str(name) for name in req["modules"])
+    return {}, []
 
 
 def _ext(req, blobs, st):
     name = req["module"]
-    if name not in EXTENSIONS:
-        raise ValueError(f"unknown worker extension {name!r} (known: {EXTENSIONS})")
+    allowed = st.get(EXTENSIONS_SLOT, ())
+    if name not in allowed:
+        raise ValueError(f"worker extension {name!r} is not allowed by the party using this executor "
+                         f"(allowed: {list(allowed)})")
     ops = importlib.import_module(name).WORKER_OPS
     return ops[req["fn"]](req, blobs, st)
 
@@ -314,7 +324,7 @@ _OPS = {"put": _put, "compress": _compress,
         "obf_stats": _obf_stats,
         "fill": _fill, "get": _get, "drop": _drop, "pack_encrypt": _pack_encrypt, "shard_hist": _shard_hist,
         "shards_hist": _shards_hist,
-        "root_partial": _root_partial, "take": _take, "combine": _combine, "ext": _ext,
+        "root_partial": _root_partial, "take": _take, "combine": _combine, "ext": _ext, "allow": _allow,
         "ping": lambda req, blobs, st: ({"pid": os.getpid()}, [])}
 
 

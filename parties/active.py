@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from crypto.executor import Executor
-from crypto.parallel import resolve_workers
+from crypto.parallel import check_n_jobs
 from crypto.schemes import PAILLIER
 from datasets.errors import InputError
 from datasets.frames import party_data
@@ -29,6 +29,7 @@ from parties.dp import booster_class, dp_only_binning, dp_sources
 from parties.monitor import TrainingMonitor
 from parties.psi_align import align_predict, align_train
 from parties.remote import RemoteSource, end_prediction, leaf_mask_fetcher, source_map
+from parties.settings import Settings
 from protocols import alignment
 from protocols import messages as m
 from protocols.transport import Transport
@@ -101,8 +102,8 @@ class ActiveParty:
         :func:`datasets.loaders.read_party_table_deferred`)."""
         self.name = str(name)
         self.low_memory = bool(low_memory)
-        resolve_workers(n_jobs)       # validate early
-        self.n_jobs = n_jobs          # worker processes for encryption/decryption (None: all cores)
+        self.n_jobs = check_n_jobs(n_jobs)   # worker processes for encryption/decryption (None: VFL_N_JOBS)
+        self.settings: Settings | None = None    # the last training's (read once when fit starts)
         if executor is not None and not isinstance(executor, Executor):
             raise InputError(f"executor must be a crypto.executor.Executor (e.g. DaskExecutor), got "
                              f"{type(executor).__name__}")
@@ -215,6 +216,7 @@ class ActiveParty:
         val = self._validation_data(validation) if validation is not None else None
         if not peers and not self.feature_names:
             raise InputError(f"party {self.name!r} has no feature columns and there is no passive party")
+        self.settings = Settings.from_environ().for_party(self.n_jobs)    # once per training
         salt, model_id = alignment.new_salt(), secrets.token_hex(8)
         if resume is not None:
             salt, model_id = bytes.fromhex(resume.salt), resume.model_id
@@ -233,7 +235,7 @@ class ActiveParty:
             raise InputError("a --dp-model training cannot be resumed: new DP bin edges would spend budget "
                              "again and disagree with the finished rounds")
         # the key first: the workers then make obfuscators while the passive parties bin their features
-        self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.n_jobs, len(rows),
+        self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.settings, len(rows),
                                        executor=self.executor, name=self.name, scheme=params.scheme)
         booster_params = params
         try:
@@ -302,7 +304,8 @@ class ActiveParty:
                                   params.learning_rate, self.name, self.feature_names, peers, model_id, salt.hex(),
                                   rounds, params.to_dict() | ({"privacy": NOT_PRIVATE + ": dp_unsafe_noise_seed seeded "
                                                                           "the DP noise"}
-                                                              if params.dp_unsafe_noise_seed is not None else {}))
+                                                              if params.dp_unsafe_noise_seed is not None else {}),
+                                  settings=self.settings.to_dict())
         # each passive party's model hash at training end: checked by the party at every prediction
         self.model.party_hashes = {p: r.info["model_hash"] for p, r in (ends or {}).items()
                                    if isinstance(getattr(r, "info", None), dict)
@@ -497,7 +500,7 @@ class ActiveParty:
         return ids, self.model.output_to_prediction(raw)
 
     def share_split_gains(self, transport) -> dict[str, int]:
-        """Tell every passive party the gain of each of its own splits (opt-in; see README)."""
+        """Tell every passive party the gain of each of its own splits (opt-in; see docs/learner.md)."""
         model = self._need_model()
         per_party: dict[str, tuple[list, list]] = {p: ([], []) for p in model.passive_parties}
         for rnd in model.rounds:
@@ -532,6 +535,7 @@ class ActiveParty:
         obj.alignment_report, obj.timings, obj.channel = {}, [], None
         obj.label_mapping = {c: i for i, c in enumerate(model.classes)} if model.classes else None
         obj.n_jobs = None
+        obj.settings = None
         obj.executor = None
         obj.categories = dict(model.categories)
         obj.sample_weight, obj.weight_col = None, None

@@ -10,7 +10,7 @@ shard (:class:`crypto.shards.ShardedEncryption`: the values stay in the
 workers). The round travels to each passive party as a stream
 (:meth:`GradientChannel.messages`): one ``GradientsStart``, then one
 ``GradientShard`` per row shard, under the frame cap; the driver never holds the
-whole vector. With overlap (the default, :func:`crypto.shards.overlap_enabled`) the round is
+whole vector. With overlap (the default, :class:`parties.settings.Settings` ``overlap``) the round is
 cut into at least :data:`crypto.shards.STREAM_SHARDS` messages, each of a few encryption units
 (:func:`crypto.shards.stream_plan`: four per worker over the round, the first message one per
 worker), and a producer thread keeps a window of units in flight on every worker while the
@@ -43,13 +43,13 @@ from crypto.shards import (
     EncryptionStream,
     ShardedEncryption,
     ShardSet,
-    overlap_enabled,
     plain_width,
     plan_shards,
     stream_plan,
     stream_rows,
 )
 from datasets.errors import InputError
+from parties.settings import Settings
 from protocols import messages as m
 from vfl.core.params import Mode
 from vfl.core.rounds import RoundGradients, RoundObserver, RoundTiming
@@ -78,10 +78,12 @@ class GradientChannel(RoundObserver):
     #: bytes a gradient shard message may carry besides its values
     FRAME_MARGIN = 65536
 
-    def __init__(self, mode: str, key_bits: int, encryption: str, n_jobs: int | None = None,
+    def __init__(self, mode: str, key_bits: int, encryption: str, settings: Settings | None = None,
                  n_samples: int | None = None, executor: Executor | None = None, name: str = "active",
                  scheme: str = schemes.DEFAULT_SCHEME):
+        """``settings``: the training's (the active party read them once); default: all cores, overlap."""
         self.mode = mode
+        self.settings = Settings() if settings is None else settings
         self.key_bits = key_bits
         self.scheme = schemes.check_scheme(scheme)
         # what the layout and the cost model ask of the scheme (crypto.schemes): the plaintext space
@@ -94,8 +96,8 @@ class GradientChannel(RoundObserver):
         self.own_executor = executor is None      # the caller's executor is used, never closed
         self.executor: Executor | None = executor
         if executor is None:
-            if mode == Mode.HE and resolve_workers(n_jobs) > 1:
-                self.executor = LocalExecutor(n_jobs, name=f"active:{name}")
+            if mode == Mode.HE and resolve_workers(self.settings.n_jobs) > 1:
+                self.executor = LocalExecutor(self.settings.n_jobs, name=f"active:{name}")
                 if n_samples is not None and n_samples >= 64:   # start up while the key is generated
                     self.executor.start()
             else:
@@ -224,7 +226,7 @@ class GradientChannel(RoundObserver):
     # -- the round ------------------------------------------------------------
     def round_started(self, gradients: RoundGradients) -> None:
         """Prepare the round (layout, shifts, shards, header) and start encrypting it, once for every
-        passive party: with overlap (:func:`crypto.shards.overlap_enabled`) shard by shard while the previous
+        passive party: with overlap (the settings' ``overlap``) shard by shard while the previous
         shards are on the wire (:class:`crypto.shards.EncryptionStream`), else all of it now."""
         self._end_stream()
         self.current = self._encrypt_round(gradients)
@@ -277,7 +279,7 @@ class GradientChannel(RoundObserver):
         max_rows = self.shard_rows(n_groups * shifts * width)
         if max_rows is not None and max_rows < 1:
             raise RuntimeError("the frame cap is too small for one row of gradients")
-        overlap = overlap_enabled()
+        overlap = self.settings.overlap
         messages = bounds = None
         if overlap:        # pieces small enough to overlap encryption, the wire and the passive party
             rows = stream_rows(n, self.executor.n_workers, n_groups * shifts * width)

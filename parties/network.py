@@ -143,7 +143,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
                  connect_timeout: float | None = None, on_round=None, validation_data=None,
                  link_mbps: float | None = None, executor=None, categorical=None,
                  weight_col: str | None = None) -> dict:
-    """Train against passive servers; return a JSON-ready summary (see the README).
+    """Train against passive servers; return a JSON-ready summary (see docs/deployment.md).
     ``validation_data``: CSV of validation rows (id, label, features; the passive parties serve
     theirs with ``--validation-data``): metric history and early stopping. ``link_mbps``: the
     links' throughput for the pre-shift cost model (None: measured on the gradient messages).
@@ -205,7 +205,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         "alignment": active.alignment_report, "bytes_sent": transport.bytes_report(),
         "total_bytes": transport.total_bytes(),
         "messages_sent": {f"{a}->{b}": n for (a, b), n in sorted(transport.messages_sent.items())},
-        "params": params.to_dict(), "timings": active.timings,
+        "params": params.to_dict(), "settings": dict(model.settings), "timings": active.timings,
         "crypto_seconds": active.crypto_seconds(),
         "security": security.describe(),
         "n_rounds": model.n_rounds, "best_iteration": model.best_iteration, "classes": model.classes,

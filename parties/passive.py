@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from crypto.executor import Executor
-from crypto.parallel import resolve_workers
+from crypto.parallel import check_n_jobs
 from datasets.errors import InputError, ProtocolError
 from datasets.frames import party_data
 from datasets.loaders import read_party_table
@@ -165,7 +165,7 @@ class PassiveParty:
     name = property(lambda self: self._state.name, doc="the party's name")
     id_col = _state_attr("id_col", "name of the id column")
     source = _state_attr("source", "where the data came from (for messages)")
-    n_jobs = _state_attr("n_jobs", "worker processes for the ciphertext kernels (None: all cores)")
+    n_jobs = _state_attr("n_jobs", "worker processes for the ciphertext kernels (None: VFL_N_JOBS)")
     feature_names = _state_attr("feature_names", "this party's feature columns, in order")
     model_id = _state_attr("model_id", "the model trained (or being trained)")
     salt = _state_attr("salt", "the id-hashing salt of the model")
@@ -188,8 +188,7 @@ class PassiveParty:
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
                  source: str | None = None, n_jobs: int | None = None, executor: Executor | None = None,
                  categorical=None, monotone: dict | None = None, dp_bins: dict | None = None):
-        resolve_workers(n_jobs)       # validate early
-        self._state = PassiveState(str(name), id_col, source, n_jobs)
+        self._state = PassiveState(str(name), id_col, source, check_n_jobs(n_jobs))
         self.executor = executor
         if isinstance(frame, PieceTable):       # a Parquet table read piece by piece where needed
             if categorical:

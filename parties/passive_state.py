@@ -26,6 +26,7 @@ from crypto.executor import Executor, InlineExecutor, LocalExecutor
 from crypto.parallel import resolve_workers
 from crypto.shards import ShardedGradients, ShardSet
 from datasets.errors import InputError, ProtocolError
+from parties.settings import Settings
 from vfl.core.binning import Binner
 from vfl.core.params import ALIGNMENTS, PREDICTIONS
 from vfl.core.split import goes_left
@@ -59,6 +60,7 @@ class TrainingSession:
     intake: object = None                      # the round's parties.passive_train.RoundIntake (overlap)
     protocol: object = None                    # parties.passive_checks.TrainingProtocol: what is allowed
     randomizer: object = None                  # crypto.obfuscators.ReplyRandomizer: fresh randomness for replies
+    settings: Settings = field(default_factory=Settings)   # read once, at TrainSetup
     overlap: dict = field(default_factory=lambda: {"eager": 0, "fallback": 0, "partials": 0,
                                                    "partials_before_request": 0})   # root levels, for tests
 
@@ -163,7 +165,7 @@ class PassiveState:
     name: str
     id_col: str = "id"
     source: str | None = None
-    n_jobs: int | None = None                  # worker processes for the ciphertext kernels (None: all cores)
+    n_jobs: int | None = None                  # worker processes for the ciphertext kernels (None: VFL_N_JOBS)
     # local policy, never set by the active party
     allowed_align: tuple = ALIGNMENTS
     allowed_prediction: tuple = PREDICTIONS
@@ -237,9 +239,9 @@ class PassiveState:
         if self.user_executor is not None:
             return self.user_executor
         if self.executor is None or self.executor.closed:
-            if work is not None and work >= 0 and resolve_workers(self.n_jobs) > 1 \
-                    and work >= parallel.POLICY.histogram:
-                self.executor = LocalExecutor(self.n_jobs, name=f"passive:{self.name}")
+            jobs = self.train.settings.n_jobs
+            if work is not None and work >= 0 and resolve_workers(jobs) > 1 and work >= parallel.POLICY.histogram:
+                self.executor = LocalExecutor(jobs, name=f"passive:{self.name}")
             else:
                 self.executor = InlineExecutor(name=f"passive:{self.name}")
         return self.executor

@@ -27,12 +27,13 @@ from crypto.executor import WorkerError
 from crypto.intcodec import ints_to_bytes
 from crypto.obfuscators import ReplyRandomizer
 from crypto.packing import PackingLayout
-from crypto.shards import ShardedGradients, ShardSet, overlap_enabled, stream_rows, value_width
+from crypto.shards import ShardedGradients, ShardSet, stream_rows, value_width
 from datasets.errors import InputError, ProtocolError
 from datasets.pieces import PieceTable
 from parties import dp
 from parties.passive_checks import TrainingProtocol
 from parties.passive_state import PassiveState, unsafe_seed
+from parties.settings import Settings
 from parties.shard_ops import ShardReader
 from protocols import messages as m
 from protocols.serialization import BigInts
@@ -106,6 +107,7 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
                             "(its federation's min_node_rows)")
     s.close_executor()                  # shards of an earlier session
     t = s.train
+    t.settings = Settings.from_environ().for_party(s.n_jobs)      # once per training
     t.mode = req.mode
     t.scheme = req.scheme
     t.nsquare = t.public_key = t.plain_bits = None     # a new training waits for its own key
@@ -154,7 +156,7 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
         # plain sums are cheap: own worker processes only for ciphertexts (a caller's executor always)
         executor = s.get_executor(work=len(rows) * X.shape[1] if t.mode == Mode.HE else -1)
         t.shards = ShardSet(executor, len(rows), prefix=f"train-{req.model_id}/",
-                            max_rows=stream_rows(len(rows), executor.n_workers) if overlap_enabled() else None)
+                            max_rows=stream_rows(len(rows), executor.n_workers) if t.settings.overlap else None)
         t.shards.place_array("bins", t.bin_idx)
     return m.BinningInfo(t.binner.n_bins, categorical if categorical.any() else np.zeros(0, dtype=bool),
                          monotone if monotone.any() else np.zeros(0, dtype=np.int8),
@@ -299,9 +301,9 @@ class RoundIntake:
     rows, or a later request), today's path answers it. With pre-shifted copies the compressed
     output depends on the position of each node in the request: the partials are for the root of
     every target of every group in order, and another request falls back. The one-message
-    ``Gradients``, mode ``dp`` and ``VFL_OVERLAP=0`` do not use the intake. Joint bins, plain
-    mode and any executor (local pool, Dask) work as in :meth:`crypto.shards.ShardSet.histograms`:
-    the same kernel, over all rows."""
+    ``Gradients``, mode ``dp`` and ``VFL_OVERLAP=0`` (:class:`parties.settings.Settings`) do not use
+    the intake. Joint bins, plain mode and any executor (local pool, Dask) work as in
+    :meth:`crypto.shards.ShardSet.histograms`: the same kernel, over all rows."""
 
     def __init__(self, party: str, shards: ShardSet, g: ShardedGradients, modulus, n_bins: list[int]):
         self.party, self.shards, self.g = party, shards, g
@@ -503,7 +505,7 @@ def gradients_start(s: PassiveState, req: m.GradientsStart) -> m.Ack:
         raise ProtocolError(f"gradient values of {req.width} bytes (signed={req.signed}), expected {g.width} "
                             f"(signed={g.signed})")
     t = s.train
-    if overlap_enabled():          # the first level starts as the shards arrive
+    if t.settings.overlap:          # the first level starts as the shards arrive
         t.intake = RoundIntake(s.name, t.shards, g, t.nsquare if t.mode == Mode.HE else None,
                                np.diff(t.binner.bin_offsets).tolist())
     return m.Ack()

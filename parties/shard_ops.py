@@ -157,6 +157,7 @@ class ShardReader:
         self.shards, self.table, self.party = shards, table, party
 
     def _run(self, reqs):
+        self.shards.executor.allow(MODULE)        # this party hands its operations to the executor
         replies = self.shards.executor.run_on(reqs)
         for header, _ in replies:
             if "input_error" in header:

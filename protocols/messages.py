@@ -481,7 +481,7 @@ class EvalStart:
 class SplitGains:
     """Optional, after training: the gain of each of the receiver's own splits (its records),
     so that it can compute gain importance of its features locally. Sent only on request
-    of the active party (label-derived information; see README)."""
+    of the active party (label-derived information; see docs/learner.md)."""
     model_id: str = text(ID_CHARS, nonempty=True)
     record_ids: np.ndarray = array("int", 1, min=0)    # int64
     gains: np.ndarray = array("float", 1)              # float64

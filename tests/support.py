@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from hypothesis import settings
 from hypothesis import strategies as st
 from scipy import integrate
 
@@ -170,3 +171,9 @@ def rnm_probs(u, scale: float) -> np.ndarray:
         pts = sorted({float(v) for v in u if v > u[i]})
         out.append(integrate.quad(f, u[i], u[i] + 60 * scale, points=pts or None, limit=200)[0])
     return np.array(out)
+
+
+def examples(n: int) -> int:
+    """A property test's example count: ``n`` under the dev and ci hypothesis profiles, scaled with
+    the profile in force (``thorough``: ten times; see tests/conftest.py)."""
+    return max(1, round(n * settings().max_examples / 100))

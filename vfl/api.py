@@ -188,7 +188,7 @@ class Federation:
 
     def share_split_gains(self) -> dict[str, int]:
         """The active party tells each passive party the gains of its own splits (opt-in leakage:
-        label-derived; see README), so each can compute gain importance locally."""
+        label-derived; see docs/learner.md), so each can compute gain importance locally."""
         return self.active.share_split_gains(self.transport)
 
     def feature_importance(self, kind: str = "gain") -> dict[str, dict[str, float]]:
@@ -384,7 +384,8 @@ def split_categorical(party_frames, categorical) -> dict:
 
 def federation_from_frames(party_frames, record: bool = False, link_mbps: float | None = None,
                            executor_for=None, categorical=None, monotone: dict | None = None,
-                           weight_col: str | None = None, dp_bins: dict | None = None) -> Federation:
+                           weight_col: str | None = None, dp_bins: dict | None = None,
+                           n_jobs: int | None = None) -> Federation:
     """Build a federation from ``datasets.PartyFrame`` objects (the first one holds the label).
 
     ``executor_for(name)`` (optional): each party's own executor (e.g. a Dask cluster per party);
@@ -394,7 +395,8 @@ def federation_from_frames(party_frames, record: bool = False, link_mbps: float 
     ``TrainParams.monotone_constraints`` at fit, see :func:`simulate`); ``weight_col``: a column
     of the active party's frame holding sample weights; ``dp_bins``: public bounds/edges
     (:func:`vfl.core.dp_model.check_dp_bins`) of the passive parties' features for ``--dp-model``
-    (``PARTY:FEATURE`` allowed; the active party's come from ``TrainParams.dp_bins``)."""
+    (``PARTY:FEATURE`` allowed; the active party's come from ``TrainParams.dp_bins``); ``n_jobs``:
+    every party's worker processes (None: each reads ``VFL_N_JOBS``, :class:`parties.settings.Settings`)."""
     if not party_frames:
         raise InputError("no party data given")
     first, rest = party_frames[0], party_frames[1:]
@@ -410,8 +412,9 @@ def federation_from_frames(party_frames, record: bool = False, link_mbps: float 
         raise InputError(f"dp_bins on the active party's features {sorted(bins[first.name])} go in TrainParams.dp_bins")
     ex = executor_for or (lambda name: None)
     active = ActiveParty(first.name, first.frame, first.id_col, first.label_col, first.source,
-                         executor=ex(first.name), categorical=cats[first.name], weight_col=weight_col)
+                         executor=ex(first.name), categorical=cats[first.name], weight_col=weight_col, n_jobs=n_jobs)
     passives = [PassiveParty(pf.name, pf.frame, pf.id_col, pf.source, executor=ex(pf.name), categorical=cats[pf.name],
+                             n_jobs=n_jobs,
                              monotone=per_party[pf.name] or None, dp_bins=bins[pf.name] or None) for pf in rest]
     return Federation(active, passives, record=record, link_mbps=link_mbps)
 
@@ -455,7 +458,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
              on_round=None, record: bool = False, prediction: str | None = None,
              validation_size: float | None = None, executor_for=None, link_mbps: float | None = None,
              categorical=None, weight_col: str | None = None, dp_ledger_dir=None,
-             dp_lifetime_epsilon: float | None = None):
+             dp_lifetime_epsilon: float | None = None, n_jobs: int | None = None):
     """Split rows into train/test by the active party's ids, train, predict the test rows.
 
     ``categorical``: columns (of any party) to treat as categorical; ``weight_col``: the active
@@ -466,7 +469,9 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     ``validation_size``: a fraction of the training rows held out as validation set
     (metric history, early stopping); ``executor_for(name)``: each party's executor (e.g.
     ``vfl simulate --dask local:2``: a private Dask cluster per party); ``link_mbps``: see
-    :class:`Federation`. Returns ``(federation, result, test_ids, test_output)``
+    :class:`Federation`; ``n_jobs``: every party's worker processes (None: ``VFL_N_JOBS``, else all
+    cores). The result records the settings the training ran with (``settings``: n_jobs, overlap).
+    Returns ``(federation, result, test_ids, test_output)``
     where ``test_output`` is the probability of class 1 (binary), the class probabilities
     ``(n, K)`` (multiclass) or the predictions (regression).
     """
@@ -486,7 +491,8 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
                                            if name != party_frames[0].name for f, c in cs.items()},
                                  weight_col=weight_col,
                                  dp_bins={f"{name}:{f}": e for name, es in bins.items()
-                                          if name != party_frames[0].name for f, e in es.items()})
+                                          if name != party_frames[0].name for f, e in es.items()},
+                                 n_jobs=n_jobs)
     if validation is not None and weight_col is not None:
         validation[party_frames[0].name] = validation[party_frames[0].name].drop(columns=weight_col)
     user_params, params = params, active_params
@@ -528,6 +534,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         align=params.align, prediction=prediction or DEFAULT_PREDICTION,
     )
     result["train_bytes"] = train_bytes
+    result["settings"] = dict(model.settings)         # the environment switches it trained with
     if weight_col is not None and model.objective != Objective.MULTICLASS:     # what the user weighted
         names = ("auc", "logloss", "error") if model.objective == Objective.BINARY else ("rmse", "mae")
         w_test = check_sample_weight(test[0].frame[weight_col].to_numpy(dtype=np.float64, na_value=np.nan),

@@ -47,8 +47,8 @@ Conventions:
   is then used by ``predict``.
 * ``sample_weight`` in ``fit``: one non-negative weight per row of ``X`` (of the
   active party's frame). Rows of weight 0 are left out, exactly as if absent (they
-  shape no bin; a classifier's ``classes_`` are those of the other rows); see
-  :data:`WEIGHTED_TRAINING` for the others.
+  shape no bin; a classifier's ``classes_`` are those of the other rows); the
+  others train weighted (:meth:`vfl.api.Federation.fit`'s ``sample_weight``).
 * Hyperparameters are the :class:`vfl.core.params.TrainParams` fields with XGBoost's
   names (also ``mode="dp"`` with ``epsilon``, and ``align="psi"``), with TrainParams'
   defaults, checked in ``fit`` (so ``clone``/``get_params``/``set_params`` work as in
@@ -62,7 +62,7 @@ Conventions:
   ``PARTY:COLUMN`` where several parties use a name), ``sample_weight`` in ``fit``.
 * ``feature_importances_``: one value per feature, normalised to sum 1;
   ``importance_type`` ``"gain"`` (total gain; the simulated active party shares each
-  passive party's split gains with it, see README) or ``"split"``. Each party
+  passive party's split gains with it, see docs/learner.md) or ``"split"``. Each party
   computes its own part.
 * A fitted estimator pickles (``pickle``/``joblib``): the federation is kept as the
   parties' model dicts (:meth:`vfl.api.Federation.model_dicts`, the model files'
@@ -70,7 +70,6 @@ Conventions:
 """
 from __future__ import annotations
 
-import inspect
 import numbers
 
 import numpy as np
@@ -88,8 +87,7 @@ from vfl.api import Federation, federation_from_frames, split_constraints
 from vfl.core.objectives import get_objective
 from vfl.core.params import Objective, TrainParams
 
-__all__ = ["VerticalBoostingClassifier", "VerticalBoostingRegressor", "WEIGHTED_TRAINING",
-           "sklearn_expected_failed_checks"]
+__all__ = ["VerticalBoostingClassifier", "VerticalBoostingRegressor"]
 _D = TrainParams.default        # the hyperparameter defaults are TrainParams' (one place)
 
 _LABEL = "__vfl_label__"
@@ -99,28 +97,6 @@ _COMMON = ("n_estimators", "max_depth", "learning_rate", "max_bin", "reg_lambda"
            "key_bits", "encryption", "scheme", "precision_bits", "seed", "align", "epsilon", "epsilon_per_feature",
            "dp_unsafe_noise_seed")
 _SHOWN = 8                      # column names an error message lists at most
-
-#: Whether :meth:`vfl.api.Federation.fit` trains with per-row weights (``sample_weight=``; issue 15
-#: item 2). Without it, ``fit`` accepts only weights 0 and 1 (rows of weight 0 are left out, the others
-#: train unweighted: exact) and refuses any other with an :class:`InputError`.
-WEIGHTED_TRAINING = "sample_weight" in inspect.signature(Federation.fit).parameters
-
-_WEIGHT_CHECKS = ("check_sample_weights_list", "check_sample_weights_not_overwritten",
-                  "check_sample_weight_equivalence_on_dense_data")
-
-
-def sklearn_expected_failed_checks(estimator) -> dict[str, str]:
-    """The scikit-learn estimator checks these estimators cannot pass, with the reason, for
-    ``check_estimator(est, expected_failed_checks=...)`` / ``parametrize_with_checks``.
-
-    Only the weight checks, and only while :data:`WEIGHTED_TRAINING` is False: they train with
-    weights other than 0 and 1, which the learner of this build does not support (``fit`` says so)."""
-    if WEIGHTED_TRAINING:
-        return {}
-    reason = ("sample weights other than 0 and 1 need weighted training in vfl.api (Federation.fit("
-              "sample_weight=...), issue 15 item 2), absent from this build: fit refuses them with an InputError")
-    return {name: reason for name in _WEIGHT_CHECKS}
-
 
 def _show(values) -> str:
     values = list(values)
@@ -448,13 +424,7 @@ class _VerticalBoosting(BaseEstimator):
             raise InputError(f"sample_weight: {exc}") from None
         self._check_weighted_labels(y, w)
         keep = w > 0
-        w, keep = w[keep], (None if keep.all() else keep)
-        if WEIGHTED_TRAINING:
-            return w, keep
-        if np.all(w == 1.0):
-            return None, keep           # weights 0 and 1 select rows: the unweighted training, exactly
-        raise InputError("sample_weight: weights other than 0 and 1 need weighted training (vfl.api "
-                         "Federation.fit(sample_weight=...)), which this build lacks")
+        return w[keep], (None if keep.all() else keep)
 
     def _check_weighted_labels(self, y, w):
         """What the labels must satisfy once zero-weight rows are gone (the classifier's: 2 classes)."""

@@ -338,8 +338,6 @@ def test_random_state_gives_the_seed_and_makes_fits_reproducible():
 
 
 def test_sample_weight_ones_equal_unweighted_and_bad_weights_are_refused():
-    from vfl.estimators import WEIGHTED_TRAINING
-
     X, y = wine_table()
     plain = VerticalBoostingClassifier(n_estimators=3, mode="plain")
     base = clone(plain).fit(X, y).predict_proba(X)
@@ -352,11 +350,6 @@ def test_sample_weight_ones_equal_unweighted_and_bad_weights_are_refused():
         with pytest.raises(InputError, match=match):
             clone(plain).fit(X, y, sample_weight=w)
     w = np.where(y == 2, 3.0, 1.0)
-    if not WEIGHTED_TRAINING:
-        with pytest.raises(InputError, match=r"weights other than 0 and 1 need weighted training \(vfl.api "
-                                             r"Federation.fit\(sample_weight=...\)\), which this build lacks"):
-            clone(plain).fit(X, y, sample_weight=w)
-        return
     # weighted training (issue 15 item 2): integer weights equal duplicated rows (at most 10 distinct values
     # per column, fewer than max_bin: the same bins either way)
     Xr = X.apply(lambda col: pd.qcut(col, 10, labels=False, duplicates="drop")).astype(float)
@@ -465,9 +458,8 @@ def test_table_eval_set_and_early_stopping():
 
 
 def test_sample_weight_pass_through_to_the_api(monkeypatch):
-    """With weighted training in vfl.api, fit hands Federation.fit the weights of the rows that train,
-    in the order of the active party's frame (the contract the learner's weighted training takes)."""
-    import vfl.estimators as est
+    """fit hands Federation.fit the weights of the rows that train, in the order of the active
+    party's frame (the contract the learner's weighted training takes)."""
     from vfl.api import Federation
 
     seen = []
@@ -477,7 +469,6 @@ def test_sample_weight_pass_through_to_the_api(monkeypatch):
         seen.append((np.array(self.active.ids), sample_weight))
         return original(self, params, on_round, validation, observers, **kwargs)
 
-    monkeypatch.setattr(est, "WEIGHTED_TRAINING", True)
     monkeypatch.setattr(Federation, "fit", fit)
     X, y = wine_table()
     w = np.arange(len(y)) % 4 * 0.5                         # 0, 0.5, 1, 1.5, ...
@@ -488,7 +479,6 @@ def test_sample_weight_pass_through_to_the_api(monkeypatch):
     VerticalBoostingClassifier(n_estimators=1, mode="plain").fit(parts, yw, sample_weight=w)
     ids, got = seen[-1]
     assert ids.tolist() == parts["bank"]["id"][w > 0].tolist() and np.array_equal(got, w[w > 0])
-    assert est.sklearn_expected_failed_checks(VerticalBoostingClassifier()) == {}
 
 
 def test_estimator_takes_categories_and_monotone_constraints_of_both_parties():

@@ -1,4 +1,4 @@
-"""benchmarks/project.py: the README's projection from scale.py's JSON (linear scaling, memory fitted)."""
+"""benchmarks/project.py: the projection of docs/scale.md from scale.py's JSON (linear scaling, memory fitted)."""
 from __future__ import annotations
 
 import json

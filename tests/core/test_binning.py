@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import ColumnReader
+from support import ColumnReader, examples
 
 from vfl.core.binning import Binner, check_max_bin
 from vfl.core.errors import InputError
@@ -29,7 +29,7 @@ def _fit(col, max_bin):
     return Binner(max_bin).fit(col[:, None])
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(col=columns(), max_bin=st.integers(2, 40))
 def test_bin_le_b_is_x_le_threshold(col, max_bin):
     """For every ordinary bin b: "bin <= b" is exactly "x <= threshold(0, b)" (NaN: never), and
@@ -49,7 +49,7 @@ def test_bin_le_b_is_x_le_threshold(col, max_bin):
                                   goes_left(col, thr, default_left))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(col=columns(), max_bin=st.integers(2, 40))
 def test_thresholds_are_increasing_and_every_bin_is_used_at_its_ends(col, max_bin):
     binner = _fit(col, max_bin)
@@ -65,7 +65,7 @@ def test_thresholds_are_increasing_and_every_bin_is_used_at_its_ends(col, max_bi
     assert bins.size == 0 or int(bins.max()) == len(t)            # the last ordinary bin is not empty
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(values=st.lists(moderate, min_size=2, max_size=30, unique=True), max_bin=st.integers(2, 40))
 def test_few_distinct_values_each_get_their_own_bin(values, max_bin):
     """With at most max_bin distinct values, any two values that are not neighbouring floats are split
@@ -152,7 +152,7 @@ def test_quantile_cuts_near_the_float_maximum_stay_finite():
     assert len(np.unique(bins)) == t.size + 1
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=2, max_size=12, unique=True))
 def test_every_pair_of_distinct_finite_values_is_split(values):
     x = np.array(sorted(values))
@@ -163,7 +163,7 @@ def test_every_pair_of_distinct_finite_values_is_split(values):
     assert binner.transform(x[:, None])[:, 0].tolist() == list(range(len(x)))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(n=st.integers(1, 200), max_bin=st.integers(2, 255), seed=st.integers(0, 2**16))
 def test_one_byte_bins_equal_two_byte_bins(n, max_bin, seed):
     rng = np.random.default_rng(seed)
@@ -182,7 +182,7 @@ def test_one_byte_bins_refuse_more_than_256_slots():
         b.transform(X, dtype=np.uint8)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(n=st.integers(1, 300), F=st.integers(1, 4), max_bin=st.sampled_from([2, 9, 255, 256]),
        wide=st.integers(-1, 3), cat=st.booleans(), subset=st.booleans(), seed=st.integers(0, 2**31 - 1))
 def test_fit_transform_reads_each_column_once_and_equals_fit_then_transform(n, F, max_bin, wide, cat, subset,

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from vfl.core.binning import (
     Binner,
@@ -59,7 +60,8 @@ def _merge_tree(summaries, order, max_points):
     return merge_summaries(pool, max_points)
 
 
-@settings(max_examples=80, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(80), deadline=None)
 @given(data=st.data(), max_bin=st.integers(2, 256))
 def test_exact_summaries_of_any_split_give_binners_edges(data, max_bin):
     col = data.draw(columns())
@@ -75,7 +77,7 @@ def test_exact_summaries_of_any_split_give_binners_edges(data, max_bin):
     assert got.dtype == expected.dtype and np.array_equal(got, expected)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(values=st.lists(moderate, min_size=1, max_size=50),
        counts=st.lists(st.integers(1, 30), min_size=50, max_size=50),
        qs=st.lists(st.floats(0, 100), min_size=1, max_size=20))
@@ -176,7 +178,7 @@ def wide_columns(draw):
     return col
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(data=st.data(), max_bin=st.integers(2, 256), bracket_points=st.integers(8, 64))
 def test_exact_refinement_gives_binners_edges_for_any_split(data, max_bin, bracket_points):
     col = data.draw(wide_columns())

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from datasets import load_shared
 from datasets.errors import InputError
@@ -28,7 +29,7 @@ def test_category_bins_keep_the_most_frequent_pool_the_rest_and_missing_last():
         b.threshold(0, 0)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.one_of(st.integers(0, 12), st.just(-1), st.none()), min_size=1, max_size=60),
        st.integers(1, 8))
 def test_routing_by_bins_equals_routing_by_codes(values, max_cat):
@@ -166,7 +167,7 @@ def test_categorical_beats_one_hot_on_a_200_category_column(shared_dir):
     assert aucs["categorical"] > aucs["one-hot"] + 0.02, aucs
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.one_of(st.sampled_from(["a", "b", "zz", "north", "é"]), st.none()), min_size=1, max_size=40),
        st.lists(st.sampled_from(["a", "b", "q", None]), min_size=1, max_size=10))
 def test_category_codes_decode_to_the_values(train, new):

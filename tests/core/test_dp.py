@@ -17,12 +17,12 @@ from protocols import alignment
 from protocols import messages as m
 from protocols.serialization import BigInts, dumps, loads
 from vfl.api import Federation
+from vfl.core.binning import Binner
 from vfl.core.boosting import Booster
 from vfl.core.dp import (
     bucketize,
     check_epsilon,
     epsilon_budget,
-    equal_frequency_buckets,
     randomized_response,
     release_buckets,
     stay_probability,
@@ -82,6 +82,12 @@ def test_randomized_response_inf_is_identity_and_seeded():
     r1 = randomized_response(b, 5, 1.0, SeededNoise(3))
     r2 = randomized_response(b, 5, 1.0, SeededNoise(3))
     assert np.array_equal(r1, r2) and not np.array_equal(r1, b)
+
+
+def equal_frequency_buckets(X, n_buckets):
+    """The DP release's buckets: the Binner's bins (the same as HE and plain modes use)."""
+    binner = Binner(n_buckets).fit(X)
+    return binner, binner.transform(X)
 
 
 def test_equal_frequency_buckets_and_missing_bucket():

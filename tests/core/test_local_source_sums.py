@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import ColumnReader
+from support import ColumnReader, examples
 
 from vfl.core.sources import LocalSource
 
@@ -17,7 +17,7 @@ def naive_sums(src: LocalSource, rows, g, h):
             np.bincount(flat.ravel(), np.repeat(h, F), minlength=n_flat))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(n=st.integers(1, 300), F=st.integers(1, 5), max_bin=st.sampled_from([2, 7, 255, 256]),
        seed=st.integers(0, 2**31 - 1))
 def test_per_feature_sums_equal_the_one_bincount_twin_to_the_last_bit(n, F, max_bin, seed):
@@ -36,7 +36,7 @@ def test_per_feature_sums_equal_the_one_bincount_twin_to_the_last_bit(n, F, max_
         assert sg[i].tobytes() == ng.tobytes() and sh[i].tobytes() == nh.tobytes()
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(n=st.integers(1, 200), F=st.integers(1, 4), seed=st.integers(0, 2**31 - 1))
 def test_a_root_of_every_row_sums_without_an_index_as_the_twin_does(n, F, seed):
     rng = np.random.default_rng(seed)
@@ -73,7 +73,7 @@ def test_more_than_256_slots_keep_two_byte_bins():
     assert src.bin_idx.max() == 256
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(n=st.integers(1, 200), F=st.integers(1, 4), seed=st.integers(0, 2**31 - 1), cat=st.booleans())
 def test_binning_the_rows_of_x_equals_binning_the_copy_x_rows(n, F, seed, cat):
     rng = np.random.default_rng(seed)

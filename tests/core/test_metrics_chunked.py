@@ -8,6 +8,7 @@ import math
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from vfl.core import metrics
 
@@ -48,7 +49,7 @@ def naive(name, y, out, slope=1.0):
     raise KeyError(name)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(n=st.integers(2, 200), distinct=st.integers(1, 40), c=st.integers(1, 9), seed=st.integers(0, 2**31 - 1))
 def test_every_metric_equals_its_whole_vector_twin(n, distinct, c, seed):
     rng = np.random.default_rng(seed)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from vfl.core.errors import InputError
 from vfl.core.leafmask import leaf_masks
@@ -188,7 +189,7 @@ def test_missing_values_follow_default_left():
         assert np.array_equal(model(dl).predict_raw_one_round(X, no_route), model(dl).predict_raw(X, no_route))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n_targets=st.sampled_from([1, 3]), n_rounds=st.integers(1, 4),
        max_depth=st.integers(0, 5))
 def test_node_by_node_equals_one_round_equals_the_oracle(seed, n_targets, n_rounds, max_depth):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import mutated, small_frames
+from support import examples, mutated, small_frames
 
 from datasets.errors import InputError
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
@@ -49,7 +49,7 @@ def test_the_valid_model_loads_and_predicts(model_doc):
 
 
 @pytest.mark.slow
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_a_mutated_model_loads_as_a_valid_model_or_is_refused_naming_the_file(model_doc, data):
     doc, where, action = data.draw(mutated(model_doc))

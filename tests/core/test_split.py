@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from vfl.core.split import MIN_GAIN, SplitInfo, find_best_split, goes_left
 
@@ -81,7 +82,7 @@ def nodes(draw):
     return sum_g, sum_h, offsets, float(g.sum()), float(h.sum())
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(node=nodes(), lam=st.sampled_from([0.0, 0.5, 1.0, 4.0]), mcw=st.sampled_from([0.0, 0.25, 1.0, 3.0]),
        source_idx=st.integers(0, 3))
 @pytest.mark.slow

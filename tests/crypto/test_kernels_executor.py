@@ -26,6 +26,7 @@ from crypto.intcodec import bytes_to_ints, ints_to_bytes
 from crypto.packing import PackingLayout, decode_sums, pack, unpack
 from crypto.paillier import Decryptor, Encryptor, FixedBaseTable
 from crypto.parallel import resolve_workers
+from datasets.errors import InputError
 from vfl.core.fixedpoint import encode_fixed
 
 
@@ -194,11 +195,15 @@ def test_executor_close_is_idempotent_and_stops_workers():
     assert not any(alive(pid) for pid in pids)
 
 
-def test_resolve_workers(monkeypatch):
+def test_resolve_workers_reads_no_environment(monkeypatch):
+    """The crypto floor is handed its worker count (parties.settings reads VFL_N_JOBS, once per
+    training): None and 0 are all cores whatever the environment says."""
     monkeypatch.setenv("VFL_N_JOBS", "3")
-    assert resolve_workers(None) == 3 and resolve_workers(0) == 3 and resolve_workers(2) == 2
-    monkeypatch.delenv("VFL_N_JOBS")
-    assert resolve_workers(None) == len(os.sched_getaffinity(0))
+    assert resolve_workers(2) == 2
+    assert resolve_workers(None) == resolve_workers(0) == len(os.sched_getaffinity(0))
+    for bad in (-1, 2.5, True, "2", 10_000):
+        with pytest.raises(InputError, match="n_jobs must be an integer from 0"):
+            resolve_workers(bad)
 
 
 # --- the executor interface (every implementation must pass these) ---------------------

@@ -71,3 +71,6 @@ def test_overlap_on_and_off_grow_the_same_model_over_grpc(children, tmp_path):
     assert _records(on[1]) == _records(off[1]) and all(on[1].values())
     assert on[2] == off[2]                                  # the predicted scores, as written
     assert on[3]["n_trees"] == off[3]["n_trees"] == 3
+    # each run recorded the switch it trained with, in the summary and in the active party's model
+    assert (on[3]["settings"]["overlap"], off[3]["settings"]["overlap"]) == (True, False)
+    assert (on[0]["settings"]["overlap"], off[0]["settings"]["overlap"]) == (True, False)

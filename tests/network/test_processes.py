@@ -210,8 +210,8 @@ def test_tls_processes_train_with_okamoto_uchiyama_like_in_memory(children, data
     r = run_cli("certs", "--out", certs, "--party", "guest", "--party", "host1", "--party", "host2")
     assert r.returncode == 0, r.stderr
     tls = ["--tls-dir", certs]
-    _, a1 = children.passive("host1", data_files["host1"]["all"], tmp_path / "m1", *tls)
-    _, a2 = children.passive("host2", data_files["host2"]["all"], tmp_path / "m2", *tls)
+    _, a1 = children.passive("host1", data_files["host1"]["all"], tmp_path / "m1", *tls, "--allow-client", "guest")
+    _, a2 = children.passive("host2", data_files["host2"]["all"], tmp_path / "m2", *tls, "--allow-client", "guest")
     peers = ["--peer", f"host1={a1}", "--peer", f"host2={a2}"]
     r = run_cli("party", "active", "--data", data_files["guest"]["train"], *peers, "--model-dir", tmp_path / "ma",
                 *tls, "--mode", "he", "--scheme", "ou", "--key-bits", 1024, "--trees", 2, "--depth", 3,

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import ColumnReader
+from support import ColumnReader, examples
 
 from parties import checkpoint
 from protocols import alignment
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(n=st.integers(0, 40), chunk=st.integers(1, 9), text=st.booleans())
 def test_the_chunked_data_digest_is_the_digest_of_all_ids_joined(n, chunk, text):
     ids = np.array([f"id-{i}" for i in range(n)], dtype=object) if text else np.arange(n) * 7
@@ -41,7 +41,7 @@ def test_the_chunked_data_digest_is_the_digest_of_all_ids_joined(n, chunk, text)
         checkpoint._DIGEST_CHUNK = saved
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(n=st.integers(1, 30), f=st.integers(1, 4), chunk=st.integers(1, 7), seed=st.integers(0, 2**16),
        layout=st.sampled_from(["rows", "columns"]))
 def test_a_column_reader_has_the_digest_of_its_matrix(n, f, chunk, seed, layout):
@@ -80,7 +80,7 @@ def test_the_digest_of_x_rows_hashed_by_chunks_equals_the_digest_of_the_copy():
         checkpoint._DIGEST_CHUNK = saved
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(n=st.integers(0, 50), k=st.integers(1, 3), chunk=st.sampled_from([3, 6, 24, 3 << 20]),
        seed=st.integers(0, 2**16), with_raw=st.booleans())
 def test_a_saved_checkpoint_streams_its_raw_scores_into_the_file_json_dumps_writes(tmp_path_factory, n, k, chunk,

@@ -98,6 +98,7 @@ def _fit(link_mbps):
     return fed
 
 
+@pytest.mark.slow
 def test_simulation_weighs_bytes_by_the_link_it_models(monkeypatch):
     # the machine's squaring time is pinned: bytes are weighed against it, and a slow machine
     # (measured 5 us instead of 2.4 us) makes two copies worth it even at 1 Mbit/s
@@ -115,6 +116,7 @@ def test_simulation_weighs_bytes_by_the_link_it_models(monkeypatch):
                                   slow.predict_raw({"bank": a.drop(columns="y"), "telco": b}))
 
 
+@pytest.mark.slow
 def test_default_link_and_user_overrides():
     a, b, _ = small_frames(40)
     fed = Federation(ActiveParty("bank", a), [PassiveParty("telco", b)])
@@ -129,6 +131,7 @@ def test_default_link_and_user_overrides():
         fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=1))
 
 
+@pytest.mark.slow
 def test_measured_throughput_replaces_the_assumption():
     a, b, _ = small_frames(40)
     fed = Federation(ActiveParty("bank", a), [PassiveParty("telco", b)])

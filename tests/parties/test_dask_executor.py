@@ -38,7 +38,7 @@ def _structures(model):
 
 
 def _env():
-    env = dict(os.environ) | lean_environment()       # as the README tells a cluster's owner
+    env = dict(os.environ) | lean_environment()       # as docs/dask.md tells a cluster's owner
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("OMP_NUM_THREADS", "1")
     return env

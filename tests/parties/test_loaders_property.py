@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import mutated, small_frames
+from support import examples, mutated, small_frames
 
 from datasets.errors import InputError
 from parties.active import ActiveParty
@@ -20,7 +20,8 @@ from protocols.transport import InMemoryTransport, frame_handler
 from vfl.api import Federation
 from vfl.core.params import TrainParams
 
-SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=examples(250), deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import small_frames
+from support import examples, small_frames
 
 from datasets.frames import party_data
 from protocols import messages as m
@@ -29,7 +29,7 @@ def _structures(model):
     return [t.structure() for rnd in model.rounds for t in rnd]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(n=st.integers(1, 30), n_num=st.integers(0, 4), with_text=st.booleans(), seed=st.integers(0, 2**16))
 def test_a_consumed_frame_gives_the_same_arrays_and_keeps_only_its_ids(n, n_num, with_text, seed):
     rng = np.random.default_rng(seed)
@@ -323,6 +323,7 @@ print(json.dumps({"growth": hwm() - before, "x_bytes": n * f * 8, "bins": src.bi
 """
 
 
+@pytest.mark.slow
 @needs_clear_refs
 def test_a_low_memory_party_bins_a_deferred_table_without_its_feature_matrix(tmp_path):
     pytest.importorskip("pyarrow")

@@ -89,6 +89,7 @@ def frames_received(fed, start, party):
 
 
 # --- agreement -------------------------------------------------------------------
+@pytest.mark.slow
 def test_one_round_equals_node_by_node_breast_cancer_with_missing(breast2):
     fed, test = trained(with_missing(breast2))
     max_leaves = max(len(t.leaves()) for rnd in fed.model.rounds for t in rnd)
@@ -117,6 +118,7 @@ def test_one_round_equals_node_by_node_three_parties(breast3, align, scheme):
     assert np.allclose(one, oracle(fed, test), rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_saved_model_and_n_rounds(breast3, tmp_path):
     fed, test = trained(with_missing(breast3, seed=5))
     fed.save(tmp_path)
@@ -150,6 +152,7 @@ def test_active_only_model_sends_no_mask_request(breast2):
 
 
 # --- what the parties see -------------------------------------------------------
+@pytest.mark.slow
 def test_passive_gets_one_message_with_shapes_and_its_record_ids_only(breast3):
     fed, test = trained(breast3)
     start = len(fed.transport.log)
@@ -178,6 +181,7 @@ def test_passive_gets_one_message_with_shapes_and_its_record_ids_only(breast3):
     assert isinstance(got[-1], m.PredictEnd)          # the session ends (its rows are freed)
 
 
+@pytest.mark.slow
 def test_masks_reveal_passive_decisions_off_the_path(breast2):
     """Documented leakage: from the masks the active party reads the passive party's decision
     at every one of its nodes that its own higher decisions do not cut off, on or off the path."""

@@ -1,6 +1,6 @@
 """Overlapped rounds (issue 12, item 2): the active party encrypts shard k + 1 while shard k is on
 the wire, the passive party sums the root level of the shards already in. Switched by
-``VFL_OVERLAP`` (crypto.shards.overlap_enabled): on and off grow bit-identical models, in every
+``VFL_OVERLAP`` (parties.settings.Settings, read once per training): on and off grow bit-identical models, in every
 setting the eager root path meets (subsampling, GOSS, several trees a round, pre-shifted copies,
 plain mode, two passive parties), and the passive party's partials are computed before (and
 without delaying) the requests; a root request that does not match falls back."""
@@ -19,12 +19,10 @@ from crypto.paillier import Encryptor
 from crypto.shards import (
     MAX_STREAM_SHARD_BYTES,
     MIN_STREAM_SHARD_BYTES,
-    OVERLAP_ENV,
     STREAM_SHARDS,
     EncryptionStream,
     ShardedEncryption,
     ShardSet,
-    overlap_enabled,
     plain_width,
     plan_shards,
     stream_plan,
@@ -32,6 +30,7 @@ from crypto.shards import (
 )
 from crypto.sim_executor import SimCosts, SimulatedExecutor
 from parties import passive_checks, passive_train
+from parties.settings import ENVIRONMENT, Settings
 from protocols import messages as m
 from protocols.serialization import loads
 from protocols.transport import frame_handler
@@ -45,6 +44,9 @@ def _frames(n=N, classes=2):
     if classes > 2:
         a["y"] = (np.digitize(b["b0"] + a["a0"], [-0.7, 0.7])).astype(int)
     return a, b, c
+
+
+OVERLAP_ENV = ENVIRONMENT["overlap"]
 
 
 def _fit(monkeypatch, overlap, mode="he", classes=2, preshift="auto", wrap=None, **kw):
@@ -75,12 +77,12 @@ def _shard_messages(fed, peer):
 
 def test_the_switch_reads_the_environment(monkeypatch):
     monkeypatch.delenv(OVERLAP_ENV, raising=False)
-    assert overlap_enabled()
-    for off in ("0", "off", "no", "false"):
+    assert Settings.from_environ().overlap
+    for off in ("0", "off", "No", "false"):
         monkeypatch.setenv(OVERLAP_ENV, off)
-        assert not overlap_enabled()
+        assert not Settings.from_environ().overlap
     monkeypatch.setenv(OVERLAP_ENV, "1")
-    assert overlap_enabled()
+    assert Settings.from_environ().overlap
     # a streamed round is cut finer than the shards of one worker, at least STREAM_SHARDS pieces
     assert len(plan_shards(24_000, 1)) == 2 and len(plan_shards(24_000, 1, stream_rows(24_000))) == STREAM_SHARDS
     assert len(plan_shards(600, 1, stream_rows(600))) == 3          # but of MIN_SHARD_ROWS rows at least
@@ -117,6 +119,7 @@ def test_overlap_on_and_off_grow_identical_models(monkeypatch, mode, kw):
     assert all(s.groups == 1 and s.layout["n_targets"] == (3 if classes == 3 else 1) for s in starts)
 
 
+@pytest.mark.slow
 def test_the_root_partials_are_ready_before_the_request_and_acks_do_not_wait(monkeypatch):
     """Every partial's computation is held back until the round's first HistogramRequest arrives:
     all GradientShard acknowledgements came back before (they do not wait for the partials, as
@@ -133,7 +136,7 @@ def test_the_root_partials_are_ready_before_the_request_and_acks_do_not_wait(mon
 
     monkeypatch.setattr(ShardSet, "root_partial", held)
     monkeypatch.setattr(passive_train, "INTAKE_BACKLOG", 8)   # all of a round's messages may wait here
-    acks_before_gate, orders = [], []
+    acks_before_gate, orders, shard_counts = [], [], []
 
     def wrap(fed, real, req):
         t = fed.passives["telco"]._state.train
@@ -143,6 +146,7 @@ def test_the_root_partials_are_ready_before_the_request_and_acks_do_not_wait(mon
                                             if r == "telco" and b"GradientShard" in f[:200]))
                 gate.set()
             intake = t.intake
+            shard_counts.append(len(intake.shards))    # read while the round is on (TrainEnd clears them)
             assert intake.idle.wait(60)            # the partials finish without the request
             reply = real(req)
             orders.append(list(intake.events))
@@ -150,17 +154,17 @@ def test_the_root_partials_are_ready_before_the_request_and_acks_do_not_wait(mon
         return real(req)
 
     fed, model, raw = _fit(monkeypatch, True, wrap=wrap)
-    n_shards = len(fed.passives["telco"]._state.train.shards or []) or None
     assert acks_before_gate and acks_before_gate[0] >= 2       # every shard of round 0 was acknowledged
-    assert len(orders) == 3
-    for events in orders:
+    assert len(orders) == 3 and len(shard_counts) == 3
+    for events, n_shards in zip(orders, shard_counts):
+        assert n_shards > 1                          # the round was streamed in several shards
+        assert sorted(e[1] for e in events[:-1]) == list(range(n_shards))    # each shard's partial, once
         kinds = [e[0] for e in events]
         assert kinds[-1] == "request" and set(kinds[:-1]) == {"partial"} and len(kinds) >= 3
         assert events[-1][1] == len(kinds) - 1       # all partials were done when the request arrived
         assert [e[1] for e in events[:-1]] == sorted(e[1] for e in events[:-1])     # in row order
     stats = _stats(fed, "telco")
     assert stats["eager"] == 3 and stats["partials_before_request"] == stats["partials"] > 0
-    assert n_shards is None or n_shards > 1
     monkeypatch.setattr(ShardSet, "root_partial", real_partial)
     _, model_off, raw_off = _fit(monkeypatch, False)
     assert _structures(model) == _structures(model_off) and np.array_equal(raw, raw_off)

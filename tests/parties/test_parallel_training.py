@@ -196,9 +196,10 @@ def test_n_jobs_is_validated_with_a_clear_error(monkeypatch):
             ActiveParty("bank", a, n_jobs=bad)
         with pytest.raises(InputError, match="n_jobs"):
             PassiveParty("telco", b, n_jobs=bad)
-    monkeypatch.setenv("VFL_N_JOBS", "many")
-    with pytest.raises(InputError, match="VFL_N_JOBS"):
-        ActiveParty("bank", a)
+    monkeypatch.setenv("VFL_N_JOBS", "many")        # the environment is read when training starts
+    fed = _federation()
+    with pytest.raises(InputError, match="environment variable VFL_N_JOBS must be an integer .* got 'many'"):
+        fed.fit(TrainParams(mode="plain", n_estimators=1, max_depth=1))
 
 
 def test_one_job_keeps_all_work_in_process(always_parallel, started_pids):
@@ -207,22 +208,26 @@ def test_one_job_keeps_all_work_in_process(always_parallel, started_pids):
     assert started_pids == []
 
 
-def test_preshifted_copies_respect_the_frame_cap_of_transport_and_peers(monkeypatch):
+@pytest.mark.parametrize("preshift", [True, False], ids=["preshifted", "one-copy"])
+@pytest.mark.parametrize("cap,peer_cap", [(None, None), (10 ** 9, 150_000), (150_000, None)],
+                         ids=["no-cap", "peer-cap", "transport-cap"])
+def test_preshifted_copies_respect_the_frame_cap_of_transport_and_peers(monkeypatch, preshift, cap, peer_cap):
     """Pre-shifted copies multiply the gradient bytes; the stream cuts them into shard messages
-    under the smallest cap of the transport and the peers (issue 11: no longer by dropping the copies)."""
-    monkeypatch.setattr(ActiveParty, "preshift", True)
-    for cap, peer_cap, expect_copies in ((None, None, True), (10 ** 9, 150_000, True), (150_000, None, True)):
-        fed = _federation(record=True)
-        if cap is not None:
-            fed.transport.max_frame_bytes = cap
-        if peer_cap is not None:
-            fed.transport.peer_info = {"telco": {"max_frame_bytes": peer_cap}}
-        fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=1))
-        sizes = [len(f) for s, r, f in fed.transport.log if b"GradientShard" in f[:200]]
-        shifts = fed.active.channel.current.shifts
-        assert (shifts > 1) == expect_copies
-        if cap is not None or peer_cap is not None:
-            assert max(sizes) < 150_000 and sum(sizes) > 2 * 150_000    # many shards, each under the cap
+    under the smallest cap of the transport and the peers (issue 11: no longer by dropping the
+    copies): a cap never decides whether there are copies, the party's setting does."""
+    monkeypatch.setattr(ActiveParty, "preshift", preshift)
+    fed = _federation(record=True)
+    if cap is not None:
+        fed.transport.max_frame_bytes = cap
+    if peer_cap is not None:
+        fed.transport.peer_info = {"telco": {"max_frame_bytes": peer_cap}}
+    fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=1))
+    sizes = [len(f) for s, r, f in fed.transport.log if b"GradientShard" in f[:200]]
+    shifts = fed.active.channel.current.shifts
+    assert (shifts > 1) == preshift
+    if cap is not None or peer_cap is not None:
+        assert max(sizes) < 150_000                     # each shard under the smallest cap
+        assert sum(sizes) > 2 * 150_000 or not preshift     # the copies' bytes: many shards
 
 
 def test_a_refused_key_size_leaves_no_worker(started_pids):
@@ -259,12 +264,13 @@ def test_preshift_frame_cap_counts_every_row_of_a_sampled_round():
     """Unsampled rows still travel (as full-width placeholders): the shards under the cap count them."""
     from crypto.packing import PackingLayout
     from parties.channel import GradientChannel
+    from parties.settings import Settings
     from protocols.serialization import dumps
     from vfl.core.fixedpoint import encode_fixed
     from vfl.core.rounds import RoundGradients, RoundTiming
 
     n = 400
-    ch = GradientChannel("he", KEY_BITS, "fast", n_jobs=1)
+    ch = GradientChannel("he", KEY_BITS, "fast", Settings(n_jobs=1))
     rng = np.random.default_rng(0)
     g = encode_fixed(rng.uniform(-1, 1, (n, 1)), 20)
     h = encode_fixed(rng.uniform(0, .25, (n, 1)), 20)

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import KEY_BITS, small_frames
+from support import KEY_BITS, examples, small_frames
 
 pytest.importorskip("pyarrow")
 
@@ -112,7 +112,7 @@ def test_piece_table_keeps_ids_and_reads_any_rows_from_their_pieces(tmp_path):
         open_piece_table(write_parquet(dup, tmp_path / "dup"), "telco", "id")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 120), files=st.integers(1, 4), group=st.integers(1, 50), seed=st.integers(0, 2 ** 16),
        take=st.integers(0, 200))
 def test_any_rows_read_from_any_piece_layout_equal_the_table(tmp_path_factory, n, files, group, seed, take):
@@ -129,7 +129,7 @@ def test_any_rows_read_from_any_piece_layout_equal_the_table(tmp_path_factory, n
     assert np.array_equal(t.read(rows), want, equal_nan=True)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(cols=st.lists(st.lists(st.floats(-1e6, 1e6) | st.just(float("nan")), max_size=40), max_size=5))
 def test_column_summaries_cross_the_worker_boundary_unchanged(cols):
     from parties.shard_ops import _summaries_from_frame, _summaries_to_frame
@@ -151,6 +151,7 @@ def test_text_ids_that_are_integers_follow_the_csv_rule(tmp_path):
                           equal_nan=True)
 
 
+@pytest.mark.slow
 def test_a_bad_value_in_a_piece_read_by_a_worker_names_the_file(tmp_path, fixed_salt):
     a, b = frames(200)
     b["b1"] = b["b1"].astype(np.float64)
@@ -178,6 +179,7 @@ def test_the_row_fingerprint_adds_up_over_any_shards_and_sees_any_change():
 
 
 # --- the same model as the in-memory path ------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["plain", "he"])
 def test_workers_read_the_parquet_directory_and_train_the_csv_model(tmp_path, fixed_salt, mode):
     a, b = frames(600)
@@ -208,6 +210,7 @@ def test_workers_read_the_parquet_directory_and_train_the_csv_model(tmp_path, fi
     assert np.array_equal(party.aligned_features(), ref_party.aligned_features(), equal_nan=True)
 
 
+@pytest.mark.slow
 def test_sharded_edges_in_training_equal_the_binner_of_the_aligned_rows(tmp_path, fixed_salt):
     """More distinct values than a column summary holds (4,096): the per-shard summaries are
     approximate and refined on the workers until the edges are Binner's."""
@@ -246,6 +249,7 @@ def _arrays_reachable(root) -> list[tuple]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["parquet", "memory"])
 def test_the_passive_driver_never_holds_a_rows_by_features_array(tmp_path, fixed_salt, source):
     """At set-up (peak of traced allocations while the passive party answers TrainSetup), at every

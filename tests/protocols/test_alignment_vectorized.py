@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from datasets.errors import InputError
 from protocols import alignment
@@ -34,7 +35,7 @@ def _rows(keys):
         np.zeros((0, 16), dtype=np.uint8)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(pool=_pool, data=st.data())
 def test_intersect_and_positions_equal_the_set_twins(pool, data):
     pool = pool + [p[:8] + bytes(8) for p in pool[:3]] + [bytes([255] * 8) + p[8:] for p in pool[:3]]
@@ -57,7 +58,7 @@ def test_intersect_and_positions_equal_the_set_twins(pool, data):
         assert taken == {} and np.array_equal(again, common) and rows.tolist() == naive_positions(h, common)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(pool=_pool, data=st.data())
 def test_positions_count_the_missing_rows_and_the_duplicates_are_counted(pool, data):
     own = _rows(pool[:data.draw(st.integers(0, len(pool)))])

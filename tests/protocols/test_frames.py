@@ -14,6 +14,7 @@ import pytest
 from frames_support import malformed_frames, raw_frame
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from crypto.packing import PackingLayout
 from protocols import messages as m
@@ -162,10 +163,11 @@ def _same(a, b) -> bool:
     return True
 
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+FUZZ = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.data_too_large])
 
 
+@pytest.mark.slow
 @FUZZ
 @given(messages())
 def test_round_trip_is_identity_for_valid_messages_and_a_refusal_otherwise(msg):
@@ -193,6 +195,7 @@ def _decode_or_refuse(frame: bytes):
     return out
 
 
+@pytest.mark.slow
 @FUZZ
 @given(messages(), st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(0, 255)), min_size=1, max_size=4),
        st.integers(0, 10 ** 6))
@@ -204,6 +207,7 @@ def test_corrupted_bytes_decode_or_are_refused(msg, flips, cut):
     _decode_or_refuse(bytes(frame[:cut % (len(frame) + 1)]))
 
 
+@pytest.mark.slow
 @FUZZ
 @given(messages(), st.data())
 def test_rewritten_headers_decode_or_are_refused(msg, data):

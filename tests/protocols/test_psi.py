@@ -363,6 +363,7 @@ def test_a_misbehaving_passive_is_named():
             active.align_psi(tr, ["telco"], alignment.new_salt(), "s")
 
 
+@pytest.mark.slow
 def test_cli_simulate_align_psi(tmp_path):
     from cli import main
     out = tmp_path / "r.json"

@@ -173,10 +173,6 @@ class Binner:
         else:
             self.thresholds_.append(_thresholds(col, self.max_bin))
 
-    def other_bin(self, feature_idx: int) -> int:
-        """The pooled bin of a categorical feature (rare and unseen categories)."""
-        return len(self.categories_[feature_idx])
-
     def category_bins(self, feature_idx: int, codes) -> np.ndarray:
         """Bins of category codes of a categorical feature (NaN: the missing bin)."""
         kept = self.categories_[feature_idx]

@@ -48,7 +48,7 @@ from typing import Callable
 import numpy as np
 
 from datasets.errors import InputError
-from vfl.core.binning import Binner, bin_dtype, check_max_bin
+from vfl.core.binning import bin_dtype, check_max_bin
 from vfl.core.dp_model import _symexp, _symlog, dp_bounds
 from vfl.core.dp_noise import NoiseSource, randomized_response_exact
 from vfl.core.params import check_epsilon  # (the privacy parameter check lives with the other parameters)
@@ -80,17 +80,6 @@ def json_epsilon(eps: float):
 
 
 # --- the mechanism -------------------------------------------------------------
-def equal_frequency_buckets(X, n_buckets: int) -> tuple[Binner, np.ndarray]:
-    """Fit the bucketing of every column of ``X``; return ``(binner, bucket_idx)``.
-
-    Buckets are :class:`Binner` bins: ``binner.n_bins[j] - 1`` value buckets of
-    near-equal size (ties kept together) and the missing bucket last.
-    """
-    check_n_buckets(n_buckets, "n_buckets (q = max_bin)")
-    binner = Binner(check_max_bin(n_buckets)).fit(X)
-    return binner, binner.transform(X)
-
-
 def randomized_response(buckets, n_buckets: int, epsilon: float, noise: NoiseSource) -> np.ndarray:
     """``q``-ary randomized response on bucket indices in ``[0, q)``.
 

@@ -511,17 +511,6 @@ def halving_sums(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_offset
     return out
 
 
-def halving_gains(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_offsets: np.ndarray, depth: int,
-                  reg_lambda: float) -> np.ndarray:
-    """Per feature: the gain of its halving tree, ``sum over leaves of G_l^2/(H_l+lambda) -
-    G^2/(H+lambda)`` (NaN: no ordinary bins). A row adds to one leaf and to the total, so its
-    sensitivity is that of one split's gain (:func:`gain_sensitivity`)."""
-    return np.array([np.nan if s is None else
-                     float(_score(s[0], s[1], reg_lambda).sum() - _score(np.float64(s[0].sum()),
-                                                                       np.float64(s[1].sum()), reg_lambda))
-                     for s in halving_sums(sum_gradients, sum_hessians, bin_offsets, depth)])
-
-
 def halving_abs_gradients(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_offsets: np.ndarray,
                           depth: int) -> np.ndarray:
     """Per feature: ``sum over the leaves of its halving tree of |G_l|`` (NaN: no ordinary bins), the

@@ -102,6 +102,8 @@ class BoostedModel:
     dp_model: dict | None = None                # --dp-model: mechanism, epsilon (delta), budget split
     # categorical features of the active party: {feature: its categories, code i = categories[i]}
     categories: dict = field(default_factory=dict)
+    # the environment switches the active party trained with (parties.settings.Settings: n_jobs, overlap)
+    settings: dict = field(default_factory=dict)
 
     @property
     def n_rounds(self) -> int:
@@ -117,6 +119,7 @@ class BoostedModel:
             "params": self.params, "history": self.history, "best_iteration": self.best_iteration,
             "classes": self.classes, **({"party_hashes": dict(self.party_hashes)} if self.party_hashes else {}),
             **({"categories": {f: list(v) for f, v in self.categories.items()}} if self.categories else {}),
+            **({"settings": dict(self.settings)} if self.settings else {}),
             "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds],
         } | ({"dp_model": self.dp_model} if self.dp_model is not None else {})
 
@@ -201,8 +204,12 @@ class BoostedModel:
         unknown = sorted(set(categories) - set(feats))
         if unknown:
             raise damaged(source, f"categories.{unknown[0]}", "not one of the active party's features")
+        settings = need_dict(d.get("settings", {}) or {}, source, "settings")
+        for key, value in settings.items():
+            if isinstance(value, (dict, list)):
+                raise damaged(source, f"settings.{key}", "expected a number, a string or a boolean")
         return cls(objective, n_targets, base, lr, active, feats, passives, model_id, salt, rounds, params,
-                   history, best, classes, dict(hashes), dp_model, categories)
+                   history, best, classes, dict(hashes), dp_model, categories, dict(settings))
 
     def save(self, path) -> None:
         write_json_atomic(path, self.file_dict())

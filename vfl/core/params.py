@@ -127,7 +127,9 @@ class TrainParams:
     #                                        or "exponential": split candidates of every feature
     dp_bins: dict | None = None            # public bounds/edges {column: {"lo","hi"} | {"edges"}} (no sketch budget)
     # --- credit-risk options (issue 15); names follow LightGBM / XGBoost ---
-    max_cat: int = 64                      # category bins of a categorical feature (the rest pooled)
+    # category bins of a categorical feature (the rest pooled): 254 + the pooled bin + the missing bin
+    # = 256 slots, one byte per bin (issue 26: 64 pooled away 0.004-0.016 test AUC on 150-200 categories)
+    max_cat: int = 254
     cat_smooth: float = 10.0               # categorical splits: G/(H + cat_smooth) orders the bins
     min_data_per_group: int = 100          # categorical splits: samples per group of bins
     max_cat_threshold: int = 32            # categorical splits: bins going left at most
