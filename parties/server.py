@@ -44,6 +44,18 @@ from vfl.core.files import check_writable_dir, write_json_atomic
 
 log = logging.getLogger("vfl.passive")
 
+
+def client_identity(who, client: str | None = None) -> str:
+    """The identity a request is charged to (training-session ownership, per-client limits): the
+    ``client`` given, else the transport's :attr:`protocols.grpc_transport.Caller.client` (the
+    certificate names under TLS, else the token holder's claimed party name and host), else
+    ``who`` itself (in-memory callers). Never the caller's description, which holds the source
+    port: a restarted process of the same party is the same client."""
+    if client is not None:
+        return str(client)
+    ident = getattr(who, "client", None)
+    return str(ident) if ident else str(who)
+
 _MODEL_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -201,7 +213,7 @@ class PassiveServer:
 
     def handle(self, request, who: str = "?", client: str | None = None):
         kind = type(request).__name__
-        client = who if client is None else str(client)
+        client = client_identity(who, client)
         try:
             return self._dispatch(kind, request, who, client)
         except BusyError as exc:
@@ -252,6 +264,8 @@ class PassiveServer:
             return self._on_training_message(p, request, who)
 
     def _on_training_message(self, p: PassiveParty, request, who: str):
+        if isinstance(request, m.TrainEnd):
+            return self._on_train_end(p, request, who)
         reply = p.handle(request)
         if isinstance(request, m.Gradients):
             log.info("%s: round %d: %d %s gradient values from %s", self.name, request.round_idx,
@@ -267,9 +281,26 @@ class PassiveServer:
         elif isinstance(request, m.DPReleaseRequest):
             log.info("%s: model %s: noisy (DP) bucket release to %s, epsilon %s per feature", self.name,
                      request.model_id, who, request.epsilon_per_feature)
-        elif isinstance(request, m.TrainEnd):
-            self._persist()
-            mid = p.model_id
+        return reply
+
+    def _on_train_end(self, p: PassiveParty, request: m.TrainEnd, who: str):
+        """The end of a training session, completed or not. The session is closed whatever happens
+        (a file that cannot be written, a model id that does not match): its owner said it is over,
+        and a session left open would lock the party until it is taken over."""
+        mid = p.model_id
+        try:
+            if mid is None and not request.completed:      # the active party failed before TrainSetup
+                log.warning("%s: training session from %s released before any model was set up", self.name, who)
+                return m.Ack({"released": True})
+            reply = p.handle(request)
+            try:
+                self._persist()
+            except BaseException:
+                with self._lock:
+                    self.unfinished.add(mid)
+                log.warning("%s: model %s: could not save the lookup table at the end of training; the session is "
+                            "closed, the records of the last saved split are kept for a resume", self.name, mid)
+                raise
             if p.completed:
                 finished = self._configure(PassiveParty.from_model_dict(p.model_dict()))
                 with self._lock:
@@ -282,12 +313,20 @@ class PassiveServer:
                     self.unfinished.add(mid)
                 log.warning("%s: training of model %s stopped by %s before the end; %d records kept in %s "
                             "for a resume", self.name, mid, who, len(p.records), self.model_path(mid))
+            return reply
+        finally:
+            p.close_executor()
             with self._lock:
-                self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
-        return reply
+                if self.training is p:
+                    self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
+                    self._reopening = None
 
     # -- training -----------------------------------------------------------
     def _start_session(self, request, who, client):
+        """Open a training session for ``client``: refused while another client's session is in use;
+        the same client (a restarted process, e.g. ``--resume`` after a crash) takes its own session
+        over at once. The request is validated and answered on a fresh party before anything
+        changes hands: a refused request leaves the current session (or none) as it was."""
         with self._train_lock:
             with self._lock:
                 t = self.training
@@ -298,17 +337,21 @@ class PassiveServer:
                             f"party {self.name!r} is training model {t.model_id!r} for another client "
                             f"({self.training_peer}): the session belongs to another client (it can be taken "
                             f"over after {self.TRAINING_IDLE_SECONDS:g} s without a request)")
+            party = self._configure(self._new_party())
+            try:
+                if self.validation_frame is not None:
+                    party.load_validation_data(self.validation_frame, self.validation_source)
+                reply = party.handle(request)
+            except BaseException:
+                party.close_executor()
+                raise
             if t is not None:
                 log.warning("%s: %s starts a new training session; the unfinished session of model %s (from %s) "
                             "is abandoned", self.name, who, t.model_id, self.training_peer)
                 t.close_executor()
-            party = self._configure(self._new_party())
-            if self.validation_frame is not None:
-                party.load_validation_data(self.validation_frame, self.validation_source)
             with self._lock:
                 self.training, self.training_peer, self.training_client = party, who, client
                 self._digest, self._training_used, self._reopening = None, time.monotonic(), None
-            reply = party.handle(request)
             log.info("%s: training session %s opened by %s (%s alignment, %d rows)", self.name,
                      request.session_id, who, "PSI" if isinstance(request, m.PsiRequest) else "hash", self.n_rows)
             return reply
