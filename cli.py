@@ -28,7 +28,7 @@ from parties.memory import return_freed_memory
 from parties.network import check_prediction, load_active_model, predict_active, serve_passive, train_active
 from protocols.certs import make_certs
 from protocols.grpc_transport import Security, parse_peers
-from protocols.units import format_bytes
+from protocols.units import check_seconds, format_bytes
 from vfl.api import simulate as simulate_federation
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
 from vfl.core.dp_model import DP_TREES, read_dp_bins
@@ -45,6 +45,9 @@ from vfl.core.params import (
     TrainParams,
     check_monotone,
 )
+
+#: the largest --max-message-mb (64 GiB: far beyond any frame; a larger value is a typo)
+MAX_MESSAGE_MB = 65536
 
 # old option name -> its name now (the library says active/passive; FATE said guest/host)
 DEPRECATED_OPTIONS = {"--guest": "--active", "--host": "--passive"}
@@ -566,9 +569,16 @@ def _party_executor(name: str, scheduler, tls_dir, insecure, role: str, via_sche
 
 
 def _max_bytes(mb: float) -> int:
-    if not mb or mb <= 0:
-        raise InputError(f"--max-message-mb must be positive, got {mb}")
+    if not 0 < mb <= MAX_MESSAGE_MB:         # NaN fails this too
+        raise InputError(f"--max-message-mb must be more than 0 and at most {MAX_MESSAGE_MB} (MiB), got {mb}")
     return int(mb * 2 ** 20)
+
+
+def _check_timeouts(timeout: float, connect_timeout: float | None) -> None:
+    """Every duration option, before anything is read or connected (inf, NaN, 1e12 refused)."""
+    check_seconds(timeout, "--timeout")
+    if connect_timeout is not None:
+        check_seconds(connect_timeout, "--connect-timeout")
 
 
 @main.command()
@@ -681,6 +691,7 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
     """Train with passive parties over the network (checkpoint after every tree)."""
     _setup_logging(log_level)
     return_freed_memory()         # a long-lived driver: freed memory goes back to the system
+    _check_timeouts(timeout, connect_timeout)
     peers = parse_peers(peer_specs)
     sec = _security(name, tls_dir, insecure, token_file)
     params = train_params_from_options(train_options)
@@ -745,6 +756,7 @@ def predict(model_dir, data, id_col, peer_specs, out, prediction, align, timeout
     _setup_logging(log_level)
     return_freed_memory()         # a long-lived driver: freed memory goes back to the system
     check_prediction(prediction)
+    _check_timeouts(timeout, connect_timeout)
     peers = parse_peers(peer_specs)
     model = load_active_model(model_dir)
     sec = _security(model.active_party, tls_dir, insecure, token_file)

@@ -44,7 +44,7 @@ from protocols import messages as msg
 from protocols.certs import NET_EXTRA_HINT, MissingDependency, check_party_name, load_party_tls
 from protocols.serialization import dumps
 from protocols.transport import Transport, caller_deadline
-from protocols.units import format_bytes
+from protocols.units import check_seconds, format_bytes
 
 log = logging.getLogger("vfl.net")
 
@@ -258,9 +258,7 @@ class PartyServer:
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, max_workers: int = 16, role: str = "passive",
                  read_timeout: float = DEFAULT_READ_TIMEOUT):
         self.name, self.handler, self.role = name, handler, role
-        if not read_timeout or read_timeout <= 0:
-            raise InputError(f"the read timeout must be positive, got {read_timeout}")
-        self._watch = _ReadWatch(read_timeout)
+        self._watch = _ReadWatch(check_seconds(read_timeout, "the read timeout"))
         self.listen = check_address(listen, "--listen address")
         self.security = security
         if max_frame_bytes < 1024:
@@ -466,8 +464,7 @@ class GrpcTransport(Transport):
                  timeout: float = DEFAULT_TIMEOUT, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
         super().__init__(local_name)
         grpc = require_grpc()
-        if not timeout or timeout <= 0:
-            raise InputError(f"--timeout must be positive, got {timeout}")
+        timeout = check_seconds(timeout, "--timeout")
         self.peers = {p: check_address(a, f"address of party {p!r}") for p, a in dict(peers).items()}
         self.security = security
         self.timeout = float(timeout)
@@ -563,7 +560,7 @@ class GrpcTransport(Transport):
 
     def connect(self, timeout: float | None = None, peers=None) -> dict[str, dict]:
         """Wait until every peer answers (at most ``timeout`` s, default the call timeout)."""
-        timeout = self.timeout if timeout is None else float(timeout)
+        timeout = self.timeout if timeout is None else check_seconds(timeout, "--connect-timeout")
         peers = list(self.peers) if peers is None else list(peers)
 
         def one(peer):
