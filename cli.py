@@ -112,12 +112,12 @@ def main():
 
 
 def _load_parties(dataset, active, passives, id_col, label_col, parties, allow_text_label=False,
-                  categorical=None):
+                  categorical=None, weight_col=None):
     if active or passives:
         if not (active and passives):
             raise click.UsageError("--active and at least one --passive are needed together")
         return load_guest_host(active, list(passives), id_col=id_col, label_col=label_col,
-                               allow_text_label=allow_text_label, categorical=categorical)
+                               allow_text_label=allow_text_label, categorical=categorical, weight_col=weight_col)
     return load_named(dataset, parties, id_col=id_col, label_col=label_col)
 
 
@@ -361,7 +361,7 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
         raise click.UsageError("--early-stopping-rounds needs --validation-size")
     party_frames = _load_parties(dataset, active, passives, id_col, label_col, parties,
                                  allow_text_label=train_options["objective"] == Objective.MULTICLASS,
-                                 categorical=list(categorical))
+                                 categorical=list(categorical), weight_col=weight_col)
     params = train_params_from_options(train_options)
     if save_model:
         check_writable_dir(save_model, "--save-model directory")     # refused before training, not after

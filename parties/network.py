@@ -39,10 +39,10 @@ log = logging.getLogger("vfl.active")
 CHECKPOINT_FILE = "checkpoint.json"
 
 
-def _read_csv(path, name, id_col, label_col=None, allow_text_label=False, categorical=None):
+def _read_csv(path, name, id_col, label_col=None, allow_text_label=False, categorical=None, weight_col=None):
     """A party's table: CSV, a Parquet file or a directory of Parquet files."""
     return read_party_table(path, name, id_col, label_col, allow_text_label=allow_text_label,
-                            categorical=categorical)
+                            categorical=categorical, weight_col=weight_col)
 
 
 # --------------------------------------------------------------------------- passive
@@ -141,9 +141,10 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     # a Parquet table's numeric features are read after the alignment; the frame is handed over
     # (emptied column by column as the party reads it) and the features dropped once binned
     deferred = read_party_table_deferred(data, name, id_col, label_col, keep=[weight_col] if weight_col else [],
-                                         allow_text_label=True, categorical=categorical)
+                                         allow_text_label=True, categorical=categorical, weight_col=weight_col)
     frame, features = deferred if deferred is not None else \
-        (_read_csv(data, name, id_col, label_col, allow_text_label=True, categorical=categorical), None)
+        (_read_csv(data, name, id_col, label_col, allow_text_label=True, categorical=categorical,
+                   weight_col=weight_col), None)
     active = ActiveParty(name, frame.frame, id_col, label_col, source=str(data), executor=executor,
                          categorical=categorical, weight_col=weight_col, low_memory=True, features=features)
     frame = deferred = None

@@ -3,7 +3,9 @@ messages that name the real problem (#8), and the loose ends made explicit (#9).
 from __future__ import annotations
 
 import math
+import re
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import given
@@ -12,6 +14,7 @@ from support import small_frames
 
 from cli import main
 from protocols.units import MAX_SECONDS, check_seconds
+from vfl.core import metrics
 from vfl.core.errors import InputError
 
 
@@ -70,3 +73,64 @@ def test_the_transport_checks_its_durations_too():
     with GrpcTransport("a", {"b": "127.0.0.1:1"}, Security(), timeout=5) as t:
         with pytest.raises(InputError, match="--connect-timeout must be more than 0"):
             t.connect(timeout=math.inf)
+
+
+# --- 5. tiny positive weights ------------------------------------------------------------------------
+@given(st.integers(-960, 960), st.integers(0, 2 ** 32 - 1))
+def test_weighted_metrics_do_not_depend_on_the_scale_of_the_weights(k, seed):
+    """Before: all weights 1e-300 made w_pos * w_neg underflow to 0: a ZeroDivisionError in
+    weighted_auc (after a whole training)."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, 30).astype(float)
+    y[:2] = [0, 1]
+    p = rng.random(30)
+    w = rng.integers(1, 5, 30).astype(float)
+    ref = metrics.weighted_metrics(["auc", "logloss", "error"], y, p, w)
+    scaled = metrics.weighted_metrics(["auc", "logloss", "error"], y, p, np.ldexp(w, k))
+    assert scaled == ref
+
+
+def test_all_weights_1e_minus_300_train_and_report(tmp_path):
+    a, b, _ = small_frames(60)
+    a["w"] = 1e-300
+    a.to_csv(tmp_path / "a.csv", index=False)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    res = CliRunner().invoke(main, ["simulate", "--active", str(tmp_path / "a.csv"), "--passive",
+                                    str(tmp_path / "b.csv"), "--weight-col", "w", "--mode", "plain", "--trees", "2",
+                                    "--quiet", "--output-json", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+    assert "Traceback" not in res.output
+    assert metrics.weighted_auc([0, 1, 1, 0], [0.1, 0.8, 0.7, 0.3], [1e-300] * 4) == 1.0
+
+
+# --- 7. the weight column's own wording -----------------------------------------------------------------
+INF_WEIGHT = (np.inf, r"weight column 'w' has 1 missing or infinite values \(rows 3\); every row needs a finite weight")
+TEXT_WEIGHT = ("heavy", r"weight column 'w' is not numeric .* e\.g\. value 'heavy' in row 3$")
+HUGE_WEIGHT = (1e300, r"the sample weights are too large \(up to .*\); scale them down")
+
+
+# (the network path reaches the gradients only with a passive party serving: 1e300 in simulate only)
+@pytest.mark.parametrize("value, message, command", [
+    (*INF_WEIGHT, "simulate"), (*TEXT_WEIGHT, "simulate"), (*HUGE_WEIGHT, "simulate"),
+    (*INF_WEIGHT, "party active"), (*TEXT_WEIGHT, "party active")])
+def test_a_bad_weight_is_called_a_weight(tmp_path, value, message, command):
+    """Before: an infinite weight was a "feature column" with the hint "use NaN" (NaN weights are
+    refused), a text weight got "declare it categorical", 1e300 got "the label is too large"."""
+    a, b, _ = small_frames(60)
+    a["w"] = 1.0
+    if isinstance(value, str):
+        a["w"] = a["w"].astype(object)
+    a.loc[3, "w"] = value
+    a.to_csv(tmp_path / "a.csv", index=False)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    if command == "simulate":
+        args = ["simulate", "--active", tmp_path / "a.csv", "--passive", tmp_path / "b.csv", "--mode", "plain",
+                "--trees", 1, "--quiet"]
+    else:
+        args = ["party", "active", "--data", tmp_path / "a.csv", "--peer", "b=127.0.0.1:1", "--insecure",
+                "--model-dir", tmp_path / "m", "--timeout", 5]
+    out = _cli_error([*args, "--weight-col", "w"])
+    last = out.strip().splitlines()[-1]
+    assert re.search(message, last), last
+    assert "feature column" not in out and "use NaN" not in out and "categorical" not in out
+    assert "the label is too large" not in out
