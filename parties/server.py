@@ -134,6 +134,7 @@ class PassiveServer:
         self.training_client: str | None = None
         self._training_used = 0.0
         self._digest: str | None = None
+        self._wrote = False         # the session wrote its model's file (a new model, or a resume accepted)
         self._reopening: str | None = None     # a finished model set up again: only TrainResume may follow
         self._sessions: dict[str, _PredictionSession] = {}
         self._prediction_ready: set[str] = set()
@@ -196,6 +197,7 @@ class PassiveServer:
         d = p.file_dict()
         d["data_digest"] = self._digest
         write_json_atomic(self.model_path(p.model_id), d)
+        self._wrote = True
 
     @staticmethod
     def _data_digest(p: PassiveParty) -> str:
@@ -293,6 +295,12 @@ class PassiveServer:
                 log.warning("%s: training session from %s released before any model was set up", self.name, who)
                 return m.Ack({"released": True})
             reply = p.handle(request)
+            if not self._wrote and self.model_path(mid).exists():
+                # a session that never took its model's file over (a resume refused, or not sent):
+                # the file keeps the records a later --resume needs
+                log.warning("%s: training session of model %s from %s ended before it resumed; %s is kept as "
+                            "it was", self.name, mid, who, self.model_path(mid))
+                return reply
             try:
                 self._persist()
             except BaseException:
@@ -352,6 +360,7 @@ class PassiveServer:
             with self._lock:
                 self.training, self.training_peer, self.training_client = party, who, client
                 self._digest, self._training_used, self._reopening = None, time.monotonic(), None
+                self._wrote = False
             log.info("%s: training session %s opened by %s (%s alignment, %d rows)", self.name,
                      request.session_id, who, "PSI" if isinstance(request, m.PsiRequest) else "hash", self.n_rows)
             return reply

@@ -134,3 +134,45 @@ def test_a_bad_weight_is_called_a_weight(tmp_path, value, message, command):
     assert re.search(message, last), last
     assert "feature column" not in out and "use NaN" not in out and "categorical" not in out
     assert "the label is too large" not in out
+
+
+# --- 8. messages that name the real problem ---------------------------------------------------------------
+@pytest.mark.parametrize("size", ["1", "0", "1.5", "nan"])
+def test_a_bad_validation_size_is_named(tmp_path, size):
+    """Before: --validation-size 1 said "test_size must be a fraction"."""
+    a, b, _ = small_frames(60)
+    a.to_csv(tmp_path / "a.csv", index=False)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    res = CliRunner().invoke(main, ["simulate", "--active", str(tmp_path / "a.csv"), "--passive",
+                                    str(tmp_path / "b.csv"), "--mode", "plain", "--trees", "1", "--quiet",
+                                    "--validation-size", size, "--early-stopping-rounds", "2"])
+    if size == "0":         # 0 is "no validation set": early stopping then needs one
+        assert "--early-stopping-rounds needs --validation-size" in res.output
+        return
+    assert res.exit_code == 1 and "validation_size (--validation-size" in res.output, res.output
+    assert "test_size" not in res.output
+
+
+def test_resume_of_a_dp_model_training_names_dp_model_not_the_dp_mode(tmp_path):
+    """Before: --resume --dp-model 1 was refused with the DP-only mode's "noisy release" reason."""
+    a, _, _ = small_frames(40)
+    a.to_csv(tmp_path / "a.csv", index=False)
+    out = _cli_error(["party", "active", "--data", tmp_path / "a.csv", "--peer", "b=127.0.0.1:1", "--insecure",
+                      "--model-dir", tmp_path / "m", "--dp-model", 1, "--resume", "--mode", "plain"])
+    assert "--resume is not available for a --dp-model training" in out
+    assert "noisy release" not in out and "dp mode" not in out
+    out = _cli_error(["party", "active", "--data", tmp_path / "a.csv", "--peer", "b=127.0.0.1:1", "--insecure",
+                      "--model-dir", tmp_path / "m", "--mode", "dp", "--epsilon", 1, "--resume"])
+    assert "--resume is not available in dp mode" in out
+
+
+@pytest.mark.parametrize("stray", [("key",), ("pem",), ("pem", "key")])
+def test_certs_names_the_file_that_is_really_there(tmp_path, stray):
+    """Before: a stray NAME.key gave "NAME.pem already exists" though it was absent."""
+    pytest.importorskip("cryptography")
+    for ext in stray:
+        (tmp_path / f"bank.{ext}").write_text("x")
+    out = _cli_error(["certs", "--out", tmp_path, "--party", "bank"])
+    for ext in ("pem", "key"):
+        assert (f"bank.{ext}" in out) == (ext in stray), out
+    assert "already exist" in out and "--overwrite" in out
