@@ -123,12 +123,16 @@ def security_from_dir(tls_dir, party: str | None = None) -> Security:
 
 
 def parse_spec(spec: str) -> tuple[str, int | None]:
-    """``"local:N"`` -> ``("local", N)``; a scheduler address -> ``(address, None)``."""
+    """``"local:N"`` -> ``("local", N)``; a scheduler address -> ``(address, None)``. The worker
+    count of a local cluster is required (``local`` or ``local:`` alone is refused: the number of
+    worker processes is the user's choice, not a silent default)."""
     spec = str(spec).strip()
-    if spec.startswith("local"):
+    if spec == "local" or spec.startswith("local:"):
         _, _, n = spec.partition(":")
+        if not n.strip():
+            raise InputError(f"--dask {spec!r}: give the number of local workers, local:N (e.g. local:2)")
         try:
-            k = int(n) if n else 2
+            k = int(n)
         except ValueError:
             raise InputError(f"--dask {spec!r}: expected local:N with N the number of workers") from None
         if not 1 <= k <= 256:

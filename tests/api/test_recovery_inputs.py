@@ -13,9 +13,17 @@ from hypothesis import strategies as st
 from support import small_frames
 
 from cli import main
+from parties.server import PassiveServer
+from protocols import messages as m
+from protocols.messages import MAX_ROUNDS
+from protocols.serialization import BigInts, dumps, loads
+from protocols.transport import InMemoryTransport
 from protocols.units import MAX_SECONDS, check_seconds
+from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.core import metrics
-from vfl.core.errors import InputError
+from vfl.core.errors import InputError, PeerError, ProtocolError
+from vfl.core.objectives import get_objective
+from vfl.core.params import MAX_ROUNDS as PARAMS_MAX_ROUNDS
 
 
 def _cli_error(args):
@@ -176,3 +184,70 @@ def test_certs_names_the_file_that_is_really_there(tmp_path, stray):
     for ext in ("pem", "key"):
         assert (f"bank.{ext}" in out) == (ext in stray), out
     assert "already exist" in out and "--overwrite" in out
+
+
+# --- 9. loose ends, made explicit ---------------------------------------------------------------------------
+@pytest.mark.parametrize("label", [0, 1])
+def test_a_single_class_label_is_refused_naming_the_column(tmp_path, label):
+    """Decided: an error (before: it trained without a word; every prediction was the class rate)."""
+    a, b, _ = small_frames(60)
+    a["y"] = label
+    with pytest.raises(InputError, match=rf"label column 'y' of party 'bank' holds a single class \({label}\) "
+                                         r"on the 60 training rows: a binary objective needs both 0 and 1"):
+        Federation(ActiveParty("bank", a), [PassiveParty("telco", b)]).fit(TrainParams(mode="plain", n_estimators=1))
+    a.to_csv(tmp_path / "a.csv", index=False)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    out = _cli_error(["simulate", "--active", tmp_path / "a.csv", "--passive", tmp_path / "b.csv", "--mode", "plain",
+                      "--trees", 1, "--quiet"])
+    assert "holds a single class" in out
+
+
+def test_a_validation_set_may_hold_a_single_class():
+    assert get_objective("binary").encode_labels([1, 1, 1]).tolist() == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("spec", ["local:", "local", "local: "])
+def test_a_local_dask_cluster_needs_its_worker_count(spec):
+    """Decided: an error (before: "local:" silently meant 2 workers)."""
+    pytest.importorskip("distributed")
+    from crypto.dask_executor import parse_spec
+    with pytest.raises(InputError, match=r"give the number of local workers, local:N"):
+        parse_spec(spec)
+    assert parse_spec("local:3") == ("local", 3)
+
+
+def test_simulate_refuses_dask_local_without_a_count(tmp_path):
+    pytest.importorskip("distributed")
+    a, b, _ = small_frames(40)
+    a.to_csv(tmp_path / "a.csv", index=False)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    out = _cli_error(["simulate", "--active", tmp_path / "a.csv", "--passive", tmp_path / "b.csv", "--mode", "plain",
+                      "--trees", 1, "--quiet", "--dask", "local:"])
+    assert "give the number of local workers, local:N" in out
+
+
+@given(st.integers(MAX_ROUNDS, 2 ** 80))
+def test_a_round_index_beyond_the_largest_training_is_refused_on_the_wire(r):
+    """Decided: refused when decoded (before: a Gradients message with round_idx 2**70 was
+    acknowledged); the bound is the largest n_estimators."""
+    for message in (m.Gradients(r, False, {}, 1, BigInts([1])), m.HistogramRequest(r, np.zeros(1, np.int32),
+                    np.zeros(1, np.int32), np.zeros((1, 1), np.int32)), m.GradientShard(r, 0, 1, b"\0")):
+        with pytest.raises(ProtocolError, match=rf"{type(message).__name__}\.round_idx"):
+            loads(dumps(message))
+    with pytest.raises(ProtocolError, match=r"TrainResume\.n_rounds"):
+        loads(dumps(m.TrainResume("m", r + 1, 0)))
+
+
+def test_the_round_bound_is_the_largest_n_estimators():
+    assert MAX_ROUNDS == PARAMS_MAX_ROUNDS
+    TrainParams(n_estimators=MAX_ROUNDS)
+    with pytest.raises(InputError, match=r"n_estimators must be <= 1000000"):
+        TrainParams(n_estimators=MAX_ROUNDS + 1)
+
+
+def test_a_passive_server_refuses_gradients_of_round_2_70(tmp_path):
+    a, b, _ = small_frames(40)
+    sb = PassiveServer("telco", b, "id", tmp_path / "telco")
+    t = InMemoryTransport("bank", {"telco": sb.handle_frame})
+    with pytest.raises(PeerError, match=r"Gradients\.round_idx"):
+        t.call("telco", m.Gradients(2 ** 70, False, {}, 1, BigInts([1])))

@@ -146,8 +146,9 @@ class BinaryObjective:
     name = "binary"
     n_targets = 1
 
-    def check_labels(self, y, party: str = "active", column: str = "label", ids=None) -> np.ndarray:
-        """Labels as float 0/1 (``ids``, accepted like the other losses', are not needed here)."""
+    def encode_labels(self, y, party: str = "active", column: str = "label", ids=None) -> np.ndarray:
+        """Labels as float 0/1 (``ids``, accepted like the other losses', are not needed here); a
+        validation set may hold a single class."""
         if np.asarray(y).dtype == object:
             _numeric_labels(y, party, column, "binary")
         y = np.asarray(y, dtype=np.float64)
@@ -160,7 +161,16 @@ class BinaryObjective:
                              f"binary objective; found {wrong[:5].tolist()}")
         return y
 
-    encode_labels = check_labels   # validation labels: the same check
+    def check_labels(self, y, party: str = "active", column: str = "label", ids=None) -> np.ndarray:
+        """Training labels: :meth:`encode_labels`, and both classes present. A single class leaves
+        nothing to learn (every tree would be empty, every prediction the class's rate): refused."""
+        y = self.encode_labels(y, party, column, ids)
+        classes = np.unique(y)
+        if len(y) and classes.size < 2:
+            raise InputError(f"label column {column!r} of party {party!r} holds a single class "
+                             f"({int(classes[0])}) on the {len(y)} training rows: a binary objective needs both "
+                             "0 and 1")
+        return y
 
     def base_score(self, y, weight=None) -> np.ndarray:
         p = float(np.clip(_mean(y, weight), 1e-6, 1 - 1e-6))
