@@ -21,7 +21,10 @@ the party's driver and its workers, never between parties.
 Faults: a worker that leaves while tasks wait on it (killed, lost) is noticed
 within a second (the scheduler's worker list is polled while waiting) and raises
 :class:`crypto.executor.WorkerError` naming the executor (the party) and the
-worker's address; a failing task raises it with the remote error. Either way the
+worker's address; a task lost with its worker (restarted by a nanny) and a failing
+task raise it too, and a scheduler that goes (killed) raises one line naming it, not
+Dask's list of cancelled futures. A scheduler that refuses connections is reported
+at once (a TCP probe before the client's own wait). Either way the
 executor forgets its connection and slots (the shards on the lost worker are
 gone, so the training stops) and reconnects at the next request, seeing the
 workers alive then: ``--resume`` continues the training on the same executor.
@@ -37,9 +40,12 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import threading
+from concurrent.futures import CancelledError
 from pathlib import Path
 from typing import Sequence
+from urllib.parse import urlsplit
 
 import dask
 import distributed
@@ -68,6 +74,38 @@ def lean_environment() -> dict[str, str]:
 
 #: payloads (bytes) above which a pinned task's blobs are scattered to its worker first
 SCATTER_BYTES = 1 << 20
+#: seconds to wait for a scheduler to accept a TCP connection before the client's own (long) wait
+PROBE_SECONDS = 5.0
+#: seconds :meth:`DaskExecutor.close` waits for a request in flight before closing under it
+CLOSE_WAIT_SECONDS = 5.0
+
+
+def _first_line(exc: BaseException) -> str:
+    """``Name: first line`` of an exception (Dask's cancellations list every future, one a line)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def probe_scheduler(address: str, timeout: float = PROBE_SECONDS) -> str | None:
+    """Why a scheduler at ``tcp://`` / ``tls://`` ``address`` cannot be reached at once (connection
+    refused, no such host), or None (it accepts connections, or did not answer within ``timeout``:
+    then the client's own wait decides)."""
+    parts = urlsplit(address)
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return f"bad address {address!r}"
+    if not host or port is None:
+        return None
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except socket.timeout:
+        return None
+    except ConnectionRefusedError:
+        return "connection refused: is the scheduler running there?"
+    except OSError as exc:
+        return f"{exc.strerror or exc}"
+    return None
 
 _NAMESPACES: dict[str, dict] = {}      # in each Dask worker process: namespace -> slots
 _NS_LOCK = threading.Lock()
@@ -204,6 +242,9 @@ class DaskExecutor(Executor):
                             scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
                 self._client = Client(self._cluster, timeout=self.timeout, direct_to_workers=self.direct)
             else:
+                why = probe_scheduler(self.spec, min(PROBE_SECONDS, self.timeout))
+                if why is not None:        # refused at once: reported at once, not after the client's timeout
+                    raise WorkerError(f"Dask cluster of {self.name!r} at {self.spec}: cannot connect ({why})")
                 self._client = Client(self.spec, security=self.security, timeout=self.timeout,
                                       direct_to_workers=self.direct)
             self._client.wait_for_workers(self._want or 1, timeout=self.timeout)
@@ -244,7 +285,11 @@ class DaskExecutor(Executor):
         return self._client
 
     def close(self, kill: bool = False) -> None:
-        with self._lock:
+        """Free the slots and close the client (and a local cluster). A request still waiting on the
+        cluster (a lost worker or scheduler) gets :data:`CLOSE_WAIT_SECONDS`; then the client is
+        closed under it, which ends its wait with an error: a party stopped by SIGTERM exits."""
+        locked = self._lock.acquire(timeout=CLOSE_WAIT_SECONDS)
+        try:
             if self.closed:
                 return
             self.closed = True
@@ -252,14 +297,18 @@ class DaskExecutor(Executor):
             self._slots.clear()
             if client is not None:
                 try:
-                    self._peaks = self._collect_peaks(client)
-                    if not kill:
+                    if locked:
+                        self._peaks = self._collect_peaks(client)
+                    if not kill and locked:
                         client.run(_drop_namespace, self._ns)
                 except Exception:                 # a lost cluster: nothing left to free
                     pass
                 client.close()
             if cluster is not None:
                 cluster.close()
+        finally:
+            if locked:
+                self._lock.release()
 
     # -- shared slots -------------------------------------------------------
     # -- requests ----------------------------------------------------------
@@ -269,15 +318,38 @@ class DaskExecutor(Executor):
         addr = self._addresses[wi]
         blobs = [bytes(b) for b in blobs]
         if sum(len(b) for b in blobs) > SCATTER_BYTES:
+            self._check_alive([wi])          # a scatter to a dead worker would wait for its connect timeout
             (data,) = self._client.scatter([blobs], workers=[addr], hash=False, broadcast=False)
         else:
             data = blobs
         return self._client.submit(_task, self._ns, header, data, workers=[addr], allow_other_workers=False,
                                    pure=False, key=f"vfl-{header.get('op')}-{secrets.token_hex(8)}")
 
+    def _gone(self, wi: int) -> WorkerError:
+        return WorkerError(f"Dask worker {self._addresses[wi]} of {self.name!r} is gone (killed or lost) while it "
+                           "held row shards of the training; restart the worker and resume the training (--resume)")
+
+    def _scheduler_gone(self, exc: BaseException) -> WorkerError:
+        return WorkerError(f"the Dask scheduler of {self.name!r} at {self.spec} is gone or unreachable "
+                           f"({_first_line(exc)}); restart it and its workers, then resume the training (--resume)")
+
+    def _check_alive(self, watch: Sequence[int]) -> None:
+        """Raise :class:`WorkerError` naming the first worker of ``watch`` the scheduler no longer lists."""
+        client = self._client
+        if client is None:          # closed under the request (the party is stopping)
+            raise WorkerError(f"Dask executor {self.name!r} was closed while a request waited on it")
+        if client.status != "running":     # the scheduler connection dropped: the client reconnects (would block)
+            raise self._scheduler_gone(ConnectionError(f"the client lost its scheduler (status {client.status!r})"))
+        alive = set(client.nthreads())
+        for wi in sorted(set(watch)):
+            if self._addresses[wi] not in alive:
+                raise self._gone(wi)
+
     def _gather(self, futures: list, watch: Sequence[int]) -> list:
         """Wait for ``futures``, noticing when a worker of ``watch`` (indices of workers whose
-        slots the futures need) leaves; their results in order."""
+        slots the futures need) leaves, a task is lost (its worker restarted) or the scheduler
+        goes; their results in order. Every failure is one :class:`WorkerError` line naming the
+        party and the worker (or the scheduler)."""
         try:
             while futures:
                 try:
@@ -285,24 +357,25 @@ class DaskExecutor(Executor):
                     break
                 except (TimeoutError, distributed.TimeoutError):
                     pass
-                alive = set(self._client.nthreads())
-                for wi in sorted(set(watch)):
-                    if self._addresses[wi] not in alive:
-                        raise WorkerError(f"Dask worker {self._addresses[wi]} of {self.name!r} is gone (killed or "
-                                          "lost) while it held row shards of the training; restart the worker "
-                                          "and resume the training (--resume)")
+                self._check_alive(watch)
+                lost = [f for f in futures if f.status in ("lost", "cancelled")]
+                if lost:
+                    raise WorkerError(f"{len(lost)} task(s) of {self.name!r} were lost on the Dask workers "
+                                      f"{[self._addresses[wi] for wi in sorted(set(watch))]} (killed or restarted) "
+                                      "while they held row shards of the training; resume the training (--resume)")
             for f in futures:
                 if f.status == "error":
                     exc = f.exception()
-                    raise WorkerError(f"a task of {self.name!r} failed on its Dask worker: "
-                                      f"{type(exc).__name__}: {exc}")
+                    raise WorkerError(f"a task of {self.name!r} failed on its Dask worker: {_first_line(exc)}")
             out = list(self._client.gather(futures)) if futures else []    # one batch, not a call per result
         except WorkerError:
             self._abort(futures)
             raise
-        except (distributed.TimeoutError, OSError, distributed.client.FutureCancelledError) as exc:
+        except (distributed.TimeoutError, OSError, CancelledError) as exc:
+            # a cancelled future (FuturesCancelledError lists them all) or a closed connection: the
+            # scheduler is gone (or this executor was closed under the request, e.g. by SIGTERM)
             self._abort(futures)
-            raise WorkerError(f"the Dask cluster of {self.name!r} failed: {type(exc).__name__}: {exc}") from None
+            raise self._scheduler_gone(exc) from None
         for header, _ in out:
             self.cpu_seconds += float(header.get("cpu", 0.0))
         return out
