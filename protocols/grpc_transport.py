@@ -235,6 +235,39 @@ class _ReadWatch:
                 _cancel(context, f"no data for {self.read_timeout:g} s while reading the request")
 
 
+class _StreamLimit:
+    """Request streams in progress per client (its identity, :attr:`Caller.client`): at most
+    ``per_client`` at once, so that one client (even an allowed one, stalling its uploads) holds
+    a bounded share of the server's worker threads and every other client is still served."""
+
+    def __init__(self, per_client: int):
+        self.per_client = int(per_client)
+        self._open: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.refused = 0
+
+    def enter(self, client: str) -> bool:
+        with self._lock:
+            n = self._open.get(client, 0)
+            if n >= self.per_client:
+                self.refused += 1
+                return False
+            self._open[client] = n + 1
+            return True
+
+    def leave(self, client: str) -> None:
+        with self._lock:
+            n = self._open.get(client, 0) - 1
+            if n > 0:
+                self._open[client] = n
+            else:
+                self._open.pop(client, None)
+
+    def open(self, client: str) -> int:
+        with self._lock:
+            return self._open.get(client, 0)
+
+
 def _cancel(context, details: str) -> None:
     """Cancel a server-side call from another thread (wakes a handler blocked reading it)."""
     call = getattr(getattr(context, "_rpc_event", None), "call", None)
@@ -254,10 +287,19 @@ class PartyServer:
     raises becomes an :class:`ErrorReply` and the server keeps serving.
     """
 
+    #: seconds a client refused at its stream limit is told to wait before it retries
+    BUSY_RETRY_AFTER = 0.2
+
     def __init__(self, name: str, handler: FrameHandler, listen: str, security: Security,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, max_workers: int = 16, role: str = "passive",
-                 read_timeout: float = DEFAULT_READ_TIMEOUT):
+                 read_timeout: float = DEFAULT_READ_TIMEOUT, max_streams_per_client: int | None = None):
+        """``max_streams_per_client``: request streams one client may have in progress at once
+        (default: half of ``max_workers``); more are answered "busy, retry" at once, unread."""
         self.name, self.handler, self.role = name, handler, role
+        per_client = max(1, max_workers // 2) if max_streams_per_client is None else int(max_streams_per_client)
+        if not 1 <= per_client <= max_workers:
+            raise InputError(f"max_streams_per_client must be 1..{max_workers} (the worker threads), got {per_client}")
+        self._streams = _StreamLimit(per_client)
         self._watch = _ReadWatch(check_seconds(read_timeout, "the read timeout"))
         self.listen = check_address(listen, "--listen address")
         self.security = security
@@ -361,8 +403,25 @@ class PartyServer:
                            "max_frame_bytes": self.max_frame_bytes}).encode()
 
     def _exchange(self, request_iterator, context):
-        grpc = require_grpc()
         who = self._authorize(context)
+        client = getattr(who, "client", str(who))
+        left = context.time_remaining()
+        if left is not None and left <= 0:      # queued past the caller's deadline: nobody waits for it
+            return
+        if not self._streams.enter(client):
+            log.info("%s: %s is at its limit of %d concurrent calls: busy, retry", self.name, who,
+                     self._streams.per_client)
+            yield from _chunks(dumps(msg.ErrorReply(
+                msg.ErrorKind.BUSY, f"party {self.name!r} is busy: {self._streams.per_client} calls of this "
+                "client are in progress; retry", self.BUSY_RETRY_AFTER)))
+            return
+        try:
+            yield from self._serve_stream(request_iterator, context, who)
+        finally:
+            self._streams.leave(client)
+
+    def _serve_stream(self, request_iterator, context, who):
+        grpc = require_grpc()
         md = dict(context.invocation_metadata())
         declared = md.get("x-vfl-frame-bytes")
         cap = self.max_frame_bytes
@@ -469,6 +528,8 @@ class GrpcTransport(Transport):
         self.security = security
         self.timeout = float(timeout)
         self.max_frame_bytes = int(max_frame_bytes)
+        self.busy_max_wait = self.timeout      # "busy, retry" waits count against the call's own deadline
+        self._deadline = threading.local()     # the call in progress (per thread): when its --timeout ends
         self.failed: dict[str, str] = {}
         self.peer_info: dict[str, dict] = {}
         self._channels, self._exchange_stubs, self._hello_stubs = {}, {}, {}
@@ -590,6 +651,20 @@ class GrpcTransport(Transport):
         return infos
 
     # -- Transport ----------------------------------------------------------
+    def call(self, peer: str, message):
+        """:meth:`Transport.call` within ``timeout`` in all: the attempts after "busy, retry" replies
+        share the call's one deadline (each attempt gets what is left of it)."""
+        outer = getattr(self._deadline, "at", None)
+        self._deadline.at = time.monotonic() + self.timeout if outer is None else outer
+        try:
+            return super().call(peer, message)
+        finally:
+            self._deadline.at = outer
+
+    def _attempt_timeout(self) -> float:
+        at = getattr(self._deadline, "at", None)
+        return self.timeout if at is None else max(0.001, at - time.monotonic())
+
     def _exchange(self, peer: str, frame: bytes) -> bytes:
         grpc = require_grpc()
         if peer not in self.peers:
@@ -603,7 +678,7 @@ class GrpcTransport(Transport):
                              f"of {format_bytes(self.max_frame_bytes)} (raise --max-message-mb)")
         md = self._metadata([("x-vfl-frame-bytes", str(len(frame)))])
         try:
-            call = self._exchange_stubs[peer](_chunks(frame), timeout=self.timeout, metadata=md)
+            call = self._exchange_stubs[peer](_chunks(frame), timeout=self._attempt_timeout(), metadata=md)
             out = bytearray()
             for chunk in call:
                 out += chunk

@@ -7,8 +7,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -27,7 +29,8 @@ from parties.server import PassiveServer  # noqa: E402
 from protocols import messages as m  # noqa: E402
 from protocols.certs import make_certs  # noqa: E402
 from protocols.grpc_transport import Caller, GrpcTransport, PartyServer, Security  # noqa: E402
-from protocols.transport import InMemoryTransport  # noqa: E402
+from protocols.serialization import dumps  # noqa: E402
+from protocols.transport import InMemoryTransport, PeerBusyError  # noqa: E402
 from vfl.api import Federation, PassiveParty  # noqa: E402
 from vfl.core.errors import InputError, PeerError  # noqa: E402
 from vfl.core.model import BoostedModel  # noqa: E402
@@ -272,3 +275,86 @@ def test_a_refused_request_does_not_block_a_legitimate_training(tmp_path, childr
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert BoostedModel.load(tmp_path / "ma" / "guest.json").n_rounds == 2
+
+
+# --- 6. an allowed client stalling streams cannot starve the others ---------------------------------
+class StalledStreams:
+    """``n`` request streams of client ``name`` that send a few bytes and then nothing, renewed as
+    soon as one ends (cut by the server's read watch, or answered "busy"), until :meth:`stop`."""
+
+    def __init__(self, name: str, addr: str, security: Security, n: int):
+        self.transport = GrpcTransport(name, {"host": addr}, security, timeout=120)
+        self.stub = self.transport._exchange_stubs["host"]
+        self.release, self.stopped = threading.Event(), threading.Event()
+        self.calls = [self._open() for _ in range(n)]
+        self.renewed = 0
+        self.thread = threading.Thread(target=self._renew, daemon=True)
+        self.thread.start()
+
+    def _stalled(self):
+        yield b"VFL1"
+        self.release.wait(120)
+
+    def _open(self):
+        return self.stub(self._stalled(), timeout=120, metadata=self.transport._metadata())
+
+    def _renew(self):
+        while not self.stopped.wait(0.2):
+            for i, c in enumerate(self.calls):
+                if c.done():
+                    self.calls[i] = self._open()
+                    self.renewed += 1
+
+    def stop(self):
+        self.stopped.set()
+        self.thread.join(10)
+        self.release.set()
+        for c in self.calls:
+            c.cancel()
+        self.transport.close()
+
+
+@pytest.mark.slow
+def test_an_allowed_client_stalling_twenty_streams_cannot_starve_a_prediction(tmp_path, children, pki):
+    """Before: 20 continuously renewed stalled TLS streams of an allowed client held every worker
+    thread of the passive party: a legitimate prediction waited past its own --timeout."""
+    _write_parties(tmp_path, n=80)
+    tls = ["--tls-dir", pki]
+    addr = start_passive(children, tmp_path, "host", "--data", tmp_path / "b.csv", "--model-dir", tmp_path / "mb",
+                         *tls, "--allow-client", "guest", "--allow-client", "shop")
+    r = subprocess.run(cli_command("party", "active", "--name", "guest", "--data", tmp_path / "a.csv", "--peer",
+                                   f"host={addr}", "--model-dir", tmp_path / "ma", *tls, "--mode", "plain",
+                                   "--trees", 2, "--depth", 2, "--quiet"),
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    stalls = StalledStreams("shop", addr, Security.from_options("shop", tls_dir=pki), 20)
+    try:
+        time.sleep(1.0)          # the stalled streams are open (the first 8 hold worker threads)
+        r = subprocess.run(cli_command("predict", "--model-dir", tmp_path / "ma", "--data", tmp_path / "a.csv",
+                                       "--peer", f"host={addr}", *tls, "--out", tmp_path / "p.csv", "--timeout", 10),
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "predicted 80 rows" in r.stdout
+    finally:
+        stalls.stop()
+    # shop held 8 worker threads (half of 16); its 12 other streams were answered "busy" unread
+    assert (tmp_path / "host.err").read_text().count("is at its limit of 8 concurrent calls: busy, retry") >= 12
+
+
+def test_busy_retries_share_the_calls_own_deadline():
+    """A call refused "busy, retry" again and again stops at its own --timeout (before: the
+    retries could wait 60 s whatever the timeout)."""
+    def always_busy(frame, who):
+        return dumps(m.ErrorReply(m.ErrorKind.BUSY, "busy", 0.5))
+
+    srv = PartyServer("host", always_busy, "127.0.0.1:0", Security())
+    addr = f"127.0.0.1:{srv.start()}"
+    try:
+        with GrpcTransport("guest", {"host": addr}, Security(), timeout=2) as t:
+            assert t.busy_max_wait == 2.0
+            with pytest.raises(PeerBusyError) as info:
+                t.call("host", m.PredictEnd("s"))
+        waited = float(re.search(r"over ([0-9.]+) s", str(info.value)).group(1))
+        assert waited <= 2.0
+    finally:
+        srv.stop(grace=None)
