@@ -358,3 +358,32 @@ def test_busy_retries_share_the_calls_own_deadline():
         assert waited <= 2.0
     finally:
         srv.stop(grace=None)
+
+
+def test_after_a_full_disk_at_the_passive_party_resume_gives_the_uninterrupted_model(tmp_path, monkeypatch):
+    """The passive party's disk fills mid-training: the session is closed, and once space is free
+    ``--resume`` (same identity, new connection) gives the model of an uninterrupted run."""
+    a, b, _ = small_frames(n=80)
+    params = TrainParams(mode="plain", n_estimators=4, max_depth=2)
+    full = ActiveParty("bank", a).fit(
+        InMemoryTransport("bank", {"telco": as_caller(PassiveServer("telco", b, "id", tmp_path / "ref"),
+                                                      "bank", "certificate bank")}), ["telco"], params)
+    sb = PassiveServer("telco", b, "id", tmp_path / "telco")
+    real, writes, saved = server_mod.write_json_atomic, {"n": 0}, []
+
+    def full_from_the_fourth(path, data, *args, **kw):
+        writes["n"] += 1
+        if writes["n"] >= 4:
+            raise WriteError(f"cannot write {path}: no space left on the device", path, errno.ENOSPC)
+        return real(path, data, *args, **kw)
+
+    monkeypatch.setattr(server_mod, "write_json_atomic", full_from_the_fourth)
+    first = InMemoryTransport("bank", {"telco": as_caller(sb, "bank (ipv4:127.0.0.1:40001)", "certificate bank")})
+    with pytest.raises(InputError, match="no space left on the device"):
+        ActiveParty("bank", a).fit(first, ["telco"], params, checkpoint=saved.append)
+    assert sb.training is None and saved
+    monkeypatch.setattr(server_mod, "write_json_atomic", real)
+    again = InMemoryTransport("bank", {"telco": as_caller(sb, "bank (ipv4:127.0.0.1:40999)", "certificate bank")})
+    resumed = ActiveParty("bank", a).fit(again, ["telco"], params, resume=saved[-1])
+    assert [t.structure() for r in resumed.rounds for t in r] == [t.structure() for r in full.rounds for t in r]
+    assert resumed.model_id in sb.models
