@@ -13,9 +13,12 @@ one per finished model.
 
 Concurrency and limits: every request names its client (the caller's
 certificate names under TLS, else its token or claimed party name and host;
-see :class:`protocols.grpc_transport.PartyServer`). A training session belongs
-to the client that opened it (others are refused until it ends or stays idle
-for :attr:`PassiveServer.TRAINING_IDLE_SECONDS`) and has its own lock; each
+see :class:`protocols.grpc_transport.PartyServer` and :func:`client_identity`). A
+training session belongs to the client that opened it, by identity, not by
+connection: a restarted process of that client takes it over at once, others are
+refused until it ends or stays idle for :attr:`PassiveServer.TRAINING_IDLE_SECONDS`.
+A refused request changes no session, and ``TrainEnd`` closes the session whatever
+happens (a file that cannot be written). The session has its own lock; each
 prediction session has its own lock, so predictions run concurrently with each
 other and with a training. Prediction sessions are limited per client and in
 all; a session in use (a request in flight, or used within
@@ -55,6 +58,7 @@ def client_identity(who, client: str | None = None) -> str:
         return str(client)
     ident = getattr(who, "client", None)
     return str(ident) if ident else str(who)
+
 
 _MODEL_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
