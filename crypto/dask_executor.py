@@ -345,10 +345,11 @@ class DaskExecutor(Executor):
             if self._addresses[wi] not in alive:
                 raise self._gone(wi)
 
-    def _gather(self, futures: list, watch: Sequence[int]) -> list:
+    def _gather(self, futures: list, watch: Sequence[int], pinned: Sequence[int] | None = None) -> list:
         """Wait for ``futures``, noticing when a worker of ``watch`` (indices of workers whose
         slots the futures need) leaves, a task is lost (its worker restarted) or the scheduler
-        goes; their results in order. Every failure is one :class:`WorkerError` line naming the
+        goes; their results in order. ``pinned``: the worker of each future (when each is pinned to
+        one), to name it when its task fails. Every failure is one :class:`WorkerError` line naming the
         party and the worker (or the scheduler)."""
         try:
             while futures:
@@ -363,10 +364,17 @@ class DaskExecutor(Executor):
                     raise WorkerError(f"{len(lost)} task(s) of {self.name!r} were lost on the Dask workers "
                                       f"{[self._addresses[wi] for wi in sorted(set(watch))]} (killed or restarted) "
                                       "while they held row shards of the training; resume the training (--resume)")
-            for f in futures:
+            for f, wi in zip(futures, pinned if pinned is not None else [None] * len(futures)):
                 if f.status == "error":
                     exc = f.exception()
-                    raise WorkerError(f"a task of {self.name!r} failed on its Dask worker: {_first_line(exc)}")
+                    if isinstance(exc, KeyError) and wi is not None:     # its slots are gone: a new process
+                        raise WorkerError(f"Dask worker {self._addresses[wi]} of {self.name!r} lost the row shards "
+                                          f"of the training (restarted or replaced: {_first_line(exc)}); resume the "
+                                          "training (--resume)")
+                    where = self._addresses[wi] if wi is not None else \
+                        ", ".join(self._addresses[i] for i in sorted(set(watch)))
+                    raise WorkerError(f"a task of {self.name!r} failed on its Dask worker ({where}): "
+                                      f"{_first_line(exc)}")
             out = list(self._client.gather(futures)) if futures else []    # one batch, not a call per result
         except WorkerError:
             self._abort(futures)
@@ -403,7 +411,8 @@ class DaskExecutor(Executor):
                 return []
             self._start()
             futures = [self._submit_on(wi, h, b) for wi, (h, b) in requests]
-            return self._gather(futures, [wi for wi, _ in requests])
+            pinned = [wi for wi, _ in requests]
+            return self._gather(futures, pinned, pinned)
 
     def broadcast(self, header: dict, blobs: Sequence[bytes] = ()) -> list[Frame]:
         with self._lock:

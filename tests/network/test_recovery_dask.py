@@ -15,12 +15,16 @@ import pytest
 from support import KEY_BITS, cli_command, small_frames, start_passive
 
 pytest.importorskip("grpc")
-pytest.importorskip("distributed")
+distributed = pytest.importorskip("distributed")
 
 from dask_support import Cluster, free_port  # noqa: E402
 
+from crypto.dask_executor import DaskExecutor, _drop_namespace  # noqa: E402
 from parties.active import ActiveParty  # noqa: E402
+from parties.server import PassiveServer  # noqa: E402
+from protocols.transport import InMemoryTransport  # noqa: E402
 from vfl.api import Federation, PassiveParty  # noqa: E402
+from vfl.core.errors import PeerError  # noqa: E402
 from vfl.core.model import BoostedModel  # noqa: E402
 from vfl.core.params import TrainParams  # noqa: E402
 
@@ -147,3 +151,35 @@ def test_an_unreachable_scheduler_is_reported_at_once_and_leaves_no_session(worl
                        timeout=300)
     assert r.returncode == 0, r.stderr
     _stops_on_sigterm(passive)
+
+
+def test_a_restarted_worker_that_lost_its_shards_is_named(tmp_path):
+    """A worker restarted at the same address (a nanny with a fixed --worker-port) has lost its
+    slots: the error names the worker (before: "a task failed on its Dask worker: KeyError ...");
+    --resume then gives the uninterrupted model."""
+    a, b, _ = small_frames(n=200)
+    params = TrainParams(mode="plain", n_estimators=3, max_depth=2)
+
+    def fit(server, **kw):
+        t = InMemoryTransport("a", {"b": server.handle_frame})
+        return ActiveParty("a", a).fit(t, ["b"], params, **kw)
+
+    full = fit(PassiveServer("b", b, "id", tmp_path / "full"))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None, silence_logs=40,
+                                  scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"}) as lc:
+        ex = DaskExecutor(lc.scheduler_address, name="passive:b", insecure=True)
+        try:
+            server, saved = PassiveServer("b", b, "id", tmp_path / "run", executor=ex), []
+
+            def restart(r, info):
+                if r == 0:          # what a restart does to the worker: its slots are gone, its address stays
+                    ex.client.run(_drop_namespace, ex._ns, workers=[ex.addresses[0]])
+
+            with pytest.raises(PeerError, match=r"party 'b'.*Dask worker tcp://127\.0\.0\.1:\d+ of 'passive:b' lost "
+                                                r"the row shards of the training \(restarted or replaced: KeyError"):
+                fit(server, checkpoint=saved.append, on_round=restart)
+            resumed = fit(server, resume=saved[-1])
+        finally:
+            ex.close()
+    assert [t.structure() for r in resumed.rounds for t in r] == [t.structure() for r in full.rounds for t in r]
