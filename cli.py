@@ -30,7 +30,7 @@ from parties.memory import return_freed_memory
 from parties.network import check_prediction, load_active_model, predict_active, serve_passive, train_active
 from protocols.certs import make_certs
 from protocols.grpc_transport import Security, parse_peers
-from protocols.units import format_bytes
+from protocols.units import check_seconds, format_bytes
 from vfl.api import simulate as simulate_federation
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
 from vfl.core.dp_model import DP_TREES, read_dp_bins
@@ -52,6 +52,8 @@ from vfl.core.params import (
 
 #: how the scheme is named to the user
 SCHEME_NAMES = {"paillier": "Paillier", "ou": "Okamoto-Uchiyama"}
+#: the largest --max-message-mb (64 GiB: far beyond any frame; a larger value is a typo)
+MAX_MESSAGE_MB = 65536
 
 # old option name -> its name now (the library says active/passive; FATE said guest/host)
 DEPRECATED_OPTIONS = {"--guest": "--active", "--host": "--passive"}
@@ -116,12 +118,12 @@ def main():
 
 
 def _load_parties(dataset, active, passives, id_col, label_col, parties, allow_text_label=False,
-                  categorical=None):
+                  categorical=None, weight_col=None):
     if active or passives:
         if not (active and passives):
             raise click.UsageError("--active and at least one --passive are needed together")
         return load_guest_host(active, list(passives), id_col=id_col, label_col=label_col,
-                               allow_text_label=allow_text_label, categorical=categorical)
+                               allow_text_label=allow_text_label, categorical=categorical, weight_col=weight_col)
     return load_named(dataset, parties, id_col=id_col, label_col=label_col)
 
 
@@ -382,7 +384,7 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
         raise click.UsageError("--early-stopping-rounds needs --validation-size")
     party_frames = _load_parties(dataset, active, passives, id_col, label_col, parties,
                                  allow_text_label=train_options["objective"] == Objective.MULTICLASS,
-                                 categorical=list(categorical))
+                                 categorical=list(categorical), weight_col=weight_col)
     params = train_params_from_options(train_options)
     if save_model:
         check_writable_dir(save_model, "--save-model directory")     # refused before training, not after
@@ -616,9 +618,16 @@ def _federation_peers(federation, name, peer_specs, active: bool):
 
 
 def _max_bytes(mb: float) -> int:
-    if not mb or mb <= 0:
-        raise InputError(f"--max-message-mb must be positive, got {mb}")
+    if not 0 < mb <= MAX_MESSAGE_MB:         # NaN fails this too
+        raise InputError(f"--max-message-mb must be more than 0 and at most {MAX_MESSAGE_MB} (MiB), got {mb}")
     return int(mb * 2 ** 20)
+
+
+def _check_timeouts(timeout: float, connect_timeout: float | None) -> None:
+    """Every duration option, before anything is read or connected (inf, NaN, 1e12 refused)."""
+    check_seconds(timeout, "--timeout")
+    if connect_timeout is not None:
+        check_seconds(connect_timeout, "--connect-timeout")
 
 
 @main.command()
@@ -785,6 +794,7 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
     """Train with passive parties over the network (checkpoint after every tree)."""
     _setup_logging(log_level)
     return_freed_memory()         # a long-lived driver: freed memory goes back to the system
+    _check_timeouts(timeout, connect_timeout)
     federation = load_federation(federation_file) if federation_file else None
     name, peers = _federation_peers(federation, name, peer_specs, active=True)
     sec = _security(name, tls_dir, insecure, token_file)
@@ -854,6 +864,7 @@ def predict(model_dir, data, id_col, peer_specs, out, prediction, align, timeout
     _setup_logging(log_level)
     return_freed_memory()         # a long-lived driver: freed memory goes back to the system
     check_prediction(prediction)
+    _check_timeouts(timeout, connect_timeout)
     federation = load_federation(federation_file) if federation_file else None
     model = load_active_model(model_dir)
     _, peers = _federation_peers(federation, model.active_party, peer_specs, active=False)

@@ -21,7 +21,10 @@ the party's driver and its workers, never between parties.
 Faults: a worker that leaves while tasks wait on it (killed, lost) is noticed
 within a second (the scheduler's worker list is polled while waiting) and raises
 :class:`crypto.executor.WorkerError` naming the executor (the party) and the
-worker's address; a failing task raises it with the remote error. Either way the
+worker's address; a task lost with its worker (restarted by a nanny) and a failing
+task raise it too, and a scheduler that goes (killed) raises one line naming it, not
+Dask's list of cancelled futures. A scheduler that refuses connections is reported
+at once (a TCP probe before the client's own wait). Either way the
 executor forgets its connection and slots (the shards on the lost worker are
 gone, so the training stops) and reconnects at the next request, seeing the
 workers alive then: ``--resume`` continues the training on the same executor.
@@ -41,9 +44,12 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import threading
+from concurrent.futures import CancelledError
 from pathlib import Path
 from typing import Sequence
+from urllib.parse import urlsplit
 
 import dask
 import distributed
@@ -72,6 +78,38 @@ def lean_environment() -> dict[str, str]:
 
 #: payloads (bytes) above which a pinned task's blobs are scattered to its worker first
 SCATTER_BYTES = 1 << 20
+#: seconds to wait for a scheduler to accept a TCP connection before the client's own (long) wait
+PROBE_SECONDS = 5.0
+#: seconds :meth:`DaskExecutor.close` waits for a request in flight before closing under it
+CLOSE_WAIT_SECONDS = 5.0
+
+
+def _first_line(exc: BaseException) -> str:
+    """``Name: first line`` of an exception (Dask's cancellations list every future, one a line)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def probe_scheduler(address: str, timeout: float = PROBE_SECONDS) -> str | None:
+    """Why a scheduler at ``tcp://`` / ``tls://`` ``address`` cannot be reached at once (connection
+    refused, no such host), or None (it accepts connections, or did not answer within ``timeout``:
+    then the client's own wait decides)."""
+    parts = urlsplit(address)
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return f"bad address {address!r}"
+    if not host or port is None:
+        return None
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except socket.timeout:
+        return None
+    except ConnectionRefusedError:
+        return "connection refused: is the scheduler running there?"
+    except OSError as exc:
+        return f"{exc.strerror or exc}"
+    return None
 
 _NAMESPACES: dict[str, dict] = {}      # in each Dask worker process: namespace -> slots
 _NS_LOCK = threading.Lock()
@@ -128,12 +166,16 @@ def security_from_dir(tls_dir, party: str | None = None) -> Security:
 
 
 def parse_spec(spec: str) -> tuple[str, int | None]:
-    """``"local:N"`` -> ``("local", N)``; a scheduler address -> ``(address, None)``."""
+    """``"local:N"`` -> ``("local", N)``; a scheduler address -> ``(address, None)``. The worker
+    count of a local cluster is required (``local`` or ``local:`` alone is refused: the number of
+    worker processes is the user's choice, not a silent default)."""
     spec = str(spec).strip()
-    if spec.startswith("local"):
+    if spec == "local" or spec.startswith("local:"):
         _, _, n = spec.partition(":")
+        if not n.strip():
+            raise InputError(f"--dask {spec!r}: give the number of local workers, local:N (e.g. local:2)")
         try:
-            k = int(n) if n else 2
+            k = int(n)
         except ValueError:
             raise InputError(f"--dask {spec!r}: expected local:N with N the number of workers") from None
         if not 1 <= k <= 256:
@@ -147,15 +189,16 @@ def parse_spec(spec: str) -> tuple[str, int | None]:
 class _DaskPending(Pending):
     """Submitted Dask tasks: :meth:`result` gathers them (noticing a lost worker)."""
 
-    def __init__(self, executor: "DaskExecutor", futures: list, watch: Sequence[int]):
+    def __init__(self, executor: "DaskExecutor", futures: list, watch: Sequence[int],
+                 pinned: Sequence[int] | None = None):
         super().__init__(futures)
-        self.executor, self.watch = executor, list(watch)
+        self.executor, self.watch, self.pinned = executor, list(watch), pinned
 
     def done(self) -> bool:
         return all(f.done() for f in self.futures)
 
     def result(self) -> list[Frame]:
-        return self.executor._gather(self.futures, self.watch)
+        return self.executor._gather(self.futures, self.watch, self.pinned)
 
 
 class DaskExecutor(Executor):
@@ -229,6 +272,9 @@ class DaskExecutor(Executor):
                 self._client = Client(self._cluster, security=self.security, timeout=self.timeout,
                                       direct_to_workers=self.direct)
             else:
+                why = probe_scheduler(self.spec, min(PROBE_SECONDS, self.timeout))
+                if why is not None:        # refused at once: reported at once, not after the client's timeout
+                    raise WorkerError(f"Dask cluster of {self.name!r} at {self.spec}: cannot connect ({why})")
                 self._client = Client(self.spec, security=self.security, timeout=self.timeout,
                                       direct_to_workers=self.direct)
             self._client.wait_for_workers(self._want or 1, timeout=self.timeout)
@@ -285,7 +331,11 @@ class DaskExecutor(Executor):
         return self._client
 
     def close(self, kill: bool = False) -> None:
-        with self._lock:
+        """Free the slots and close the client (and a local cluster). A request still waiting on the
+        cluster (a lost worker or scheduler) gets :data:`CLOSE_WAIT_SECONDS`; then the client is
+        closed under it, which ends its wait with an error: a party stopped by SIGTERM exits."""
+        locked = self._lock.acquire(timeout=CLOSE_WAIT_SECONDS)
+        try:
             if self.closed:
                 return
             self.closed = True
@@ -294,14 +344,18 @@ class DaskExecutor(Executor):
             self._last = {}
             if client is not None:
                 try:
-                    self._peaks = self._collect_peaks(client)
-                    if not kill:
+                    if locked:
+                        self._peaks = self._collect_peaks(client)
+                    if not kill and locked:
                         client.run(_drop_namespace, self._ns)
                 except Exception:                 # a lost cluster: nothing left to free
                     pass
                 client.close()
             if cluster is not None:
                 cluster.close()
+        finally:
+            if locked:
+                self._lock.release()
 
     # -- shared slots -------------------------------------------------------
     # -- requests ----------------------------------------------------------
@@ -311,6 +365,7 @@ class DaskExecutor(Executor):
         addr = self._addresses[wi]
         blobs = [bytes(b) for b in blobs]
         if sum(len(b) for b in blobs) > SCATTER_BYTES:
+            self._check_alive([wi])          # a scatter to a dead worker would wait for its connect timeout
             (data,) = self._client.scatter([blobs], workers=[addr], hash=False, broadcast=False)
         else:
             data = blobs
@@ -322,12 +377,35 @@ class DaskExecutor(Executor):
         self._last[wi] = fut       # a worker runs its pinned requests in the order they were sent
         return fut
 
-    def _gather(self, futures: list, watch: Sequence[int]) -> list:
+    def _gone(self, wi: int) -> WorkerError:
+        return WorkerError(f"Dask worker {self._addresses[wi]} of {self.name!r} is gone (killed or lost) while it "
+                           "held row shards of the training; restart the worker and resume the training (--resume)")
+
+    def _scheduler_gone(self, exc: BaseException) -> WorkerError:
+        return WorkerError(f"the Dask scheduler of {self.name!r} at {self.spec} is gone or unreachable "
+                           f"({_first_line(exc)}); restart it and its workers, then resume the training (--resume)")
+
+    def _check_alive(self, watch: Sequence[int]) -> None:
+        """Raise :class:`WorkerError` naming the first worker of ``watch`` the scheduler no longer lists."""
+        client = self._client
+        if client is None:          # closed under the request (the party is stopping)
+            raise WorkerError(f"Dask executor {self.name!r} was closed while a request waited on it")
+        if client.status != "running":     # the scheduler connection dropped: the client reconnects (would block)
+            raise self._scheduler_gone(ConnectionError(f"the client lost its scheduler (status {client.status!r})"))
+        alive = set(client.nthreads())
+        for wi in sorted(set(watch)):
+            if self._addresses[wi] not in alive:
+                raise self._gone(wi)
+
+    def _gather(self, futures: list, watch: Sequence[int], pinned: Sequence[int] | None = None) -> list:
         """Wait for ``futures``, noticing when a worker of ``watch`` (indices of workers whose
-        slots the futures need) leaves; their results in order."""
-        client, addresses = self._client, list(self._addresses)
-        if client is None:
-            raise WorkerError(f"the Dask cluster of {self.name!r} failed: its connection was lost")
+        slots the futures need) leaves, a task is lost (its worker restarted) or the scheduler
+        goes; their results in order. ``pinned``: the worker of each future (when each is pinned to
+        one), to name it when its task fails. Every failure is one :class:`WorkerError` line naming the
+        party and the worker (or the scheduler)."""
+        client = self._client
+        if client is None:          # closed or aborted under the request (another caller's failure)
+            raise WorkerError(f"Dask executor {self.name!r} was closed while a request waited on it")
         try:
             for fut in futures:     # waited through this executor's own client (its event loop)
                 while True:
@@ -336,24 +414,33 @@ class DaskExecutor(Executor):
                         break
                     except (TimeoutError, distributed.TimeoutError):
                         pass
-                    alive = set(client.nthreads())
-                    for wi in sorted(set(watch)):
-                        if addresses[wi] not in alive:
-                            raise WorkerError(f"Dask worker {addresses[wi]} of {self.name!r} is gone (killed or "
-                                              "lost) while it held row shards of the training; restart the worker "
-                                              "and resume the training (--resume)")
-            for f in futures:
+                    self._check_alive(watch)
+                    lost = [f for f in futures if f.status in ("lost", "cancelled")]
+                    if lost:
+                        raise WorkerError(f"{len(lost)} task(s) of {self.name!r} were lost on the Dask workers "
+                                          f"{[self._addresses[wi] for wi in sorted(set(watch))]} (killed or "
+                                          "restarted) while they held row shards of the training; resume the "
+                                          "training (--resume)")
+            for f, wi in zip(futures, pinned if pinned is not None else [None] * len(futures)):
                 if f.status == "error":
                     exc = f.exception()
-                    raise WorkerError(f"a task of {self.name!r} failed on its Dask worker: "
-                                      f"{type(exc).__name__}: {exc}")
+                    if isinstance(exc, KeyError) and wi is not None:     # its slots are gone: a new process
+                        raise WorkerError(f"Dask worker {self._addresses[wi]} of {self.name!r} lost the row shards "
+                                          f"of the training (restarted or replaced: {_first_line(exc)}); resume the "
+                                          "training (--resume)")
+                    where = self._addresses[wi] if wi is not None else \
+                        ", ".join(self._addresses[i] for i in sorted(set(watch)))
+                    raise WorkerError(f"a task of {self.name!r} failed on its Dask worker ({where}): "
+                                      f"{_first_line(exc)}")
             out = list(client.gather(futures)) if futures else []    # one batch, not a call per result
         except WorkerError:
             self._abort(futures)
             raise
-        except (distributed.TimeoutError, OSError, distributed.client.FutureCancelledError) as exc:
+        except (distributed.TimeoutError, OSError, CancelledError) as exc:
+            # a cancelled future (FuturesCancelledError lists them all) or a closed connection: the
+            # scheduler is gone (or this executor was closed under the request, e.g. by SIGTERM)
             self._abort(futures)
-            raise WorkerError(f"the Dask cluster of {self.name!r} failed: {type(exc).__name__}: {exc}") from None
+            raise self._scheduler_gone(exc) from None
         cpu = sum(float(header.get("cpu", 0.0)) for header, _ in out)
         with self._lock:
             self.cpu_seconds += cpu
@@ -386,7 +473,7 @@ class DaskExecutor(Executor):
         with self._lock:
             self._start()
             futures = [self._submit_on(wi, h, b) for wi, (h, b) in requests]
-        return _DaskPending(self, futures, [wi for wi, _ in requests])
+        return _DaskPending(self, futures, [wi for wi, _ in requests], pinned=[wi for wi, _ in requests])
 
     def run_on(self, requests: Sequence[tuple[int, Request]]) -> list[Frame]:
         if not requests:

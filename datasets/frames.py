@@ -277,7 +277,7 @@ def _check_text_label(pf: PartyFrame) -> bool:
 
 
 def validate_party_frame(pf: PartyFrame, require_features: bool, allow_text_label: bool = False,
-                         categorical=None) -> None:
+                         categorical=None, weight_col: str | None = None) -> None:
     """Check the structure of one party's frame; raise :class:`InputError` on any problem.
 
     Rules: the frame is a DataFrame with unique column names; the id column
@@ -314,6 +314,9 @@ def validate_party_frame(pf: PartyFrame, require_features: bool, allow_text_labe
         _check_numeric_column(pf, pf.label_col, "label column")
 
     features = pf.feature_names
+    if weight_col is not None and weight_col in features:     # sample weights, not a feature
+        features = [c for c in features if c != weight_col]
+        check_weight_column(pf, weight_col)
     cats = set(categorical_columns(pf, categorical))
     for col in features:
         if col in cats:
@@ -331,6 +334,20 @@ def check_feature_column(pf: PartyFrame, col) -> np.ndarray:
     :class:`InputError` naming the party, file, column and rows otherwise."""
     values = _checked_feature(pf, col)
     return _to_float(pf.frame[col]) if values is None else values
+
+
+def check_weight_column(pf: PartyFrame, col) -> None:
+    """A column of sample weights: numbers, each finite (no NaN, no inf: every row needs a
+    weight; 0 drops a row). The errors say "weight column" and what a weight may be (the feature
+    wording would suggest NaN or a categorical declaration, neither of which a weight can be)."""
+    _check_numeric_column(pf, col, "weight column")
+    values = _to_float(pf.frame[col])
+    bad = ~np.isfinite(values)
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        raise InputError(
+            f"{describe_party(pf)}: weight column {col!r} has {int(bad.sum())} missing or infinite values "
+            f"(rows {_show(rows)}); every row needs a finite weight >= 0 (0 leaves the row out)")
 
 
 def _checked_feature(pf: PartyFrame, col) -> np.ndarray | None:

@@ -112,7 +112,7 @@ def _ids_to_int_if_canonical(series: pd.Series) -> pd.Series:
 
 
 def read_party_csv(path: PathLike, name: str, id_col: str, label_col: str | None = None,
-                   allow_text_label: bool = False, categorical=None) -> PartyFrame:
+                   allow_text_label: bool = False, categorical=None, weight_col: str | None = None) -> PartyFrame:
     """Read one party's CSV file (header row required) and validate it.
 
     The id column is read as text and turned into int64 when every id is a
@@ -137,7 +137,7 @@ def read_party_csv(path: PathLike, name: str, id_col: str, label_col: str | None
         frame[id_col] = _ids_to_int_if_canonical(frame[id_col])
     pf = PartyFrame(name=name, frame=frame, id_col=id_col, label_col=label_col, source=str(p))
     validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label,
-                         categorical=declared_for(categorical, pf))
+                         categorical=declared_for(categorical, pf), weight_col=weight_col)
     return pf
 
 
@@ -164,13 +164,15 @@ def load_guest_host(
     label_col: str = "y",
     allow_text_label: bool = False,
     categorical=None,
+    weight_col: str | None = None,
 ) -> list[PartyFrame]:
     """Read a guest file (ids, label, features) and host files (ids, features): CSV or Parquet
     (a file or a directory of files, see :func:`read_party_table`).
 
     Returns ``[guest, host]`` for one host, ``[guest, host1, host2, ...]`` for
     several. The label must be in the guest file and in no host file; every
-    host file must have at least one feature column.
+    host file must have at least one feature column. ``weight_col``: the guest's column of
+    sample weights (checked as weights, not as a feature).
     """
     if isinstance(host_paths, (str, os.PathLike)):
         host_paths = [host_paths]
@@ -180,7 +182,7 @@ def load_guest_host(
     if label_col is None:
         raise InputError("load_guest_host needs the name of the guest's label column")
     guest = read_party_table(guest_path, "guest", id_col, label_col, allow_text_label=allow_text_label,
-                             categorical=categorical)
+                             categorical=categorical, weight_col=weight_col)
     parties = [guest]
     for name, path in zip(_host_names(len(host_paths)), host_paths):
         host = read_party_table(path, name, id_col, None, categorical=categorical)
@@ -509,7 +511,7 @@ DEFAULT_BATCH_ROWS = 100_000
 
 
 def read_party_table(path: PathLike, name: str, id_col: str, label_col: str | None = None,
-                     allow_text_label: bool = False, categorical=None) -> PartyFrame:
+                     allow_text_label: bool = False, categorical=None, weight_col: str | None = None) -> PartyFrame:
     """Read one party's table: a CSV file, a Parquet file or a directory of Parquet files.
 
     Parquet is recognised by content (a directory, or a file starting with ``PAR1``), anything else
@@ -523,9 +525,10 @@ def read_party_table(path: PathLike, name: str, id_col: str, label_col: str | No
         raise InputError(f"file {str(p)!r}{_party_label(name)} does not exist")
     if not parquet.is_parquet(p):
         return read_party_csv(p, name, id_col, label_col, allow_text_label=allow_text_label,
-                              categorical=categorical)
+                              categorical=categorical, weight_col=weight_col)
     schema = _parquet_schema(p, name, id_col, label_col, allow_text_label, _declared_names(categorical, name))
-    return _read_parquet_columns(p, schema, name, id_col, label_col, None, allow_text_label, categorical)
+    return _read_parquet_columns(p, schema, name, id_col, label_col, None, allow_text_label, categorical,
+                                 weight_col=weight_col)
 
 
 class DeferredColumns:
@@ -578,7 +581,7 @@ class DeferredColumns:
 
 
 def read_party_table_deferred(path: PathLike, name: str, id_col: str, label_col: str | None, keep=(),
-                              allow_text_label: bool = False, categorical=None):
+                              allow_text_label: bool = False, categorical=None, weight_col: str | None = None):
     """``(PartyFrame of the id, label and ``keep`` columns, DeferredColumns of every other column)``
     of a Parquet table whose feature columns are all numeric; None for a CSV file or a table with
     categorical columns (read those whole with :func:`read_party_table`). Every check the schema
@@ -592,19 +595,20 @@ def read_party_table_deferred(path: PathLike, name: str, id_col: str, label_col:
     features = [c for c in schema.columns if c not in head]
     if declared & set(features):
         return None
-    pf = _read_parquet_columns(p, schema, name, id_col, label_col, head, allow_text_label)
+    pf = _read_parquet_columns(p, schema, name, id_col, label_col, head, allow_text_label,
+                               weight_col=weight_col)
     return pf, DeferredColumns(p, schema, name, id_col, features, n_rows=len(pf.frame))
 
 
 def _read_parquet_columns(p: Path, schema, name, id_col, label_col, columns, allow_text_label,
-                          categorical=None) -> PartyFrame:
+                          categorical=None, weight_col: str | None = None) -> PartyFrame:
     """``columns`` of the table (None: all), ids normalised, validated (the file at fault named)."""
     frame = parquet.read_parquet_frame(schema, name, columns=columns)
     frame[id_col] = _normalise_ids(frame[id_col], _ParquetIds(schema, name, p))
     pf = PartyFrame(name=name, frame=frame, id_col=id_col, label_col=label_col, source=str(p))
     try:
         validate_party_frame(pf, require_features=False, allow_text_label=allow_text_label,
-                             categorical=declared_for(categorical, pf))
+                             categorical=declared_for(categorical, pf), weight_col=weight_col)
     except InputError:
         if len(schema.files) > 1:         # name the file at fault when the problem is within one file
             _validate_files_one_by_one(schema, pf, allow_text_label, columns)

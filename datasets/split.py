@@ -136,6 +136,7 @@ def train_test_split_parties(
     test_size: float = 0.2,
     seed: int = 0,
     stratify: bool = True,
+    what: str = "test_size",
 ) -> tuple[list[PartyFrame], list[PartyFrame]]:
     """Split every party's rows into train and test consistently, by the guest's ids.
 
@@ -158,7 +159,7 @@ def train_test_split_parties(
         or math.isnan(float(test_size))
         or not 0.0 < float(test_size) < 1.0
     ):
-        raise InputError(f"test_size must be a fraction strictly between 0 and 1, got {test_size!r}")
+        raise InputError(f"{what} must be a fraction strictly between 0 and 1, got {test_size!r}")
     seed = _check_int(seed, "seed", 0)
     guest = parties[0]
     if guest.label_col is None:

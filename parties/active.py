@@ -12,6 +12,7 @@ caller's own observers and ``on_round`` callback.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import secrets
 
 import numpy as np
@@ -42,6 +43,8 @@ from vfl.core.objectives import check_sample_weight, get_objective
 from vfl.core.params import ALIGNMENTS, Alignment, Mode, Prediction, TrainParams
 from vfl.core.rounds import CallbackObserver, RoundObserver, RoundRecord
 from vfl.core.sources import HistogramSource, LocalSource
+
+log = logging.getLogger("vfl.active")
 
 
 class RoundBytes(RoundObserver):
@@ -220,45 +223,50 @@ class ActiveParty:
         salt, model_id = alignment.new_salt(), secrets.token_hex(8)
         if resume is not None:
             salt, model_id = bytes.fromhex(resume.salt), resume.model_id
-        rows = self._align(transport, peers, params, salt)
-        self._read_deferred()
-        y = objective.check_labels(self.y_raw[rows], self.name, self.label_col, ids=self.ids[rows])
-        if self.low_memory:
-            self.y_raw = None         # the aligned labels are all the training needs
-        tracker = None
-        if checkpoint is not None or resume is not None:
-            tracker = CheckpointTracker(self.name, peers, params, salt, model_id, self.ids[rows], self.X, y,
-                                        self.feature_names, resume, checkpoint, rows=rows)
-        self.dp_plan = plan_dp_model(params, objective.n_targets, len(peers) + bool(self.feature_names))
-        self._dp_public = self._public_bins(params)
-        if resume is not None and self.dp_plan.private:
-            raise InputError("a --dp-model training cannot be resumed: new DP bin edges would spend budget "
-                             "again and disagree with the finished rounds")
-        # the key first: the workers then make obfuscators while the passive parties bin their features
-        self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.settings, len(rows),
-                                       executor=self.executor, name=self.name, scheme=params.scheme)
-        booster_params = params
-        try:
-            with self.channel.waiting():
-                binning = dp_only_binning(params) if params.mode == Mode.DP else self.dp_plan.binning_setup()
-                # what each passive party will hold our requests to (parties.passive_checks); a DP released
-                # model grows every node whatever its rows (stopping on counts would leak): no row floor
-                floor = 1 if params.dp_model is not None else params.min_node_rows
-                infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id,
-                                                             binning, params.max_cat, params.scheme,
-                                                             n_rounds=params.n_estimators,
-                                                             max_depth=params.max_depth, min_node_rows=floor)
-                                             for p in peers})
-                if resume is not None:
-                    acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds,
-                                                                 resume.records.get(p, 0)) for p in peers})
-                    if any(isinstance(getattr(a, "info", None), dict) and a.info.get("completed")
-                           for a in acks.values()):
-                        # the passive parties were told the training finished (our final write then failed):
-                        # the checkpoint holds every round; only the last step (TrainEnd, the model file) is left
-                        booster_params = dataclasses.replace(params, n_estimators=resume.n_rounds)
+        try:    # the passive parties opened a session at the alignment: a failure before the training
+                # loop (which ends with TrainEnd whatever happens) releases it at once
+            rows = self._align(transport, peers, params, salt)
+            self._read_deferred()
+            y = objective.check_labels(self.y_raw[rows], self.name, self.label_col, ids=self.ids[rows])
+            if self.low_memory:
+                self.y_raw = None         # the aligned labels are all the training needs
+            tracker = None
+            if checkpoint is not None or resume is not None:
+                tracker = CheckpointTracker(self.name, peers, params, salt, model_id, self.ids[rows], self.X, y,
+                                            self.feature_names, resume, checkpoint, rows=rows)
+            self.dp_plan = plan_dp_model(params, objective.n_targets, len(peers) + bool(self.feature_names))
+            self._dp_public = self._public_bins(params)
+            if resume is not None and self.dp_plan.private:
+                raise InputError("a --dp-model training cannot be resumed: new DP bin edges would spend budget "
+                                 "again and disagree with the finished rounds")
+            # the key first: the workers then make obfuscators while the passive parties bin their features
+            self.channel = GradientChannel(params.mode, params.key_bits, params.encryption, self.settings,
+                                           len(rows), executor=self.executor, name=self.name, scheme=params.scheme)
+            booster_params = params
+            try:
+                with self.channel.waiting():
+                    binning = dp_only_binning(params) if params.mode == Mode.DP else self.dp_plan.binning_setup()
+                    # what each passive party will hold our requests to (parties.passive_checks); a DP released
+                    # model grows every node whatever its rows (stopping on counts would leak): no row floor
+                    floor = 1 if params.dp_model is not None else params.min_node_rows
+                    infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id,
+                                                                 binning, params.max_cat, params.scheme,
+                                                                 n_rounds=params.n_estimators,
+                                                                 max_depth=params.max_depth, min_node_rows=floor)
+                                                 for p in peers})
+                    if resume is not None:
+                        acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds,
+                                                                     resume.records.get(p, 0)) for p in peers})
+                        if any(isinstance(getattr(a, "info", None), dict) and a.info.get("completed")
+                               for a in acks.values()):
+                            # the passive parties were told the training finished (our final write then failed):
+                            # the checkpoint holds every round; only the last step (TrainEnd, the model file) is left
+                            booster_params = dataclasses.replace(params, n_estimators=resume.n_rounds)
+            except BaseException:
+                self.channel.close()
+                raise
         except BaseException:
-            self.channel.close()
+            self._release_session(transport, peers, model_id)
             raise
         booster, completed, ends = None, False, {}
         try:   # from here on, workers and passive parties are released whatever happens
@@ -319,6 +327,17 @@ class ActiveParty:
         self.model.classes = getattr(objective, "classes", None)
         self.label_mapping = dict(objective.mapping) if getattr(objective, "classes", None) else None
         return self.model
+
+    @staticmethod
+    def _release_session(transport: Transport, peers: list[str], model_id: str) -> None:
+        """Best effort after a failure before the training loop: tell every passive party the training
+        ended unfinished (``TrainEnd``), so its training session is not left locked. A peer that
+        cannot be reached is skipped (the same client's next run takes the session over anyway)."""
+        for p in peers:
+            try:
+                transport.call(p, m.TrainEnd(model_id, False))
+            except Exception as exc:        # noqa: BLE001  (the original error is what matters)
+                log.info("could not release the training session of party %r: %s", p, exc)
 
     def _read_deferred(self) -> None:
         """Check the deferred feature columns' ids: the same rows in the same order as the frame's,

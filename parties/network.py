@@ -40,10 +40,10 @@ log = logging.getLogger("vfl.active")
 CHECKPOINT_FILE = "checkpoint.json"
 
 
-def _read_csv(path, name, id_col, label_col=None, allow_text_label=False, categorical=None):
+def _read_csv(path, name, id_col, label_col=None, allow_text_label=False, categorical=None, weight_col=None):
     """A party's table: CSV, a Parquet file or a directory of Parquet files."""
     return read_party_table(path, name, id_col, label_col, allow_text_label=allow_text_label,
-                            categorical=categorical)
+                            categorical=categorical, weight_col=weight_col)
 
 
 # --------------------------------------------------------------------------- passive
@@ -155,16 +155,18 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         raise InputError(f"the active party and a passive party are both named {name!r}")
     params = _with_align(params, align)
     dp_model = params.dp_model is not None and math.isfinite(params.dp_model)     # cannot resume either
-    files = _ModelFiles(Path(model_dir), name, resumable=params.mode != Mode.DP and not dp_model)
+    files = _ModelFiles(Path(model_dir), name, resumable=params.mode != Mode.DP and not dp_model,
+                        dp_model=dp_model)
     ck = files.prepare(resume, force)
     if ck is not None:
         check_writable_dir(files.dir, "--model-dir")      # resuming into a directory that became read-only
     # a Parquet table's numeric features are read after the alignment; the frame is handed over
     # (emptied column by column as the party reads it) and the features dropped once binned
     deferred = read_party_table_deferred(data, name, id_col, label_col, keep=[weight_col] if weight_col else [],
-                                         allow_text_label=True, categorical=categorical)
+                                         allow_text_label=True, categorical=categorical, weight_col=weight_col)
     frame, features = deferred if deferred is not None else \
-        (_read_csv(data, name, id_col, label_col, allow_text_label=True, categorical=categorical), None)
+        (_read_csv(data, name, id_col, label_col, allow_text_label=True, categorical=categorical,
+                   weight_col=weight_col), None)
     active = ActiveParty(name, frame.frame, id_col, label_col, source=str(data), executor=executor,
                          categorical=categorical, weight_col=weight_col, low_memory=True, features=features)
     frame = deferred = None
@@ -235,8 +237,8 @@ class _RoundCounter:
 class _ModelFiles:
     """The active party's files in ``--model-dir``: the checkpoint while training, the model after."""
 
-    def __init__(self, model_dir: Path, name: str, resumable: bool):
-        self.dir, self.name, self.resumable = model_dir, name, resumable
+    def __init__(self, model_dir: Path, name: str, resumable: bool, dp_model: bool = False):
+        self.dir, self.name, self.resumable, self.dp_model = model_dir, name, resumable, dp_model
         self.checkpoint, self.final = model_dir / CHECKPOINT_FILE, model_dir / f"{name}.json"
         self.existing: Path | None = None
 
@@ -245,6 +247,11 @@ class _ModelFiles:
         if self.dir.exists() and not self.dir.is_dir():
             raise InputError(f"--model-dir {self.dir} is not a directory")
         self.existing = _find_active_model(self.dir) if self.dir.is_dir() else None
+        if resume and not self.resumable and self.dp_model:
+            raise InputError("--resume is not available for a --dp-model training: its DP bin edges and noisy leaf "
+                             "values spend privacy budget once per training, and a resumed run would draw new "
+                             "edges (spending again and disagreeing with the finished rounds); start the "
+                             "training again")
         if resume and not self.resumable:
             raise InputError("--resume is not available in dp mode: each passive party's noisy release happens "
                              "once per training, and a resumed run would release again (spending more privacy "
@@ -275,7 +282,7 @@ class _ModelFiles:
     def resume_hint(self, n_rounds: int) -> str:
         """What to do after a training stopped by a peer's failure."""
         if not self.resumable:
-            return "dp mode cannot be resumed: start again"
+            return ("a --dp-model training" if self.dp_model else "dp mode") + " cannot be resumed: start again"
         if self.checkpoint.exists() and n_rounds > 0:
             return (f"the checkpoint {self.checkpoint} keeps the first {n_rounds} round(s) (completed: false): "
                     "restart the failed party and run the same command with --resume")

@@ -13,9 +13,12 @@ one per finished model.
 
 Concurrency and limits: every request names its client (the caller's
 certificate names under TLS, else its token or claimed party name and host;
-see :class:`protocols.grpc_transport.PartyServer`). A training session belongs
-to the client that opened it (others are refused until it ends or stays idle
-for :attr:`PassiveServer.TRAINING_IDLE_SECONDS`) and has its own lock; each
+see :class:`protocols.grpc_transport.PartyServer` and :func:`client_identity`). A
+training session belongs to the client that opened it, by identity, not by
+connection: a restarted process of that client takes it over at once, others are
+refused until it ends or stays idle for :attr:`PassiveServer.TRAINING_IDLE_SECONDS`.
+A refused request changes no session, and ``TrainEnd`` closes the session whatever
+happens (a file that cannot be written). The session has its own lock; each
 prediction session has its own lock, so predictions run concurrently with each
 other and with a training. Prediction sessions are limited per client and in
 all; a session in use (a request in flight, or used within
@@ -44,6 +47,19 @@ from vfl.core.files import check_writable_dir, write_json_atomic
 
 log = logging.getLogger("vfl.passive")
 
+
+def client_identity(who, client: str | None = None) -> str:
+    """The identity a request is charged to (training-session ownership, per-client limits): the
+    ``client`` given, else the transport's :attr:`protocols.grpc_transport.Caller.client` (the
+    certificate names under TLS, else the token holder's claimed party name and host), else
+    ``who`` itself (in-memory callers). Never the caller's description, which holds the source
+    port: a restarted process of the same party is the same client."""
+    if client is not None:
+        return str(client)
+    ident = getattr(who, "client", None)
+    return str(ident) if ident else str(who)
+
+
 _MODEL_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -51,12 +67,6 @@ def _check_model_id(model_id: str) -> str:
     if not isinstance(model_id, str) or not _MODEL_ID_RE.match(model_id):
         raise ProtocolError(f"model id {model_id!r} is not acceptable (letters, digits, '_' and '-' only)")
     return model_id
-
-
-def _identity(who, client: str) -> str:
-    """The caller's identity for access checks (deny by default): the transport's
-    ``Caller.client`` (certificate names under TLS), else ``client``."""
-    return str(getattr(who, "client", client))
 
 
 @dataclass(eq=False)
@@ -132,6 +142,7 @@ class PassiveServer:
         self.training_client: str | None = None
         self._training_used = 0.0
         self._digest: str | None = None
+        self._wrote = False         # the session wrote its model's file (a new model, or a resume accepted)
         self._reopening: str | None = None     # a finished model set up again: only TrainResume may follow
         self._sessions: dict[str, _PredictionSession] = {}
         self._prediction_ready: set[str] = set()
@@ -194,6 +205,7 @@ class PassiveServer:
         d = p.file_dict()
         d["data_digest"] = self._digest
         write_json_atomic(self.model_path(p.model_id), d)
+        self._wrote = True
 
     @staticmethod
     def _data_digest(p: PassiveParty) -> str:
@@ -211,7 +223,7 @@ class PassiveServer:
 
     def handle(self, request, who: str = "?", client: str | None = None):
         kind = type(request).__name__
-        client = who if client is None else str(client)
+        client = client_identity(who, client)
         try:
             return self._dispatch(kind, request, who, client)
         except BusyError as exc:
@@ -279,6 +291,8 @@ class PassiveServer:
                 raise
 
     def _on_training_message(self, p: PassiveParty, request, who: str):
+        if isinstance(request, m.TrainEnd):
+            return self._on_train_end(p, request, who)
         reply = p.handle(request)
         if isinstance(request, m.Gradients):
             log.info("%s: round %d: %d %s gradient values from %s", self.name, request.round_idx,
@@ -294,9 +308,32 @@ class PassiveServer:
         elif isinstance(request, m.DPReleaseRequest):
             log.info("%s: model %s: noisy (DP) bucket release to %s, epsilon %s per feature", self.name,
                      request.model_id, who, request.epsilon_per_feature)
-        elif isinstance(request, m.TrainEnd):
-            self._persist()
-            mid = p.model_id
+        return reply
+
+    def _on_train_end(self, p: PassiveParty, request: m.TrainEnd, who: str):
+        """The end of a training session, completed or not. The session is closed whatever happens
+        (a file that cannot be written, a model id that does not match): its owner said it is over,
+        and a session left open would lock the party until it is taken over."""
+        mid = p.model_id
+        try:
+            if mid is None and not request.completed:      # the active party failed before TrainSetup
+                log.warning("%s: training session from %s released before any model was set up", self.name, who)
+                return m.Ack({"released": True})
+            reply = p.handle(request)
+            if not self._wrote and self.model_path(mid).exists():
+                # a session that never took its model's file over (a resume refused, or not sent):
+                # the file keeps the records a later --resume needs
+                log.warning("%s: training session of model %s from %s ended before it resumed; %s is kept as "
+                            "it was", self.name, mid, who, self.model_path(mid))
+                return reply
+            try:
+                self._persist()
+            except BaseException:
+                with self._lock:
+                    self.unfinished.add(mid)
+                log.warning("%s: model %s: could not save the lookup table at the end of training; the session is "
+                            "closed, the records of the last saved split are kept for a resume", self.name, mid)
+                raise
             if p.completed:
                 finished = self._configure(PassiveParty.from_model_dict(p.model_dict()))
                 with self._lock:
@@ -309,13 +346,21 @@ class PassiveServer:
                     self.unfinished.add(mid)
                 log.warning("%s: training of model %s stopped by %s before the end; %d records kept in %s "
                             "for a resume", self.name, mid, who, len(p.records), self.model_path(mid))
+            return reply
+        finally:
+            p.close_executor()
             with self._lock:
-                self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
-        return reply
+                if self.training is p:
+                    self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
+                    self._reopening = None
 
     # -- training -----------------------------------------------------------
     def _start_session(self, request, who, client):
-        trainer = self.access.check_train(_identity(who, client)) if self.access is not None else None
+        """Open a training session for ``client``: refused while another client's session is in use;
+        the same client (a restarted process, e.g. ``--resume`` after a crash) takes its own session
+        over at once. The request is validated and answered on a fresh party before anything
+        changes hands: a refused request leaves the current session (or none) as it was."""
+        trainer = self.access.check_train(client) if self.access is not None else None
         with self._train_lock:
             with self._lock:
                 t = self.training
@@ -326,18 +371,23 @@ class PassiveServer:
                             f"party {self.name!r} is training model {t.model_id!r} for another client "
                             f"({self.training_peer}): the session belongs to another client (it can be taken "
                             f"over after {self.TRAINING_IDLE_SECONDS:g} s without a request)")
+            party = self._configure(self._new_party())
+            party.trainer = trainer         # bound into the model file: who may predict by default
+            try:
+                if self.validation_frame is not None:
+                    party.load_validation_data(self.validation_frame, self.validation_source)
+                reply = party.handle(request)
+            except BaseException:
+                party.close_executor()
+                raise
             if t is not None:
                 log.warning("%s: %s starts a new training session; the unfinished session of model %s (from %s) "
                             "is abandoned", self.name, who, t.model_id, self.training_peer)
                 t.close_executor()
-            party = self._configure(self._new_party())
-            party.trainer = trainer         # bound into the model file: who may predict by default
-            if self.validation_frame is not None:
-                party.load_validation_data(self.validation_frame, self.validation_source)
             with self._lock:
                 self.training, self.training_peer, self.training_client = party, who, client
                 self._digest, self._training_used, self._reopening = None, time.monotonic(), None
-            reply = party.handle(request)
+                self._wrote = False
             log.info("%s: training session %s opened by %s (%s alignment, %d rows)", self.name,
                      request.session_id, who, "PSI" if isinstance(request, m.PsiRequest) else "hash", self.n_rows)
             return reply
@@ -425,7 +475,7 @@ class PassiveServer:
                                  "interrupted): resume the training before predicting")
             raise InputError(f"party {self.name!r} holds no model {mid!r} in {self.model_dir}")
         if self.access is not None:     # deny by default: the federation's list, else the model's trainer
-            self.access.check_predict(_identity(who, client), party.trainer, mid)
+            self.access.check_predict(client, party.trainer, mid)
         with self._model_lock(mid):
             if mid not in self._prediction_ready:
                 party.load_prediction_data(self.frame, self.source)

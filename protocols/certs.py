@@ -173,9 +173,12 @@ def make_certs(out, parties, hosts=(), days: int = 825, overwrite: bool = False,
         ca_cert, ca_key = create_ca(out, days=days)
         written += [out / "ca.pem", out / "ca.key"]
     for p in parties:
-        if not overwrite and ((out / f"{p}.pem").exists() or (out / f"{p}.key").exists()):
-            raise InputError(f"{out / (p + '.pem')} already exists (use --overwrite to replace it)")
         own = tuple(dict.fromkeys((*hosts, *party_hosts.get(p, ()))))
+        present = [out / f"{p}.{ext}" for ext in ("pem", "key") if (out / f"{p}.{ext}").exists()]
+        if not overwrite and present:
+            raise InputError(" and ".join(map(str, present)) + (" already exist" if len(present) > 1 else
+                                                                 " already exists")
+                             + f" (use --overwrite to replace {'them' if len(present) > 1 else 'it'})")
         written += list(issue_party_cert(out, p, ca_cert, ca_key, own, days))
     return written
 

@@ -45,7 +45,7 @@ from protocols import messages as msg
 from protocols.certs import NET_EXTRA_HINT, MissingDependency, check_party_name, load_party_tls
 from protocols.serialization import dumps
 from protocols.transport import Transport, caller_deadline
-from protocols.units import format_bytes
+from protocols.units import check_seconds, format_bytes
 
 log = logging.getLogger("vfl.net")
 
@@ -247,6 +247,39 @@ class _ReadWatch:
                 _cancel(context, f"no data for {self.read_timeout:g} s while reading the request")
 
 
+class _StreamLimit:
+    """Request streams in progress per client (its identity, :attr:`Caller.client`): at most
+    ``per_client`` at once, so that one client (even an allowed one, stalling its uploads) holds
+    a bounded share of the server's worker threads and every other client is still served."""
+
+    def __init__(self, per_client: int):
+        self.per_client = int(per_client)
+        self._open: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.refused = 0
+
+    def enter(self, client: str) -> bool:
+        with self._lock:
+            n = self._open.get(client, 0)
+            if n >= self.per_client:
+                self.refused += 1
+                return False
+            self._open[client] = n + 1
+            return True
+
+    def leave(self, client: str) -> None:
+        with self._lock:
+            n = self._open.get(client, 0) - 1
+            if n > 0:
+                self._open[client] = n
+            else:
+                self._open.pop(client, None)
+
+    def open(self, client: str) -> int:
+        with self._lock:
+            return self._open.get(client, 0)
+
+
 def _cancel(context, details: str) -> None:
     """Cancel a server-side call from another thread (wakes a handler blocked reading it)."""
     call = getattr(getattr(context, "_rpc_event", None), "call", None)
@@ -266,13 +299,20 @@ class PartyServer:
     raises becomes an :class:`ErrorReply` and the server keeps serving.
     """
 
+    #: seconds a client refused at its stream limit is told to wait before it retries
+    BUSY_RETRY_AFTER = 0.2
+
     def __init__(self, name: str, handler: FrameHandler, listen: str, security: Security,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, max_workers: int = 16, role: str = "passive",
-                 read_timeout: float = DEFAULT_READ_TIMEOUT):
+                 read_timeout: float = DEFAULT_READ_TIMEOUT, max_streams_per_client: int | None = None):
+        """``max_streams_per_client``: request streams one client may have in progress at once
+        (default: half of ``max_workers``); more are answered "busy, retry" at once, unread."""
         self.name, self.handler, self.role = name, handler, role
-        if not read_timeout or read_timeout <= 0:
-            raise InputError(f"the read timeout must be positive, got {read_timeout}")
-        self._watch = _ReadWatch(read_timeout)
+        per_client = max(1, max_workers // 2) if max_streams_per_client is None else int(max_streams_per_client)
+        if not 1 <= per_client <= max_workers:
+            raise InputError(f"max_streams_per_client must be 1..{max_workers} (the worker threads), got {per_client}")
+        self._streams = _StreamLimit(per_client)
+        self._watch = _ReadWatch(check_seconds(read_timeout, "the read timeout"))
         self.listen = check_address(listen, "--listen address")
         if not security.tls and not is_loopback(self.listen.rsplit(":", 1)[0]):
             raise InputError(f"--insecure refuses to listen on {self.listen}: without TLS anyone on the network "
@@ -378,8 +418,25 @@ class PartyServer:
                            "max_frame_bytes": self.max_frame_bytes}).encode()
 
     def _exchange(self, request_iterator, context):
-        grpc = require_grpc()
         who = self._authorize(context)
+        client = getattr(who, "client", str(who))
+        left = context.time_remaining()
+        if left is not None and left <= 0:      # queued past the caller's deadline: nobody waits for it
+            return
+        if not self._streams.enter(client):
+            log.info("%s: %s is at its limit of %d concurrent calls: busy, retry", self.name, who,
+                     self._streams.per_client)
+            yield from _chunks(dumps(msg.ErrorReply(
+                msg.ErrorKind.BUSY, f"party {self.name!r} is busy: {self._streams.per_client} calls of this "
+                "client are in progress; retry", self.BUSY_RETRY_AFTER)))
+            return
+        try:
+            yield from self._serve_stream(request_iterator, context, who)
+        finally:
+            self._streams.leave(client)
+
+    def _serve_stream(self, request_iterator, context, who):
+        grpc = require_grpc()
         md = dict(context.invocation_metadata())
         declared = md.get("x-vfl-frame-bytes")
         cap = self.max_frame_bytes
@@ -481,12 +538,13 @@ class GrpcTransport(Transport):
                  timeout: float = DEFAULT_TIMEOUT, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
         super().__init__(local_name)
         grpc = require_grpc()
-        if not timeout or timeout <= 0:
-            raise InputError(f"--timeout must be positive, got {timeout}")
+        timeout = check_seconds(timeout, "--timeout")
         self.peers = {p: check_address(a, f"address of party {p!r}") for p, a in dict(peers).items()}
         self.security = security
         self.timeout = float(timeout)
         self.max_frame_bytes = int(max_frame_bytes)
+        self.busy_max_wait = self.timeout      # "busy, retry" waits count against the call's own deadline
+        self._deadline = threading.local()     # the call in progress (per thread): when its --timeout ends
         self.failed: dict[str, str] = {}
         self.peer_info: dict[str, dict] = {}
         self._channels, self._exchange_stubs, self._hello_stubs = {}, {}, {}
@@ -578,7 +636,7 @@ class GrpcTransport(Transport):
 
     def connect(self, timeout: float | None = None, peers=None) -> dict[str, dict]:
         """Wait until every peer answers (at most ``timeout`` s, default the call timeout)."""
-        timeout = self.timeout if timeout is None else float(timeout)
+        timeout = self.timeout if timeout is None else check_seconds(timeout, "--connect-timeout")
         peers = list(self.peers) if peers is None else list(peers)
 
         def one(peer):
@@ -608,6 +666,20 @@ class GrpcTransport(Transport):
         return infos
 
     # -- Transport ----------------------------------------------------------
+    def call(self, peer: str, message):
+        """:meth:`Transport.call` within ``timeout`` in all: the attempts after "busy, retry" replies
+        share the call's one deadline (each attempt gets what is left of it)."""
+        outer = getattr(self._deadline, "at", None)
+        self._deadline.at = time.monotonic() + self.timeout if outer is None else outer
+        try:
+            return super().call(peer, message)
+        finally:
+            self._deadline.at = outer
+
+    def _attempt_timeout(self) -> float:
+        at = getattr(self._deadline, "at", None)
+        return self.timeout if at is None else max(0.001, at - time.monotonic())
+
     def _exchange(self, peer: str, frame: bytes) -> bytes:
         grpc = require_grpc()
         if peer not in self.peers:
@@ -621,7 +693,7 @@ class GrpcTransport(Transport):
                              f"of {format_bytes(self.max_frame_bytes)} (raise --max-message-mb)")
         md = self._metadata([("x-vfl-frame-bytes", str(len(frame)))])
         try:
-            call = self._exchange_stubs[peer](_chunks(frame), timeout=self.timeout, metadata=md)
+            call = self._exchange_stubs[peer](_chunks(frame), timeout=self._attempt_timeout(), metadata=md)
             out = bytearray()
             for chunk in call:
                 out += chunk

@@ -28,6 +28,9 @@ from protocols.serialization import BigInts, array, count, number, register, tex
 ID_CHARS = 128
 #: the largest histogram a passive party builds (max_bin 256 plus the missing slot)
 MAX_BINS = 257
+#: the most boosting rounds a training may have (vfl.core.params.MAX_ROUNDS, the same bound on
+#: n_estimators): every round index on the wire is below it (a round 2**70 is refused, not stored)
+MAX_ROUNDS = 1_000_000
 
 
 class Vocabulary(str, Enum):
@@ -197,7 +200,7 @@ class Gradients:
     When the ``n_targets`` pairs of a sample do not fit one plaintext, the targets are
     split into groups of ``layout["n_targets"]`` each and ``values`` holds one block of
     ``n_samples`` values per group (group-major); tree ``t`` uses group ``t // group size``."""
-    round_idx: int = count()
+    round_idx: int = count(0, MAX_ROUNDS - 1)
     encrypted: bool = field()
     layout: dict = field()              # crypto.packing.PackingLayout.to_dict()
     values_per_ciphertext: int = count(1)   # bin sums per returned ciphertext (compression)
@@ -231,7 +234,7 @@ class GradientsStart:
     """A round's gradients follow as a stream of :class:`GradientShard` messages (each under the
     frame cap; issue 11): the same content as :class:`Gradients` without the values. The values
     are fixed-width big-endian integers of ``width`` bytes (``signed`` in mode plain)."""
-    round_idx: int
+    round_idx: int = count(0, MAX_ROUNDS - 1)
     encrypted: bool
     layout: dict              # crypto.packing.PackingLayout.to_dict()
     values_per_ciphertext: int
@@ -247,7 +250,7 @@ class GradientsStart:
 class GradientShard:
     """The values of rows ``start:stop`` of the round: ``groups * shifts`` blocks of
     ``stop - start`` values (group-major, then shift, then row), ``width`` bytes each."""
-    round_idx: int
+    round_idx: int = count(0, MAX_ROUNDS - 1)
     start: int
     stop: int
     values: bytes
@@ -258,7 +261,7 @@ class GradientShard:
 class HistogramRequest:
     """Build histograms for ``node_ids``; ``assignment[t, i]`` is sample i's node in tree t (-1: none;
     ``-2 - node_id``: at ``node_id`` but outside the round's row sample, see ``vfl.core.sampling``)."""
-    round_idx: int = count()
+    round_idx: int = count(0, MAX_ROUNDS - 1)
     tree_idx: np.ndarray = array("int", 1, min=0)     # int32, tree (within the round) of each node to build
     node_ids: np.ndarray = array("int", 1, min=0)     # int32, the nodes to build
     assignment: np.ndarray = array("int", 2)          # int32 (n_trees_in_round, n_samples)
@@ -278,7 +281,7 @@ class HistogramResponse:
 @dataclass
 class SplitRequest:
     """Split these nodes on the receiver's ``(feature_idx, bin_idx)``."""
-    round_idx: int = count()
+    round_idx: int = count(0, MAX_ROUNDS - 1)
     node_ids: np.ndarray = array("int", 1, min=0)      # int32
     tree_idx: np.ndarray = array("int", 1, min=0)      # int32 tree (within the round) of each node
     feature_idx: np.ndarray = array("int", 1, min=0)   # int32
@@ -460,7 +463,7 @@ class TrainResume:
     :class:`TrainSetup`); the active party's checkpoint references ``n_records`` of the
     receiver's lookup-table records, which the receiver must still hold."""
     model_id: str = text(ID_CHARS, nonempty=True)
-    n_rounds: int = count()
+    n_rounds: int = count(0, MAX_ROUNDS)
     n_records: int = count()
 
 

@@ -475,10 +475,13 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     where ``test_output`` is the probability of class 1 (binary), the class probabilities
     ``(n, K)`` (multiclass) or the predictions (regression).
     """
-    train, test = train_test_split_parties(party_frames, test_size=test_size, seed=seed)
+    train, test = train_test_split_parties(party_frames, test_size=test_size, seed=seed,
+                                           what="test_size (--test-size, the share of rows held out for testing)")
     validation = None
     if validation_size:
-        train, val = train_test_split_parties(train, test_size=validation_size, seed=seed)
+        train, val = train_test_split_parties(train, test_size=validation_size, seed=seed,
+                                              what="validation_size (--validation-size, the share of the training "
+                                                   "rows held out for validation)")
         validation = {pf.name: pf.frame for pf in val}
     per_party = split_constraints(party_frames, params.monotone_constraints, weight_col)
     bins = split_dp_bins(party_frames, params.dp_bins)

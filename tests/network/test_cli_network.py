@@ -50,7 +50,7 @@ def test_certs_command(tmp_path):
     r = run("certs", "--out", tmp_path / "c", "--party", "shop")          # the CA is reused
     assert r.exit_code == 0 and "wrote " + str(tmp_path / "c" / "ca.pem") not in r.output
     r = run("certs", "--out", tmp_path / "c", "--party", "bank")
-    assert r.exit_code == 1 and "already exists (use --overwrite" in r.output
+    assert r.exit_code == 1 and "bank.pem and " in r.output and "bank.key already exist (use --overwrite" in r.output
     r = run("certs", "--out", tmp_path / "c", "--party", "my_bank")
     assert r.exit_code == 1 and "cannot be used in a certificate" in r.output
 

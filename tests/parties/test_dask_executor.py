@@ -4,7 +4,6 @@ driver holding a round's whole ciphertext vector; a killed worker and --resume."
 import gc
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,8 @@ from protocols.transport import InMemoryTransport, frame_handler
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
 
 distributed = pytest.importorskip("distributed")
-from crypto.dask_executor import LEAN_CONFIG, DaskExecutor, lean_environment, parse_spec, security_from_dir  # noqa: E402
+from crypto.dask_executor import LEAN_CONFIG, DaskExecutor, lean_environment, parse_spec, security_from_dir  # noqa: E402,I001
+from dask_support import Cluster, dask_env, free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = dict(n_estimators=2, max_depth=3, key_bits=KEY_BITS)
@@ -35,58 +35,6 @@ PARAMS = dict(n_estimators=2, max_depth=3, key_bits=KEY_BITS)
 
 def _structures(model):
     return [[t.structure() for t in rnd] for rnd in model.rounds]
-
-
-def _env():
-    env = dict(os.environ) | lean_environment()       # as docs/dask.md tells a cluster's owner
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Cluster:
-    """``dask scheduler`` and ``dask worker`` commands as separate processes on 127.0.0.1."""
-
-    def __init__(self, n_workers=2, tls=()):
-        self.port = _free_port()
-        self.tls = list(tls)
-        self.address = f"{'tls' if tls else 'tcp'}://127.0.0.1:{self.port}"
-        self.procs = [self._spawn("distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(self.port),
-                                  "--dashboard-address", "127.0.0.1:0",
-                                  *(["--protocol", "tls", *self.tls] if tls else []))]
-        self.workers = [self.add_worker() for _ in range(n_workers)]
-
-    def wait(self, n_workers, security=None):
-        with distributed.Client(self.address, timeout=60, security=security) as c:
-            c.wait_for_workers(n_workers, timeout=120)
-        return self
-
-    def _spawn(self, module, *args):
-        p = subprocess.Popen([sys.executable, "-m", module, *args], env=_env(), cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.procs.append(p) if hasattr(self, "procs") else None
-        return p
-
-    def add_worker(self):
-        return self._spawn("distributed.cli.dask_worker", self.address, "--nthreads", "1", "--no-nanny",
-                           "--host", "127.0.0.1", "--no-dashboard", *self.tls)
-
-    def stop(self):
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +99,7 @@ def test_dask_specs_and_the_insecure_guard():
 
 
 def test_a_scheduler_that_is_not_there_is_a_clear_error():
-    ex = DaskExecutor(f"tcp://127.0.0.1:{_free_port()}", name="passive:telco", insecure=True, timeout=2)
+    ex = DaskExecutor(f"tcp://127.0.0.1:{free_port()}", name="passive:telco", insecure=True, timeout=2)
     with pytest.raises(WorkerError, match="passive:telco.*cannot connect"):
         ex.start()
     ex.close()
@@ -322,7 +270,7 @@ def test_vfl_simulate_with_a_local_cluster_per_party_equals_the_local_pool(tmp_p
         out = tmp_path / f"p{len(extra)}.csv"
         proc = subprocess.run([sys.executable, "-m", "cli", "simulate", "--trees", "1", "--depth", "2",
                                "--mode", "plain", "--quiet", "--predictions", str(out), *extra],
-                              cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+                              cwd=ROOT, env=dask_env(), capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return out.read_text()
 
@@ -335,7 +283,7 @@ def test_party_commands_refuse_a_plain_dask_scheduler_without_the_flag(tmp_path)
     b.to_csv(data, index=False)
     proc = subprocess.run([sys.executable, "-m", "cli", "party", "passive", "--name", "b", "--data", str(data),
                            "--model-dir", str(tmp_path / "m"), "--insecure", "--dask-scheduler",
-                           "tcp://127.0.0.1:1"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+                           "tcp://127.0.0.1:1"], cwd=ROOT, env=dask_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "is not TLS" in proc.stderr and "--dask-insecure" in proc.stderr
 
 

@@ -118,6 +118,7 @@ class Booster:
         if self.dp is not None:     # public bounds: g clipped to g*, every hessian h*
             g, h = self.dp.bound_gradients(g, h)
             g_bound, h_bound = pow2_ceil(self.dp.g_star), pow2_ceil(self.dp.h_star)
+        wb = 1.0
         if self.sample_weight is not None:   # weighted: bounds scaled by the largest weight
             w = self.sample_weight[:, None]
             g, h = g * w, h * w
@@ -127,7 +128,7 @@ class Booster:
         if weight is not None:      # GOSS amplification of the drawn small-gradient rows
             g, h = g * weight[:, None], h * weight[:, None]
             g_bound, h_bound = pow2_ceil(g_bound * amp), pow2_ceil(h_bound * amp)
-        precision = plan_precision(g_bound, h_bound, len(y), self.params.precision_bits)
+        precision = plan_precision(g_bound, h_bound, len(y), self.params.precision_bits, weight_bound=wb)
         in_any = None if in_sample is None else in_sample.any(axis=0)
         gradients = RoundGradients(r, encode_fixed(g, precision), encode_fixed(h, precision),
                                    float(g_bound), float(h_bound), precision, in_any, timing)

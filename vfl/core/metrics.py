@@ -141,9 +141,20 @@ def is_better(metric: str, new: float, best: float | None) -> bool:
 
 
 # -- weighted metrics (sample weights, issue 15) -------------------------------------------
+def _unit_weights(weight) -> np.ndarray:
+    """``weight`` scaled by a power of two (exactly) so that the largest is in [0.5, 1): weighted
+    metrics are scale-free, and tiny weights (all 1e-300) must not underflow their products and
+    sums to zero (a ZeroDivisionError)."""
+    w = np.asarray(weight, dtype=np.float64).ravel()
+    top = float(np.max(w)) if w.size else 0.0
+    if not (math.isfinite(top) and top > 0):
+        return w
+    return np.ldexp(w, -math.frexp(top)[1])
+
+
 def _wmean(x, weight) -> float:
     x = np.asarray(x, dtype=np.float64).ravel()
-    w = np.asarray(weight, dtype=np.float64).ravel()
+    w = _unit_weights(weight)
     return _terms_fsum(np.multiply, x, w) / _fsum(w)
 
 
@@ -152,7 +163,7 @@ def weighted_auc(y, p, weight) -> float:
     ties counting one half (for integer weights, the AUC of the repeated rows)."""
     y = np.asarray(y, dtype=np.float64).ravel() > 0.5
     p = np.asarray(p, dtype=np.float64).ravel()
-    w = np.asarray(weight, dtype=np.float64).ravel()
+    w = _unit_weights(weight)
     w_pos, w_neg = _fsum(w[y]), _fsum(w[~y])
     if w_pos == 0 or w_neg == 0:
         return float("nan")

@@ -58,23 +58,30 @@ def pow2_ceil(x: float, floor: float = 2.0 ** -20) -> float:
     return 2.0 ** (e - 1) if m == 0.5 else 2.0 ** e
 
 
-def plan_precision(g_bound: float, h_bound: float, n_rows: int, max_precision: int) -> int:
+def plan_precision(g_bound: float, h_bound: float, n_rows: int, max_precision: int,
+                   weight_bound: float = 1.0) -> int:
     """Fractional bits of one round's fixed-point encoding.
 
     ``max_precision`` (``TrainParams.precision_bits``, 32 by default) is used
     unless ``n_rows * max(g_bound, h_bound) * 2**bits`` would reach ``2**53``:
     then every sum of encoded values would no longer be an exact float64 (and
     single values could break :func:`vfl.core.fixedpoint.encode_fixed`'s range), so
-    fewer bits are used. Below :data:`MIN_PRECISION_BITS` the data are refused.
+    fewer bits are used. Below :data:`MIN_PRECISION_BITS` the data are refused, naming the
+    sample weights when they are what makes the bounds large (``weight_bound``: the largest
+    weight rounded up to a power of two, already part of the bounds).
     """
     bound = max(float(g_bound), float(h_bound), 2.0 ** -20)
     room = _FLOAT_EXACT_BITS - math.ceil(math.log2(bound)) - int(n_rows).bit_length()
     bits = min(int(max_precision), room)
     if bits < MIN_PRECISION_BITS:
-        raise InputError(
-            f"gradients up to {bound:.4g} over {n_rows} rows leave only {max(bits, 0)} fractional bits of "
-            f"fixed-point precision (at least {MIN_PRECISION_BITS} are needed): the label is too large; "
-            "scale it down (e.g. divide by a power of ten) before training")
+        head = (f"gradients up to {bound:.4g} over {n_rows} rows leave only {max(bits, 0)} fractional bits of "
+                f"fixed-point precision (at least {MIN_PRECISION_BITS} are needed): ")
+        if weight_bound > 1 and bound / weight_bound < 2.0 ** (_FLOAT_EXACT_BITS - MIN_PRECISION_BITS
+                                                              - int(n_rows).bit_length()):
+            raise InputError(head + f"the sample weights are too large (up to {weight_bound:.4g}); scale them "
+                             "down (e.g. divide every weight by their mean) before training")
+        raise InputError(head + "the label is too large; scale it down (e.g. divide by a power of ten) before "
+                         "training")
     return bits
 
 
@@ -139,8 +146,9 @@ class BinaryObjective:
     name = "binary"
     n_targets = 1
 
-    def check_labels(self, y, party: str = "active", column: str = "label", ids=None) -> np.ndarray:
-        """Labels as float 0/1 (``ids``, accepted like the other losses', are not needed here)."""
+    def encode_labels(self, y, party: str = "active", column: str = "label", ids=None) -> np.ndarray:
+        """Labels as float 0/1 (``ids``, accepted like the other losses', are not needed here); a
+        validation set may hold a single class."""
         if np.asarray(y).dtype == object:
             _numeric_labels(y, party, column, "binary")
         y = np.asarray(y, dtype=np.float64)
@@ -153,7 +161,16 @@ class BinaryObjective:
                              f"binary objective; found {wrong[:5].tolist()}")
         return y
 
-    encode_labels = check_labels   # validation labels: the same check
+    def check_labels(self, y, party: str = "active", column: str = "label", ids=None) -> np.ndarray:
+        """Training labels: :meth:`encode_labels`, and both classes present. A single class leaves
+        nothing to learn (every tree would be empty, every prediction the class's rate): refused."""
+        y = self.encode_labels(y, party, column, ids)
+        classes = np.unique(y)
+        if len(y) and classes.size < 2:
+            raise InputError(f"label column {column!r} of party {party!r} holds a single class "
+                             f"({int(classes[0])}) on the {len(y)} training rows: a binary objective needs both "
+                             "0 and 1")
+        return y
 
     def base_score(self, y, weight=None) -> np.ndarray:
         p = float(np.clip(_mean(y, weight), 1e-6, 1 - 1e-6))

@@ -75,6 +75,9 @@ OBJECTIVES = Objective.values()
 ALIGNMENTS = Alignment.values()
 PREDICTIONS = Prediction.values()
 DEFAULT_PREDICTION = Prediction.ONE_ROUND.value
+#: the most boosting rounds (n_estimators) a training may have; the wire bound of every round
+#: index is the same (protocols.messages.MAX_ROUNDS: a round 2**70 is refused there)
+MAX_ROUNDS = 1_000_000
 ENCRYPTIONS = Encryption.values()
 SCHEMES = Scheme.values()
 # metrics per objective (the first is the default eval_metric); see vfl.core.metrics
@@ -165,7 +168,7 @@ class TrainParams:
                 raise InputError(f"parameter {name} must be <= {hi}, got {v}")
             setattr(self, name, int(v) if integer else float(v))
 
-        num("n_estimators", 1, integer=True)
+        num("n_estimators", 1, MAX_ROUNDS, integer=True)
         num("max_depth", 1, 30, integer=True)
         num("learning_rate", 0, 1e6, lo_open=True)
         num("max_bin", 2, 256, integer=True)
