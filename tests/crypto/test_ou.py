@@ -62,6 +62,19 @@ def test_exponent_length_is_twice_the_security_level(oukey):
     assert ou.Encryptor(pub2).exponent_bits >= 224                # 2048 bits: 112-bit security
 
 
+def test_wider_table_windows_keep_the_exponent_length(oukey):
+    """12-bit windows at 2048 bits (20 windows, 240 bits of digits): the top digit keeps only the
+    2 bits that make r uniform below 2^230, exactly the 10-bit-window exponent."""
+    pub2, _ = ou.generate_keypair(2048)
+    enc = ou.Encryptor(pub2)
+    assert enc.exponent_bits == 230 and ou.ou_window(2048) == 12
+    cols = enc._random_columns(4000)
+    assert cols.shape == (20, 4000) and int(cols[:-1].max()) == 2 ** 12 - 1
+    assert int(cols[-1].max()) == 3 and int(cols[-1].min()) == 0
+    e = sum(int(d) << (12 * j) for j, d in enumerate(cols[:, 0]))
+    assert enc.tables[0].pow_digits(cols[:, 0].tolist()) == gmpy2.powmod(enc.h, e, enc.n)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(min_value=-(2 ** 338) + 1, max_value=2 ** 338 - 1), min_size=1, max_size=12),
        st.sampled_from(["fast", "standard"]), st.booleans())
