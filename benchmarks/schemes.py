@@ -242,5 +242,15 @@ def main(argv=None):
     return out
 
 
+def _json_only_stdout():
+    """HEU's C++ logger writes to file descriptor 1: send that to stderr and keep Python's
+    ``sys.stdout`` on a copy of the real stdout, so the script prints one JSON object and nothing else."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(saved, "w", closefd=True)
+
+
 if __name__ == "__main__":
+    _json_only_stdout()
     main()
