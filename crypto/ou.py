@@ -51,7 +51,7 @@ import numpy as np
 from crypto import parallel
 from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
 from crypto.keys import MAX_KEY_BITS, check_key_bits, security_bits
-from crypto.paillier import FixedBaseTable, ObfuscatorStock, table_window
+from crypto.paillier import FixedBaseTable, ObfuscatorStock, signed_decrypt, table_window
 from datasets.errors import InputError
 
 mpz = gmpy2.mpz
@@ -562,22 +562,7 @@ class Decryptor:
 
     def decrypt_signed(self, ciphertexts: Sequence, executor=None) -> list[int]:
         """Plaintexts mapped to the centred range ``(-p/2, p/2]``; big batches over ``executor``."""
-        if parallel.on_workers(executor, "decrypt", len(ciphertexts)):
-            return self._decrypt_workers(ciphertexts, executor)
-        p = int(self.p)
-        half = p // 2
-        return [m - p if m > half else m for m in self.decrypt(ciphertexts)]
-
-    def _decrypt_workers(self, ciphertexts, executor) -> list[int]:
-        executor.share("decryptor", self, {"kind": "decryptor", "state": self.state()})
-        w = int_width(self.n)
-        width = int_width(self.n) + 1
-        n_chunks = min(len(ciphertexts), 4 * executor.n_workers)
-        step = -(-len(ciphertexts) // n_chunks)
-        replies = executor.map([({"op": "decrypt", "slot": "decryptor"},
-                                 [ints_to_bytes(ciphertexts[i:i + step], w)])
-                                for i in range(0, len(ciphertexts), step)])
-        return [int(v) for _, blobs in replies for v in bytes_to_ints(blobs[0], width, signed=True)]
+        return signed_decrypt(self, ciphertexts, executor, int(self.p), self.n, self.n)
 
 
 __all__ = ["SCHEME", "OUPublicKey", "OUPrivateKey", "Encryptor", "Decryptor", "generate_keypair",

@@ -390,19 +390,26 @@ class Decryptor:
 
     def decrypt_signed(self, ciphertexts: Sequence, executor=None) -> list[int]:
         """Plaintexts mapped to the centred range ``(-n/2, n/2]``; big batches over ``executor``."""
-        if parallel.on_workers(executor, "decrypt", len(ciphertexts)):
-            return self._decrypt_workers(ciphertexts, executor)
-        n = int(self.n)
-        half = n // 2
-        return [m - n if m > half else m for m in self.decrypt(ciphertexts)]
+        return signed_decrypt(self, ciphertexts, executor, int(self.n), self.nsquare, self.n)
 
-    def _decrypt_workers(self, ciphertexts, executor) -> list[int]:
-        executor.share("decryptor", self, {"kind": "decryptor", "state": self.state()})
-        w2 = int_width(self.nsquare)
-        width = int_width(self.n) + 1
+
+def signed_decrypt(decryptor, ciphertexts: Sequence, executor, plain_modulus: int, cipher_modulus,
+                   n) -> list[int]:
+    """``decryptor.decrypt`` (plaintexts in ``[0, plain_modulus)``) mapped to the centred range
+    ``(-plain_modulus/2, plain_modulus/2]``; a batch big enough for :func:`crypto.parallel.on_workers`
+    is cut into chunks decrypted on ``executor``'s workers (each rebuilds the decryptor from its
+    ``state()``: the ``decrypt`` worker operation). Shared by both schemes' decryptors (Paillier:
+    ``plain_modulus = n``, ciphertexts mod ``n^2``; OU: ``p``, mod ``n``); ``n`` sizes the signed
+    values the workers send back."""
+    if parallel.on_workers(executor, "decrypt", len(ciphertexts)):
+        executor.share("decryptor", decryptor, {"kind": "decryptor", "state": decryptor.state()})
+        w = int_width(cipher_modulus)
+        width = int_width(n) + 1
         n_chunks = min(len(ciphertexts), 4 * executor.n_workers)
         step = -(-len(ciphertexts) // n_chunks)
         replies = executor.map([({"op": "decrypt", "slot": "decryptor"},
-                                 [ints_to_bytes(ciphertexts[i:i + step], w2)])
+                                 [ints_to_bytes(ciphertexts[i:i + step], w)])
                                 for i in range(0, len(ciphertexts), step)])
         return [int(v) for _, blobs in replies for v in bytes_to_ints(blobs[0], width, signed=True)]
+    half = plain_modulus // 2
+    return [m - plain_modulus if m > half else m for m in decryptor.decrypt(ciphertexts)]
