@@ -39,7 +39,38 @@ ROUNDS_AHEAD = 1.5
 MAX_STOCK_BYTES = 64 << 20
 
 
-class StockKeeper:
+class _Filler:
+    """A background thread that fills a stock while its party waits (``_run``, written by each
+    subclass, sleeps on ``_cond`` and stops once ``_stop`` is set): started once, stopped by
+    :meth:`close` (which waits for the batch in flight)."""
+
+    THREAD_NAME = "filler"
+
+    def _init_thread(self) -> None:
+        self._stop = False
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def start(self):
+        if self._thread is None and not self._stop:
+            self._thread = threading.Thread(target=self._run, name=self.THREAD_NAME, daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop the background thread (waits for the batch in flight)."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._thread = None
+
+
+class StockKeeper(_Filler):
     """Keeps every worker's stock of one key's obfuscators near its target, in the background,
     only while the party waits for its peers (:meth:`waiting`).
 
@@ -50,6 +81,7 @@ class StockKeeper:
     background fill are added to the current round's timing as stage ``obfuscate_bg``
     (:attr:`timing`), or to ``before_training_seconds`` before the first round."""
 
+    THREAD_NAME = "obfuscator-stock"
     SLOT = "encryptor"
 
     def __init__(self, executor, encryptor, max_bytes: int = MAX_STOCK_BYTES, batch: int | None = None):
@@ -65,10 +97,8 @@ class StockKeeper:
         self._min_batch = self.batch
         self.targets = [0] * executor.n_workers
         self._full = [True] * executor.n_workers
-        self._cond = threading.Condition()
         self._waiting = 0
-        self._stop = False
-        self._thread: threading.Thread | None = None
+        self._init_thread()
         self.timing = None
         self.made = self.from_stock = self.on_spot = self.batches = 0
         self.background_seconds = self.before_training_seconds = 0.0
@@ -107,12 +137,6 @@ class StockKeeper:
         finally:
             with self._cond:
                 self._waiting -= 1
-
-    def start(self) -> "StockKeeper":
-        if self._thread is None and not self._stop:
-            self._thread = threading.Thread(target=self._run, name="obfuscator-stock", daemon=True)
-            self._thread.start()
-        return self
 
     def _short(self) -> list[int]:
         return [i for i, full in enumerate(self._full) if not full]
@@ -160,15 +184,6 @@ class StockKeeper:
         elif seconds > 2 * self.task_seconds:
             self.batch = max(self._min_batch, self.batch // 2)
 
-    def close(self) -> None:
-        """Stop the background thread (waits for the batch in flight)."""
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-        self._thread = None
-
     def worker_stats(self) -> list[dict]:
         """Every worker's stock counters (``stock``, ``made``, ``taken``), from the workers."""
         return [h for h, _ in self.executor.broadcast({"op": "obf_stats", "slot": self.SLOT})]
@@ -184,7 +199,7 @@ class StockKeeper:
 REPLY_FILL_BATCH = 32
 
 
-class ReplyRandomizer:
+class ReplyRandomizer(_Filler):
     """A passive party's re-randomisation of the ciphertexts it returns (issue 22, Build 4).
 
     Without it a histogram reply is the product of the key holder's own ciphertexts, which lets
@@ -200,6 +215,8 @@ class ReplyRandomizer:
     ``from_stock``/``on_spot``, ``seconds`` spent re-randomising in the foreground,
     ``background_seconds`` spent filling the stock."""
 
+    THREAD_NAME = "reply-obfuscators"
+
     def __init__(self, encryptor, max_bytes: int = MAX_STOCK_BYTES, batch: int = REPLY_FILL_BATCH):
         self.encryptor = encryptor
         self.cap = max(1, int(max_bytes) // int_width(encryptor.cipher_modulus))
@@ -209,15 +226,7 @@ class ReplyRandomizer:
         self.seconds = self.background_seconds = 0.0
         self._reported_bg = 0.0
         self._busy = 0
-        self._stop = False
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> "ReplyRandomizer":
-        if self._thread is None and not self._stop:
-            self._thread = threading.Thread(target=self._run, name="reply-obfuscators", daemon=True)
-            self._thread.start()
-        return self
+        self._init_thread()
 
     @contextmanager
     def busy(self):
@@ -266,12 +275,7 @@ class ReplyRandomizer:
                 self.background_seconds += time.perf_counter() - t0
 
     def close(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-        self._thread = None
+        super().close()
         self.encryptor.stock.clear()
 
     def stats(self) -> dict:
