@@ -382,8 +382,11 @@ class DaskExecutor(Executor):
                            "held row shards of the training; restart the worker and resume the training (--resume)")
 
     def _scheduler_gone(self, exc: BaseException) -> WorkerError:
+        # a lost scheduler shows either as the client's lost connection or as every task cancelled
+        # (Dask's FuturesCancelledError, one line per future): the user is told which, in words
+        why = "its tasks were cancelled" if isinstance(exc, CancelledError) else _first_line(exc)
         return WorkerError(f"the Dask scheduler of {self.name!r} at {self.spec} is gone or unreachable "
-                           f"({_first_line(exc)}); restart it and its workers, then resume the training (--resume)")
+                           f"({why}); restart it and its workers, then resume the training (--resume)")
 
     def _check_alive(self, watch: Sequence[int]) -> None:
         """Raise :class:`WorkerError` naming the first worker of ``watch`` the scheduler no longer lists."""

@@ -371,3 +371,18 @@ def test_pinned_tasks_sent_without_waiting_run_in_order_on_their_worker(local_cl
             assert np.frombuffer(replies[-1][1][0], dtype=np.int64).tolist() == list(range(k, k + 50))
     finally:
         ex.close()
+
+
+def test_a_lost_scheduler_is_told_in_words_whichever_way_it_shows():
+    """A killed scheduler shows as the client's lost connection or as every task cancelled (Dask's
+    FuturesCancelledError, a line per future), depending on timing: either way one line naming the
+    scheduler, without Dask's exception class."""
+    from types import SimpleNamespace
+    from distributed.client import FuturesCancelledError
+    ex = SimpleNamespace(name="passive:host", spec="tcp://127.0.0.1:1")
+    cancelled = DaskExecutor._scheduler_gone(ex, FuturesCancelledError([]))
+    lost = DaskExecutor._scheduler_gone(ex, OSError("Timed out trying to connect"))
+    for err in (cancelled, lost):
+        assert str(err).startswith("the Dask scheduler of 'passive:host' at tcp://127.0.0.1:1 is gone or unreachable")
+        assert "\n" not in str(err) and "CancelledError" not in str(err)
+    assert "its tasks were cancelled" in str(cancelled) and "OSError: Timed out" in str(lost)
