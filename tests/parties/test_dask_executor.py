@@ -378,6 +378,7 @@ def test_a_lost_scheduler_is_told_in_words_whichever_way_it_shows():
     FuturesCancelledError, a line per future), depending on timing: either way one line naming the
     scheduler, without Dask's exception class."""
     from types import SimpleNamespace
+
     from distributed.client import FuturesCancelledError
     ex = SimpleNamespace(name="passive:host", spec="tcp://127.0.0.1:1")
     cancelled = DaskExecutor._scheduler_gone(ex, FuturesCancelledError([]))
