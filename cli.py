@@ -29,7 +29,7 @@ from parties.federation import load_federation
 from parties.memory import return_freed_memory
 from parties.network import check_prediction, load_active_model, predict_active, serve_passive, train_active
 from protocols.certs import make_certs
-from protocols.grpc_transport import Security, parse_peers
+from protocols.grpc_security import Security, parse_peers
 from protocols.units import check_seconds, format_bytes
 from vfl.api import simulate as simulate_federation
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison

@@ -29,7 +29,10 @@ from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
 from parties.federation import Access
 from parties.server import PassiveServer
-from protocols.grpc_transport import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, GrpcTransport, PartyServer, check_address
+from protocols.grpc_client import GrpcTransport
+from protocols.grpc_security import check_address
+from protocols.grpc_server import PartyServer
+from protocols.grpc_wire import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT
 from vfl.core.files import atomic_text_writer, check_writable_dir, fsync_dir, write_json_atomic
 from vfl.core.leafmask import PREDICTIONS
 from vfl.core.model import BoostedModel, read_model_json
