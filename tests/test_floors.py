@@ -37,7 +37,7 @@ FUNCTION_IMPORT_ALLOWED = [
     ("protocols.grpc_server", "grpc._cython", "optional extra [net]: cancelling a stalled stream reaches into "
                                               "grpcio's core, only when a stream stalls"),
     ("protocols.psi", "cryptography", "optional extra [net]: X25519 only for the PSI alignment"),
-    ("datasets.loaders", "sklearn.datasets", "bundled example data: loading it costs seconds, only on use"),
+    ("datasets.catalogue", "sklearn.datasets", "bundled example data: loading it costs seconds, only on use"),
     ("vfl.compare", "matplotlib", "optional extra [plot]: plotting only when a figure is asked for"),
     ("vfl.compare", "xgboost", "optional test/benchmark dependency: the centralised XGBoost baseline"),
     ("vfl.compare", "sklearn.metrics", "the XGBoost baseline's AUC, only when the xgboost arm runs (with "

@@ -15,8 +15,8 @@ from support import KEY_BITS, small_frames
 pytest.importorskip("pyarrow")
 
 from cli import main  # noqa: E402
+from datasets.catalogue import load_guest_host  # noqa: E402
 from datasets.errors import InputError  # noqa: E402
-from datasets.loaders import load_guest_host  # noqa: E402
 from protocols import alignment  # noqa: E402
 from vfl.api import Federation, TrainParams, federation_from_frames  # noqa: E402
 
