@@ -74,7 +74,7 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     its row shards (e.g. a Dask cluster, :func:`crypto.executor.dask_executor`);
     ``categorical``/``monotone``: this party's categorical columns and monotone constraints
     ``{column: +1 | -1}``; ``dp_bins``: its public bounds/edges for a DP released model
-    (:func:`vfl.core.dp_model.check_dp_bins`); ``federation``: the federation file
+    (:func:`vfl.core.dp_bins_file.check_dp_bins`); ``federation``: the federation file
     (:class:`parties.federation.Federation`): who may train and predict (deny by default under TLS;
     without one, TLS needs ``security.allowed_clients``)."""
     check_address(listen, "--listen address")

@@ -53,7 +53,7 @@ FUNCTION_IMPORT_ALLOWED = [
     ("crypto.worker", "crypto.worker.", "the `ext` operation imports a module the party allowed (Executor.allow: "
                                         "a module above this floor whose WORKER_OPS read a party's own data) by "
                                         "name, in the worker only"),
-    ("vfl.core.dp_model", "dp_accounting",
+    ("vfl.core.dp_budget", "dp_accounting",
      "optional extra [dp]: Google's accountant only for --dp-model with dp_delta"),
     ("vfl.core.dp_noise", "opendp",
      "optional extra [dp]: OpenDP's Laplace, Gaussian and noisy max only when a DP mechanism draws noise"),
