@@ -29,11 +29,12 @@ from parties.federation import load_federation
 from parties.memory import return_freed_memory
 from parties.network import check_prediction, load_active_model, predict_active, serve_passive, train_active
 from protocols.certs import make_certs
-from protocols.grpc_transport import Security, parse_peers
+from protocols.grpc_security import Security, parse_peers
 from protocols.units import check_seconds, format_bytes
 from vfl.api import simulate as simulate_federation
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
-from vfl.core.dp_model import DP_TREES, read_dp_bins
+from vfl.core.dp_bins_file import read_dp_bins
+from vfl.core.dp_budget import DP_TREES
 from vfl.core.dp_noise import NOT_PRIVATE
 from vfl.core.files import check_writable_dir, write_text_atomic
 from vfl.core.params import (

@@ -22,17 +22,9 @@ import numpy as np
 import pandas as pd
 
 from datasets.loaders import iter_party_batches, read_party_table
-from vfl.core.binning import (
-    DEFAULT_BRACKET_POINTS,
-    DEFAULT_SUMMARY_POINTS,
-    Binner,
-    ExactEdges,
-    answer_edge_query,
-    binner_from_summaries,
-    merge_edge_answers,
-    merge_shard_summaries,
-    summarize_shard,
-)
+from vfl.core.bin_summaries import DEFAULT_SUMMARY_POINTS, binner_from_summaries, merge_shard_summaries, summarize_shard
+from vfl.core.binning import Binner
+from vfl.core.sharded_binning import DEFAULT_BRACKET_POINTS, ExactEdges, answer_edge_query, merge_edge_answers
 
 
 def matrix(rows: int, features: int, seed: int) -> np.ndarray:

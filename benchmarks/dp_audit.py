@@ -280,7 +280,7 @@ def audit_model_bins(trials: int, epsilon: float = 1.0) -> dict:
     """A released model's DP bin edges of one feature (what a party's lookup table holds, and what
     routing reveals): 300 typical rows (D) and the same with an extreme canary, 1e9 (D', add one
     row). Distinguisher: D' when any edge lies above 1000."""
-    from vfl.core.dp_model import DPBinner
+    from vfl.core.dp_bins import DPBinner
     x = np.random.default_rng(0).normal(0.0, 1.0, 300)
     d, d2 = x[:, None], np.append(x, 1e9)[:, None]
 

@@ -40,7 +40,8 @@ import pandas as pd  # noqa: E402
 
 from parties.active import ActiveParty  # noqa: E402
 from parties.network import load_active_model  # noqa: E402
-from protocols.grpc_transport import GrpcTransport, Security  # noqa: E402
+from protocols.grpc_client import GrpcTransport  # noqa: E402
+from protocols.grpc_security import Security  # noqa: E402
 
 
 def cli(*args):

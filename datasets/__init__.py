@@ -13,10 +13,11 @@ import importlib
 _EXPORTS = {
     "frames": ["PartyFrame", "PartyData", "validate_party_frame", "check_binary_labels", "describe_party",
                "party_data", "feature_matrix"],
-    "loaders": ["read_party_csv", "load_guest_host", "breast_cancer_parties", "shared_datasets_dir",
-                "load_shared", "load_a9a", "parse_libsvm", "SHARED_DATASETS", "SHARED_TASKS", "load_named",
-                "BUNDLED", "sklearn_parties",
-                "read_party_table", "iter_party_batches"],
+    "csv_tables": ["read_party_csv"],
+    "catalogue": ["load_guest_host", "breast_cancer_parties", "shared_datasets_dir", "load_shared", "load_a9a",
+                  "SHARED_DATASETS", "SHARED_TASKS", "load_named", "BUNDLED", "sklearn_parties"],
+    "libsvm": ["parse_libsvm"],
+    "loaders": ["read_party_table", "iter_party_batches"],
     "split": ["train_test_split_parties", "vertical_split", "party_names", "join_parties"],
     "synthetic": ["make_synthetic"],
 }

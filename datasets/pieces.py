@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from datasets import parquet
+from datasets.csv_tables import _party_label
 from datasets.errors import InputError
 from datasets.frames import PartyFrame, validate_party_frame
-from datasets.loaders import _normalise_ids, _parquet_schema, _ParquetIds, _party_label, read_party_piece
+from datasets.loaders import _normalise_ids, _parquet_schema, _ParquetIds, read_party_piece
 
 
 def _numeric_type(t) -> bool:

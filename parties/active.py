@@ -35,7 +35,8 @@ from protocols import alignment
 from protocols import messages as m
 from protocols.transport import Transport
 from vfl.core.binning import feature_matrix
-from vfl.core.dp_model import plan_dp_model, public_columns
+from vfl.core.dp_bins_file import public_columns
+from vfl.core.dp_model import plan_dp_model
 from vfl.core.dp_noise import NOT_PRIVATE
 from vfl.core.leafmask import DEFAULT_PREDICTION, PREDICTIONS
 from vfl.core.model import BoostedModel

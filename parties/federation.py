@@ -33,7 +33,7 @@ from pathlib import Path
 
 from datasets.errors import InputError, ProtocolError
 from protocols.certs import check_party_name
-from protocols.grpc_transport import check_address
+from protocols.grpc_security import check_address
 
 try:                       # the standard library from Python 3.11 on
     import tomllib

@@ -29,7 +29,10 @@ from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
 from parties.federation import Access
 from parties.server import PassiveServer
-from protocols.grpc_transport import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT, GrpcTransport, PartyServer, check_address
+from protocols.grpc_client import GrpcTransport
+from protocols.grpc_security import check_address
+from protocols.grpc_server import PartyServer
+from protocols.grpc_wire import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT
 from vfl.core.files import atomic_text_writer, check_writable_dir, fsync_dir, write_json_atomic
 from vfl.core.leafmask import PREDICTIONS
 from vfl.core.model import BoostedModel, read_model_json
@@ -71,7 +74,7 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     its row shards (e.g. a Dask cluster, :func:`crypto.executor.dask_executor`);
     ``categorical``/``monotone``: this party's categorical columns and monotone constraints
     ``{column: +1 | -1}``; ``dp_bins``: its public bounds/edges for a DP released model
-    (:func:`vfl.core.dp_model.check_dp_bins`); ``federation``: the federation file
+    (:func:`vfl.core.dp_bins_file.check_dp_bins`); ``federation``: the federation file
     (:class:`parties.federation.Federation`): who may train and predict (deny by default under TLS;
     without one, TLS needs ``security.allowed_clients``)."""
     check_address(listen, "--listen address")

@@ -29,7 +29,7 @@ from parties import dp, passive_align, passive_predict, passive_train
 from parties.passive_state import LookupTable, PassiveState
 from protocols import messages as m
 from protocols.serialization import check_message
-from vfl.core.dp_model import check_dp_bins, public_columns
+from vfl.core.dp_bins_file import check_dp_bins, public_columns
 from vfl.core.files import write_json_atomic
 from vfl.core.model import content_hash, read_model_json
 from vfl.core.params import check_monotone
@@ -208,7 +208,7 @@ class PassiveParty:
 
     def set_dp_bins(self, dp_bins: dict | None) -> None:
         """This party's public bounds or bin edges per feature for a DP released model (``--dp-model``)
-        and mode dp (:func:`vfl.core.dp_model.check_dp_bins`): those features spend no budget on their
+        and mode dp (:func:`vfl.core.dp_bins_file.check_dp_bins`): those features spend no budget on their
         edges; in mode dp ``"missing": false`` drops a feature's missing slot. Not used by other
         trainings (exact quantile bins)."""
         s = self._state

@@ -40,7 +40,8 @@ from protocols.serialization import BigInts
 from protocols.transport import check_deadline
 from vfl.core.binning import Binner
 from vfl.core.dp import ReleaseDomain
-from vfl.core.dp_model import DPBinner, public_columns
+from vfl.core.dp_bins import DPBinner
+from vfl.core.dp_bins_file import public_columns
 from vfl.core.dp_noise import noise_source
 from vfl.core.params import Mode
 from vfl.core.sampling import leaf_positions

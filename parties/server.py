@@ -13,7 +13,7 @@ one per finished model.
 
 Concurrency and limits: every request names its client (the caller's
 certificate names under TLS, else its token or claimed party name and host;
-see :class:`protocols.grpc_transport.PartyServer` and :func:`client_identity`). A
+see :class:`protocols.grpc_server.PartyServer` and :func:`client_identity`). A
 training session belongs to the client that opened it, by identity, not by
 connection: a restarted process of that client takes it over at once, others are
 refused until it ends or stays idle for :attr:`PassiveServer.TRAINING_IDLE_SECONDS`.
@@ -50,7 +50,7 @@ log = logging.getLogger("vfl.passive")
 
 def client_identity(who, client: str | None = None) -> str:
     """The identity a request is charged to (training-session ownership, per-client limits): the
-    ``client`` given, else the transport's :attr:`protocols.grpc_transport.Caller.client` (the
+    ``client`` given, else the transport's :attr:`protocols.grpc_server.Caller.client` (the
     certificate names under TLS, else the token holder's claimed party name and host), else
     ``who`` itself (in-memory callers). Never the caller's description, which holds the source
     port: a restarted process of the same party is the same client."""

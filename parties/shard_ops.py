@@ -11,8 +11,8 @@ shard's worker holds, in slots named by the shard:
 * ``bins:k``: their bins (``bin``), used by the histograms (:mod:`crypto.shards`) and the split
   rule (``go_left``).
 
-``summarize`` and ``edge_query`` are the shard side of :func:`vfl.core.binning.fit_sharded_binner`
-(the driver merges the per-shard :class:`~vfl.core.binning.ColumnSummary`s; no column is gathered).
+``summarize`` and ``edge_query`` are the shard side of :func:`vfl.core.sharded_binning.fit_sharded_binner`
+(the driver merges the per-shard :class:`~vfl.core.bin_summaries.ColumnSummary`s; no column is gathered).
 A bad value in a piece is answered as ``{"input_error": message}`` (the file and column named),
 which the driver raises as an :class:`~datasets.errors.InputError`.
 """
@@ -25,15 +25,9 @@ import numpy as np
 
 from datasets.errors import InputError
 from datasets.pieces import read_rows
-from vfl.core.binning import (
-    DEFAULT_BRACKET_POINTS,
-    DEFAULT_SUMMARY_POINTS,
-    Binner,
-    ColumnSummary,
-    answer_edge_query,
-    fit_sharded_binner,
-    summarize_shard,
-)
+from vfl.core.bin_summaries import DEFAULT_SUMMARY_POINTS, ColumnSummary, summarize_shard
+from vfl.core.binning import Binner
+from vfl.core.sharded_binning import DEFAULT_BRACKET_POINTS, answer_edge_query, fit_sharded_binner
 from vfl.core.split import goes_left
 
 MODULE = "parties.shard_ops"
@@ -172,7 +166,7 @@ class ShardReader:
                    for k, (a, b) in enumerate(self.shards.bounds)])
 
     def _map(self, fn, *args):
-        """``map_shards`` of :func:`vfl.core.binning.fit_sharded_binner`: the shard side on the workers."""
+        """``map_shards`` of :func:`vfl.core.sharded_binning.fit_sharded_binner`: the shard side on the workers."""
         k_all = range(len(self.shards))
         if fn is summarize_shard:
             (max_points,) = args

@@ -38,7 +38,7 @@ from parties.channel import ASSUMED_LINK_MBPS
 from parties.passive import PassiveParty
 from protocols.transport import InMemoryTransport, frame_handler
 from vfl.core import metrics
-from vfl.core.dp_model import check_dp_bins
+from vfl.core.dp_bins_file import check_dp_bins
 from vfl.core.files import check_writable_dir, json_bytes, write_files_atomic
 from vfl.core.model import BoostedModel, read_model_json
 from vfl.core.objectives import check_sample_weight, get_objective
@@ -394,7 +394,7 @@ def federation_from_frames(party_frames, record: bool = False, link_mbps: float 
     features (``PARTY:FEATURE`` allowed), each goes to its party (the active party's come from
     ``TrainParams.monotone_constraints`` at fit, see :func:`simulate`); ``weight_col``: a column
     of the active party's frame holding sample weights; ``dp_bins``: public bounds/edges
-    (:func:`vfl.core.dp_model.check_dp_bins`) of the passive parties' features for ``--dp-model``
+    (:func:`vfl.core.dp_bins_file.check_dp_bins`) of the passive parties' features for ``--dp-model``
     (``PARTY:FEATURE`` allowed; the active party's come from ``TrainParams.dp_bins``); ``n_jobs``:
     every party's worker processes (None: each reads ``VFL_N_JOBS``, :class:`parties.settings.Settings`)."""
     if not party_frames:

@@ -15,7 +15,7 @@ from protocols import messages as m
 from protocols.serialization import dumps, loads
 from vfl.api import federation_from_frames
 from vfl.compare import CompareConfig, run_comparison
-from vfl.core.dp_model import DPBinner
+from vfl.core.dp_bins import DPBinner
 from vfl.core.model import BoostedModel
 from vfl.core.params import TrainParams
 

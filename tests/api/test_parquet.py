@@ -15,8 +15,8 @@ from support import KEY_BITS, small_frames
 pytest.importorskip("pyarrow")
 
 from cli import main  # noqa: E402
+from datasets.catalogue import load_guest_host  # noqa: E402
 from datasets.errors import InputError  # noqa: E402
-from datasets.loaders import load_guest_host  # noqa: E402
 from protocols import alignment  # noqa: E402
 from vfl.api import Federation, TrainParams, federation_from_frames  # noqa: E402
 
@@ -115,7 +115,7 @@ def test_simulate_reads_parquet_directories(tmp_path):
 
 def _serve(name, data, model_dir):
     from parties.network import serve_passive
-    from protocols.grpc_transport import Security
+    from protocols.grpc_security import Security
 
     ready, stop, port = threading.Event(), threading.Event(), []
 
@@ -133,7 +133,7 @@ def _serve(name, data, model_dir):
 @pytest.mark.slow
 def test_network_parquet_training_and_batched_predict(tmp_path):
     from parties.network import predict_active, train_active
-    from protocols.grpc_transport import Security
+    from protocols.grpc_security import Security
 
     tables = write_tables(tmp_path, n=150)
     servers = {name: _serve(name, tables[name][1], tmp_path / f"m_{name}") for name in ("host1", "host2")}

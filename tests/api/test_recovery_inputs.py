@@ -72,7 +72,9 @@ def test_max_message_mb_is_bounded(tmp_path, value):
 
 def test_the_transport_checks_its_durations_too():
     pytest.importorskip("grpc")
-    from protocols.grpc_transport import GrpcTransport, PartyServer, Security
+    from protocols.grpc_client import GrpcTransport
+    from protocols.grpc_security import Security
+    from protocols.grpc_server import PartyServer
     for bad in (math.inf, math.nan, 1e12):
         with pytest.raises(InputError, match="--timeout must be more than 0"):
             GrpcTransport("a", {"b": "127.0.0.1:1"}, Security(), timeout=bad)

@@ -7,22 +7,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import examples
 
-from vfl.core.binning import (
-    Binner,
+from vfl.core.bin_summaries import (
     ColumnSummary,
-    ExactEdges,
     _multiset_midpoint_percentiles,
-    answer_edge_query,
     binner_from_summaries,
-    fit_sharded_binner,
-    merge_edge_answers,
     merge_shard_summaries,
     merge_summaries,
     summarize_column,
     summarize_shard,
     thresholds_from_summary,
 )
+from vfl.core.binning import Binner
 from vfl.core.errors import InputError
+from vfl.core.sharded_binning import ExactEdges, answer_edge_query, fit_sharded_binner, merge_edge_answers
 
 moderate = st.floats(min_value=-1e300, max_value=1e300, allow_nan=False, allow_infinity=False)
 

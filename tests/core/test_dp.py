@@ -579,7 +579,7 @@ def test_lifetime_ledger_counts_every_training_and_refuses_past_the_limit(tmp_pa
 def test_a_public_never_missing_column_has_no_missing_slot_and_a_missing_value_goes_to_bucket_0():
     """The public schema (dp_bins "missing": false) drops a feature's missing slot: k = q, not q + 1
     (a wider channel); a missing value, against the schema, goes to bucket 0 (a fixed rule)."""
-    from vfl.core.dp_model import check_dp_bins
+    from vfl.core.dp_bins_file import check_dp_bins
     assert check_dp_bins({"b0": {"missing": False}, "b1": {"lo": 0, "hi": 1, "missing": True}}) == \
         {"b0": {"missing": False}, "b1": {"lo": 0.0, "hi": 1.0, "missing": True}}
     for bad in ({"b0": {}}, {"b0": {"missing": "no"}}, {"b0": {"missing": False, "hi": 2}}):

@@ -12,14 +12,10 @@ from hypothesis import strategies as st
 from support import JSON_VALUES, mutated
 
 from datasets.errors import InputError, ProtocolError
-from vfl.core.dp_model import (
-    DPBinner,
-    account_pure,
-    check_dp_bins,
-    plan_dp_model,
-    public_thresholds,
-    read_dp_bins,
-)
+from vfl.core.dp_bins import DPBinner
+from vfl.core.dp_bins_file import check_dp_bins, public_thresholds, read_dp_bins
+from vfl.core.dp_budget import account_pure
+from vfl.core.dp_model import plan_dp_model
 from vfl.core.dp_noise import SeededNoise
 from vfl.core.params import TrainParams
 

@@ -13,22 +13,10 @@ from datasets.frames import PartyFrame
 from vfl.api import federation_from_frames
 from vfl.core.binning import Binner
 from vfl.core.boosting import Booster
-from vfl.core.dp_model import (
-    DPBinner,
-    DPModelPlan,
-    PoissonSampler,
-    TreeMechanisms,
-    account_gaussian,
-    account_pure,
-    amplified,
-    candidate_gains,
-    dp_base_score,
-    dp_bounds,
-    exponential_mechanism,
-    gain_sensitivity,
-    gaussian_plan_event,
-    plan_dp_model,
-)
+from vfl.core.dp_bins import DPBinner, dp_bounds
+from vfl.core.dp_budget import account_gaussian, account_pure, amplified, gain_sensitivity
+from vfl.core.dp_mechanisms import PoissonSampler, TreeMechanisms, candidate_gains, dp_base_score, exponential_mechanism
+from vfl.core.dp_model import DPModelPlan, gaussian_plan_event, plan_dp_model
 from vfl.core.dp_noise import SecureNoise, SeededNoise
 from vfl.core.objectives import BinaryObjective, get_objective
 from vfl.core.params import TrainParams

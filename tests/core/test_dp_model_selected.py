@@ -10,17 +10,9 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import stats
 from support import halving_levels, rnm_probs
 
-from vfl.core.dp_model import (
-    TreeMechanisms,
-    account_gaussian,
-    account_pure,
-    gain_sensitivity,
-    gaussian_plan_event,
-    halving_abs_gradients,
-    halving_leaves,
-    halving_sums,
-    plan_dp_model,
-)
+from vfl.core.dp_budget import account_gaussian, account_pure, gain_sensitivity
+from vfl.core.dp_mechanisms import TreeMechanisms, halving_abs_gradients, halving_leaves, halving_sums
+from vfl.core.dp_model import gaussian_plan_event, plan_dp_model
 from vfl.core.dp_noise import SeededNoise
 from vfl.core.params import TrainParams
 from vfl.core.tree import Node

@@ -13,9 +13,10 @@ from support import examples
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
+from datasets.csv_tables import read_party_csv  # noqa: E402
 from datasets.errors import InputError  # noqa: E402
 from datasets.ids import canonical_id  # noqa: E402
-from datasets.loaders import iter_party_batches, read_party_csv, read_party_piece, read_party_table  # noqa: E402
+from datasets.loaders import iter_party_batches, read_party_piece, read_party_table  # noqa: E402
 from datasets.parquet import parquet_files, parquet_pieces, read_parquet_piece  # noqa: E402
 
 

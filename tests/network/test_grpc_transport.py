@@ -27,7 +27,9 @@ from parties.server import PassiveServer  # noqa: E402
 from protocols import alignment  # noqa: E402
 from protocols import messages as m  # noqa: E402
 from protocols.certs import MissingDependency, make_certs  # noqa: E402
-from protocols.grpc_transport import GrpcTransport, PartyServer, Security, parse_peers  # noqa: E402
+from protocols.grpc_client import GrpcTransport  # noqa: E402
+from protocols.grpc_security import Security, parse_peers  # noqa: E402
+from protocols.grpc_server import PartyServer  # noqa: E402
 from protocols.serialization import loads  # noqa: E402
 from protocols.transport import InMemoryTransport, frame_handler  # noqa: E402
 from vfl.api import Federation  # noqa: E402

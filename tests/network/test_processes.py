@@ -27,7 +27,8 @@ from datasets import breast_cancer_parties, train_test_split_parties  # noqa: E4
 from parties.active import ActiveParty  # noqa: E402
 from parties.passive import PassiveParty  # noqa: E402
 from protocols import messages as m  # noqa: E402
-from protocols.grpc_transport import GrpcTransport, Security  # noqa: E402
+from protocols.grpc_client import GrpcTransport  # noqa: E402
+from protocols.grpc_security import Security  # noqa: E402
 from protocols.serialization import loads  # noqa: E402
 from vfl.api import Federation  # noqa: E402
 from vfl.core.errors import PeerError  # noqa: E402

@@ -28,7 +28,9 @@ from parties.active import ActiveParty  # noqa: E402
 from parties.server import PassiveServer  # noqa: E402
 from protocols import messages as m  # noqa: E402
 from protocols.certs import make_certs  # noqa: E402
-from protocols.grpc_transport import Caller, GrpcTransport, PartyServer, Security  # noqa: E402
+from protocols.grpc_client import GrpcTransport  # noqa: E402
+from protocols.grpc_security import Security  # noqa: E402
+from protocols.grpc_server import Caller, PartyServer  # noqa: E402
 from protocols.serialization import dumps  # noqa: E402
 from protocols.transport import InMemoryTransport, PeerBusyError  # noqa: E402
 from vfl.api import Federation, PassiveParty  # noqa: E402

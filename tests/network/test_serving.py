@@ -23,15 +23,10 @@ from parties.active import ActiveParty  # noqa: E402
 from parties.server import PassiveServer  # noqa: E402
 from protocols import messages as m  # noqa: E402
 from protocols.certs import make_certs  # noqa: E402
-from protocols.grpc_transport import (  # noqa: E402
-    EXCHANGE,
-    Caller,
-    GrpcTransport,
-    PartyServer,
-    Security,
-    probe_plaintext,
-    require_grpc,
-)
+from protocols.grpc_client import GrpcTransport, probe_plaintext  # noqa: E402
+from protocols.grpc_security import Security  # noqa: E402
+from protocols.grpc_server import Caller, PartyServer  # noqa: E402
+from protocols.grpc_wire import EXCHANGE, require_grpc  # noqa: E402
 from protocols.serialization import dumps, loads  # noqa: E402
 from protocols.transport import (  # noqa: E402
     BusyError,

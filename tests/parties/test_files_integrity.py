@@ -17,13 +17,13 @@ pytest.importorskip("grpc")
 from click.testing import CliRunner  # noqa: E402
 
 from cli import main  # noqa: E402
+from datasets.csv_tables import read_party_csv  # noqa: E402
 from datasets.errors import InputError, WriteError  # noqa: E402
-from datasets.loaders import read_party_csv  # noqa: E402
 from parties import network  # noqa: E402
 from parties.active import ActiveParty  # noqa: E402
 from parties.passive import model_hash  # noqa: E402
 from parties.server import PassiveServer  # noqa: E402
-from protocols.grpc_transport import Security  # noqa: E402
+from protocols.grpc_security import Security  # noqa: E402
 from protocols.transport import InMemoryTransport  # noqa: E402
 from vfl.api import Federation, PassiveParty  # noqa: E402
 from vfl.core.params import TrainParams  # noqa: E402

@@ -133,7 +133,7 @@ def test_any_rows_read_from_any_piece_layout_equal_the_table(tmp_path_factory, n
 @given(cols=st.lists(st.lists(st.floats(-1e6, 1e6) | st.just(float("nan")), max_size=40), max_size=5))
 def test_column_summaries_cross_the_worker_boundary_unchanged(cols):
     from parties.shard_ops import _summaries_from_frame, _summaries_to_frame
-    from vfl.core.binning import summarize_column
+    from vfl.core.bin_summaries import summarize_column
 
     summaries = [summarize_column(np.array(c, dtype=np.float64), 256) for c in cols]
     header, blobs = _summaries_to_frame(summaries)

@@ -31,7 +31,8 @@ from parties.active import ActiveParty  # noqa: E402
 from protocols import alignment  # noqa: E402
 from protocols import messages as m  # noqa: E402
 from protocols.certs import _load_ca, issue_party_cert  # noqa: E402
-from protocols.grpc_transport import GrpcTransport, Security  # noqa: E402
+from protocols.grpc_client import GrpcTransport  # noqa: E402
+from protocols.grpc_security import Security  # noqa: E402
 from protocols.serialization import BigInts  # noqa: E402
 from vfl.core.errors import PeerError  # noqa: E402
 from vfl.core.model import BoostedModel  # noqa: E402

@@ -49,7 +49,8 @@ import numpy as np
 
 from datasets.errors import InputError
 from vfl.core.binning import bin_dtype, check_max_bin
-from vfl.core.dp_model import _symexp, _symlog, dp_bounds
+from vfl.core.dp_bins import dp_bounds
+from vfl.core.dp_bins_file import _symexp, _symlog
 from vfl.core.dp_noise import NoiseSource, randomized_response_exact
 from vfl.core.params import check_epsilon  # (the privacy parameter check lives with the other parameters)
 from vfl.core.sources import LocalSource, SplitRef
@@ -143,7 +144,7 @@ HIST_SENSITIVITY = 2.0
 
 def dp_histogram(col: np.ndarray, epsilon: float, noise: NoiseSource) -> tuple[float, float, np.ndarray]:
     """One feature's ``epsilon``-DP histogram (change-one-row neighbours): DP bounds on the symmetric
-    log scale with ``epsilon / 2`` (:func:`vfl.core.dp_model.dp_bounds`, sensitivity 2), then
+    log scale with ``epsilon / 2`` (:func:`vfl.core.dp_bins.dp_bounds`, sensitivity 2), then
     discrete-Laplace counts of ``FINE_CELLS`` equal cells between them with ``epsilon / 2`` (values
     outside count in the first or last cell; missing values in none). Returns ``(lo, hi, counts)``
     on the symmetric log scale; everything derived from it is post-processing."""
@@ -181,7 +182,7 @@ class ReleaseDomain:
     """A passive party's buckets for mode dp, independent of its data except through a charged step.
 
     Per feature: the user's public bins (``public``: ``{feature index: entry}`` of
-    :func:`vfl.core.dp_model.check_dp_bins`; no budget), else one :func:`dp_histogram` with an even
+    :func:`vfl.core.dp_bins_file.check_dp_bins`; no budget), else one :func:`dp_histogram` with an even
     share of ``epsilon`` (the party's edge budget). :attr:`n_bins` (the slots the active party is
     told) is ``max_bin + 1`` per feature, or the public edges' count + 2: public schema only. A
     release in ``q`` buckets (:meth:`edges`) takes the public edges (every ``k``-th one when there are

@@ -53,7 +53,7 @@ class TreeGrower:
 
     def __init__(self, sources: list[HistogramSource], params, map_sources: Callable[[Callable, list], list],
                  timing: RoundTiming, dp=None):
-        """``dp``: the DP seam (:class:`vfl.core.dp_model.TreeMechanisms`); None grows the exact trees."""
+        """``dp``: the DP seam (:class:`vfl.core.dp_mechanisms.TreeMechanisms`); None grows the exact trees."""
         self.sources = sources
         self.params = params
         self._map = map_sources

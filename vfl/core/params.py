@@ -15,7 +15,8 @@ from dataclasses import MISSING, asdict, dataclass, fields
 import numpy as np
 
 from datasets.errors import InputError
-from vfl.core.dp_model import DP_TREES, check_dp_bins, gradient_bounds, parse_budget
+from vfl.core.dp_bins_file import check_dp_bins
+from vfl.core.dp_budget import DP_TREES, gradient_bounds, parse_budget
 from vfl.core.objectives import OBJECTIVE_ALIASES
 
 

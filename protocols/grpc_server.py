@@ -1,0 +1,345 @@
+"""The server side of the gRPC transport: :class:`PartyServer` serves a party's frame
+handler, authenticating every caller (certificate names, access token), capping frames and
+streams per client, cutting off stalled streams, and answering every refusal with a clear
+error while it keeps serving (the wire itself: :mod:`protocols.grpc_wire`).
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from datasets.errors import InputError
+from protocols import messages as msg
+from protocols.grpc_security import Security, check_address, is_loopback
+from protocols.grpc_wire import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_READ_TIMEOUT,
+    SERVICE,
+    chunks,
+    grpc_options,
+    require_grpc,
+)
+from protocols.serialization import dumps
+from protocols.transport import caller_deadline
+from protocols.units import check_seconds, format_bytes
+
+log = logging.getLogger("vfl.net")
+
+
+FrameHandler = Callable[[bytes, str], bytes]
+
+
+class Caller(str):
+    """The ``who`` a server passes its handler: a description of the caller for logs (the
+    string), and ``client``, its identity for session ownership and per-client limits: the
+    certificate names under TLS, else the claimed party name and the caller's host."""
+
+    client: str
+
+    def __new__(cls, description: str, client: str):
+        obj = super().__new__(cls, description)
+        obj.client = client
+        return obj
+
+
+def _host_of(peer: str) -> str:
+    """``ipv4:10.0.0.3:51234`` -> ``ipv4:10.0.0.3`` (the port changes with every connection)."""
+    return peer.rsplit(":", 1)[0] if peer.count(":") >= 2 else peer
+
+
+class _ReadWatch:
+    """Request streams being read, and when each last sent a chunk: a stream silent for longer
+    than the read timeout is cancelled, so stalled uploads cannot hold the server's workers."""
+
+    def __init__(self, read_timeout: float):
+        self.read_timeout = float(read_timeout)
+        self._streams: dict[int, list] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.cut = 0
+
+    def start(self, name: str) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"vfl-readwatch-{name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def begin(self, context) -> int:
+        key = id(context)
+        with self._lock:
+            self._streams[key] = [context, time.monotonic()]
+        return key
+
+    def touch(self, key: int) -> None:
+        with self._lock:
+            entry = self._streams.get(key)
+            if entry is not None:
+                entry[1] = time.monotonic()
+
+    def end(self, key: int) -> None:
+        with self._lock:
+            self._streams.pop(key, None)
+
+    def _run(self) -> None:
+        period = max(0.05, min(1.0, self.read_timeout / 4))
+        while not self._stop.wait(period):
+            now = time.monotonic()
+            with self._lock:
+                stale = [k for k, (_, t) in self._streams.items() if now - t > self.read_timeout]
+                contexts = [self._streams.pop(k)[0] for k in stale]
+            for context in contexts:
+                self.cut += 1
+                _cancel(context, f"no data for {self.read_timeout:g} s while reading the request")
+
+
+class _StreamLimit:
+    """Request streams in progress per client (its identity, :attr:`Caller.client`): at most
+    ``per_client`` at once, so that one client (even an allowed one, stalling its uploads) holds
+    a bounded share of the server's worker threads and every other client is still served."""
+
+    def __init__(self, per_client: int):
+        self.per_client = int(per_client)
+        self._open: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.refused = 0
+
+    def enter(self, client: str) -> bool:
+        with self._lock:
+            n = self._open.get(client, 0)
+            if n >= self.per_client:
+                self.refused += 1
+                return False
+            self._open[client] = n + 1
+            return True
+
+    def leave(self, client: str) -> None:
+        with self._lock:
+            n = self._open.get(client, 0) - 1
+            if n > 0:
+                self._open[client] = n
+            else:
+                self._open.pop(client, None)
+
+    def open(self, client: str) -> int:
+        with self._lock:
+            return self._open.get(client, 0)
+
+
+def _cancel(context, details: str) -> None:
+    """Cancel a server-side call from another thread (wakes a handler blocked reading it)."""
+    call = getattr(getattr(context, "_rpc_event", None), "call", None)
+    if call is not None:
+        try:
+            from grpc._cython import cygrpc
+            call.cancel(cygrpc.StatusCode.deadline_exceeded, details)
+        except Exception as exc:  # noqa: BLE001  (best effort: the client's deadline still applies)
+            log.debug("could not cancel a stalled stream: %s", exc)
+
+
+class PartyServer:
+    """Serves ``handler(frame, who) -> reply`` over gRPC on ``listen`` (``host:port``; port 0 = any free).
+
+    ``who`` describes the authenticated caller for logs, e.g.
+    ``"bank (certificate bank, ipv4:10.0.0.3:51234)"``. Anything the handler
+    raises becomes an :class:`ErrorReply` and the server keeps serving.
+    """
+
+    #: seconds a client refused at its stream limit is told to wait before it retries
+    BUSY_RETRY_AFTER = 0.2
+
+    def __init__(self, name: str, handler: FrameHandler, listen: str, security: Security,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, max_workers: int = 16, role: str = "passive",
+                 read_timeout: float = DEFAULT_READ_TIMEOUT, max_streams_per_client: int | None = None):
+        """``max_streams_per_client``: request streams one client may have in progress at once
+        (default: half of ``max_workers``); more are answered "busy, retry" at once, unread."""
+        self.name, self.handler, self.role = name, handler, role
+        per_client = max(1, max_workers // 2) if max_streams_per_client is None else int(max_streams_per_client)
+        if not 1 <= per_client <= max_workers:
+            raise InputError(f"max_streams_per_client must be 1..{max_workers} (the worker threads), got {per_client}")
+        self._streams = _StreamLimit(per_client)
+        self._watch = _ReadWatch(check_seconds(read_timeout, "the read timeout"))
+        self.listen = check_address(listen, "--listen address")
+        if not security.tls and not is_loopback(self.listen.rsplit(":", 1)[0]):
+            raise InputError(f"--insecure refuses to listen on {self.listen}: without TLS anyone on the network "
+                             "could connect; listen on 127.0.0.1 (or [::1], localhost) or use --tls-dir")
+        self.security = security
+        if max_frame_bytes < 1024:
+            raise InputError(f"the frame cap must be at least 1024 bytes, got {max_frame_bytes}")
+        self.max_frame_bytes = int(max_frame_bytes)
+        self.max_workers = max_workers
+        self.port: int | None = None
+        self._server = None
+        self.stats = {"calls": 0, "refused": 0, "bytes_in": 0, "bytes_out": 0}
+        self._stats_lock = threading.Lock()
+
+    # -- lifecycle ----------------------------------------------------------
+    def start(self) -> int:
+        grpc = require_grpc()
+        server = grpc.server(ThreadPoolExecutor(max_workers=self.max_workers,
+                                                thread_name_prefix=f"vfl-{self.name}"),
+                             # never share the port with another process: a second server on a busy
+                             # port must fail, not silently receive half of the calls
+                             options=grpc_options(self.max_frame_bytes) + [("grpc.so_reuseport", 0)])
+        handlers = grpc.method_handlers_generic_handler(SERVICE, {
+            "Exchange": grpc.stream_stream_rpc_method_handler(self._exchange),
+            "Hello": grpc.unary_unary_rpc_method_handler(self._hello),
+        })
+        server.add_generic_rpc_handlers((handlers,))
+        try:
+            if self.security.tls:
+                creds = grpc.ssl_server_credentials([(self.security.key_pem, self.security.cert_pem)],
+                                                    root_certificates=self.security.ca_pem,
+                                                    require_client_auth=True)
+                port = server.add_secure_port(self.listen, creds)
+            else:
+                port = server.add_insecure_port(self.listen)
+        except RuntimeError as exc:
+            server.stop(None)
+            raise InputError(f"cannot listen on {self.listen}: port {self.listen.rsplit(':', 1)[1]} is in use "
+                             f"or not available ({exc})") from None
+        if not port:
+            server.stop(None)
+            raise InputError(f"cannot listen on {self.listen}: port {self.listen.rsplit(':', 1)[1]} is in use "
+                             "by another process (or not available)")
+        server.start()
+        self._watch.start(self.name)
+        self._server, self.port = server, port
+        log.info("%s: serving as %s party on %s:%d (%s, frame cap %s)", self.name, self.role,
+                 self.listen.rsplit(":", 1)[0], port, self.security.describe(), format_bytes(self.max_frame_bytes))
+        return port
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._server.wait_for_termination(timeout)
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        self._watch.stop()
+        if self._server is not None:
+            self._server.stop(grace).wait()
+
+    # -- checks -------------------------------------------------------------
+    def _who(self, context) -> Caller:
+        md = dict(context.invocation_metadata())
+        claimed = str(md.get("x-vfl-party", "?"))[:64]
+        names = self._cert_names(context)
+        where = context.peer()
+        if names:
+            cert = "/".join(sorted(names))
+            return Caller(f"{claimed} (certificate {cert}, {where})", f"certificate {cert}")
+        return Caller(f"{claimed} ({where})", f"{claimed}@{_host_of(where)}")
+
+    @staticmethod
+    def _cert_names(context) -> set[str]:
+        auth = context.auth_context() or {}
+        vals = list(auth.get("x509_common_name", [])) + list(auth.get("x509_subject_alternative_name", []))
+        return {v.decode(errors="replace") if isinstance(v, bytes) else str(v) for v in vals}
+
+    def _refuse(self, context, code, who: str, message: str):
+        with self._stats_lock:
+            self.stats["refused"] += 1
+        log.warning("%s: refused a call from %s: %s", self.name, who, message)
+        context.abort(code, f"party {self.name!r}: {message}")
+
+    def _authorize(self, context) -> str:
+        grpc = require_grpc()
+        who = self._who(context)
+        md = dict(context.invocation_metadata())
+        if self.security.token:
+            got = md.get("authorization", "")
+            if not hmac.compare_digest(got.encode(), f"Bearer {self.security.token}".encode()):
+                self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, who,
+                             "missing or wrong access token" if got else "no access token")
+        if self.security.tls and self.security.allowed_clients:
+            names = self._cert_names(context)
+            if not names & set(self.security.allowed_clients):
+                self._refuse(context, grpc.StatusCode.PERMISSION_DENIED, who,
+                             f"client certificate {sorted(names)} is not among the allowed clients "
+                             f"{list(self.security.allowed_clients)}")
+        return who
+
+    # -- methods ------------------------------------------------------------
+    def _hello(self, request: bytes, context) -> bytes:
+        self._authorize(context)
+        return json.dumps({"party": self.name, "role": self.role, "frame_format": "VFL1",
+                           "max_frame_bytes": self.max_frame_bytes}).encode()
+
+    def _exchange(self, request_iterator, context):
+        who = self._authorize(context)
+        client = getattr(who, "client", str(who))
+        left = context.time_remaining()
+        if left is not None and left <= 0:      # queued past the caller's deadline: nobody waits for it
+            return
+        if not self._streams.enter(client):
+            log.info("%s: %s is at its limit of %d concurrent calls: busy, retry", self.name, who,
+                     self._streams.per_client)
+            yield from chunks(dumps(msg.ErrorReply(
+                msg.ErrorKind.BUSY, f"party {self.name!r} is busy: {self._streams.per_client} calls of this "
+                "client are in progress; retry", self.BUSY_RETRY_AFTER)))
+            return
+        try:
+            yield from self._serve_stream(request_iterator, context, who)
+        finally:
+            self._streams.leave(client)
+
+    def _serve_stream(self, request_iterator, context, who):
+        grpc = require_grpc()
+        md = dict(context.invocation_metadata())
+        declared = md.get("x-vfl-frame-bytes")
+        cap = self.max_frame_bytes
+        if declared is not None:
+            if not declared.isdigit():
+                self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, who, "bad x-vfl-frame-bytes header")
+            declared = int(declared)
+            if declared > cap:
+                self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, who,
+                             f"a frame of {format_bytes(declared)} exceeds this party's cap of {format_bytes(cap)}")
+        t0 = time.perf_counter()
+        buf = bytearray()
+        watch = self._watch.begin(context)
+        try:
+            for chunk in request_iterator:
+                self._watch.touch(watch)
+                buf += chunk
+                if len(buf) > cap:
+                    self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, who,
+                                 f"a frame of more than {format_bytes(cap)} exceeds this party's cap")
+        except grpc.RpcError:       # cancelled: by the caller, or by the read watch (a stalled upload)
+            log.warning("%s: dropped a request from %s: the stream stalled or was cancelled after %d bytes",
+                        self.name, who, len(buf))
+            return
+        finally:
+            self._watch.end(watch)
+        if not context.is_active():
+            log.warning("%s: dropped a request from %s: the stream stalled or was cancelled after %d bytes",
+                        self.name, who, len(buf))
+            return
+        if declared is not None and len(buf) != declared:
+            self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, who,
+                         f"frame of {len(buf)} bytes, {declared} announced (truncated?)")
+        frame = bytes(buf)
+        del buf
+        def alive() -> bool:
+            left = context.time_remaining()
+            return context.is_active() and (left is None or left > 0)
+
+        try:
+            with caller_deadline(alive):
+                reply = self.handler(frame, who)
+        except Exception as exc:   # a bug must not take the server down
+            log.exception("%s: failed on a request from %s", self.name, who)
+            reply = dumps(msg.ErrorReply(msg.ErrorKind.PROTOCOL, f"internal error at party {self.name!r}: "
+                                                                 f"{type(exc).__name__}: {exc}"))
+        with self._stats_lock:
+            self.stats["calls"] += 1
+            self.stats["bytes_in"] += len(frame)
+            self.stats["bytes_out"] += len(reply)
+        log.debug("%s: %s: %d bytes in, %d bytes out, %.3f s", self.name, who, len(frame), len(reply),
+                  time.perf_counter() - t0)
+        yield from chunks(reply)
+
