@@ -25,6 +25,9 @@ api/test_credit.py
 core/test_sampling_in_training.py
   test_he_equals_plain_with_sampling_and_only_sampled_rows_are_encrypted[kw]
                                                        -> {subsample,goss}-multiclass-paillier-inline
+api/test_estimators.py
+  test_classifier_he_mode[s]                           -> wine-estimator-parties-multiclass-s-default-workers
+  test_table_he_equals_plain_and_pickles               -> wine-estimator-table-binary-paillier-default-workers
 New combinations: every case under the other scheme too, and multiclass-missing-s-pool2,
 passive-categorical-weights-monotone-s-pool2.
 The old tests keep what they check besides equality (messages, pools, target groups, categories).
@@ -33,12 +36,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from credit_support import credit_frames
-from support import KEY_BITS, small_frames
+from sklearn.datasets import load_wine
+from support import KEY_BITS, alive, small_frames
 
 from crypto import parallel
 from crypto.executor import LocalExecutor
 from datasets import breast_cancer_parties
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams, federation_from_frames
+from vfl.estimators import VerticalBoostingClassifier
 
 
 def _missing(objective):
@@ -104,6 +109,41 @@ def _ten_classes():
     return lambda n_jobs: Federation(ActiveParty("a", a, n_jobs=n_jobs), [PassiveParty("b", b, n_jobs=n_jobs)])
 
 
+class _Estimator:
+    """The scikit-learn face as a case: ``fit(TrainParams)`` fits a VerticalBoostingClassifier with
+    the same settings, and the fitted federation answers the comparison."""
+
+    def __init__(self, X, y):
+        self.X, self.y, self.fed = X, y, None
+
+    def fit(self, p: TrainParams):
+        clf = VerticalBoostingClassifier(n_estimators=p.n_estimators, max_depth=p.max_depth,
+                                         mode=getattr(p.mode, "value", p.mode), key_bits=p.key_bits,
+                                         scheme=getattr(p.scheme, "value", p.scheme)).fit(self.X, self.y)
+        assert clf.get_params()["scheme"] == clf.model_.params["scheme"] == p.scheme
+        self.fed = clf.federation_
+
+    def __getattr__(self, name):        # model, predict_raw, passives: the fitted federation's
+        return getattr(self.fed, name)
+
+
+def _wine_parties():
+    b = load_wine()
+    X = pd.DataFrame(b.data, columns=[f"f{i}" for i in range(13)])
+    X.insert(0, "id", [f"w{i}" for i in range(len(X))])
+    parts = {"bank": X[["id"] + [f"f{i}" for i in range(6)]],
+             "telco": X[["id"] + [f"f{i}" for i in range(6, 13)]].sample(frac=1, random_state=0)}
+    small = {k: v[v["id"].isin([f"w{i}" for i in range(0, 178, 3)])] for k, v in parts.items()}
+    y = np.array(["red", "rose", "white"])[b.target][::3]
+    return lambda n_jobs: _Estimator(small, y)
+
+
+def _wine_table():
+    b = load_wine()
+    X = pd.DataFrame(b.data, columns=[f"f{i}" for i in range(13)])
+    return lambda n_jobs: _Estimator(X.iloc[::3], np.where(b.target[::3] == 0, "a", "b"))
+
+
 #: case id -> (federation builder factory, training parameters, passive parties that must split, slow)
 CASES = {
     "breast-2p-binary": (lambda: _breast(2), dict(n_estimators=4, max_depth=4), {"host1"}, True),
@@ -121,6 +161,8 @@ CASES = {
                              {"b"}, False),
     "goss-multiclass": (_sampling, dict(objective="multiclass", n_estimators=2, max_depth=2, goss=True,
                                         learning_rate=1.0), {"b"}, False),
+    "wine-estimator-parties-multiclass": (_wine_parties, dict(n_estimators=2, max_depth=2), set(), False),
+    "wine-estimator-table-binary": (_wine_table, dict(n_estimators=2, max_depth=2), set(), False),
     # ten classes of 108-bit slots do not fit one plaintext: the targets travel in groups
     "multiclass10-target-groups": (_ten_classes, dict(precision_bits=48, objective="multiclass", n_estimators=1,
                                                       max_depth=2, min_child_weight=0.01), set(), False),
@@ -132,7 +174,8 @@ CASES = {
 #: (case, scheme, workers, preshift) the matrix runs: every case under both schemes inline (the old
 #: tests ran some cases under one scheme only; the other is added), and small cases on a pool of 2
 #: workers per party, the three-party one with every pre-shift setting the old pool test used
-MATRIX = ([(c, s, 1, "auto") for c in CASES for s in ("paillier", "ou")]
+#: (the estimator cases run with the face's own default workers: ``None``)
+MATRIX = ([(c, s, None if c.startswith("wine-estimator") else 1, "auto") for c in CASES for s in ("paillier", "ou")]
           + [("small-3p-binary", "paillier", 2, p) for p in (False, True, "auto", 3)]
           + [("small-3p-binary", "ou", 2, p) for p in (False, 3)]
           + [(c, s, 2, "auto") for c in ("multiclass-missing", "passive-categorical-weights-monotone")
@@ -161,8 +204,8 @@ def _plain(case):
 
 
 def _param(case, scheme, workers, preshift):
-    marks = [pytest.mark.slow] if CASES[case][3] or workers > 1 else []
-    pool = "inline" if workers == 1 else f"pool{workers}"
+    marks = [pytest.mark.slow] if CASES[case][3] or (workers or 1) > 1 else []
+    pool = {1: "inline", None: "default-workers"}.get(workers, f"pool{workers}")
     return pytest.param(case, scheme, workers, preshift, marks=marks,
                         id=f"{case}-{scheme}-{pool}" + ("" if preshift == "auto" else f"-preshift{preshift}"))
 
@@ -188,7 +231,7 @@ def test_he_grows_the_trees_of_plain(case, scheme, workers, preshift, started_wo
     builder, params, passives, _ = CASES[case]
     plain_structures, plain_raw, plain_records = _plain(case)
     monkeypatch.setattr(ActiveParty, "preshift", preshift)
-    if workers > 1:     # send even tiny batches to the workers
+    if workers and workers > 1:     # send even tiny batches to the workers
         monkeypatch.setattr(parallel, "POLICY", parallel.ParallelPolicy.always())
     fed = builder()(workers)
     fed.fit(TrainParams(mode="he", scheme=scheme, key_bits=KEY_BITS, **params))
@@ -199,4 +242,6 @@ def test_he_grows_the_trees_of_plain(case, scheme, workers, preshift, started_wo
     # the trees really use passive splits (otherwise equality would prove little)
     owners = {n.owner for rnd in fed.model.rounds for t in rnd for n in t.nodes if not n.is_leaf}
     assert passives <= owners
-    assert len(started_workers) == (0 if workers == 1 else workers * (1 + len(fed.passives)))
+    if workers is not None:
+        assert len(started_workers) == (0 if workers == 1 else workers * (1 + len(fed.passives)))
+    assert not any(alive(p) for p in started_workers)                  # and stopped them

@@ -51,21 +51,16 @@ def _structures(model):
     return [t.structure() for rnd in model.rounds for t in rnd]
 
 
-@pytest.mark.parametrize("preshift, scheme", [(False, "paillier"), (True, "paillier"), ("auto", "paillier"),
-                                             (3, "paillier"), (False, "ou"), (3, "ou")])
-def test_he_equals_plain_with_every_fast_path_on_two_passive_pools(always_parallel, started_pids, preshift, scheme,
-                                                                  monkeypatch):
+@pytest.mark.parametrize("preshift, scheme", [(3, "paillier"), (3, "ou")])
+def test_every_fast_path_on_two_passive_pools_starts_and_stops_its_workers(always_parallel, started_pids, preshift,
+                                                                          scheme, monkeypatch):
+    """(he == plain on pools for every pre-shift setting: tests/test_he_equals_plain.py,
+    small-3p-binary-*-pool2*)"""
     monkeypatch.setattr(ActiveParty, "preshift", preshift)
-    params = dict(n_estimators=2, max_depth=3, key_bits=KEY_BITS)
-    plain = _federation()
-    m_plain = plain.fit(TrainParams(mode="plain", **params))
     fed = _federation()
-    m_he = fed.fit(TrainParams(mode="he", scheme=scheme, **params))
-    assert _structures(m_plain) == _structures(m_he)
-    if preshift == 3:       # an intermediate number of copies: some Horner on the passive side too
-        cur = fed.active.channel.current
-        assert 1 < cur.shifts < cur.per and cur.shifts <= 3
-    assert np.array_equal(plain.predict_raw(), fed.predict_raw())
+    m_he = fed.fit(TrainParams(mode="he", scheme=scheme, n_estimators=2, max_depth=3, key_bits=KEY_BITS))
+    cur = fed.active.channel.current    # an intermediate number of copies: some Horner on the passive side too
+    assert 1 < cur.shifts < cur.per and cur.shifts <= 3
     owners = {n.owner for rnd in m_he.rounds for t in rnd for n in t.nodes if not n.is_leaf}
     assert {"telco", "shop"} & owners
     # the active party and both passive parties ran their own worker processes, all stopped now
