@@ -204,7 +204,8 @@ def _plain(case):
 
 
 def _param(case, scheme, workers, preshift):
-    marks = [pytest.mark.slow] if CASES[case][3] or (workers or 1) > 1 else []
+    # slow: the large cases and every case that starts worker pools (the estimator face's default does)
+    marks = [pytest.mark.slow] if CASES[case][3] or workers != 1 else []
     pool = {1: "inline", None: "default-workers"}.get(workers, f"pool{workers}")
     return pytest.param(case, scheme, workers, preshift, marks=marks,
                         id=f"{case}-{scheme}-{pool}" + ("" if preshift == "auto" else f"-preshift{preshift}"))
