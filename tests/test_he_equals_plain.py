@@ -25,6 +25,8 @@ api/test_credit.py
 core/test_sampling_in_training.py
   test_he_equals_plain_with_sampling_and_only_sampled_rows_are_encrypted[kw]
                                                        -> {subsample,goss}-multiclass-paillier-inline
+  test_multiclass_target_groups_with_preshift_and_pools_equal_plain[p]
+                                                       -> multiclass4-two-groups-paillier-pool2-preshiftP
 api/test_estimators.py
   test_classifier_he_mode[s]                           -> wine-estimator-parties-multiclass-s-default-workers
   test_table_he_equals_plain_and_pickles               -> wine-estimator-table-binary-paillier-default-workers
@@ -42,6 +44,7 @@ from support import KEY_BITS, alive, small_frames
 from crypto import parallel
 from crypto.executor import LocalExecutor
 from datasets import breast_cancer_parties
+from parties.channel import GradientChannel
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams, federation_from_frames
 from vfl.estimators import VerticalBoostingClassifier
 
@@ -144,6 +147,13 @@ def _wine_table():
     return lambda n_jobs: _Estimator(X.iloc[::3], np.where(b.target[::3] == 0, "a", "b"))
 
 
+def _four_classes():
+    a, b, c = small_frames(200, seed=4)
+    a = a.assign(y=(b["b0"] > 0).astype(int) + 2 * (c["c0"] > 0.3).astype(int))
+    return lambda n_jobs: Federation(ActiveParty("bank", a, n_jobs=n_jobs),
+                                     [PassiveParty("telco", b, n_jobs=n_jobs), PassiveParty("shop", c, n_jobs=n_jobs)])
+
+
 #: case id -> (federation builder factory, training parameters, passive parties that must split, slow)
 CASES = {
     "breast-2p-binary": (lambda: _breast(2), dict(n_estimators=4, max_depth=4), {"host1"}, True),
@@ -163,6 +173,9 @@ CASES = {
                                         learning_rate=1.0), {"b"}, False),
     "wine-estimator-parties-multiclass": (_wine_parties, dict(n_estimators=2, max_depth=2), set(), False),
     "wine-estimator-table-binary": (_wine_table, dict(n_estimators=2, max_depth=2), set(), False),
+    # four classes in two gradient groups of 2 (as when the targets do not fit one plaintext: PATCHES)
+    "multiclass4-two-groups": (_four_classes, dict(objective="multiclass", n_estimators=2, max_depth=3), set(),
+                               False),
     # ten classes of 108-bit slots do not fit one plaintext: the targets travel in groups
     "multiclass10-target-groups": (_ten_classes, dict(precision_bits=48, objective="multiclass", n_estimators=1,
                                                       max_depth=2, min_child_weight=0.01), set(), False),
@@ -178,8 +191,12 @@ CASES = {
 MATRIX = ([(c, s, None if c.startswith("wine-estimator") else 1, "auto") for c in CASES for s in ("paillier", "ou")]
           + [("small-3p-binary", "paillier", 2, p) for p in (False, True, "auto", 3)]
           + [("small-3p-binary", "ou", 2, p) for p in (False, 3)]
+          + [("multiclass4-two-groups", "paillier", 2, p) for p in (False, True)]
           + [(c, s, 2, "auto") for c in ("multiclass-missing", "passive-categorical-weights-monotone")
              for s in ("paillier", "ou")])
+
+#: case -> what the HE run patches (monkeypatch) before training
+PATCHES = {"multiclass4-two-groups": lambda mp: mp.setattr(GradientChannel, "group_size", lambda self, layout: 2)}
 
 _PLAIN: dict = {}       # case -> (structures, raw scores) of its plain model, trained once per module
 
@@ -232,6 +249,8 @@ def test_he_grows_the_trees_of_plain(case, scheme, workers, preshift, started_wo
     builder, params, passives, _ = CASES[case]
     plain_structures, plain_raw, plain_records = _plain(case)
     monkeypatch.setattr(ActiveParty, "preshift", preshift)
+    if case in PATCHES:
+        PATCHES[case](monkeypatch)
     if workers and workers > 1:     # send even tiny batches to the workers
         monkeypatch.setattr(parallel, "POLICY", parallel.ParallelPolicy.always())
     fed = builder()(workers)
