@@ -79,11 +79,10 @@ def test_classifier_he_mode(scheme):
     parts, y = wine_parties()
     small = {k: v[v["id"].isin([f"w{i}" for i in range(0, 178, 3)])] for k, v in parts.items()}
     ys = y[::3]
-    clfs = [VerticalBoostingClassifier(n_estimators=2, max_depth=2, mode=mode, key_bits=KEY_BITS, scheme=scheme)
-            for mode in ("plain", "he")]
-    out = [clf.fit(small, ys).predict_proba(small) for clf in clfs]
-    assert np.array_equal(out[0], out[1])
-    assert clfs[1].get_params()["scheme"] == scheme and clfs[1].model_.params["scheme"] == scheme
+    clf = VerticalBoostingClassifier(n_estimators=2, max_depth=2, mode="he", key_bits=KEY_BITS, scheme=scheme)
+    proba = clf.fit(small, ys).predict_proba(small)     # he == plain: tests/test_he_equals_plain.py
+    assert proba.shape == (len(ys), 3) and np.allclose(proba.sum(axis=1), 1.0)
+    assert clf.get_params()["scheme"] == scheme and clf.model_.params["scheme"] == scheme
 
 
 @pytest.mark.parametrize("kw", [dict(mode="dp", epsilon=4.0), dict(mode="plain", align="psi")])
@@ -258,18 +257,17 @@ def test_label_only_active_party_and_one_column_per_passive():
     assert one.parties_ == {"party0": [], "party1": ["f0"]}
 
 
-def test_table_he_equals_plain_and_pickles():
+def test_table_he_pickles():
+    """(he == plain on a table: tests/test_he_equals_plain.py, wine-estimator-table-binary-*)"""
     import pickle
     X, y = wine_table()
     Xs, ys = X.iloc[::3], np.where(y[::3] == 0, "a", "b")
-    fitted = [VerticalBoostingClassifier(n_estimators=2, max_depth=2, mode=m, key_bits=KEY_BITS).fit(Xs, ys)
-              for m in ("plain", "he")]
-    assert np.array_equal(fitted[0].predict_proba(Xs), fitted[1].predict_proba(Xs))
-    back = pickle.loads(pickle.dumps(fitted[1]))
-    assert back.federation_ is not fitted[1].federation_ and back.model_ is back.federation_.model
-    assert np.array_equal(back.predict_proba(Xs), fitted[1].predict_proba(Xs))
+    he = VerticalBoostingClassifier(n_estimators=2, max_depth=2, mode="he", key_bits=KEY_BITS).fit(Xs, ys)
+    back = pickle.loads(pickle.dumps(he))
+    assert back.federation_ is not he.federation_ and back.model_ is back.federation_.model
+    assert np.array_equal(back.predict_proba(Xs), he.predict_proba(Xs))
     back._importance_cache = None           # recomputed by the rebuilt parties
-    assert np.allclose(back.feature_importances_, fitted[1].feature_importances_)
+    assert np.allclose(back.feature_importances_, he.feature_importances_)
     parts, yw = wine_parties()
     dict_form = VerticalBoostingClassifier(n_estimators=2, mode="plain").fit(parts, yw)
     again = pickle.loads(pickle.dumps(dict_form))

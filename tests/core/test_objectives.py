@@ -1,5 +1,5 @@
 """Objectives: multiclass softmax, squared error, pseudo-Huber; labels; packing of
-unbounded and multi-target gradients; he == plain for every objective."""
+unbounded and multi-target gradients (he == plain for every objective: tests/test_he_equals_plain.py)."""
 import numpy as np
 import pandas as pd
 import pytest
@@ -235,36 +235,16 @@ def test_one_target_that_cannot_fit_the_key_is_a_clear_error():
         GradientChannel("plain", 1024, "fast").group_size(layout)
 
 
-# --------------------------------------------------------------------------- he == plain
-@pytest.mark.parametrize("scheme", ["paillier", "ou"])
-@pytest.mark.parametrize("objective", ["multiclass", "regression", "pseudohuber"])
-def test_he_and_plain_grow_identical_trees(objective, scheme):
-    ids, X, rng = make_data(70, seed=3, nan_rate=0.1)
-    x0, x2 = np.nan_to_num(X[:, 0]), np.nan_to_num(X[:, 2])
-    y = {"multiclass": (x0 > 0).astype(int) + (x2 > 0.3).astype(int),
-         "regression": 5 * x0 + 40 * x2 + rng.normal(size=70),
-         "pseudohuber": x0 + 3 * x2 + rng.standard_t(2, size=70)}[objective]
-    out = {}
-    for mode in ("plain", "he"):
-        fed = federation(y, X, ids)
-        fed.fit(mode=mode, key_bits=KEY_BITS, objective=objective, n_estimators=2, max_depth=2,
-                huber_slope=0.5, scheme=scheme)
-        out[mode] = (trees(fed), fed.model.base_score)
-    assert out["he"] == out["plain"]
-    assert any(not n[1] and n[5] == "b" for t in out["he"][0] for n in t)   # passive splits happen
-
-
+# --------------------------------------------------------------------------- target groups
+# (he == plain for every objective and for target groups: tests/test_he_equals_plain.py)
 @pytest.mark.slow
-def test_he_target_groups_match_plain():
+def test_he_target_groups_travel_in_two_groups():
     ids, X, rng = make_data(50, seed=4)
     y = rng.integers(0, 10, size=50)
     y[:10] = np.arange(10)
-    out = {}
     for mode in ("plain", "he"):
         fed = federation(y, X, ids, record=True)
         fed.fit(mode=mode, key_bits=KEY_BITS, precision_bits=48, objective="multiclass", n_estimators=1,
                 max_depth=2, min_child_weight=0.01)
         msg = received(fed, "b", m.Gradients)[0]
         assert len(msg.values) == 100                        # 10 classes of 108 bits: 2 groups
-        out[mode] = trees(fed)
-    assert out["he"] == out["plain"]

@@ -52,44 +52,35 @@ def _fed(a, b, record=False):
                       [PassiveParty("telco", b, categorical=["colour"], monotone={"b0": +1})], record=record)
 
 
-def test_ou_equals_plain_with_categorical_weights_and_monotone():
+def test_ou_with_categorical_weights_and_monotone_sends_ou_keys_and_splits_at_the_passive():
+    """(OU == plain here: tests/test_he_equals_plain.py, passive-categorical-weights-monotone-ou-*)"""
     a, b = _frames()
     w = np.random.default_rng(3).uniform(0.5, 3.0, size=len(a))
-    out = {}
-    for mode, scheme in (("plain", "paillier"), ("he", "ou")):
-        fed = _fed(a, b, record=True)
-        fed.fit(TrainParams(mode=mode, scheme=scheme, key_bits=KEY_BITS, n_estimators=3, max_depth=3,
-                            monotone_constraints={"a0": 1}), sample_weight=w)
-        out[mode] = (_structures(fed.model), fed.predict_raw({"bank": a.drop(columns="y"), "telco": b}))
-        if mode == "he":
-            keys = _sent(fed, m.PublicKey)
-            assert keys and all(k.scheme == "ou" and k.g and k.h for k in keys)
-            assert fed.active.channel.plain_bits == KEY_BITS // 3
-    assert out["he"][0] == out["plain"][0]
-    np.testing.assert_allclose(out["he"][1], out["plain"][1], rtol=0, atol=1e-12)   # summation order aside
-    owners = {n[5] for t in out["he"][0] for n in t if not n[1]}
+    fed = _fed(a, b, record=True)
+    fed.fit(TrainParams(mode="he", scheme="ou", key_bits=KEY_BITS, n_estimators=3, max_depth=3,
+                        monotone_constraints={"a0": 1}), sample_weight=w)
+    keys = _sent(fed, m.PublicKey)
+    assert keys and all(k.scheme == "ou" and k.g and k.h for k in keys)
+    assert fed.active.channel.plain_bits == KEY_BITS // 3
+    owners = {n[5] for t in _structures(fed.model) for n in t if not n[1]}
     assert "telco" in owners                          # passive splits happen (on b0 or the categories)
 
 
-def test_ou_multiclass_target_groups_equal_plain():
+def test_ou_multiclass_travels_in_more_target_groups():
     """Ten classes of 108-bit slots do not fit one 341-bit OU plaintext: the targets travel in groups
-    (more of them than with Paillier) and the trees are still those of plain (here with uniform, not
-    short, randomness: ``encryption="standard"``)."""
+    (more of them than with Paillier; here with uniform, not short, randomness:
+    ``encryption="standard"``). OU == plain here: tests/test_he_equals_plain.py,
+    multiclass10-target-groups-standard-randomness-ou-inline."""
     rng = np.random.default_rng(4)
     a, b, _ = small_frames(n=50, seed=4)
     y = rng.integers(0, 10, size=50)
     y[:10] = np.arange(10)
     a["y"] = y
-    out = {}
-    for mode in ("plain", "he"):
-        fed = Federation(ActiveParty("bank", a), [PassiveParty("telco", b)], record=True)
-        fed.fit(TrainParams(mode=mode, scheme="ou", key_bits=KEY_BITS, precision_bits=48, objective="multiclass",
-                            n_estimators=1, max_depth=2, min_child_weight=0.01, encryption="standard"))
-        starts = _sent(fed, m.GradientsStart)
-        out[mode] = _structures(fed.model)
-        if mode == "he":
-            assert starts[0].groups >= 4 and starts[0].layout["n_targets"] <= 3
-    assert out["he"] == out["plain"]
+    fed = Federation(ActiveParty("bank", a), [PassiveParty("telco", b)], record=True)
+    fed.fit(TrainParams(mode="he", scheme="ou", key_bits=KEY_BITS, precision_bits=48, objective="multiclass",
+                        n_estimators=1, max_depth=2, min_child_weight=0.01, encryption="standard"))
+    starts = _sent(fed, m.GradientsStart)
+    assert starts[0].groups >= 4 and starts[0].layout["n_targets"] <= 3
 
 
 def _server_fit(active, b, tmp, params, **kw):
