@@ -49,9 +49,8 @@ import gmpy2
 import numpy as np
 
 from crypto import parallel
-from crypto.intcodec import bytes_to_ints, int_width, ints_to_bytes
 from crypto.keys import MAX_KEY_BITS, check_key_bits, security_bits
-from crypto.paillier import FixedBaseTable, ObfuscatorStock, signed_decrypt, table_window
+from crypto.paillier import FixedBaseTable, ObfuscatorStock, encrypt_on_workers, signed_decrypt, table_window
 from datasets.errors import InputError
 
 mpz = gmpy2.mpz
@@ -508,15 +507,7 @@ class Encryptor:
         return [mpz(c) * r % n for c, r in zip(ciphertexts, obf)], k, len(ciphertexts) - k
 
     def _encrypt_workers(self, plaintexts, executor) -> list:
-        executor.share("encryptor", self, {"kind": "encryptor", "state": self.state()})
-        width = int_width(self.n) + 1
-        w = int_width(self.n)
-        n_chunks = min(len(plaintexts), 4 * executor.n_workers)
-        step = -(-len(plaintexts) // n_chunks)
-        replies = executor.map([({"op": "encrypt", "slot": "encryptor", "width": width},
-                                 [ints_to_bytes(plaintexts[i:i + step], width, signed=True)])
-                                for i in range(0, len(plaintexts), step)])
-        return [v for _, blobs in replies for v in bytes_to_ints(blobs[0], w)]
+        return encrypt_on_workers(self, plaintexts, executor, self.n, self.n)
 
 
 class Decryptor:

@@ -284,15 +284,7 @@ class Encryptor:
         return out
 
     def _encrypt_workers(self, plaintexts, executor) -> list:
-        executor.share("encryptor", self, {"kind": "encryptor", "state": self.state()})
-        width = int_width(self.n) + 1
-        w2 = int_width(self.nsquare)
-        n_chunks = min(len(plaintexts), 4 * executor.n_workers)
-        step = -(-len(plaintexts) // n_chunks)
-        replies = executor.map([({"op": "encrypt", "slot": "encryptor", "width": width},
-                                 [ints_to_bytes(plaintexts[i:i + step], width, signed=True)])
-                                for i in range(0, len(plaintexts), step)])
-        return [v for _, blobs in replies for v in bytes_to_ints(blobs[0], w2)]
+        return encrypt_on_workers(self, plaintexts, executor, self.nsquare, self.n)
 
 
 class ObfuscatorStock:
@@ -391,6 +383,22 @@ class Decryptor:
     def decrypt_signed(self, ciphertexts: Sequence, executor=None) -> list[int]:
         """Plaintexts mapped to the centred range ``(-n/2, n/2]``; big batches over ``executor``."""
         return signed_decrypt(self, ciphertexts, executor, int(self.n), self.nsquare, self.n)
+
+
+def encrypt_on_workers(encryptor, plaintexts: Sequence[int], executor, cipher_modulus, n) -> list:
+    """``plaintexts`` encrypted on ``executor``'s workers in about four chunks per worker (each
+    worker rebuilds the encryptor from its ``state()``: the ``encrypt`` worker operation). Shared by
+    both schemes' encryptors (Paillier: ciphertexts mod ``n^2``; OU: mod ``n``); ``n`` sizes the
+    signed plaintexts sent."""
+    executor.share("encryptor", encryptor, {"kind": "encryptor", "state": encryptor.state()})
+    width = int_width(n) + 1
+    w = int_width(cipher_modulus)
+    n_chunks = min(len(plaintexts), 4 * executor.n_workers)
+    step = -(-len(plaintexts) // n_chunks)
+    replies = executor.map([({"op": "encrypt", "slot": "encryptor", "width": width},
+                             [ints_to_bytes(plaintexts[i:i + step], width, signed=True)])
+                            for i in range(0, len(plaintexts), step)])
+    return [v for _, blobs in replies for v in bytes_to_ints(blobs[0], w)]
 
 
 def signed_decrypt(decryptor, ciphertexts: Sequence, executor, plain_modulus: int, cipher_modulus,

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, settings
 from support import KEY_BITS
 
 from crypto import parallel
+from crypto.executor import LocalExecutor
 from crypto.keys import WeakKeyWarning
 from datasets import breast_cancer_parties, shared_datasets_dir
 
@@ -94,3 +95,20 @@ def shared_dir():
 def always_parallel(monkeypatch):
     """Send even tiny batches to the workers, so the executor paths run on test-sized data."""
     monkeypatch.setattr(parallel, "POLICY", parallel.ParallelPolicy.always())
+
+
+@pytest.fixture
+def started_pids(monkeypatch):
+    """pid of every worker process a LocalExecutor starts during the test (a pool axis must really
+    use pools; a failed training must leave none alive)."""
+    pids = []
+    real = LocalExecutor._start
+
+    def start(self):
+        fresh = not self._workers
+        real(self)
+        if fresh:
+            pids.extend(self.pids)
+
+    monkeypatch.setattr(LocalExecutor, "_start", start)
+    return pids

@@ -42,7 +42,6 @@ from sklearn.datasets import load_wine
 from support import KEY_BITS, alive, small_frames
 
 from crypto import parallel
-from crypto.executor import LocalExecutor
 from datasets import breast_cancer_parties
 from parties.channel import GradientChannel
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams, federation_from_frames
@@ -228,24 +227,9 @@ def _param(case, scheme, workers, preshift):
                         id=f"{case}-{scheme}-{pool}" + ("" if preshift == "auto" else f"-preshift{preshift}"))
 
 
-@pytest.fixture
-def started_workers(monkeypatch):
-    """Processes every LocalExecutor starts during the test (the pool axis must really use pools)."""
-    pids = []
-    real = LocalExecutor._start
-
-    def start(self):
-        fresh = not self._workers
-        real(self)
-        if fresh:
-            pids.extend(self.pids)
-
-    monkeypatch.setattr(LocalExecutor, "_start", start)
-    return pids
-
 
 @pytest.mark.parametrize("case, scheme, workers, preshift", [_param(*row) for row in MATRIX])
-def test_he_grows_the_trees_of_plain(case, scheme, workers, preshift, started_workers, monkeypatch):
+def test_he_grows_the_trees_of_plain(case, scheme, workers, preshift, started_pids, monkeypatch):
     builder, params, passives, _ = CASES[case]
     plain_structures, plain_raw, plain_records = _plain(case)
     monkeypatch.setattr(ActiveParty, "preshift", preshift)
@@ -263,5 +247,5 @@ def test_he_grows_the_trees_of_plain(case, scheme, workers, preshift, started_wo
     owners = {n.owner for rnd in fed.model.rounds for t in rnd for n in t.nodes if not n.is_leaf}
     assert passives <= owners
     if workers is not None:
-        assert len(started_workers) == (0 if workers == 1 else workers * (1 + len(fed.passives)))
-    assert not any(alive(p) for p in started_workers)                  # and stopped them
+        assert len(started_pids) == (0 if workers == 1 else workers * (1 + len(fed.passives)))
+    assert not any(alive(p) for p in started_pids)                  # and stopped them

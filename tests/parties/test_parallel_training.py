@@ -12,7 +12,6 @@ import parties.active as active_mod
 import parties.passive as passive_mod
 import parties.passive_checks as checks_mod
 import vfl.core.grower as grower_mod
-from crypto.executor import LocalExecutor
 from crypto.paillier import Decryptor
 from protocols import messages as m
 from protocols.serialization import BigInts, loads
@@ -23,21 +22,6 @@ pytestmark = pytest.mark.slow   # real party processes / worker pools, multi-sec
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-@pytest.fixture
-def started_pids(monkeypatch):
-    """pid of every worker process started during the test."""
-    pids = []
-    real = LocalExecutor._start
-
-    def start(self):
-        fresh = not self._workers
-        real(self)
-        if fresh:
-            pids.extend(self.pids)
-
-    monkeypatch.setattr(LocalExecutor, "_start", start)
-    return pids
 
 
 def _federation(n=160, record=False, n_jobs=2, seed=0):
