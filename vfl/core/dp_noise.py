@@ -57,6 +57,16 @@ def threshold_u64(p: float) -> int:
     return t if t in (0, _TWO64) else max(t - (1 << 16), 0)
 
 
+def _float_noise(values, scale: float, make: str, metric: str) -> np.ndarray:
+    """OpenDP's float-safe ``make`` (``make_laplace`` under ``l1_distance``, ``make_gaussian`` under
+    ``l2_distance``) of ``scale`` on every value of ``values`` (no NaN), in their shape."""
+    dp = opendp()
+    v = np.asarray(values, dtype=np.float64)
+    meas = getattr(dp.m, make)(dp.vector_domain(dp.atom_domain(T=float, nan=False)), getattr(dp, metric)(T=float),
+                               float(scale))
+    return np.asarray(meas([float(x) for x in v.ravel()]), dtype=np.float64).reshape(v.shape)
+
+
 class NoiseSource:
     """The interface every DP mechanism draws through."""
 
@@ -128,18 +138,10 @@ class SecureNoise(NoiseSource):
         return np.asarray(meas([int(v) for v in c.ravel()]), dtype=np.int64).reshape(c.shape)
 
     def laplace(self, values, scale: float) -> np.ndarray:
-        dp = opendp()
-        v = np.asarray(values, dtype=np.float64)
-        meas = dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l1_distance(T=float),
-                                 float(scale))
-        return np.asarray(meas([float(x) for x in v.ravel()]), dtype=np.float64).reshape(v.shape)
+        return _float_noise(values, scale, "make_laplace", "l1_distance")
 
     def gaussian(self, values, scale: float) -> np.ndarray:
-        dp = opendp()
-        v = np.asarray(values, dtype=np.float64)
-        meas = dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l2_distance(T=float),
-                                  float(scale))
-        return np.asarray(meas([float(x) for x in v.ravel()]), dtype=np.float64).reshape(v.shape)
+        return _float_noise(values, scale, "make_gaussian", "l2_distance")
 
     def noisy_max(self, scores, scale: float) -> int:
         dp = opendp()
