@@ -333,7 +333,13 @@ class Encryptor:
     METHODS = ("fast", "standard")
     scheme = SCHEME
 
-    def __init__(self, public_key: OUPublicKey, private_key: OUPrivateKey | None = None, method: str = "fast"):
+    def __init__(self, public_key: OUPublicKey, private_key: OUPrivateKey | None = None, method: str = "fast",
+                 *, exponent_bits: int | None = None):
+        """``exponent_bits``: the length of the short exponent ``r`` (default: ``2 * security`` bits
+        rounded up to whole table windows, what every training uses: :meth:`state` does not carry
+        it, no option sets it). **Benchmarks only**: ``benchmarks/schemes.py`` passes HEU's 110
+        bits (2048-bit keys) to compare the two implementations at equal work; at about the security
+        level, a generic attack on ``r`` costs ``2^(bits/2)``, below the key's security."""
         if method not in self.METHODS:
             raise ValueError(f"unknown encryption method {method!r}; choose one of {self.METHODS}")
         self.method = method
@@ -357,6 +363,10 @@ class Encryptor:
             self._sq = self._s * gmpy2.invert(q, p) % p  # G^m = 1 + p q ((m sq) mod p) (mod n)
         window = table_window(self.key_bits)
         self.exponent_bits = -(-2 * security_bits(self.key_bits) // window) * window
+        if exponent_bits is not None:
+            if not 64 <= int(exponent_bits) <= self.exponent_bits:
+                raise ValueError(f"exponent_bits must be 64..{self.exponent_bits}, got {exponent_bits!r}")
+            self.exponent_bits = int(exponent_bits)
         self._window = ou_window(self.key_bits)
         # the tables' windows may overshoot exponent_bits: the top digit keeps only what is left
         self._top_mask = (1 << (self.exponent_bits - self._window * (-(-self.exponent_bits // self._window) - 1))) - 1

@@ -75,6 +75,23 @@ def test_wider_table_windows_keep_the_exponent_length(oukey):
     assert enc.tables[0].pow_digits(cols[:, 0].tolist()) == gmpy2.powmod(enc.h, e, enc.n)
 
 
+def test_a_shorter_exponent_only_on_request_and_only_within_bounds(oukey):
+    """benchmarks/schemes.py measures our encryption at HEU's exponent length: the override sets the
+    digits drawn (80 bits at 1024-bit keys: 10 windows of 8 bits), the default stays 2 x security,
+    the worker state never carries it, and the ciphertexts still decrypt."""
+    pub, priv = oukey
+    short = ou.Encryptor(pub, priv, exponent_bits=80)
+    assert short.exponent_bits == 80 and ou.Encryptor(pub, priv).exponent_bits == 160
+    assert short.tables[0].n_windows == 10
+    assert "exponent_bits" not in short.state()
+    assert ou.Encryptor.from_state(short.state()).exponent_bits == 160
+    vals = [0, 1, -1, 2 ** 200, -(2 ** 200)]
+    assert ou.Decryptor(priv).decrypt_signed(short.encrypt(vals)) == vals
+    for bad in (63, 161):
+        with pytest.raises(ValueError, match="exponent_bits must be 64..160"):
+            ou.Encryptor(pub, priv, exponent_bits=bad)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(min_value=-(2 ** 338) + 1, max_value=2 ** 338 - 1), min_size=1, max_size=12),
        st.sampled_from(["fast", "standard"]), st.booleans())
