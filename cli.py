@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from crypto.cluster import dask_executor
 from crypto.keys import WeakKeyWarning, check_key_bits
-from datasets import SHARED_TASKS, load_guest_host, load_named
+from datasets import SHARED_TASKS, load_active_passive, load_named
 from datasets.errors import InputError, VFLError
 from datasets.loaders import DEFAULT_BATCH_ROWS
 from parties.dp_ledger import PrivacyLedger, summary
@@ -123,8 +123,8 @@ def _load_parties(dataset, active, passives, id_col, label_col, parties, allow_t
     if active or passives:
         if not (active and passives):
             raise click.UsageError("--active and at least one --passive are needed together")
-        return load_guest_host(active, list(passives), id_col=id_col, label_col=label_col,
-                               allow_text_label=allow_text_label, categorical=categorical, weight_col=weight_col)
+        return load_active_passive(active, list(passives), id_col=id_col, label_col=label_col,
+                                   allow_text_label=allow_text_label, categorical=categorical, weight_col=weight_col)
     return load_named(dataset, parties, id_col=id_col, label_col=label_col)
 
 
@@ -377,7 +377,7 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     """Run a whole federation in one process and report time, test metric and bytes.
 
     --categorical, --monotone and --weight-col name columns of whichever party holds them
-    (PARTY:COLUMN where several parties have a column of that name, e.g. host:x2)."""
+    (PARTY:COLUMN where several parties have a column of that name, e.g. passive1:x2)."""
     if train_options["objective"] is None:
         train_options["objective"] = (SHARED_TASKS.get(dataset, Objective.BINARY.value)
                                       if not (active or passives) else Objective.BINARY.value)
@@ -603,7 +603,7 @@ def _federation_peers(federation, name, peer_specs, active: bool):
     if federation is None:
         if not peers:
             raise click.UsageError("give --peer NAME=HOST:PORT (repeat for each passive party) or --federation FILE")
-        return name or "guest", peers
+        return name or "active", peers
     if active:
         name = name or federation.active
         if name != federation.active:
@@ -758,7 +758,7 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
 
 
 @party.command("active")
-@click.option("--name", default=None, help="This party's name [default: the federation's active party, else guest].")
+@click.option("--name", default=None, help="This party's name [default: the federation's active party, else 'active'].")
 @click.option("--federation", "federation_file", type=click.Path(dir_okay=False),
               help="The federation file: the passive parties' addresses and min_node_rows (docs/federation.md).")
 @click.option("--data", required=True, type=click.Path(),

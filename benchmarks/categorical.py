@@ -1,6 +1,6 @@
 """Native categorical features vs one-hot encoding on a 200-category column (issue 15).
 
-default_credit's guest column x7 is bucketed into 200 quantile buckets with shuffled labels
+default_credit's active party's column x7 is bucketed into 200 quantile buckets with shuffled labels
 ("segment_137"), held by a passive party; the active party holds only the label. The same
 federation is trained with the column as one native categorical feature and as 200 one-hot
 columns, in the same run (the reference is measured alongside). Prints JSON: train seconds,

@@ -69,9 +69,9 @@ def main() -> None:
     args = ap.parse_args()
     quiet_keys()
     parties = load_shared("default_credit")
-    guest, host = parties
+    active, passive = parties
     train, test = train_test_split_parties(parties, test_size=0.2, seed=0)
-    y_train = train[0].frame[guest.label_col].to_numpy().astype(float)
+    y_train = train[0].frame[active.label_col].to_numpy().astype(float)
     ratio = float((y_train == 0).sum() / (y_train == 1).sum())
     weight_of = lambda y: np.where(y == 1, ratio, 1.0)   # noqa: E731
     out = {"benchmark": "credit_compare", "dataset": "default_credit", "mode": args.mode, "trees": args.trees,
@@ -82,19 +82,19 @@ def main() -> None:
 
     # --- federated
     params = TrainParams(mode=args.mode, key_bits=args.key_bits, **common,
-                         monotone_constraints={f"{host.name}:{c}": 1 for c in MONOTONE})
+                         monotone_constraints={f"{passive.name}:{c}": 1 for c in MONOTONE})
     fed, res, test_ids, proba = simulate(parties_with_weights(parties, weight_of), params, test_size=0.2, seed=0,
-                                         categorical=[f"{host.name}:{c}" for c in CATEGORICAL], weight_col="w")
+                                         categorical=[f"{passive.name}:{c}" for c in CATEGORICAL], weight_col="w")
     seconds = res["train_seconds"]
-    y_test = test[0].frame.set_index(guest.id_col).loc[test_ids, guest.label_col].to_numpy().astype(float)
+    y_test = test[0].frame.set_index(active.id_col).loc[test_ids, active.label_col].to_numpy().astype(float)
     w_test = weight_of(y_test)
     Xte, yte = _joined(test)
 
     def fed_predict(Xg):
         ids = np.arange(len(Xg))
-        ga = pd.DataFrame({"id": ids, **{c: Xg[f"g_{c}"].to_numpy() for c in guest.feature_names}})
-        hb = pd.DataFrame({"id": ids, **{c: Xg[f"h_{c}"].to_numpy() for c in host.feature_names}})
-        return fed.predict_proba({guest.name: ga, host.name: hb})
+        ga = pd.DataFrame({"id": ids, **{c: Xg[f"g_{c}"].to_numpy() for c in active.feature_names}})
+        hb = pd.DataFrame({"id": ids, **{c: Xg[f"h_{c}"].to_numpy() for c in passive.feature_names}})
+        return fed.predict_proba({active.name: ga, passive.name: hb})
 
     out["federated"] = {**_scores(y_test, proba, w_test), "train_seconds": round(seconds, 2),
                         "pd_worst_decrease": _worst_decrease(fed_predict, Xte, [f"h_{c}" for c in MONOTONE])}

@@ -5,7 +5,7 @@
 
 Configurations (the issue's targets on 2 cores in brackets):
 
-* ``breast``: FATE's breast split (guest 10 + host 20 features), 455
+* ``breast``: FATE's breast split (active party 10 + passive party 20 features), 455
   training rows, 10 trees depth 4, 1024 bits [<= 3 s training].
 * ``default_credit_1024`` / ``default_credit_2048``: 24,000 training rows,
   13 + 10 features, 30 trees depth 3 [<= 4 s / <= 15 s per tree].

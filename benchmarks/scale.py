@@ -248,7 +248,7 @@ def run_one(dirs: dict, n: int, executor: str, workers: int, work: Path, batch_r
                 clusters.append(DaskCluster(workers, watch, role, stock_dask))
                 dask[role] = ["--dask-scheduler", clusters[-1].address, "--dask-insecure"] + \
                     (["--dask-via-scheduler"] if via_scheduler else [])
-        passive = _spawn(["-m", "cli", "party", "passive", "--name", "host", "--listen", "127.0.0.1:0",
+        passive = _spawn(["-m", "cli", "party", "passive", "--name", "passive", "--listen", "127.0.0.1:0",
                           "--data", dirs["passive"], "--model-dir", passive_models, "--insecure",
                           "--log-level", "warning", *dask.get("passive", [])],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -258,10 +258,10 @@ def run_one(dirs: dict, n: int, executor: str, workers: int, work: Path, batch_r
             line = passive.stdout.readline()
             if not line:
                 raise RuntimeError("the passive party did not start (see vfl party passive)")
-        peer = "host=" + line.rsplit(" ", 1)[1].strip()
+        peer = "passive=" + line.rsplit(" ", 1)[1].strip()
         threading.Thread(target=passive.stdout.read, daemon=True).start()     # drain its output
         t0 = time.perf_counter()
-        active = _spawn(["-m", "cli", "party", "active", "--name", "guest", "--data", dirs["active"], "--peer", peer,
+        active = _spawn(["-m", "cli", "party", "active", "--name", "active", "--data", dirs["active"], "--peer", peer,
                          "--model-dir", model_dir, "--mode", "he", "--key-bits", "1024", "--trees", "1",
                          "--depth", "3", "--insecure", "--quiet", "--timeout", "7200", "--connect-timeout", "120",
                          "--output-json", summary, "--log-level", "warning", *dask.get("active", [])],

@@ -23,7 +23,7 @@ def csv_pair(tmp_path, y, X, label_col="y"):
     ids = np.arange(len(y))
     g = pd.DataFrame({"id": ids, label_col: y, **{f"g{i}": X[:, i] for i in range(2)}})
     h = pd.DataFrame({"id": ids, **{f"h{i}": X[:, i] for i in range(2, X.shape[1])}})
-    gp, hp = tmp_path / "guest.csv", tmp_path / "host.csv"
+    gp, hp = tmp_path / "active.csv", tmp_path / "passive.csv"
     g.to_csv(gp, index=False)
     h.to_csv(hp, index=False)
     return str(gp), str(hp)

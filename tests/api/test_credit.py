@@ -89,11 +89,11 @@ def test_simulate_with_categorical_columns_monotone_constraints_and_weights(tmp_
     r = json.loads(out.read_text())
     assert r["params"]["monotone_constraints"] == {"days_late": 1, "income": -1} and r["test_auc"] > 0.7
     assert set(r["test_weighted"]) == {"auc", "logloss", "error"} and r["test_weighted"]["auc"] > 0.7
-    host = json.loads((tmp_path / "m" / "host.json").read_text())
-    guest = json.loads((tmp_path / "m" / "guest.json").read_text())
-    assert host["monotone"] == {"days_late": 1} and "education" in host["categories"]
-    assert guest["params"]["monotone_constraints"] == {"income": -1} and "w" not in guest["active_features"]
-    assert guest["categories"] == {"segment": sorted(REGION)}
+    passive = json.loads((tmp_path / "m" / "passive1.json").read_text())
+    active = json.loads((tmp_path / "m" / "active.json").read_text())
+    assert passive["monotone"] == {"days_late": 1} and "education" in passive["categories"]
+    assert active["params"]["monotone_constraints"] == {"income": -1} and "w" not in active["active_features"]
+    assert active["categories"] == {"segment": sorted(REGION)}
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -142,7 +142,7 @@ def test_simulate_categorical_column_of_one_party_when_both_use_the_name(tmp_pat
             "--mode", "plain", "--trees", "1", "--quiet", "--save-model", str(tmp_path / "m")]
     res = CliRunner().invoke(cli.main, base + ["--categorical", "score"])
     assert res.exit_code != 0 and "write PARTY:score" in res.output
-    res = CliRunner().invoke(cli.main, base + ["--categorical", "host:score"])
+    res = CliRunner().invoke(cli.main, base + ["--categorical", "passive1:score"])
     assert res.exit_code == 0, res.output
-    assert json.loads((tmp_path / "m" / "host.json").read_text())["categories"]["score"] == [0, 1, 2]
-    assert "score" not in json.loads((tmp_path / "m" / "guest.json").read_text()).get("categories", {})
+    assert json.loads((tmp_path / "m" / "passive1.json").read_text())["categories"]["score"] == [0, 1, 2]
+    assert "score" not in json.loads((tmp_path / "m" / "active.json").read_text()).get("categories", {})

@@ -119,7 +119,7 @@ def test_simulate_cli_dp_bins_file(tmp_path):
     assert res.exit_code == 0, res.output
     d = json.loads(out.read_text())["dp_model"]
     per = d["sketch"]["per_party"]
-    assert per["guest"]["epsilon"] == 0.0 and per["host1"]["epsilon"] == 0.0 and per["host2"]["epsilon"] > 0
+    assert per["active"]["epsilon"] == 0.0 and per["passive1"]["epsilon"] == 0.0 and per["passive2"]["epsilon"] > 0
     assert d["epsilon"] == pytest.approx(1.0 - 2 * d["sketch"]["epsilon_per_party"])
 
 

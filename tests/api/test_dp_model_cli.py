@@ -43,7 +43,7 @@ def test_simulate_dp_model_reports_and_records_the_budget(tmp_path):
     assert d["n_trees"] == 3 and d["per_tree"]["levels"] == 2
     per_tree = d["per_tree"]["epsilon_after_sampling"]
     assert d["sketch"]["epsilon_total"] + 3 * per_tree == pytest.approx(1.0)
-    model = BoostedModel.load(models / "guest.json")
+    model = BoostedModel.load(models / "active.json")
     assert model.dp_model == d
     assert "train" not in model.history                         # exact training metrics are not released
     for rnd in model.rounds:
@@ -54,7 +54,7 @@ def test_simulate_dp_model_reports_and_records_the_budget(tmp_path):
             # finding 6: noisy leaf sums at full precision revealed more than the leaf values)
             assert all(n.sum_gradients == 0.0 and n.sum_hessians == 0.0 for n in tree.nodes)
             assert any(n.value != 0.0 for n in tree.leaves())
-    raw = json.loads((models / "guest.json").read_text())
+    raw = json.loads((models / "active.json").read_text())
     for rnd in raw["rounds"]:
         for tree in rnd:
             assert all(nd.get("sum_gradients", 0.0) == 0.0 and nd.get("sum_hessians", 0.0) == 0.0

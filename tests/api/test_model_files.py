@@ -51,6 +51,23 @@ def test_save_writes_private_files_and_a_manifest_that_load_checks(tmp_path, two
                                   fed.predict_proba({"a": a, "b": b, "c": c}))
 
 
+def test_a_model_saved_under_the_old_default_names_still_loads_and_predicts(tmp_path):
+    """Before one vocabulary, `vfl simulate --save-model` named the parties guest, host1, host2 (FATE's
+    words); the names are data of the model files, so such a model loads and predicts unchanged."""
+    a, b, c = small_frames(seed=2)
+    old = Federation(ActiveParty("guest", a), [PassiveParty("host1", b), PassiveParty("host2", c)])
+    old.fit(PARAMS)
+    paths = old.save(tmp_path / "m")
+    assert [p.name for p in paths] == ["guest.json", "host1.json", "host2.json"]
+    doc = json.loads((tmp_path / "m" / "guest.json").read_text())
+    assert doc["passive_parties"] == ["host1", "host2"]         # the file format's key, with the old names
+    again = Federation.load(tmp_path / "m")
+    frames = {"guest": a, "host1": b, "host2": c}
+    np.testing.assert_array_equal(again.predict_proba(frames), old.predict_proba(frames))
+    owners = {n.owner for rnd in again.model.rounds for t in rnd for n in t.nodes if not n.is_leaf}
+    assert owners and owners <= {"guest", "host1", "host2"}
+
+
 def test_a_full_disk_while_saving_keeps_the_previous_model_whole(tmp_path, two_models, monkeypatch):
     (fed1, frames), (fed2, _) = two_models
     d = tmp_path / "m"

@@ -380,10 +380,11 @@ def test_a_lost_scheduler_is_told_in_words_whichever_way_it_shows():
     from types import SimpleNamespace
 
     from distributed.client import FuturesCancelledError
-    ex = SimpleNamespace(name="passive:host", spec="tcp://127.0.0.1:1")
+    ex = SimpleNamespace(name="passive:passive", spec="tcp://127.0.0.1:1")
     cancelled = DaskExecutor._scheduler_gone(ex, FuturesCancelledError([]))
     lost = DaskExecutor._scheduler_gone(ex, OSError("Timed out trying to connect"))
     for err in (cancelled, lost):
-        assert str(err).startswith("the Dask scheduler of 'passive:host' at tcp://127.0.0.1:1 is gone or unreachable")
+        assert str(err).startswith("the Dask scheduler of 'passive:passive' at tcp://127.0.0.1:1 "
+                                   "is gone or unreachable")
         assert "\n" not in str(err) and "CancelledError" not in str(err)
     assert "its tasks were cancelled" in str(cancelled) and "OSError: Timed out" in str(lost)
