@@ -1,13 +1,13 @@
 """Serving under load: N concurrent predictions against one passive party over real gRPC.
 
     python benchmarks/load.py                          # 64 concurrent clients, 500 predictions
-    python benchmarks/load.py --concurrency 8 --predictions 40 --rows 300 --trees 2   # a quick check
+    python benchmarks/load.py --concurrency 8 --predictions 40 --rows 300 --rounds 2   # a quick check
 
 Steps, on 127.0.0.1 (plaintext, ``--insecure``; the figures are about serving, not TLS):
 
 1. synthetic data (``--rows`` rows, 2 active and 4 passive features), written to CSV files;
 2. one ``vfl party passive`` **process** and one ``vfl party active`` process train a model
-   (``--mode``, default he with a ``--key-bits`` 1024-bit key; ``--trees``, ``--depth``);
+   (``--mode``, default he with a ``--key-bits`` 1024-bit key; ``--rounds``, ``--depth``);
 3. **reference**: one client, ``--reference`` predictions one after the other;
 4. **load**: ``--concurrency`` client threads in this process, each with its own gRPC channel,
    share ``--predictions`` predictions of ``--batch-rows`` rows each (alternating node-by-node and
@@ -101,7 +101,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--reference", type=int, default=20, help="Sequential predictions of the reference run.")
     ap.add_argument("--batch-rows", type=int, default=100, help="Rows per prediction.")
     ap.add_argument("--rows", type=int, default=2000, help="Rows of the synthetic data set.")
-    ap.add_argument("--trees", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--mode", default="he", choices=["he", "plain"])
     ap.add_argument("--key-bits", type=int, default=1024)
@@ -117,7 +117,7 @@ def main(argv=None) -> dict:
             t0 = time.perf_counter()
             r = subprocess.run(cli("party", "active", "--name", "active", "--data", a_csv, "--peer",
                                    f"passive=127.0.0.1:{port}", "--model-dir", tmp / "m_active", "--insecure",
-                                   "--mode", args.mode, "--key-bits", args.key_bits, "--trees", args.trees,
+                                   "--mode", args.mode, "--key-bits", args.key_bits, "--rounds", args.rounds,
                                    "--depth", args.depth, "--quiet", "--timeout", args.timeout),
                                cwd=ROOT, capture_output=True, text=True)
             if r.returncode != 0:

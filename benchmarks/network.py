@@ -2,7 +2,7 @@
 
     python benchmarks/network.py                                  # default_credit, 10 trees, 2048 bits
                                                                   # (several minutes on 2 cores)
-    python benchmarks/network.py --rows 2000 --trees 2 --key-bits 1024   # a quick check
+    python benchmarks/network.py --rows 2000 --rounds 2 --key-bits 1024   # a quick check
 
 The data set is split into train/test exactly as ``vfl simulate`` does
 (``--test-size``, ``--seed``). Then, on 127.0.0.1:
@@ -86,7 +86,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="default_credit")
     ap.add_argument("--rows", type=int, default=0, help="Use only the first N rows (0: all).")
-    ap.add_argument("--trees", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--key-bits", type=int, default=2048)
     ap.add_argument("--mode", default="he")
@@ -102,7 +102,7 @@ def main():
             pf.frame = pf.frame[pf.frame[pf.id_col].isin(keep)].reset_index(drop=True)
     train, test = train_test_split_parties(parties, test_size=args.test_size, seed=args.seed)
     active, passives = parties[0], parties[1:]
-    params = ["--mode", args.mode, "--trees", args.trees, "--depth", args.depth, "--key-bits", args.key_bits,
+    params = ["--mode", args.mode, "--rounds", args.rounds, "--depth", args.depth, "--key-bits", args.key_bits,
               "--seed", args.seed]
     procs, relays = [], []
     with tempfile.TemporaryDirectory(prefix="vfl-bench-net-") as tmp:
@@ -173,7 +173,7 @@ def main():
         out = {
             "benchmark": "network", "dataset": args.dataset, "n_train": net["n_train"], "n_test": int(len(labels)),
             "parties": [pf.name for pf in parties], "mode": args.mode, "key_bits": args.key_bits,
-            "trees": args.trees, "depth": args.depth, "security": "insecure" if args.insecure else "mutual TLS",
+            "n_rounds": args.rounds, "depth": args.depth, "security": "insecure" if args.insecure else "mutual TLS",
             "network": {"train_seconds": net["train_seconds"], "wall_seconds": net_wall, "timings": net["timings"],
                         "frame_bytes": frame_bytes, "bytes_sent": net["bytes_sent"],
                         "wire_bytes": wire, "wire_bytes_up": wire_train["up"], "wire_bytes_down": wire_train["down"],

@@ -204,7 +204,7 @@ class GradientChannel(RoundObserver):
             except Exception:        # a lost worker: its slots are gone anyway
                 pass
 
-    def _shifts(self, n_samples: int, layout: PackingLayout, per: int, n_trees: int = 1,
+    def _shifts(self, n_samples: int, layout: PackingLayout, per: int, trees_per_round: int = 1,
                 n_groups: int = 1, frame_rows: int | None = None) -> int:
         """How many pre-shifted copies of every value to send, 1..``per`` (see :mod:`crypto.compress`).
 
@@ -219,7 +219,7 @@ class GradientChannel(RoundObserver):
         if isinstance(self.preshift, int):
             return max(k for k in shift_choices(per) if k <= max(1, self.preshift))
         return choose_shifts(n_samples, self.n_bins, per, layout.value_bits, self.max_depth,
-                             encrypt_cost=self.encrypt_cost, n_trees=n_trees, n_groups=n_groups,
+                             encrypt_cost=self.encrypt_cost, trees_per_round=trees_per_round, n_groups=n_groups,
                              wire_seconds_per_byte=self.wire_seconds_per_byte(),
                              cipher_bytes=self.cipher_bytes, squaring_seconds=self.squaring_seconds())
 
@@ -269,7 +269,7 @@ class GradientChannel(RoundObserver):
         used = rg.in_any_sample
         n_used = n if used is None else int(np.count_nonzero(used))
         n_groups = -(-K // G)
-        shifts = self._shifts(n_used, glayout, per, n_trees=K, n_groups=n_groups, frame_rows=n)
+        shifts = self._shifts(n_used, glayout, per, trees_per_round=K, n_groups=n_groups, frame_rows=n)
         he = self.mode == Mode.HE
         if he:
             width, signed = int_width(self.encryptor.cipher_modulus), False

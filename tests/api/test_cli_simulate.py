@@ -18,7 +18,7 @@ def _run(args):
 
 def test_simulate_plain_writes_json_predictions_and_models(tmp_path):
     out, preds, models = tmp_path / "r.json", tmp_path / "p.csv", tmp_path / "models"
-    res = _run(["simulate", "--mode", "plain", "--trees", "4", "--quiet", "--output-json", str(out),
+    res = _run(["simulate", "--mode", "plain", "--rounds", "4", "--quiet", "--output-json", str(out),
                 "--predictions", str(preds), "--save-model", str(models)])
     assert res.exit_code == 0, res.output
     assert "test AUC" in res.output and "bytes active->passive1" in res.output
@@ -49,7 +49,7 @@ def test_simulate_he_with_active_and_two_passive_files(tmp_path):
         paths.append(str(path))
     out = tmp_path / "r.json"
     res = _run(["simulate", "--active", paths[0], "--passive", paths[1], "--passive", paths[2], "--mode", "he",
-                "--key-bits", "1024", "--trees", "2", "--depth", "3", "--quiet", "--verbose",
+                "--key-bits", "1024", "--rounds", "2", "--depth", "3", "--quiet", "--verbose",
                 "--output-json", str(out)])
     assert res.exit_code == 0, res.output
     summary = json.loads(out.read_text())
@@ -57,12 +57,12 @@ def test_simulate_he_with_active_and_two_passive_files(tmp_path):
     assert set(summary["bytes_sent"]) == {"active->passive1", "passive1->active",
                                           "active->passive2", "passive2->active"}
     assert "warning: 1024-bit" in res.output            # weak key is announced
-    assert "crypto: encrypt" in res.output and "tree 1:" in res.output
+    assert "crypto: encrypt" in res.output and "round 1:" in res.output
 
 
 def test_simulate_he_with_okamoto_uchiyama(tmp_path):
     out = tmp_path / "r.json"
-    res = _run(["simulate", "--mode", "he", "--scheme", "ou", "--key-bits", "1024", "--trees", "2", "--depth", "2",
+    res = _run(["simulate", "--mode", "he", "--scheme", "ou", "--key-bits", "1024", "--rounds", "2", "--depth", "2",
                 "--quiet", "--output-json", str(out)])
     assert res.exit_code == 0, res.output
     assert "1024-bit Okamoto-Uchiyama" in res.output and "warning: 1024-bit OU keys" in res.output
@@ -73,6 +73,6 @@ def test_simulate_he_with_okamoto_uchiyama(tmp_path):
 
 
 def test_simulate_parties_option_splits_bundled_data_three_ways(tmp_path):
-    res = _run(["simulate", "--mode", "plain", "--parties", "3", "--trees", "2", "--quiet"])
+    res = _run(["simulate", "--mode", "plain", "--parties", "3", "--rounds", "2", "--quiet"])
     assert res.exit_code == 0, res.output
     assert "passive2 (10 features)" in res.output

@@ -18,7 +18,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def test_cli_compare_tiny_writes_csv_json_png(tmp_path):
     out = tmp_path / "cmp"
     r = CliRunner().invoke(main, ["compare", "--dataset", "breast_cancer", "--modes", "plain,dp",
-                                  "--epsilons", "1,inf", "--seeds", "1", "--trees", "2", "--depth", "2",
+                                  "--epsilons", "1,inf", "--seeds", "1", "--rounds", "2", "--depth", "2",
                                   "--out-dir", str(out), "--quiet"])
     assert r.exit_code == 0, r.output
     for name in ("compare_runs.csv", "compare_runs.json", "breast_cancer_auc_vs_epsilon.png",
@@ -32,6 +32,7 @@ def test_cli_compare_tiny_writes_csv_json_png(tmp_path):
     for x in rows:
         assert 0.5 < float(x["test_auc"]) <= 1 and float(x["train_seconds"]) > 0
         assert 0 < int(x["train_bytes"]) < int(x["total_bytes"])
+        assert int(x["n_rounds"]) == 2 and int(x["n_trees"]) == 2           # binary: one tree a round
     assert json.loads(rows[1]["epsilon_per_feature"]) == {"passive1": pytest.approx(0.9 / 15)}     # 10%: edges
     # eps = inf is the plain model on the same split, exactly
     assert rows[2]["test_auc"] == rows[0]["test_auc"]
@@ -58,6 +59,7 @@ def test_compare_he_matches_plain_and_xgboost_reference(tmp_path):
     assert he["key_bits"] == 1024 and he["train_bytes"] > 3 * runs[0]["train_bytes"]
     assert any("1024-bit" in n for n in doc["notes"])
     assert all(x["train_bytes"] == 0 for x in runs if x["mode"] in ("local", "xgboost"))
+    assert all(x["n_rounds"] == 1 and x["n_trees"] == 1 for x in runs)     # XGBoost's counted from its booster
     assert not (tmp_path / "breast_cancer_cost.png").exists()      # --no-plots
 
 
@@ -152,7 +154,7 @@ def test_compare_modes_benchmark_takes_the_commands_options(capsys):
         import compare_modes
     finally:
         sys.path.pop(0)
-    assert compare_modes.main(["--trees", "nope"]) == 2
+    assert compare_modes.main(["--rounds", "nope"]) == 2
     assert "'nope' is not a valid integer" in capsys.readouterr().err
     assert compare_modes.main(["--help"]) == 0
     assert "--epsilon-scope [party|feature]" in capsys.readouterr().out

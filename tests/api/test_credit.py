@@ -82,7 +82,7 @@ def test_simulate_with_categorical_columns_monotone_constraints_and_weights(tmp_
     bureau.to_csv(tmp_path / "bureau.csv", index=False)
     out = tmp_path / "r.json"
     args = ["simulate", "--active", tmp_path / "bank.csv", "--passive", tmp_path / "bureau.csv", "--mode", "plain",
-            "--trees", 3, "--weight-col", "w", "--monotone", "days_late=+1", "--monotone", "income=-1",
+            "--rounds", 3, "--weight-col", "w", "--monotone", "days_late=+1", "--monotone", "income=-1",
             "--min-data-per-group", 5, "--quiet", "--output-json", out, "--save-model", tmp_path / "m"]
     res = CliRunner().invoke(cli.main, [str(a) for a in args])
     assert res.exit_code == 0, res.output
@@ -108,7 +108,7 @@ def test_simulate_bad_credit_options(tmp_path, extra, message):
     bank.to_csv(tmp_path / "bank.csv", index=False)
     bureau.to_csv(tmp_path / "bureau.csv", index=False)
     res = CliRunner().invoke(cli.main, ["simulate", "--active", str(tmp_path / "bank.csv"), "--passive",
-                                        str(tmp_path / "bureau.csv"), "--mode", "plain", "--trees", "1",
+                                        str(tmp_path / "bureau.csv"), "--mode", "plain", "--rounds", "1",
                                         "--quiet", *extra])
     assert res.exit_code != 0
     assert re.search(message, res.output), res.output
@@ -139,7 +139,7 @@ def test_simulate_categorical_column_of_one_party_when_both_use_the_name(tmp_pat
     bank.to_csv(tmp_path / "bank.csv", index=False)
     bureau.to_csv(tmp_path / "bureau.csv", index=False)
     base = ["simulate", "--active", str(tmp_path / "bank.csv"), "--passive", str(tmp_path / "bureau.csv"),
-            "--mode", "plain", "--trees", "1", "--quiet", "--save-model", str(tmp_path / "m")]
+            "--mode", "plain", "--rounds", "1", "--quiet", "--save-model", str(tmp_path / "m")]
     res = CliRunner().invoke(cli.main, base + ["--categorical", "score"])
     assert res.exit_code != 0 and "write PARTY:score" in res.output
     res = CliRunner().invoke(cli.main, base + ["--categorical", "passive1:score"])

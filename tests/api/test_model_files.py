@@ -144,7 +144,7 @@ def test_empty_or_truncated_model_files_are_named(tmp_path, two_models, content,
 def test_simulate_refuses_an_unwritable_save_model_directory_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--trees", "2", "--quiet",
+    res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--rounds", "2", "--quiet",
                                     "--save-model", str(blocker / "models")])
     assert res.exit_code == 1
     assert "cannot create --save-model directory" in res.output and "file/models" in res.output
@@ -153,7 +153,7 @@ def test_simulate_refuses_an_unwritable_save_model_directory_before_training(tmp
 
 def test_every_file_simulate_writes_is_private(tmp_path):
     out, preds, models = tmp_path / "r.json", tmp_path / "p.csv", tmp_path / "models"
-    res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--trees", "2", "--quiet", "--output-json",
+    res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--rounds", "2", "--quiet", "--output-json",
                                     str(out), "--predictions", str(preds), "--save-model", str(models)])
     assert res.exit_code == 0, res.output
     written = [out, preds, *models.iterdir()]

@@ -102,7 +102,7 @@ def test_simulate_reads_parquet_directories(tmp_path):
         out = tmp_path / f"pred{kind}.csv"
         r = CliRunner().invoke(main, ["simulate", "--active", str(tables["active"][kind]), "--passive",
                                       str(tables["passive1"][kind]), "--passive", str(tables["passive2"][kind]),
-                                      "--mode", "plain", "--trees", "2", "--quiet", "--predictions", str(out)])
+                                      "--mode", "plain", "--rounds", "2", "--quiet", "--predictions", str(out)])
         assert r.exit_code == 0, r.output
         outs.append(pd.read_csv(out))
     assert outs[0]["id"].tolist() == outs[1]["id"].tolist() and len(outs[0]) == 24

@@ -152,7 +152,7 @@ def test_cli_accounting_three_feature_party(tmp_path):
     g, h = _write_three_feature_passive(tmp_path)
     out = tmp_path / "out.json"
     r = CliRunner().invoke(main, ["simulate", "--active", g, "--passive", h, "--mode", "dp", "--epsilon", "3",
-                                  "--trees", "3", "--quiet", "--output-json", str(out)])
+                                  "--rounds", "3", "--quiet", "--output-json", str(out)])
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())
     assert d["epsilon_per_feature"] == {"passive1": pytest.approx(0.9)}     # (3 - edges 0.3) / 3
@@ -160,7 +160,7 @@ def test_cli_accounting_three_feature_party(tmp_path):
     assert d["params"]["epsilon"] == 3.0 and d["params"]["epsilon_per_feature"] is None
     assert "privacy passive1: epsilon 3.0" in r.output and "0.9" in r.output
     r = CliRunner().invoke(main, ["simulate", "--active", g, "--passive", h, "--mode", "dp",
-                                  "--epsilon-per-feature", "inf", "--trees", "2", "--quiet",
+                                  "--epsilon-per-feature", "inf", "--rounds", "2", "--quiet",
                                   "--output-json", str(out)])
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())                   # strict JSON: infinity is the string "inf"
@@ -209,7 +209,7 @@ def test_bad_dp_params():
                                        ([], "exactly one of epsilon"),
                                        (["--epsilon", "1", "--max-bin", "1"], "max_bin must be >= 2")])
 def test_cli_bad_dp_input(args, msg):
-    r = CliRunner().invoke(main, ["simulate", "--mode", "dp", "--trees", "1", "--quiet", *args])
+    r = CliRunner().invoke(main, ["simulate", "--mode", "dp", "--rounds", "1", "--quiet", *args])
     assert r.exit_code != 0
     assert msg in r.output and "Traceback" not in r.output
 
@@ -452,7 +452,7 @@ def test_unsafe_noise_seed_is_checked_and_printed(tmp_path):
     g, h = _write_three_feature_passive(tmp_path)
     path = tmp_path / "out.json"
     out = CliRunner().invoke(main, ["simulate", "--active", g, "--passive", h, "--mode", "dp", "--epsilon", "2",
-                                    "--trees", "1", "--quiet", "--dp-unsafe-noise-seed", "4",
+                                    "--rounds", "1", "--quiet", "--dp-unsafe-noise-seed", "4",
                                     "--output-json", str(path)])
     assert out.exit_code == 0, out.output
     assert "WARNING: NOT PRIVATE" in out.output

@@ -325,7 +325,7 @@ def test_cli_dp_options(tmp_path):
     pd.DataFrame({"id": np.arange(n), "h0": X[:, 2], "h1": X[:, 3], "h2": X[:, 4]}).to_csv(tmp_path / "h.csv",
                                                                                           index=False)
     base = ["simulate", "--active", str(tmp_path / "g.csv"), "--passive", str(tmp_path / "h.csv"), "--mode", "dp",
-            "--epsilon", "3", "--trees", "2", "--depth", "2", "--quiet"]
+            "--epsilon", "3", "--rounds", "2", "--depth", "2", "--quiet"]
     out = tmp_path / "r.json"
     res = CliRunner().invoke(main, [*base, "--dp-select", "1", "--dp-buckets", "auto", "--output-json", str(out)])
     assert res.exit_code == 0, res.output

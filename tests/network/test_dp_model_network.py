@@ -49,7 +49,7 @@ def test_party_active_dp_model_over_the_network(passives, tmp_path):
     sec = ["--insecure", "--token-file", token]
     addr = passives("passive1", files["passive1"], tmp_path / "m1", *sec)
     r = subprocess.run(cli_command("party", "active", "--data", files["active"], "--peer", f"passive1={addr}", *sec,
-                                   "--model-dir", tmp_path / "ma", "--mode", "plain", "--trees", 3, "--depth", 2,
+                                   "--model-dir", tmp_path / "ma", "--mode", "plain", "--rounds", 3, "--depth", 2,
                                    "--dp-model", 8, "--dp-trees", "cyclic", "--timeout", 60,
                                    "--output-json", tmp_path / "train.json"),
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -89,7 +89,7 @@ def test_public_bins_of_each_party_over_the_network(passives, tmp_path):
     sec = ["--insecure", "--token-file", token]
     addr = passives("passive1", files["passive1"], tmp_path / "m1", *sec, "--dp-bins", tmp_path / "passive_bins.json")
     r = subprocess.run(cli_command("party", "active", "--data", files["active"], "--peer", f"passive1={addr}", *sec,
-                                   "--model-dir", tmp_path / "ma", "--mode", "plain", "--trees", 2, "--depth", 2,
+                                   "--model-dir", tmp_path / "ma", "--mode", "plain", "--rounds", 2, "--depth", 2,
                                    "--dp-model", 8, "--dp-bins", tmp_path / "active_bins.json", "--timeout", 60,
                                    "--output-json", tmp_path / "train.json"),
                        cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -164,7 +164,7 @@ def test_tls_processes_train_and_predict_like_in_memory(children, data_files, tm
                              "--allow-client", "active")
     peers = ["--peer", f"passive1={a1}", "--peer", f"passive2={a2}"]
     r = run_cli("party", "active", "--data", data_files["active"]["train"], *peers, "--model-dir", tmp_path / "ma",
-                *tls, "--mode", "he", "--key-bits", 1024, "--trees", 3, "--depth", 3, "--timeout", 60,
+                *tls, "--mode", "he", "--key-bits", 1024, "--rounds", 3, "--depth", 3, "--timeout", 60,
                 "--output-json", tmp_path / "train.json")
     assert r.returncode == 0, r.stderr
     summary = json.loads((tmp_path / "train.json").read_text())
@@ -216,7 +216,7 @@ def test_tls_processes_train_with_okamoto_uchiyama_like_in_memory(children, data
     _, a2 = children.passive("passive2", data_files["passive2"]["all"], tmp_path / "m2", *tls, *allow)
     peers = ["--peer", f"passive1={a1}", "--peer", f"passive2={a2}"]
     r = run_cli("party", "active", "--data", data_files["active"]["train"], *peers, "--model-dir", tmp_path / "ma",
-                *tls, "--mode", "he", "--scheme", "ou", "--key-bits", 1024, "--trees", 2, "--depth", 3,
+                *tls, "--mode", "he", "--scheme", "ou", "--key-bits", 1024, "--rounds", 2, "--depth", 3,
                 "--timeout", 60, "--output-json", tmp_path / "train.json")
     assert r.returncode == 0, r.stderr
     summary = json.loads((tmp_path / "train.json").read_text())
@@ -246,7 +246,7 @@ def test_passive_dies_mid_training_then_resume_gives_the_same_model(children, da
     _, a1 = children.passive("passive1", data_files["passive1"]["all"], m1, *sec)
     p2, a2 = children.passive("passive2", data_files["passive2"]["all"], m2, *sec)
     train = ["party", "active", "--data", data_files["active"]["train"], "--model-dir", ma, *sec, "--mode", "he",
-             "--key-bits", 1024, "--trees", 8, "--depth", 3, "--timeout", 15, "--connect-timeout", 30,
+             "--key-bits", 1024, "--rounds", 8, "--depth", 3, "--timeout", 15, "--connect-timeout", 30,
              "--align", "psi"]
     active = children.start([*train, "--peer", f"passive1={a1}", "--peer", f"passive2={a2}"], "active")
     ck = ma / "checkpoint.json"

@@ -236,7 +236,7 @@ def test_a_killed_active_party_resumes_at_once(tmp_path, children, pki, how, sig
                          tmp_path / "mb", *sec, *allow)
     ma = tmp_path / "ma"
     train = ["party", "active", "--name", "active", "--data", tmp_path / "a.csv", "--peer", f"passive={addr}",
-             "--model-dir", ma, *sec, "--mode", "he", "--key-bits", KEY_BITS, "--trees", N_TREES, "--depth", 2,
+             "--model-dir", ma, *sec, "--mode", "he", "--key-bits", KEY_BITS, "--rounds", N_TREES, "--depth", 2,
              "--timeout", 30, "--quiet"]
     with open(tmp_path / "active.err", "w") as err:
         active = subprocess.Popen(cli_command(*train), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
@@ -274,7 +274,7 @@ def test_a_refused_request_does_not_block_a_legitimate_training(tmp_path, childr
             t.call("passive", m.AlignRequest("evil", b"\1"))
     r = subprocess.run(cli_command("party", "active", "--name", "active", "--data", tmp_path / "a.csv",
                                    "--peer", f"passive={addr}", "--model-dir", tmp_path / "ma", "--insecure",
-                                   "--mode", "plain", "--trees", 2, "--depth", 2, "--timeout", 30, "--quiet"),
+                                   "--mode", "plain", "--rounds", 2, "--depth", 2, "--timeout", 30, "--quiet"),
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert BoostedModel.load(tmp_path / "ma" / "active.json").n_rounds == 2
@@ -327,7 +327,7 @@ def test_an_allowed_client_stalling_twenty_streams_cannot_starve_a_prediction(tm
                          *tls, "--allow-client", "active", "--allow-client", "shop")
     r = subprocess.run(cli_command("party", "active", "--name", "active", "--data", tmp_path / "a.csv", "--peer",
                                    f"passive={addr}", "--model-dir", tmp_path / "ma", *tls, "--mode", "plain",
-                                   "--trees", 2, "--depth", 2, "--quiet"),
+                                   "--rounds", 2, "--depth", 2, "--quiet"),
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     stalls = StalledStreams("shop", addr, Security.from_options("shop", tls_dir=pki), 20)

@@ -59,7 +59,7 @@ def world(tmp_path, children):
 def _train(tmp, addr, *extra, name="active", model_dir="ma"):
     return cli_command("party", "active", "--name", name, "--data", tmp / "a.csv", "--peer", f"passive={addr}",
                        "--model-dir", tmp / model_dir, "--insecure", "--mode", "he", "--key-bits", KEY_BITS,
-                       "--trees", N_TREES, "--depth", 2, "--timeout", 30, "--quiet", *extra)
+                       "--rounds", N_TREES, "--depth", 2, "--timeout", 30, "--quiet", *extra)
 
 
 def _interrupt(tmp, addr, children, kill) -> tuple[int, str]:

@@ -268,7 +268,7 @@ def test_a_party_on_a_tls_cluster_with_the_certificates_of_vfl_certs(tmp_path):
 def test_vfl_simulate_with_a_local_cluster_per_party_equals_the_local_pool(tmp_path):
     def run(*extra):
         out = tmp_path / f"p{len(extra)}.csv"
-        proc = subprocess.run([sys.executable, "-m", "cli", "simulate", "--trees", "1", "--depth", "2",
+        proc = subprocess.run([sys.executable, "-m", "cli", "simulate", "--rounds", "1", "--depth", "2",
                                "--mode", "plain", "--quiet", "--predictions", str(out), *extra],
                               cwd=ROOT, env=dask_env(), capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]

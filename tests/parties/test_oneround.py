@@ -366,7 +366,7 @@ def test_cli_simulate_prediction_flag(tmp_path):
     outs = {}
     for pred in ("one-round", "node"):
         out = tmp_path / f"{pred}.csv"
-        res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--trees", "3", "--depth", "3", "--quiet",
+        res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--rounds", "3", "--depth", "3", "--quiet",
                                         "--prediction", pred, "--predictions", str(out),
                                         "--output-json", str(tmp_path / f"{pred}.json")])
         assert res.exit_code == 0, res.output

@@ -367,7 +367,7 @@ def test_a_misbehaving_passive_is_named():
 def test_cli_simulate_align_psi(tmp_path):
     from cli import main
     out = tmp_path / "r.json"
-    res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--trees", "2", "--depth", "2", "--parties", "3",
+    res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--rounds", "2", "--depth", "2", "--parties", "3",
                                     "--align", "psi", "--prediction", "node", "--quiet",
                                     "--output-json", str(out)])
     assert res.exit_code == 0, res.output
