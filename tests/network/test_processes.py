@@ -130,7 +130,7 @@ def reference(files, **params):
 def assert_same_model(model: BoostedModel, passive_files: dict, fed: Federation):
     """Same trees (owners, record ids, thresholds) and passive lookup tables as the reference."""
     ref = fed.model
-    assert model.passive_parties == ref.passive_parties
+    assert model.passives == ref.passives
     assert model.n_rounds == ref.n_rounds
     for rnd, rref in zip(model.rounds, ref.rounds):
         for t, tref in zip(rnd, rref):
