@@ -20,7 +20,7 @@ noise) it trains, with the same trees/depth/learning rate/bins everywhere:
 
 It writes ``compare_runs.csv`` and ``compare_runs.json`` (every run: data
 set, mode, epsilon, seed, test AUC, train seconds, bytes sent in training
-and in all, ...; the JSON
+and in all, the boosting rounds ``n_rounds`` and the trees grown ``n_trees``, ...; the JSON
 also holds the settings, a summary per data set and notes) and, with
 matplotlib, two PNG figures per data set: ``<dataset>_auc_vs_epsilon.png``
 and ``<dataset>_cost.png``.
