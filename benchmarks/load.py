@@ -192,7 +192,7 @@ def main(argv=None) -> dict:
     ref, load = percentiles(ref_lat), percentiles(lat)
     out = {
         "config": {k: getattr(args, k) for k in ("concurrency", "predictions", "reference", "batch_rows", "rows",
-                                                  "trees", "depth", "mode", "key_bits")},
+                                                  "rounds", "depth", "mode", "key_bits")},
         "train_seconds": round(train_seconds, 2),
         "reference_latency_s": ref,
         "load_latency_s": load,
