@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from crypto.cluster import dask_executor
 from crypto.keys import WeakKeyWarning, check_key_bits
-from datasets import SHARED_TASKS, load_guest_host, load_named
+from datasets import SHARED_TASKS, load_active_passive, load_named
 from datasets.errors import InputError, VFLError
 from datasets.loaders import DEFAULT_BATCH_ROWS
 from parties.dp_ledger import PrivacyLedger, summary
@@ -56,8 +56,9 @@ SCHEME_NAMES = {"paillier": "Paillier", "ou": "Okamoto-Uchiyama"}
 #: the largest --max-message-mb (64 GiB: far beyond any frame; a larger value is a typo)
 MAX_MESSAGE_MB = 65536
 
-# old option name -> its name now (the library says active/passive; FATE said guest/host)
-DEPRECATED_OPTIONS = {"--guest": "--active", "--host": "--passive"}
+# old option name -> its name now (the library says active/passive; FATE said guest/host; --trees
+# counted rounds: a round grows one tree per class of a multiclass model)
+DEPRECATED_OPTIONS = {"--guest": "--active", "--host": "--passive", "--trees": "--rounds"}
 
 
 class VFLCommand(click.Command):
@@ -123,8 +124,8 @@ def _load_parties(dataset, active, passives, id_col, label_col, parties, allow_t
     if active or passives:
         if not (active and passives):
             raise click.UsageError("--active and at least one --passive are needed together")
-        return load_guest_host(active, list(passives), id_col=id_col, label_col=label_col,
-                               allow_text_label=allow_text_label, categorical=categorical, weight_col=weight_col)
+        return load_active_passive(active, list(passives), id_col=id_col, label_col=label_col,
+                                   allow_text_label=allow_text_label, categorical=categorical, weight_col=weight_col)
     return load_named(dataset, parties, id_col=id_col, label_col=label_col)
 
 
@@ -132,7 +133,7 @@ _BREAKDOWN = ("encrypt", "histogram", "compress", "decrypt", "split_search", "to
 
 
 def _fmt_breakdown(t: dict) -> str:
-    """One tree's time breakdown: the hot-path stages first, then the rest, then bytes."""
+    """One round's time breakdown: the hot-path stages first, then the rest, then bytes."""
     keys = [k for k in _BREAKDOWN if k in t] + [k for k in t if k not in _BREAKDOWN and k != "bytes_sent"]
     parts = [f"{k} {t[k]:.3f}s" for k in keys]
     if "bytes_sent" in t:
@@ -174,7 +175,7 @@ def _default(name: str):
 
 
 # CLI option name -> TrainParams field, where they differ
-_OPTION_FIELDS = {"trees": "n_estimators", "depth": "max_depth"}
+_OPTION_FIELDS = {"rounds": "n_estimators", "depth": "max_depth"}
 # options of the credit group that describe a party's data, not training (see _credit_options)
 _DATA_OPTIONS = ("categorical", "weight_col")
 
@@ -302,8 +303,9 @@ def _training_options(f):
                      help="With --dp-model: JSON file {column: {\"lo\": x, \"hi\": y} or {\"edges\": [...]}} of "
                           "public bounds or bin edges; those features spend no sketch budget (simulate: any "
                           "party's columns, PARTY:COLUMN allowed; party active: its own)."),
-        click.option("--trees", default=_default("n_estimators"), show_default=True,
-                     help="Boosting rounds (n_estimators)."),
+        click.option("--rounds", "--trees", "rounds", default=_default("n_estimators"), show_default=True,
+                     help="Boosting rounds (n_estimators): one tree each, one per class for multiclass. "
+                          "(--trees: deprecated alias.)"),
         click.option("--depth", default=_default("max_depth"), show_default=True, help="max_depth."),
         click.option("--learning-rate", default=_default("learning_rate"), show_default=True),
         click.option("--max-bin", default=_default("max_bin"), show_default=True),
@@ -344,7 +346,7 @@ def _training_options(f):
 @click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
 @click.option("--predictions", type=click.Path(dir_okay=False), help="Write test ids and probabilities (CSV).")
 @click.option("--save-model", type=click.Path(file_okay=False), help="Write one JSON model file per party.")
-@click.option("--verbose", is_flag=True, help="Print the per-tree time breakdown.")
+@click.option("--verbose", is_flag=True, help="Print the per-round time breakdown.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--prediction", type=click.Choice(PREDICTIONS), default=DEFAULT_PREDICTION, show_default=True,
               help="Prediction protocol: one message of leaf masks per passive party, or node-by-node routing.")
@@ -377,7 +379,7 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     """Run a whole federation in one process and report time, test metric and bytes.
 
     --categorical, --monotone and --weight-col name columns of whichever party holds them
-    (PARTY:COLUMN where several parties have a column of that name, e.g. host:x2)."""
+    (PARTY:COLUMN where several parties have a column of that name, e.g. passive1:x2)."""
     if train_options["objective"] is None:
         train_options["objective"] = (SHARED_TASKS.get(dataset, Objective.BINARY.value)
                                       if not (active or passives) else Objective.BINARY.value)
@@ -398,13 +400,13 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     if params.dp_unsafe_noise_seed is not None:
         click.echo(f"WARNING: {NOT_PRIVATE}: --dp-unsafe-noise-seed {params.dp_unsafe_noise_seed} seeds the DP noise; "
                    "the printed epsilon does not hold")
-    bar = tqdm(total=params.n_estimators, desc="trees", unit="tree", disable=quiet, file=sys.stderr)
+    bar = tqdm(total=params.n_estimators, desc="rounds", unit="round", disable=quiet, file=sys.stderr)
 
     def on_round(r, info):
         bar.update(1)
         if verbose:
             val = info.get("validation")
-            bar.write(f"tree {r + 1}: " + _fmt_breakdown(info["timing"])
+            bar.write(f"round {r + 1}: " + _fmt_breakdown(info["timing"])
                       + ("; validation " + ", ".join(f"{k} {v:.4f}" for k, v in val.items()) if val else ""))
 
     executors = []
@@ -484,7 +486,8 @@ _COMPARE = CompareConfig()      # the defaults of `vfl compare` (its hyperparame
               help="Seeds 0..N-1 (train/test split and DP noise).")
 @click.option("--he-seeds", default=_COMPARE.he_seeds, show_default=True,
               help="HE runs only for the first N seeds (HE grows plain's trees exactly; it costs time).")
-@click.option("--trees", default=_COMPARE.n_estimators, show_default=True)
+@click.option("--rounds", "--trees", "rounds", default=_COMPARE.n_estimators, show_default=True,
+              help="Boosting rounds (n_estimators). (--trees: deprecated alias.)")
 @click.option("--depth", default=_COMPARE.max_depth, show_default=True)
 @click.option("--learning-rate", default=_COMPARE.learning_rate, show_default=True)
 @click.option("--max-bin", default=_COMPARE.max_bin, show_default=True, help="Bins in every mode (DP: buckets q).")
@@ -508,7 +511,7 @@ def compare(out_dir, quiet, **options):
     click.echo("wrote: " + ", ".join(doc["files"]))
 
 
-def compare_config_from_options(datasets, modes, epsilons, epsilon_scope, seeds, he_seeds, trees, depth,
+def compare_config_from_options(datasets, modes, epsilons, epsilon_scope, seeds, he_seeds, rounds, depth,
                                 learning_rate, max_bin, key_bits, test_size, no_plots,
                                 dp_select=_COMPARE.dp_select, dp_model=False) -> CompareConfig:
     """The CompareConfig of `vfl compare`'s options (also used by benchmarks/compare_modes.py);
@@ -517,7 +520,7 @@ def compare_config_from_options(datasets, modes, epsilons, epsilon_scope, seeds,
     arms += ["dp-model"] if dp_model and "dp-model" not in arms else []
     return CompareConfig(datasets=tuple(datasets), modes=tuple(arms),
                          epsilons=epsilons, epsilon_scope=epsilon_scope, seeds=seeds, he_seeds=he_seeds,
-                         n_estimators=trees, max_depth=depth, learning_rate=learning_rate, max_bin=max_bin,
+                         n_estimators=rounds, max_depth=depth, learning_rate=learning_rate, max_bin=max_bin,
                          key_bits=key_bits, test_size=test_size, plots=not no_plots, dp_select=dp_select)
 
 
@@ -603,7 +606,7 @@ def _federation_peers(federation, name, peer_specs, active: bool):
     if federation is None:
         if not peers:
             raise click.UsageError("give --peer NAME=HOST:PORT (repeat for each passive party) or --federation FILE")
-        return name or "guest", peers
+        return name or "active", peers
     if active:
         name = name or federation.active
         if name != federation.active:
@@ -758,7 +761,7 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
 
 
 @party.command("active")
-@click.option("--name", default=None, help="This party's name [default: the federation's active party, else guest].")
+@click.option("--name", default=None, help="This party's name [default: the federation's active party, else 'active'].")
 @click.option("--federation", "federation_file", type=click.Path(dir_okay=False),
               help="The federation file: the passive parties' addresses and min_node_rows (docs/federation.md).")
 @click.option("--data", required=True, type=click.Path(),
@@ -804,7 +807,7 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
         params = dataclasses.replace(params, min_node_rows=federation.min_node_rows)
     if params.early_stopping_rounds is not None and validation_data is None:
         raise click.UsageError("--early-stopping-rounds needs --validation-data")
-    with tqdm(total=params.n_estimators, desc="trees", unit="tree", disable=quiet, file=sys.stderr) as bar:
+    with tqdm(total=params.n_estimators, desc="rounds", unit="round", disable=quiet, file=sys.stderr) as bar:
 
         def on_round(r, info):
             bar.n = r + 1

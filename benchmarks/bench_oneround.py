@@ -1,6 +1,6 @@
 """One-round (leaf masks) against node-by-node prediction (the reference), same run.
 
-    python benchmarks/bench_oneround.py [--n 20000] [--trees 10] [--depth 4] [--parties 3]
+    python benchmarks/bench_oneround.py [--n 20000] [--rounds 10] [--depth 4] [--parties 3]
 
 Trains a plain-mode model on synthetic data (training time is not the subject),
 then predicts ``n`` new rows both ways. Prints one JSON object: seconds, bytes and
@@ -28,7 +28,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=20000, help="rows to predict")
     ap.add_argument("--n-train", type=int, default=5000)
-    ap.add_argument("--trees", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--parties", type=int, default=3)
     args = ap.parse_args()
@@ -36,8 +36,8 @@ def main():
     train = [type(pf)(pf.name, pf.frame.iloc[:args.n_train], pf.id_col, pf.label_col) for pf in frames]
     new = {pf.name: pf.frame.iloc[args.n_train:] for pf in frames}
     fed = federation_from_frames(train)
-    fed.fit(TrainParams(mode="plain", n_estimators=args.trees, max_depth=args.depth))
-    out = {"benchmark": "one_round_prediction", "n_rows": args.n, "trees": args.trees, "depth": args.depth,
+    fed.fit(TrainParams(mode="plain", n_estimators=args.rounds, max_depth=args.depth))
+    out = {"benchmark": "one_round_prediction", "n_rows": args.n, "n_rounds": args.rounds, "depth": args.depth,
            "parties": args.parties}
     raw = {}
     for method in ("node", "one-round"):

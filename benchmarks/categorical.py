@@ -1,12 +1,12 @@
 """Native categorical features vs one-hot encoding on a 200-category column (issue 15).
 
-default_credit's guest column x7 is bucketed into 200 quantile buckets with shuffled labels
+default_credit's active party's column x7 is bucketed into 200 quantile buckets with shuffled labels
 ("segment_137"), held by a passive party; the active party holds only the label. The same
 federation is trained with the column as one native categorical feature and as 200 one-hot
 columns, in the same run (the reference is measured alongside). Prints JSON: train seconds,
 bytes and test AUC of each, and their ratios.
 
-    python benchmarks/categorical.py [--mode he|plain] [--trees 10] [--depth 3] [--key-bits 1024]
+    python benchmarks/categorical.py [--mode he|plain] [--rounds 10] [--depth 3] [--key-bits 1024]
         [--max-cat N (default: TrainParams' default)] [--kinds categorical,one_hot]
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from vfl.core import metrics
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", default="he", choices=("he", "plain"))
-    ap.add_argument("--trees", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--key-bits", type=int, default=1024)
     ap.add_argument("--rows", type=int, default=30000)
@@ -44,10 +44,10 @@ def main() -> None:
     labels = np.array([f"segment_{k:03d}" for k in rng.permutation(args.categories)])[buckets]
     ids, y = frame["id"].to_numpy(), frame["y"].to_numpy()
     train = np.arange(len(ids)) < int(0.8 * len(ids))
-    params = TrainParams(mode=args.mode, n_estimators=args.trees, max_depth=args.depth, key_bits=args.key_bits,
+    params = TrainParams(mode=args.mode, n_estimators=args.rounds, max_depth=args.depth, key_bits=args.key_bits,
                          max_cat=args.max_cat)
     out = {"benchmark": "categorical", "mode": args.mode, "rows": int(len(ids)), "categories": args.categories,
-           "max_cat": args.max_cat, "trees": args.trees, "depth": args.depth, "key_bits": args.key_bits,
+           "max_cat": args.max_cat, "n_rounds": args.rounds, "depth": args.depth, "key_bits": args.key_bits,
            "cores": cores()}
     kinds = args.kinds.split(",")
     encodings = {"categorical": lambda: pd.DataFrame({"segment": labels}),

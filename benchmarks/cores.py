@@ -1,28 +1,28 @@
 """Time per tree against cores (issue 24): the synthetic training at 1, 2, 4, ... workers per party.
 
     python benchmarks/cores.py                       # 250k x (10 + 50), 1024 bits, 1 tree, up to all cores
-    python benchmarks/cores.py --rows 2000 --features 2 4 --workers 1 2 --trees 2    # quick
+    python benchmarks/cores.py --rows 2000 --features 2 4 --workers 1 2 --rounds 2    # quick
     python benchmarks/cores.py --model               # the many-core model: simulated workers, any machine
 
 Each worker count runs in its own child process: both parties (the active party and one passive
 party, in one process over the in-memory transport, as ``vfl simulate``) get their own local pool
 of that many worker processes. Prints one JSON object ``{"runs": [...]}``, one entry per count:
 
-* ``workers``: worker processes per party; ``seconds_per_tree``: the mean of the trees' ``total``
+* ``workers``: worker processes per party; ``seconds_per_round``: the mean of the rounds' ``total``
   stage (a round, from its gradients to its scores; ``train_seconds`` adds the setup: key, bins);
-* ``stages``: the mean seconds per tree of every stage of the active party's timing records
+* ``stages``: the mean seconds per round of every stage of the active party's timing records
   (``gradients``: encryption, stream and intake; ``histograms``; ``encrypt``: the encryption on the
   critical path; ...);
-* ``speedup``: seconds per tree of the smallest count over this one's; ``efficiency``: speedup per
+* ``speedup``: seconds per round of the smallest count over this one's; ``efficiency``: speedup per
   added worker (``speedup * smallest / workers``);
 * ``driver_cpu_share``: the CPU seconds of the drivers (this child process: both parties' drivers,
-  their transport, their lane threads) per tree, as a share of the round's total CPU (drivers and
-  every worker's reported CPU): the serial part. With two or more trees it is measured from the end
-  of the first tree to the end of the last (setup excluded); with one tree it includes the setup.
+  their transport, their lane threads) per round, as a share of the round's total CPU (drivers and
+  every worker's reported CPU): the serial part. With two or more rounds it is measured from the end
+  of the first round to the end of the last (setup excluded); with one round it includes the setup.
 
 ``--model`` runs the same table on :class:`crypto.sim_executor.SimulatedExecutor` (simulated
 workers whose tasks sleep for their counted work; a plain round of ``--model-rows`` rows, costs of
-``tests/parties/test_many_cores.py``): ``seconds_per_tree`` is then the modelled round, ``ideal``
+``tests/parties/test_many_cores.py``): ``seconds_per_round`` is then the modelled round, ``ideal``
 its work over the workers, and ``driver_cpu_share`` is left out (the model's CPU is not the real one).
 """
 from __future__ import annotations
@@ -60,11 +60,11 @@ def run_one(workers: int, args) -> dict:
     n = int(round(args.rows / 0.8))
     frames = make_synthetic(n, list(args.features), seed=0)
     pools = {pf.name: LocalExecutor(workers, name=f"{pf.name}:{workers}") for pf in frames}
-    marks = []           # (process CPU, workers' CPU) at the end of each tree
+    marks = []           # (process CPU, workers' CPU) at the end of each round
 
     def on_round(_r, _info):
         marks.append((time.process_time(), sum(p.cpu_seconds for p in pools.values())))
-    params = TrainParams(n_estimators=args.trees, max_depth=args.depth, key_bits=args.bits, mode=args.mode)
+    params = TrainParams(n_estimators=args.rounds, max_depth=args.depth, key_bits=args.bits, mode=args.mode)
     start = (time.process_time(), 0.0)
     try:
         fed, result, _, _ = simulate(frames, params, test_size=0.2, seed=0, on_round=on_round,
@@ -72,16 +72,16 @@ def run_one(workers: int, args) -> dict:
     finally:
         for p in pools.values():
             p.close()
-    trees = max(1, len(fed.active.timings))
     stages = _mean_stages(fed.active.timings)
     first, last = (marks[0], marks[-1]) if len(marks) >= 2 else (start, marks[-1] if marks else start)
     driver, work = last[0] - first[0], last[1] - first[1]
-    return {"workers": workers, "seconds_per_tree": stages.get("total"), "stages": stages,
+    return {"workers": workers, "seconds_per_round": stages.get("total"), "stages": stages,
             "train_seconds": round(result["train_seconds"], 3),
             "driver_cpu_share": round(driver / (driver + work), 4) if driver + work > 0 else None,
-            "driver_cpu_seconds_per_tree": round(driver / max(1, len(marks) - 1 if len(marks) >= 2 else 1), 4),
-            "worker_cpu_seconds_per_tree": round(work / max(1, len(marks) - 1 if len(marks) >= 2 else 1), 4),
-            "trees": trees, "rows": args.rows, "features": list(args.features), "bits": args.bits,
+            "driver_cpu_seconds_per_round": round(driver / max(1, len(marks) - 1 if len(marks) >= 2 else 1), 4),
+            "worker_cpu_seconds_per_round": round(work / max(1, len(marks) - 1 if len(marks) >= 2 else 1), 4),
+            "n_rounds": len(fed.active.timings), "n_trees": result["n_trees"], "rows": args.rows,
+            "features": list(args.features), "bits": args.bits,
             "mode": args.mode}
 
 
@@ -105,7 +105,7 @@ def model_one(workers: int, args) -> dict:
         ex_p.close()
     (timing,) = fed.active.timings
     ideal = (ex_a.work_seconds() + ex_p.work_seconds()) / workers
-    return {"workers": workers, "seconds_per_tree": round(timing["total"], 4), "ideal": round(ideal, 4),
+    return {"workers": workers, "seconds_per_round": round(timing["total"], 4), "ideal": round(ideal, 4),
             "over_ideal": round(timing["total"] / ideal, 3), "stages": _mean_stages([timing]),
             "rows": n, "model": True}
 
@@ -123,7 +123,7 @@ def main(argv=None):
     ap.add_argument("--rows", type=int, default=250_000, help="training rows")
     ap.add_argument("--features", type=int, nargs=2, default=[10, 50], metavar=("ACTIVE", "PASSIVE"))
     ap.add_argument("--bits", type=int, default=1024)
-    ap.add_argument("--trees", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--mode", choices=["he", "plain"], default="he")
     ap.add_argument("--workers", type=int, nargs="+", help="worker counts (default: 1, 2, 4, ... all cores)")
@@ -138,7 +138,7 @@ def main(argv=None):
     runs = []
     for w in counts:
         cmd = [sys.executable, __file__, "--child", str(w), "--rows", str(args.rows), "--bits", str(args.bits),
-               "--trees", str(args.trees), "--depth", str(args.depth), "--mode", args.mode,
+               "--rounds", str(args.rounds), "--depth", str(args.depth), "--mode", args.mode,
                "--model-rows", str(args.model_rows), "--features", *map(str, args.features)]
         cmd += ["--model"] if args.model else []
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -151,7 +151,7 @@ def main(argv=None):
     if done:
         base = min(done, key=lambda r: r["workers"])
         for r in done:
-            r["speedup"] = round(base["seconds_per_tree"] / r["seconds_per_tree"], 3)
+            r["speedup"] = round(base["seconds_per_round"] / r["seconds_per_round"], 3)
             r["efficiency"] = round(r["speedup"] * base["workers"] / r["workers"], 3)
     print(json.dumps({"benchmark": "cores", "cores": _common.cores(), "model": args.model, "runs": runs}, indent=1))
 

@@ -8,7 +8,7 @@ depth, learning rate, lambda, bins for all three; the federated model in mode pl
 weighted AUC, accuracy, log loss, train seconds per learner, and the largest decrease of the
 partial dependence along x5-x9 (0: monotone).
 
-    python benchmarks/credit_compare.py [--mode plain|he] [--trees 30] [--depth 4] [--key-bits 1024]
+    python benchmarks/credit_compare.py [--mode plain|he] [--rounds 30] [--depth 4] [--key-bits 1024]
 """
 from __future__ import annotations
 
@@ -62,39 +62,39 @@ def _worst_decrease(predict, X: pd.DataFrame, columns) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", default="plain", choices=("he", "plain"))
-    ap.add_argument("--trees", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--learning-rate", type=float, default=0.3)
     ap.add_argument("--key-bits", type=int, default=1024)
     args = ap.parse_args()
     quiet_keys()
     parties = load_shared("default_credit")
-    guest, host = parties
+    active, passive = parties
     train, test = train_test_split_parties(parties, test_size=0.2, seed=0)
-    y_train = train[0].frame[guest.label_col].to_numpy().astype(float)
+    y_train = train[0].frame[active.label_col].to_numpy().astype(float)
     ratio = float((y_train == 0).sum() / (y_train == 1).sum())
     weight_of = lambda y: np.where(y == 1, ratio, 1.0)   # noqa: E731
-    out = {"benchmark": "credit_compare", "dataset": "default_credit", "mode": args.mode, "trees": args.trees,
+    out = {"benchmark": "credit_compare", "dataset": "default_credit", "mode": args.mode, "n_rounds": args.rounds,
            "depth": args.depth, "learning_rate": args.learning_rate, "minority_weight": round(ratio, 3),
            "cores": cores()}
-    common = dict(n_estimators=args.trees, max_depth=args.depth, learning_rate=args.learning_rate, max_bin=32,
+    common = dict(n_estimators=args.rounds, max_depth=args.depth, learning_rate=args.learning_rate, max_bin=32,
                   reg_lambda=1.0, min_child_weight=1.0)
 
     # --- federated
     params = TrainParams(mode=args.mode, key_bits=args.key_bits, **common,
-                         monotone_constraints={f"{host.name}:{c}": 1 for c in MONOTONE})
+                         monotone_constraints={f"{passive.name}:{c}": 1 for c in MONOTONE})
     fed, res, test_ids, proba = simulate(parties_with_weights(parties, weight_of), params, test_size=0.2, seed=0,
-                                         categorical=[f"{host.name}:{c}" for c in CATEGORICAL], weight_col="w")
+                                         categorical=[f"{passive.name}:{c}" for c in CATEGORICAL], weight_col="w")
     seconds = res["train_seconds"]
-    y_test = test[0].frame.set_index(guest.id_col).loc[test_ids, guest.label_col].to_numpy().astype(float)
+    y_test = test[0].frame.set_index(active.id_col).loc[test_ids, active.label_col].to_numpy().astype(float)
     w_test = weight_of(y_test)
     Xte, yte = _joined(test)
 
     def fed_predict(Xg):
         ids = np.arange(len(Xg))
-        ga = pd.DataFrame({"id": ids, **{c: Xg[f"g_{c}"].to_numpy() for c in guest.feature_names}})
-        hb = pd.DataFrame({"id": ids, **{c: Xg[f"h_{c}"].to_numpy() for c in host.feature_names}})
-        return fed.predict_proba({guest.name: ga, host.name: hb})
+        ga = pd.DataFrame({"id": ids, **{c: Xg[f"g_{c}"].to_numpy() for c in active.feature_names}})
+        hb = pd.DataFrame({"id": ids, **{c: Xg[f"h_{c}"].to_numpy() for c in passive.feature_names}})
+        return fed.predict_proba({active.name: ga, passive.name: hb})
 
     out["federated"] = {**_scores(y_test, proba, w_test), "train_seconds": round(seconds, 2),
                         "pd_worst_decrease": _worst_decrease(fed_predict, Xte, [f"h_{c}" for c in MONOTONE])}
@@ -138,7 +138,7 @@ def main() -> None:
                              "min_data_in_leaf": 1, "max_bin": 32, "monotone_constraints": mono,
                              "verbose": -1, "num_threads": 1},
                             lgb.Dataset(codes_tr, ytr, weight=weight_of(ytr), categorical_feature=cats),
-                            num_boost_round=args.trees)
+                            num_boost_round=args.rounds)
         sec = time.perf_counter() - t0
 
         def lgb_predict(Xg):

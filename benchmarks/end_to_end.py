@@ -1,14 +1,14 @@
 """End-to-end training: per-tree time breakdown, bytes and peak memory.
 
     python benchmarks/end_to_end.py                      # every configuration below
-    python benchmarks/end_to_end.py --config breast --trees 2   # a small run
+    python benchmarks/end_to_end.py --config breast --rounds 2   # a small run
 
 Configurations (the issue's targets on 2 cores in brackets):
 
-* ``breast``: FATE's breast split (guest 10 + host 20 features), 455
-  training rows, 10 trees depth 4, 1024 bits [<= 3 s training].
+* ``breast``: FATE's breast split (active party 10 + passive party 20 features), 455
+  training rows, 10 rounds depth 4, 1024 bits [<= 3 s training].
 * ``default_credit_1024`` / ``default_credit_2048``: 24,000 training rows,
-  13 + 10 features, 30 trees depth 3 [<= 4 s / <= 15 s per tree].
+  13 + 10 features, 30 rounds depth 3 [<= 4 s / <= 15 s per round].
 * ``synthetic``: 100,000 training rows x (30 active + 300 passive features),
   one tree depth 3, 1024 bits [<= 60 s per tree, <= 4 GB].
 
@@ -37,10 +37,10 @@ from vfl.api import simulate
 from vfl.core.params import TrainParams
 
 CONFIGS = {
-    "breast": dict(data="breast", trees=10, depth=4, bits=1024),
-    "default_credit_1024": dict(data="default_credit", trees=30, depth=3, bits=1024),
-    "default_credit_2048": dict(data="default_credit", trees=30, depth=3, bits=2048),
-    "synthetic": dict(data="synthetic", trees=1, depth=3, bits=1024),
+    "breast": dict(data="breast", rounds=10, depth=4, bits=1024),
+    "default_credit_1024": dict(data="default_credit", rounds=30, depth=3, bits=1024),
+    "default_credit_2048": dict(data="default_credit", rounds=30, depth=3, bits=2048),
+    "synthetic": dict(data="synthetic", rounds=1, depth=3, bits=1024),
 }
 STAGES = ("encrypt", "histogram", "compress", "decrypt", "split_search", "total")
 
@@ -59,23 +59,23 @@ def run_one(name: str, args) -> dict:
     _common.quiet_keys()
     ActiveParty.preshift = {"auto": "auto", "on": True, "off": False}[args.preshift]
     cfg = dict(CONFIGS[name])
-    if args.trees:
-        cfg["trees"] = args.trees
+    if args.rounds:
+        cfg["rounds"] = args.rounds
     frames = _frames(cfg["data"], args.synthetic_rows, tuple(args.synthetic_features), 0.2)
-    params = TrainParams(n_estimators=cfg["trees"], max_depth=cfg["depth"], key_bits=cfg["bits"], mode=args.mode)
+    params = TrainParams(n_estimators=cfg["rounds"], max_depth=cfg["depth"], key_bits=cfg["bits"], mode=args.mode)
     t0 = time.perf_counter()
     fed, result, _, _ = simulate(frames, params, test_size=0.2, seed=0)
     wall = time.perf_counter() - t0
-    per_tree = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in t.items()}
+    per_round = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in t.items()}
                 for t in fed.active.timings]
-    n = max(1, len(per_tree))
-    mean = {k: sum(t.get(k, 0.0) for t in per_tree) / n for k in (*STAGES, "bytes_sent")}
+    n = max(1, len(per_round))
+    mean = {k: sum(t.get(k, 0.0) for t in per_round) / n for k in (*STAGES, "bytes_sent")}
     return {"config": name, "dataset": cfg["data"], "mode": args.mode, "bits": cfg["bits"],
             "preshift": args.preshift, "shifts": fed.active.channel.current.shifts if fed.active.channel else 1,
-            "trees": cfg["trees"], "depth": cfg["depth"], "n_train": result["n_train"],
+            "n_rounds": cfg["rounds"], "depth": cfg["depth"], "n_train": result["n_train"],
             "features": {p: len(f.feature_names) for p, f in zip(result["parties"], frames)},
-            "train_seconds": result["train_seconds"], "seconds_per_tree": result["train_seconds"] / n,
-            "mean_tree": mean, "per_tree": per_tree, "test_auc": result["test_auc"],
+            "train_seconds": result["train_seconds"], "seconds_per_round": result["train_seconds"] / n,
+            "mean_round": mean, "per_round": per_round, "test_auc": result["test_auc"],
             "total_bytes": result["total_bytes"], "wall_seconds_incl_predict": wall,
             "peak_memory": _common.peak_memory()}
 
@@ -84,7 +84,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", action="append", choices=sorted(CONFIGS),
                     help="run only this configuration (repeatable; default: all)")
-    ap.add_argument("--trees", type=int, default=0, help="override the number of trees")
+    ap.add_argument("--rounds", type=int, default=0, help="override the number of boosting rounds")
     ap.add_argument("--synthetic-rows", type=int, default=100_000, help="training rows of 'synthetic'")
     ap.add_argument("--synthetic-features", type=int, nargs=2, default=[30, 300], metavar=("ACTIVE", "PASSIVE"))
     ap.add_argument("--mode", choices=["he", "plain"], default="he")
@@ -98,7 +98,7 @@ def main(argv=None):
         return
     results = []
     for name in names:
-        cmd = [sys.executable, __file__, "--child", "--config", name, "--trees", str(args.trees),
+        cmd = [sys.executable, __file__, "--child", "--config", name, "--rounds", str(args.rounds),
                "--synthetic-rows", str(args.synthetic_rows), "--mode", args.mode, "--preshift", args.preshift,
                "--synthetic-features", *map(str, args.synthetic_features)]
         proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -8,7 +8,7 @@ is trained on the joined training rows with the same number of trees, depth,
 learning rate, bins, lambda, min_child_weight and base score. Prints one JSON
 object: per dataset both metrics and the difference.
 
-    python benchmarks/learner_metrics.py [--trees 20] [--depth 4] [--datasets vehicle,student]
+    python benchmarks/learner_metrics.py [--rounds 20] [--depth 4] [--datasets vehicle,student]
 """
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def compare(parties, objective: str, params: TrainParams, seed: int = 0) -> dict
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trees", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--learning-rate", type=float, default=0.3)
     ap.add_argument("--max-bin", type=int, default=32)
@@ -109,10 +109,10 @@ def main(argv=None):
             continue
         else:
             parties = load_shared(name)
-        params = TrainParams(mode="plain", objective=objective, n_estimators=args.trees, max_depth=args.depth,
+        params = TrainParams(mode="plain", objective=objective, n_estimators=args.rounds, max_depth=args.depth,
                              learning_rate=args.learning_rate, max_bin=args.max_bin, seed=args.seed)
         results[name] = compare(parties, objective, params, args.seed)
-    print(json.dumps({"benchmark": "learner_metrics", "trees": args.trees, "depth": args.depth,
+    print(json.dumps({"benchmark": "learner_metrics", "n_rounds": args.rounds, "depth": args.depth,
                       "learning_rate": args.learning_rate, "max_bin": args.max_bin, "results": results},
                      indent=1))
 

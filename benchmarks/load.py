@@ -1,13 +1,13 @@
 """Serving under load: N concurrent predictions against one passive party over real gRPC.
 
     python benchmarks/load.py                          # 64 concurrent clients, 500 predictions
-    python benchmarks/load.py --concurrency 8 --predictions 40 --rows 300 --trees 2   # a quick check
+    python benchmarks/load.py --concurrency 8 --predictions 40 --rows 300 --rounds 2   # a quick check
 
 Steps, on 127.0.0.1 (plaintext, ``--insecure``; the figures are about serving, not TLS):
 
 1. synthetic data (``--rows`` rows, 2 active and 4 passive features), written to CSV files;
 2. one ``vfl party passive`` **process** and one ``vfl party active`` process train a model
-   (``--mode``, default he with a ``--key-bits`` 1024-bit key; ``--trees``, ``--depth``);
+   (``--mode``, default he with a ``--key-bits`` 1024-bit key; ``--rounds``, ``--depth``);
 3. **reference**: one client, ``--reference`` predictions one after the other;
 4. **load**: ``--concurrency`` client threads in this process, each with its own gRPC channel,
    share ``--predictions`` predictions of ``--batch-rows`` rows each (alternating node-by-node and
@@ -63,7 +63,7 @@ def make_data(tmp: Path, rows: int, seed: int) -> tuple[Path, Path, pd.DataFrame
 
 def start_passive(data: Path, model_dir: Path, log_path: Path):
     err = open(log_path, "w")
-    p = subprocess.Popen(cli("party", "passive", "--name", "host", "--listen", "127.0.0.1:0", "--data", data,
+    p = subprocess.Popen(cli("party", "passive", "--name", "passive", "--listen", "127.0.0.1:0", "--data", data,
                              "--model-dir", model_dir, "--insecure"),
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
     err.close()
@@ -101,7 +101,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--reference", type=int, default=20, help="Sequential predictions of the reference run.")
     ap.add_argument("--batch-rows", type=int, default=100, help="Rows per prediction.")
     ap.add_argument("--rows", type=int, default=2000, help="Rows of the synthetic data set.")
-    ap.add_argument("--trees", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--mode", default="he", choices=["he", "plain"])
     ap.add_argument("--key-bits", type=int, default=1024)
@@ -112,22 +112,22 @@ def main(argv=None) -> dict:
     with tempfile.TemporaryDirectory(prefix="vfl-load-") as tmpdir:
         tmp = Path(tmpdir)
         a_csv, p_csv, active_frame = make_data(tmp, args.rows, args.seed)
-        proc, port = start_passive(p_csv, tmp / "m_host", tmp / "host.err")
+        proc, port = start_passive(p_csv, tmp / "m_passive", tmp / "passive.err")
         try:
             t0 = time.perf_counter()
-            r = subprocess.run(cli("party", "active", "--name", "guest", "--data", a_csv, "--peer",
-                                   f"host=127.0.0.1:{port}", "--model-dir", tmp / "m_guest", "--insecure",
-                                   "--mode", args.mode, "--key-bits", args.key_bits, "--trees", args.trees,
+            r = subprocess.run(cli("party", "active", "--name", "active", "--data", a_csv, "--peer",
+                                   f"passive=127.0.0.1:{port}", "--model-dir", tmp / "m_active", "--insecure",
+                                   "--mode", args.mode, "--key-bits", args.key_bits, "--rounds", args.rounds,
                                    "--depth", args.depth, "--quiet", "--timeout", args.timeout),
                                cwd=ROOT, capture_output=True, text=True)
             if r.returncode != 0:
                 raise RuntimeError(f"training failed:\n{r.stderr[-4000:]}")
             train_seconds = time.perf_counter() - t0
-            model = load_active_model(tmp / "m_guest")
+            model = load_active_model(tmp / "m_active")
             rng = np.random.default_rng(args.seed + 1)
             batch = active_frame.iloc[np.sort(rng.choice(len(active_frame), min(args.batch_rows, len(active_frame)),
                                                          replace=False))].reset_index(drop=True)
-            addr = {"host": f"127.0.0.1:{port}"}
+            addr = {"passive": f"127.0.0.1:{port}"}
             rss = {"after_training": rss_mb(proc.pid)}
 
             def predict_once(transport, prediction):
@@ -136,7 +136,7 @@ def main(argv=None) -> dict:
 
             # reference: one client, one prediction after the other
             ref_lat, want = [], {}
-            with GrpcTransport("guest", addr, Security(), timeout=args.timeout) as t:
+            with GrpcTransport("active", addr, Security(), timeout=args.timeout) as t:
                 for i in range(args.reference):
                     prediction = "node" if i % 2 else "one-round"
                     s = time.perf_counter()
@@ -151,7 +151,7 @@ def main(argv=None) -> dict:
             barrier = threading.Barrier(args.concurrency)
 
             def worker():
-                with GrpcTransport("guest", addr, Security(), timeout=args.timeout) as t:
+                with GrpcTransport("active", addr, Security(), timeout=args.timeout) as t:
                     barrier.wait()
                     while True:
                         with lock:
@@ -172,7 +172,7 @@ def main(argv=None) -> dict:
                             if not np.array_equal(out, want[prediction]):
                                 mismatches[0] += 1
                     with lock:
-                        busy[0] += t.busy_waits.get("host", 0)
+                        busy[0] += t.busy_waits.get("passive", 0)
 
             t0 = time.perf_counter()
             threads = [threading.Thread(target=worker) for _ in range(args.concurrency)]
@@ -192,7 +192,7 @@ def main(argv=None) -> dict:
     ref, load = percentiles(ref_lat), percentiles(lat)
     out = {
         "config": {k: getattr(args, k) for k in ("concurrency", "predictions", "reference", "batch_rows", "rows",
-                                                  "trees", "depth", "mode", "key_bits")},
+                                                  "rounds", "depth", "mode", "key_bits")},
         "train_seconds": round(train_seconds, 2),
         "reference_latency_s": ref,
         "load_latency_s": load,

@@ -2,12 +2,12 @@
 
     python benchmarks/network.py                                  # default_credit, 10 trees, 2048 bits
                                                                   # (several minutes on 2 cores)
-    python benchmarks/network.py --rows 2000 --trees 2 --key-bits 1024   # a quick check
+    python benchmarks/network.py --rows 2000 --rounds 2 --key-bits 1024   # a quick check
 
 The data set is split into train/test exactly as ``vfl simulate`` does
 (``--test-size``, ``--seed``). Then, on 127.0.0.1:
 
-* **network**: one ``vfl party passive`` process per host file and one
+* **network**: one ``vfl party passive`` process per passive party's file and one
   ``vfl party active`` process (mutual TLS unless ``--insecure``), then
   ``vfl predict`` on the test rows. Each connection goes through a counting
   TCP relay in this script, so ``wire_bytes`` are the real bytes on the
@@ -86,7 +86,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="default_credit")
     ap.add_argument("--rows", type=int, default=0, help="Use only the first N rows (0: all).")
-    ap.add_argument("--trees", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--key-bits", type=int, default=2048)
     ap.add_argument("--mode", default="he")
@@ -101,8 +101,8 @@ def main():
         for pf in parties:
             pf.frame = pf.frame[pf.frame[pf.id_col].isin(keep)].reset_index(drop=True)
     train, test = train_test_split_parties(parties, test_size=args.test_size, seed=args.seed)
-    guest, hosts = parties[0], parties[1:]
-    params = ["--mode", args.mode, "--trees", args.trees, "--depth", args.depth, "--key-bits", args.key_bits,
+    active, passives = parties[0], parties[1:]
+    params = ["--mode", args.mode, "--rounds", args.rounds, "--depth", args.depth, "--key-bits", args.key_bits,
               "--seed", args.seed]
     procs, relays = [], []
     with tempfile.TemporaryDirectory(prefix="vfl-bench-net-") as tmp:
@@ -111,17 +111,17 @@ def main():
         full = {pf.name: tmp / f"full_{pf.name}.csv" for pf in parties}
         for pf in parties:
             pf.frame.to_csv(full[pf.name], index=False)
-        train[0].frame.to_csv(tmp / "train_guest.csv", index=False)
-        test[0].frame[[guest.id_col, *[c for c in test[0].frame.columns
-                                       if c not in (guest.id_col, guest.label_col)]]].to_csv(
-            tmp / "test_guest.csv", index=False)
-        labels = test[0].frame[[guest.id_col, guest.label_col]]
+        train[0].frame.to_csv(tmp / "train_active.csv", index=False)
+        test[0].frame[[active.id_col, *[c for c in test[0].frame.columns
+                                       if c not in (active.id_col, active.label_col)]]].to_csv(
+            tmp / "test_active.csv", index=False)
+        labels = test[0].frame[[active.id_col, active.label_col]]
 
         # reference: vfl simulate (in memory) on the same files, same split
         sim_json, sim_pred = tmp / "sim.json", tmp / "sim_pred.csv"
-        passive_files = sum([["--passive", full[h.name]] for h in hosts], [])
-        sim_wall = run(cli("simulate", "--active", full[guest.name], *passive_files,
-                           "--id-col", guest.id_col, "--label-col", guest.label_col, "--test-size", args.test_size,
+        passive_files = sum([["--passive", full[h.name]] for h in passives], [])
+        sim_wall = run(cli("simulate", "--active", full[active.name], *passive_files,
+                           "--id-col", active.id_col, "--label-col", active.label_col, "--test-size", args.test_size,
                            *params, "--quiet", "--output-json", sim_json, "--predictions", sim_pred), "vfl simulate")
         sim = json.loads(sim_json.read_text())
 
@@ -129,28 +129,28 @@ def main():
         if args.insecure:
             sec = ["--insecure"]
         else:
-            run(cli("certs", "--out", tmp / "certs", "--party", guest.name, *sum([["--party", h.name] for h in hosts],
-                                                                                 [])), "vfl certs")
+            named = sum([["--party", h.name] for h in passives], [])
+            run(cli("certs", "--out", tmp / "certs", "--party", active.name, *named), "vfl certs")
             sec = ["--tls-dir", tmp / "certs"]
         try:
             peers = []
-            for h in hosts:
-                served = sec if args.insecure else [*sec, "--allow-client", guest.name]     # deny by default
+            for h in passives:
+                served = sec if args.insecure else [*sec, "--allow-client", active.name]     # deny by default
                 p, port = start_passive(h.name, full[h.name], tmp / f"m_{h.name}", served, tmp / f"{h.name}.err")
                 procs.append(p)
                 relay = ShapedLink(("127.0.0.1", port))  # unshaped: counts bytes
                 relays.append(relay)
                 peers += ["--peer", f"{h.name}=127.0.0.1:{relay.port}"]
             net_json = tmp / "net.json"
-            net_wall = run(cli("party", "active", "--name", guest.name, "--data", tmp / "train_guest.csv",
-                               "--id-col", guest.id_col, "--label-col", guest.label_col, *peers,
+            net_wall = run(cli("party", "active", "--name", active.name, "--data", tmp / "train_active.csv",
+                               "--id-col", active.id_col, "--label-col", active.label_col, *peers,
                                "--model-dir", tmp / "m_active", *sec, *params, "--timeout", args.timeout,
                                "--quiet", "--log-level", "warning", "--output-json", net_json), "vfl party active")
             wire_train = {"up": sum(r.up for r in relays), "down": sum(r.down for r in relays)}
             net = json.loads(net_json.read_text())
             pred_json, net_pred = tmp / "pred.json", tmp / "net_pred.csv"
-            pred_wall = run(cli("predict", "--model-dir", tmp / "m_active", "--data", tmp / "test_guest.csv",
-                                "--id-col", guest.id_col, *peers, *sec, "--out", net_pred, "--timeout", args.timeout,
+            pred_wall = run(cli("predict", "--model-dir", tmp / "m_active", "--data", tmp / "test_active.csv",
+                                "--id-col", active.id_col, *peers, *sec, "--out", net_pred, "--timeout", args.timeout,
                                 "--log-level", "warning", "--output-json", pred_json), "vfl predict")
             pred = json.loads(pred_json.read_text())
         finally:
@@ -173,7 +173,7 @@ def main():
         out = {
             "benchmark": "network", "dataset": args.dataset, "n_train": net["n_train"], "n_test": int(len(labels)),
             "parties": [pf.name for pf in parties], "mode": args.mode, "key_bits": args.key_bits,
-            "trees": args.trees, "depth": args.depth, "security": "insecure" if args.insecure else "mutual TLS",
+            "n_rounds": args.rounds, "depth": args.depth, "security": "insecure" if args.insecure else "mutual TLS",
             "network": {"train_seconds": net["train_seconds"], "wall_seconds": net_wall, "timings": net["timings"],
                         "frame_bytes": frame_bytes, "bytes_sent": net["bytes_sent"],
                         "wire_bytes": wire, "wire_bytes_up": wire_train["up"], "wire_bytes_down": wire_train["down"],

@@ -248,7 +248,7 @@ def run_one(dirs: dict, n: int, executor: str, workers: int, work: Path, batch_r
                 clusters.append(DaskCluster(workers, watch, role, stock_dask))
                 dask[role] = ["--dask-scheduler", clusters[-1].address, "--dask-insecure"] + \
                     (["--dask-via-scheduler"] if via_scheduler else [])
-        passive = _spawn(["-m", "cli", "party", "passive", "--name", "host", "--listen", "127.0.0.1:0",
+        passive = _spawn(["-m", "cli", "party", "passive", "--name", "passive", "--listen", "127.0.0.1:0",
                           "--data", dirs["passive"], "--model-dir", passive_models, "--insecure",
                           "--log-level", "warning", *dask.get("passive", [])],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -258,11 +258,11 @@ def run_one(dirs: dict, n: int, executor: str, workers: int, work: Path, batch_r
             line = passive.stdout.readline()
             if not line:
                 raise RuntimeError("the passive party did not start (see vfl party passive)")
-        peer = "host=" + line.rsplit(" ", 1)[1].strip()
+        peer = "passive=" + line.rsplit(" ", 1)[1].strip()
         threading.Thread(target=passive.stdout.read, daemon=True).start()     # drain its output
         t0 = time.perf_counter()
-        active = _spawn(["-m", "cli", "party", "active", "--name", "guest", "--data", dirs["active"], "--peer", peer,
-                         "--model-dir", model_dir, "--mode", "he", "--key-bits", "1024", "--trees", "1",
+        active = _spawn(["-m", "cli", "party", "active", "--name", "active", "--data", dirs["active"], "--peer", peer,
+                         "--model-dir", model_dir, "--mode", "he", "--key-bits", "1024", "--rounds", "1",
                          "--depth", "3", "--insecure", "--quiet", "--timeout", "7200", "--connect-timeout", "120",
                          "--output-json", summary, "--log-level", "warning", *dask.get("active", [])],
                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -293,7 +293,7 @@ def run_one(dirs: dict, n: int, executor: str, workers: int, work: Path, batch_r
     worker_peaks = [r for r in peaks if r["role"] not in ("active", "passive")]
     return {"rows": n, "executor": executor,
             "workers_per_party": workers if executor == "dask" else _common.cores(),
-            "seconds_per_tree": round(float(result["train_seconds"]), 3),
+            "seconds_per_round": round(float(result["train_seconds"]), 3),
             "stages": {k: round(float(timing.get(k, 0.0)), 3) for k in STAGES},
             "active_driver_peak_rss_mb": drivers.get("active"), "passive_driver_peak_rss_mb": drivers.get("passive"),
             "worker_peak_rss_mb": worker_peaks, "cpu_seconds_by_role": cpu, "bytes_sent": result.get("bytes_sent"),
@@ -359,8 +359,8 @@ def main(argv=None):
                 results.append(res)
                 by_kind[kind] = res
             loc, dsk = by_kind.get("local", {}), by_kind.get("dask", {})
-            if "seconds_per_tree" in loc and "seconds_per_tree" in dsk:
-                ratio = round(dsk["seconds_per_tree"] / loc["seconds_per_tree"], 3)
+            if "seconds_per_round" in loc and "seconds_per_round" in dsk:
+                ratio = round(dsk["seconds_per_round"] / loc["seconds_per_round"], 3)
                 summary.append({"rows": n, "dask_over_local": ratio,
                                 "identical_model": loc["model"] == dsk["model"],
                                 "passive_driver_peak_rss_mb": {k: r["passive_driver_peak_rss_mb"]

@@ -2,10 +2,10 @@
 one core each (``--cores-per-party N``: N cores and N worker processes each), talking gRPC
 (mutual TLS) through an emulated link.
 
-    python benchmarks/wan.py --dataset default_credit --trees 10 --depth 4 --bits 2048 \\
+    python benchmarks/wan.py --dataset default_credit --rounds 10 --depth 4 --bits 2048 \\
         --profiles lan,1gbit-1ms,100mbit-10ms,10mbit-50ms
     python benchmarks/wan.py --dataset breast                     # the defaults of `vfl simulate`
-    python benchmarks/wan.py --rows 2000 --trees 2 --bits 1024 --profiles lan,10mbit-50ms   # quick
+    python benchmarks/wan.py --rows 2000 --rounds 2 --bits 1024 --profiles lan,10mbit-50ms   # quick
 
 Each profile (:data:`linkemu.PROFILES`: rate and one-way delay) shapes both directions of
 every connection between the parties (:class:`linkemu.ShapedLink`, a user-space relay on
@@ -16,7 +16,8 @@ with ``--cores-per-party N`` on cores ``0..N-1`` and ``N..2N-1`` with ``N`` work
 Prints one JSON object ``{"runs": [...]}``, one entry per profile:
 
 * ``wall_seconds``: the active party's training (``train_seconds`` of its summary: from the
-  connection to the finished model); ``seconds_per_tree``: that over the trees.
+  connection to the finished model); ``seconds_per_tree``: that over the trees grown
+  (``n_trees``: one per round, one per class and round for multiclass; ``n_rounds``: the rounds).
 * ``bytes_sent`` / ``bytes_received``: bytes on the active party's sockets during training,
   as the relay counted them (TLS, HTTP/2 and gRPC framing included).
 * ``active_wait_seconds`` / ``passive_wait_seconds``: the training's wall time minus the CPU
@@ -157,7 +158,7 @@ def one_run(profile: str, args, files: dict, sec: list, params: list, tmp: Path,
         "passive_wait_seconds": round(max(0.0, train - min(p_cpu, train)), 3),
         "encrypt_critical_seconds": round(encrypt, 3), "encrypt_background_seconds": round(background, 3),
         "encrypt_share_of_tree": round(encrypt / train, 4) if train else None,
-        "auc": score, "n_trees": n_trees, "active_cpu_seconds": round(a_cpu, 3),
+        "auc": score, "n_rounds": int(summary["n_rounds"]), "n_trees": n_trees, "active_cpu_seconds": round(a_cpu, 3),
         "passive_cpu_seconds": round(p_cpu, 3), "active_start_up_seconds": round(start_up, 3),
     }
 
@@ -166,7 +167,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="default_credit")
     ap.add_argument("--rows", type=int, default=0, help="Use only the first N rows (0: all).")
-    ap.add_argument("--trees", type=int, default=None, help="default: vfl's default")
+    ap.add_argument("--rounds", type=int, default=None, help="default: vfl's default")
     ap.add_argument("--depth", type=int, default=None, help="default: vfl's default")
     ap.add_argument("--bits", type=int, default=2048)
     ap.add_argument("--profiles", default="lan,1gbit-1ms,100mbit-10ms,10mbit-50ms")
@@ -194,7 +195,7 @@ def main():
     train, test = train_test_split_parties(parties, test_size=args.test_size, seed=args.seed)
     act, pas = parties
     params = ["--key-bits", args.bits, "--seed", args.seed]
-    params += ["--trees", args.trees] if args.trees else []
+    params += ["--rounds", args.rounds] if args.rounds else []
     params += ["--depth", args.depth] if args.depth else []
     runs = []
     with tempfile.TemporaryDirectory(prefix="vfl-bench-wan-") as tmp:
@@ -218,7 +219,7 @@ def main():
     for r in runs:
         r["wall_over_lan"] = round(r["wall_seconds"] / base, 3) if base else None
     a_cores, p_cores, shared = party_cores(args.cores_per_party)
-    print(json.dumps({"benchmark": "wan", "dataset": args.dataset, "bits": args.bits, "trees": args.trees,
+    print(json.dumps({"benchmark": "wan", "dataset": args.dataset, "bits": args.bits, "n_rounds": args.rounds,
                       "cores_per_party": args.cores_per_party, "active_cores": a_cores, "passive_cores": p_cores,
                       "cores_shared": shared,
                       "depth": args.depth, "rows": args.rows or None,

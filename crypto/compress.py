@@ -107,14 +107,14 @@ def shifted_plaintexts(packed: Sequence[int], shift_bits: int, shifts: int, stri
 
 
 def choose_shifts(n_samples: int, n_bins: int, per: int, shift_bits: int, max_depth: int,
-                  encrypt_cost: float = 24.0, n_trees: int = 1, n_groups: int = 1, *,
+                  encrypt_cost: float = 24.0, trees_per_round: int = 1, n_groups: int = 1, *,
                   wire_seconds_per_byte: float = 0.0, cipher_bytes: int = 0,
                   squaring_seconds: float | None = None) -> int:
     """The number of pre-shifted copies (one of :func:`shift_choices`) that makes one round
     cheapest: 1 (Horner only) ... ``per`` (no Horner).
 
-    ``n_bins``: slots of all passive parties' histograms of one node; ``n_trees``
-    trees per round (one per class) share ``n_groups`` gradient vectors. Costs are
+    ``n_bins``: slots of all passive parties' histograms of one node; ``trees_per_round``
+    trees (one per class) share ``n_groups`` gradient vectors. Costs are
     in squarings mod ``n**2``: with ``k`` copies (stride ``s``, :func:`stride_for`) Horner
     spends ``(s - 1) * shift_bits`` per output ciphertext; the copies cost
     ``(k - 1) * n_samples * n_groups`` encryptions of about ``encrypt_cost`` squarings each
@@ -131,7 +131,7 @@ def choose_shifts(n_samples: int, n_bins: int, per: int, shift_bits: int, max_de
     if per <= 1:
         return 1
     built = sum(1 if d == 0 else min(2 ** (d - 1), max(1, n_samples // 4)) for d in range(max_depth))
-    outputs = n_trees * built * n_bins / per
+    outputs = trees_per_round * built * n_bins / per
     per_copy = n_samples * n_groups * encrypt_cost
     if wire_seconds_per_byte:
         if not wire_seconds_per_byte > 0 or squaring_seconds is None or not squaring_seconds > 0:

@@ -1,9 +1,10 @@
-"""The catalogue of named data sets: a guest file and host files, sklearn's bundled data
+"""The catalogue of named data sets: the active party's file and the passive parties' files, sklearn's bundled data
 (breast cancer, wine, diabetes) cut vertically, the shared benchmarks (``shared/datasets``) and a9a.
 """
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -15,50 +16,57 @@ from .csv_tables import PathLike, declared_for, read_party_csv
 from .frames import PartyFrame, _show, validate_party_frame
 from .libsvm import parse_libsvm
 from .loaders import read_party_table
-from .split import _check_int, vertical_split
+from .split import _check_int, party_names, vertical_split
 
 
-def _host_names(n_hosts: int) -> list[str]:
-    return ["host"] if n_hosts == 1 else [f"host{i}" for i in range(1, n_hosts + 1)]
-
-
-def load_guest_host(
-    guest_path: PathLike,
-    host_paths: list[PathLike],
+def load_active_passive(
+    active: PathLike,
+    passives: list[PathLike],
     id_col: str = "id",
     label_col: str = "y",
     allow_text_label: bool = False,
     categorical=None,
     weight_col: str | None = None,
 ) -> list[PartyFrame]:
-    """Read a guest file (ids, label, features) and host files (ids, features): CSV or Parquet
-    (a file or a directory of files, see :func:`read_party_table`).
+    """Read the active party's file (ids, label, features) and the passive parties' files (ids,
+    features): CSV or Parquet (a file or a directory of files, see :func:`read_party_table`).
 
-    Returns ``[guest, host]`` for one host, ``[guest, host1, host2, ...]`` for
-    several. The label must be in the guest file and in no host file; every
-    host file must have at least one feature column. ``weight_col``: the guest's column of
-    sample weights (checked as weights, not as a feature).
+    Returns ``[active, passive1, passive2, ...]`` (the parties' names, as :func:`party_names`
+    gives them). The label must be in the active party's file and in no passive party's file;
+    every passive party's file must have at least one feature column. ``weight_col``: the
+    active party's column of sample weights (checked as weights, not as a feature).
     """
-    if isinstance(host_paths, (str, os.PathLike)):
-        host_paths = [host_paths]
-    host_paths = list(host_paths)
-    if not host_paths:
-        raise InputError("load_guest_host needs at least one host file")
+    if isinstance(passives, (str, os.PathLike)):
+        passives = [passives]
+    passives = list(passives)
+    if not passives:
+        raise InputError("load_active_passive needs at least one passive party's file")
     if label_col is None:
-        raise InputError("load_guest_host needs the name of the guest's label column")
-    guest = read_party_table(guest_path, "guest", id_col, label_col, allow_text_label=allow_text_label,
+        raise InputError("load_active_passive needs the name of the active party's label column")
+    names = party_names(1 + len(passives))
+    first = read_party_table(active, names[0], id_col, label_col, allow_text_label=allow_text_label,
                              categorical=categorical, weight_col=weight_col)
-    parties = [guest]
-    for name, path in zip(_host_names(len(host_paths)), host_paths):
-        host = read_party_table(path, name, id_col, None, categorical=categorical)
-        if label_col in host.frame.columns:
+    parties = [first]
+    for name, path in zip(names[1:], passives):
+        passive = read_party_table(path, name, id_col, None, categorical=categorical)
+        if label_col in passive.frame.columns:
             raise InputError(
                 f"party {name!r} (file {str(path)!r}) has the label column {label_col!r}; "
-                f"labels must only be held by the active party (guest)"
+                f"labels must only be held by the active party"
             )
-        validate_party_frame(host, require_features=True, categorical=declared_for(categorical, host))
-        parties.append(host)
+        validate_party_frame(passive, require_features=True, categorical=declared_for(categorical, passive))
+        parties.append(passive)
     return parties
+
+
+def load_guest_host(guest_path: PathLike, host_paths: list[PathLike], *args, **kwargs) -> list[PartyFrame]:
+    """Deprecated (FATE's words): use :func:`load_active_passive`, which this calls.
+
+    Warns with a :class:`DeprecationWarning`; the parties are named ``active``, ``passive1``, ...
+    """
+    warnings.warn("load_guest_host is deprecated, use load_active_passive (FATE's guest is the active party, "
+                  "its hosts the passive ones)", DeprecationWarning, stacklevel=2)
+    return load_active_passive(guest_path, host_paths, *args, **kwargs)
 
 
 def breast_cancer_parties(n_parties: int = 2, id_col: str = "id", label_col: str = "y") -> list[PartyFrame]:
@@ -66,8 +74,8 @@ def breast_cancer_parties(n_parties: int = 2, id_col: str = "id", label_col: str
 
     Ids are the ints 0..568; the label is sklearn's target (1 = benign, 357 rows).
     The 30 features, named like ``mean_radius``, are cut into contiguous chunks
-    as evenly as possible; the guest gets the first chunk and the label.
-    Parties are named ``guest``, ``host1``, ``host2``, ...
+    as evenly as possible; the active party gets the first chunk and the label.
+    Parties are named ``active``, ``passive1``, ``passive2``, ...
     """
     from sklearn.datasets import load_breast_cancer
 
@@ -91,7 +99,7 @@ def _bundled_parties(data, target, names, n_parties, id_col, label_col) -> list[
 
 # --------------------------------------------------------------------------- shared data
 
-# name -> (guest file, host files, id column, label column)
+# name -> (the active party's file, the passive parties' files, id column, label column)
 SHARED_DATASETS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "breast": ("breast_hetero_guest.csv", ("breast_hetero_host.csv",), "id", "y"),
     "default_credit": ("default_credit_hetero_guest.csv", ("default_credit_hetero_host.csv",), "id", "y"),
@@ -107,8 +115,8 @@ SHARED_DATASETS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     ),
 }
 _GIVE_CREDIT_FILE = "give_credit_homo_test.csv"
-_GIVE_CREDIT_GUEST = [f"x{i}" for i in range(4)]
-_GIVE_CREDIT_HOST = [f"x{i}" for i in range(4, 10)]
+_GIVE_CREDIT_ACTIVE = [f"x{i}" for i in range(4)]
+_GIVE_CREDIT_PASSIVE = [f"x{i}" for i in range(4, 10)]
 
 # name -> task ("binary", "multiclass", "regression")
 SHARED_TASKS: dict[str, str] = {
@@ -166,10 +174,11 @@ def load_shared(name: str, root: PathLike | None = None) -> list[PartyFrame]:
 
     ``name`` is one of ``breast``, ``default_credit``, ``give_credit``,
     ``ionosphere``, ``vehicle``, ``student``, ``dvisits``, ``motor`` (three
-    parties: guest, host1, host2) or ``a9a`` (= ``load_a9a("train")``).
+    parties: active, passive1, passive2) or ``a9a`` (= ``load_a9a("train")``).
     Columns keep their original names; ``PartyFrame.id_col`` / ``label_col``
-    say which is which. ``give_credit`` is stored unsplit: the guest gets
-    ``x0..x3`` and the label, the host ``x4..x9``.
+    say which is which. ``give_credit`` is stored unsplit: the active party gets
+    ``x0..x3`` and the label, the passive party ``x4..x9``. The parties are named
+    ``active``, ``passive1`` (``passive2``: motor), whatever the files are called.
     """
     valid = sorted([*SHARED_DATASETS, "give_credit", "a9a"])
     if name not in valid:
@@ -179,17 +188,17 @@ def load_shared(name: str, root: PathLike | None = None) -> list[PartyFrame]:
         return load_a9a("train", root=base)
     if name == "give_credit":
         return _load_give_credit(base)
-    guest_file, host_files, id_col, label_col = SHARED_DATASETS[name]
-    guest_path = _require_file(base / guest_file, name)
-    host_paths = [_require_file(base / f, name) for f in host_files]
-    return load_guest_host(guest_path, host_paths, id_col=id_col, label_col=label_col)
+    active_file, passive_files, id_col, label_col = SHARED_DATASETS[name]
+    active_path = _require_file(base / active_file, name)
+    passive_paths = [_require_file(base / f, name) for f in passive_files]
+    return load_active_passive(active_path, passive_paths, id_col=id_col, label_col=label_col)
 
 
 def _load_give_credit(base: Path) -> list[PartyFrame]:
     path = _require_file(base / _GIVE_CREDIT_FILE, "give_credit")
-    full = read_party_csv(path, "guest", "id", "y")
+    full = read_party_csv(path, "active", "id", "y")
     features = full.feature_names
-    expected = _GIVE_CREDIT_GUEST + _GIVE_CREDIT_HOST
+    expected = _GIVE_CREDIT_ACTIVE + _GIVE_CREDIT_PASSIVE
     if sorted(features) != sorted(expected):
         extra = [c for c in features if c not in expected]
         missing = [c for c in expected if c not in features]
@@ -197,9 +206,9 @@ def _load_give_credit(base: Path) -> list[PartyFrame]:
             f"file {str(path)!r}: expected feature columns x0..x9; "
             f"missing [{_show(missing)}], unexpected [{_show(extra)}]"
         )
-    guest = PartyFrame("guest", full.frame[["id", "y", *_GIVE_CREDIT_GUEST]].copy(), "id", "y", str(path))
-    host = PartyFrame("host", full.frame[["id", *_GIVE_CREDIT_HOST]].copy(), "id", None, str(path))
-    return [guest, host]
+    active = PartyFrame("active", full.frame[["id", "y", *_GIVE_CREDIT_ACTIVE]].copy(), "id", "y", str(path))
+    passive = PartyFrame("passive1", full.frame[["id", *_GIVE_CREDIT_PASSIVE]].copy(), "id", None, str(path))
+    return [active, passive]
 
 
 # --------------------------------------------------------------------------- a9a (LIBSVM)
@@ -228,10 +237,10 @@ def _a9a_frame(ids: np.ndarray, x: np.ndarray, first_feature: int, id_col: str, 
 
 
 def load_a9a(split: str = "train", root: PathLike | None = None) -> list[PartyFrame]:
-    """The a9a (UCI Adult) benchmark of FedTree as ``[guest, host]``, dense float32.
+    """The a9a (UCI Adult) benchmark of FedTree as ``[active, passive1]``, dense float32.
 
-    The guest holds a9a features 1..61 (columns ``f1``..``f61``) and the label
-    ``y`` (0/1); the host holds features 62..123 (``f62``..``f123``). Ids
+    The active party holds a9a features 1..61 (columns ``f1``..``f61``) and the label
+    ``y`` (0/1); the passive party holds features 62..123 (``f62``..``f123``). Ids
     (column ``id``) are the row numbers 0..n-1. ``split="train"`` reads the two
     vertical part files (32561 rows), ``split="test"`` the single test file
     (16281 rows), whose columns are split the same way.
@@ -260,11 +269,11 @@ def load_a9a(split: str = "train", root: PathLike | None = None) -> list[PartyFr
         x0, x1 = x[:, :A9A_P0_FEATURES], x[:, A9A_P0_FEATURES:]
         src0 = src1 = str(pt)
     ids = np.arange(len(labels), dtype=np.int64)
-    guest = PartyFrame(
-        "guest", _a9a_frame(ids, x0, 1, id_col, labels, label_col), id_col, label_col, src0
+    active = PartyFrame(
+        "active", _a9a_frame(ids, x0, 1, id_col, labels, label_col), id_col, label_col, src0
     )
-    host = PartyFrame("host", _a9a_frame(ids, x1, A9A_P0_FEATURES + 1, id_col), id_col, None, src1)
-    return [guest, host]
+    passive = PartyFrame("passive1", _a9a_frame(ids, x1, A9A_P0_FEATURES + 1, id_col), id_col, None, src1)
+    return [active, passive]
 
 
 def sklearn_parties(name: str, n_parties: int = 2, id_col: str = "id", label_col: str = "y") -> list[PartyFrame]:

@@ -2,7 +2,7 @@
 
 A :class:`PartyFrame` is what one party of a vertical federated learning job
 holds: a table whose rows are samples keyed by an id column, with the party's
-own feature columns and -- for the active (guest) party only -- the label.
+own feature columns and -- for the active party only -- the label.
 
 :func:`validate_party_frame` checks the structural rules every party frame
 must satisfy and raises :class:`datasets.errors.InputError` with a message that
@@ -36,7 +36,7 @@ class PartyFrame:
     """The data one party holds.
 
     Attributes:
-        name: party name, e.g. ``"guest"``, ``"host1"``.
+        name: party name, e.g. ``"active"``, ``"passive1"``.
         frame: id column, the label column (active party only) and feature columns.
         id_col: name of the sample-id column (ints or strings).
         label_col: name of the label column; only set for the label-holding party.
@@ -76,7 +76,7 @@ class PartyFrame:
 
 
 def describe_party(pf: PartyFrame) -> str:
-    """``party 'guest' (file '/x/guest.csv')`` -- the prefix of every error message."""
+    """``party 'active' (file '/x/active.csv')`` -- the prefix of every error message."""
     where = f"party {pf.name!r}"
     if pf.source is not None:
         where += f" (file {str(pf.source)!r})"

@@ -21,8 +21,8 @@ _MAX_STRATIFY_CLASSES = 20
 
 
 def party_names(n_parties: int) -> list[str]:
-    """``["guest", "host1", "host2", ...]`` for ``n_parties`` parties."""
-    return ["guest"] + [f"host{i}" for i in range(1, n_parties)]
+    """``["active", "passive1", "passive2", ...]`` for ``n_parties`` parties."""
+    return ["active"] + [f"passive{i}" for i in range(1, n_parties)]
 
 
 def _check_int(value, name: str, low: int, high: int | None = None) -> int:
@@ -47,7 +47,7 @@ def vertical_split(
     The feature columns (all but id and label) are cut into ``n_parties``
     contiguous chunks as evenly as possible (earlier chunks get the extra
     column, like ``numpy.array_split``). Every party keeps the id column; the
-    first party (the guest) also gets the label and the first chunk.
+    first party (the active party) also gets the label and the first chunk.
     """
     if not isinstance(df, pd.DataFrame):
         raise InputError(f"vertical_split expects a pandas DataFrame, got {type(df).__name__}")
@@ -138,15 +138,15 @@ def train_test_split_parties(
     stratify: bool = True,
     what: str = "test_size",
 ) -> tuple[list[PartyFrame], list[PartyFrame]]:
-    """Split every party's rows into train and test consistently, by the guest's ids.
+    """Split every party's rows into train and test consistently, by the active party's ids.
 
-    The guest is ``parties[0]`` and must hold the label. Its rows are split
+    The active party is ``parties[0]`` and must hold the label. Its rows are split
     (stratified on the label when ``stratify`` and the label is
     classification-like: bool or integer-valued with at most 20 classes, each
     with at least 2 rows); every other party keeps the rows whose id falls in
-    the guest's train / test ids, in its own row order. Rows of a host whose
-    id the guest does not have go to neither side, since they can never be
-    aligned. Each side keeps the guest's original row order.
+    the active party's train / test ids, in its own row order. Rows of a passive party whose
+    id the active party does not have go to neither side, since they can never be
+    aligned. Each side keeps the active party's original row order.
     """
     if not isinstance(parties, (list, tuple)) or not parties:
         raise InputError("train_test_split_parties needs a non-empty list of PartyFrame")
@@ -161,26 +161,26 @@ def train_test_split_parties(
     ):
         raise InputError(f"{what} must be a fraction strictly between 0 and 1, got {test_size!r}")
     seed = _check_int(seed, "seed", 0)
-    guest = parties[0]
-    if guest.label_col is None:
+    active = parties[0]
+    if active.label_col is None:
         raise InputError(
-            f"train_test_split_parties: the first party ({guest.name!r}) must be the guest holding the label"
+            f"train_test_split_parties: the first party ({active.name!r}) must be the active party holding the label"
         )
-    for pf in (guest, *parties[1:]):
+    for pf in (active, *parties[1:]):
         if pf.id_col not in pf.frame.columns:
             raise InputError(f"{describe_party(pf)}: id column {pf.id_col!r} not found")
-    if guest.label_col not in guest.frame.columns:
-        raise InputError(f"{describe_party(guest)}: label column {guest.label_col!r} not found")
+    if active.label_col not in active.frame.columns:
+        raise InputError(f"{describe_party(active)}: label column {active.label_col!r} not found")
 
-    n = len(guest.frame)
+    n = len(active.frame)
     n_test = int(math.ceil(float(test_size) * n))
     if n_test < 1 or n - n_test < 1:
         raise InputError(
-            f"{describe_party(guest)}: cannot split {n} rows with test_size={test_size} "
+            f"{describe_party(active)}: cannot split {n} rows with test_size={test_size} "
             f"(train and test must both be non-empty)"
         )
     rng = np.random.default_rng(seed)
-    labels = guest.frame[guest.label_col]
+    labels = active.frame[active.label_col]
     mask = None
     if stratify and _is_classification_like(labels):
         mask = _stratified_test_mask(labels.to_numpy(dtype=np.float64), n_test, rng)
@@ -188,23 +188,23 @@ def train_test_split_parties(
         mask = np.zeros(n, dtype=bool)
         mask[rng.permutation(n)[:n_test]] = True
 
-    guest_ids = guest.frame[guest.id_col]
-    canon = np.asarray(normalize_ids(guest_ids), dtype=object)     # THE id rule (datasets.ids)
+    active_ids = active.frame[active.id_col]
+    canon = np.asarray(normalize_ids(active_ids), dtype=object)     # THE id rule (datasets.ids)
     test_ids = canon[mask]
     train_ids = canon[~mask]
-    train_parties = [_subset(guest, ~mask)]
-    test_parties = [_subset(guest, mask)]
+    train_parties = [_subset(active, ~mask)]
+    test_parties = [_subset(active, mask)]
     for pf in parties[1:]:
         ids = pf.frame[pf.id_col]
         own = pd.Series(normalize_ids(ids), dtype=object)
         in_train = own.isin(train_ids).to_numpy()
         in_test = own.isin(test_ids).to_numpy()
         if not (in_train.any() or in_test.any()):
-            example_g = _plain(guest_ids.iloc[0]) if n else None
+            example_a = _plain(active_ids.iloc[0]) if n else None
             example_h = _plain(ids.iloc[0]) if len(ids) else None
             raise InputError(
-                f"{describe_party(pf)} shares no ids with {describe_party(guest)} "
-                f"(e.g. guest id {example_g!r} of dtype {guest_ids.dtype}, "
+                f"{describe_party(pf)} shares no ids with {describe_party(active)} "
+                f"(e.g. active party id {example_a!r} of dtype {active_ids.dtype}, "
                 f"{pf.name} id {example_h!r} of dtype {ids.dtype})"
             )
         train_parties.append(_subset(pf, in_train))
@@ -220,9 +220,9 @@ def join_parties(parties: list[PartyFrame]) -> tuple[np.ndarray, np.ndarray, np.
     non-federated reference model (e.g. XGBoost) trains on. ``y`` keeps the
     label column's values as they are.
     """
-    guest = parties[0]
-    X = guest.frame.set_index(guest.id_col)[guest.feature_names].add_prefix(f"{guest.name}:")
+    active = parties[0]
+    X = active.frame.set_index(active.id_col)[active.feature_names].add_prefix(f"{active.name}:")
     for pf in parties[1:]:
         X = X.join(pf.frame.set_index(pf.id_col)[pf.feature_names].add_prefix(f"{pf.name}:"), how="inner")
-    y = guest.frame.set_index(guest.id_col).loc[X.index, guest.label_col].to_numpy()
+    y = active.frame.set_index(active.id_col).loc[X.index, active.label_col].to_numpy()
     return X.to_numpy(dtype=np.float64), y, X.index.to_numpy()

@@ -25,11 +25,11 @@ def _check_features(n_features_per_party) -> list[int]:
         raise InputError(f"n_features_per_party must be a list of ints, got {n_features_per_party!r}")
     counts = list(n_features_per_party)
     if not counts:
-        raise InputError("n_features_per_party must list at least one party (the guest)")
+        raise InputError("n_features_per_party must list at least one party (the active party)")
     names = party_names(len(counts))
     out = []
-    for name, c in zip(names, counts):
-        low = 0 if name == "guest" else 1
+    for i, (name, c) in enumerate(zip(names, counts)):
+        low = 0 if i == 0 else 1          # the active party may hold only the label
         out.append(_check_int(c, f"n_features_per_party entry for party {name!r}", low))
     if sum(out) == 0:
         raise InputError("n_features_per_party: the parties have no features at all")
@@ -44,11 +44,11 @@ def make_synthetic(
     missing_rate: float = 0.0,
     n_classes: int = 3,
 ) -> list[PartyFrame]:
-    """Make ``[guest, host1, host2, ...]`` frames of standard-normal float32 features.
+    """Make ``[active, passive1, passive2, ...]`` frames of standard-normal float32 features.
 
-    The label (held by the guest, column ``y``) depends on up to 8 features of
+    The label (held by the active party, column ``y``) depends on up to 8 features of
     *every* party with equal weight per party -- a linear part, a squared term
-    and a cross-party interaction -- so a federated model beats the guest alone.
+    and a cross-party interaction -- so a federated model beats the active party alone.
 
     * ``task="binary"``: ``y`` in {0, 1} (int64), roughly balanced.
     * ``task="regression"``: ``y`` float64, signal plus small Gaussian noise.
@@ -126,12 +126,12 @@ def make_synthetic(
 
     ids = np.arange(n_samples, dtype=np.int64)
     parties = []
-    for name, x in zip(party_names(len(counts)), blocks):
+    for i, (name, x) in enumerate(zip(party_names(len(counts)), blocks)):
         frame = pd.DataFrame(x, columns=[f"{name}_x{j}" for j in range(x.shape[1])], copy=False)
-        if name == "guest":
+        if i == 0:
             frame.insert(0, "y", y)
         frame.insert(0, "id", ids)
         parties.append(
-            PartyFrame(name=name, frame=frame, id_col="id", label_col="y" if name == "guest" else None)
+            PartyFrame(name=name, frame=frame, id_col="id", label_col="y" if i == 0 else None)
         )
     return parties

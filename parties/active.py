@@ -65,8 +65,8 @@ class RoundBytes(RoundObserver):
 
 
 class WhileWaiting(RoundObserver):
-    """Another observer whose ``round_finished`` waits for the peers (the validation's leaf masks
-    between trees): the executor's workers make obfuscators meanwhile
+    """Another observer whose ``round_finished`` waits for the passive parties (the validation's
+    leaf masks between rounds): the executor's workers make obfuscators meanwhile
     (:meth:`parties.channel.GradientChannel.waiting`)."""
 
     def __init__(self, inner: RoundObserver, channel: GradientChannel):
@@ -166,30 +166,30 @@ class ActiveParty:
         return categorical, monotone
 
     # -- training -----------------------------------------------------------
-    def align(self, transport: Transport, peers: list[str], salt: bytes, session_id: str):
+    def align(self, transport: Transport, passives: list[str], salt: bytes, session_id: str):
         hashes = {self.name: alignment.hash_ids(self.ids, salt)}
-        replies = transport.call_many({p: m.AlignRequest(session_id, salt) for p in peers})
+        replies = transport.call_many({p: m.AlignRequest(session_id, salt) for p in passives})
         hashes |= {p: r.hashes for p, r in replies.items()}
         replies = None
         # intersect checks that every party's ids are unique, ours included; our rows come from its sort;
         # it takes each party's hashes out of the dict once sorted (never a party's hashes and their sort)
         common, rows = alignment.intersect(hashes, rows_of=self.name, consume=True)
-        acks = transport.call_many({p: m.AlignResult(common) for p in peers})
+        acks = transport.call_many({p: m.AlignResult(common) for p in passives})
         self.alignment_report = {self.name: {"n_rows": int(len(self.ids)), "n_kept": int(len(rows))},
                                  **{p: {"n_rows": a.n_rows, "n_kept": a.n_kept} for p, a in acks.items()}}
         return rows
 
-    def align_psi(self, transport: Transport, peers: list[str], salt: bytes, session_id: str):
+    def align_psi(self, transport: Transport, passives: list[str], salt: bytes, session_id: str):
         """ECDH-PSI alignment (``TrainParams.align == "psi"``): own rows of the intersection,
         in the same canonical order as :meth:`align` with the same salt."""
-        rows, self.alignment_report = align_train(transport, peers, self.name, self.ids, salt, session_id)
+        rows, self.alignment_report = align_train(transport, passives, self.name, self.ids, salt, session_id)
         return rows
 
-    def fit(self, transport: Transport, peers: list[str], params: TrainParams | None = None,
+    def fit(self, transport: Transport, passives: list[str], params: TrainParams | None = None,
             on_round=None, checkpoint=None, resume=None,
             validation: pd.DataFrame | None = None,
             observers: list[RoundObserver] | None = None, sample_weight=None) -> BoostedModel:
-        """Train with the passive parties ``peers`` behind ``transport``.
+        """Train with the passive parties ``passives`` (their names) behind ``transport``.
 
         ``on_round(round_idx, info)`` (optional) is called after every round with
         :meth:`vfl.core.rounds.RoundRecord.info`; a true result stops training. ``observers``
@@ -198,19 +198,19 @@ class ActiveParty:
         ``checkpoint(ck)`` (optional) receives a :class:`parties.checkpoint.Checkpoint` after every
         round; ``resume`` (such a checkpoint) continues that training with the same salt and model
         id, after checks that the data and parameters are the same.
-        ``validation``: this party's frame of validation rows (id, label, features); the peers must
-        have loaded theirs (``load_validation_data``). Gives per-round metrics (``model.history``)
+        ``validation``: this party's frame of validation rows (id, label, features); the passive
+        parties must have loaded theirs (``load_validation_data``). Gives per-round metrics (``model.history``)
         and early stopping (:mod:`parties.monitor`).
         ``sample_weight``: one weight per row of this party's frame (default: the ``weight_col``
         given at construction, else none).
         """
         params = params or TrainParams()
-        peers = list(peers)
+        passives = list(passives)
         if self.y_raw is None:
             raise InputError(f"party {self.name!r} holds no training data (a low_memory party trains once, "
                              "a party made from a model never)")
-        if len(set(peers)) != len(peers) or self.name in peers:
-            raise InputError(f"party names must be unique, got active {self.name!r} and passive {peers}")
+        if len(set(passives)) != len(passives) or self.name in passives:
+            raise InputError(f"party names must be unique, got active {self.name!r} and passive {passives}")
         objective = get_objective(params.objective, huber_slope=params.huber_slope)
         if params.early_stopping_rounds is not None and validation is None:
             raise InputError("early_stopping_rounds needs a validation set")
@@ -218,7 +218,7 @@ class ActiveParty:
             check_sample_weight(sample_weight, len(self.ids), self.name)
         self._feature_settings(params)         # bad constraints fail before any message
         val = self._validation_data(validation) if validation is not None else None
-        if not peers and not self.feature_names:
+        if not passives and not self.feature_names:
             raise InputError(f"party {self.name!r} has no feature columns and there is no passive party")
         self.settings = Settings.from_environ().for_party(self.n_jobs)    # once per training
         salt, model_id = alignment.new_salt(), secrets.token_hex(8)
@@ -226,16 +226,16 @@ class ActiveParty:
             salt, model_id = bytes.fromhex(resume.salt), resume.model_id
         try:    # the passive parties opened a session at the alignment: a failure before the training
                 # loop (which ends with TrainEnd whatever happens) releases it at once
-            rows = self._align(transport, peers, params, salt)
+            rows = self._align(transport, passives, params, salt)
             self._read_deferred()
             y = objective.check_labels(self.y_raw[rows], self.name, self.label_col, ids=self.ids[rows])
             if self.low_memory:
                 self.y_raw = None         # the aligned labels are all the training needs
             tracker = None
             if checkpoint is not None or resume is not None:
-                tracker = CheckpointTracker(self.name, peers, params, salt, model_id, self.ids[rows], self.X, y,
+                tracker = CheckpointTracker(self.name, passives, params, salt, model_id, self.ids[rows], self.X, y,
                                             self.feature_names, resume, checkpoint, rows=rows)
-            self.dp_plan = plan_dp_model(params, objective.n_targets, len(peers) + bool(self.feature_names))
+            self.dp_plan = plan_dp_model(params, objective.n_targets, len(passives) + bool(self.feature_names))
             self._dp_public = self._public_bins(params)
             if resume is not None and self.dp_plan.private:
                 raise InputError("a --dp-model training cannot be resumed: new DP bin edges would spend budget "
@@ -254,10 +254,10 @@ class ActiveParty:
                                                                  binning, params.max_cat, params.scheme,
                                                                  n_rounds=params.n_estimators,
                                                                  max_depth=params.max_depth, min_node_rows=floor)
-                                                 for p in peers})
+                                                 for p in passives})
                     if resume is not None:
                         acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds,
-                                                                     resume.records.get(p, 0)) for p in peers})
+                                                                     resume.records.get(p, 0)) for p in passives})
                         if any(isinstance(getattr(a, "info", None), dict) and a.info.get("completed")
                                for a in acks.values()):
                             # the passive parties were told the training finished (our final write then failed):
@@ -267,12 +267,12 @@ class ActiveParty:
                 self.channel.close()
                 raise
         except BaseException:
-            self._release_session(transport, peers, model_id)
+            self._release_session(transport, passives, model_id)
             raise
         booster, completed, ends = None, False, {}
         try:   # from here on, workers and passive parties are released whatever happens
-            self._plan_channel(transport, peers, infos, params)
-            sources = self._sources(transport, peers, infos, params, model_id,
+            self._plan_channel(transport, passives, infos, params)
+            sources = self._sources(transport, passives, infos, params, model_id,
                                     objective.gradients(y, np.tile(objective.base_score(y), (len(y), 1)))
                                     if params.mode == Mode.DP and params.dp_select else None, rows)
             if self.low_memory:       # binned, aligned, digested: the sources hold what training reads
@@ -280,9 +280,9 @@ class ActiveParty:
             if self.dp_plan.private:    # what each party's bin edges spent (public bins: nothing)
                 self.dp_plan.record_binning(
                     ({self.name: sources[0].binner.report()} if self.feature_names else {})
-                    | {p: infos[p].dp_binning for p in peers})
+                    | {p: infos[p].dp_binning for p in passives})
             monitor = TrainingMonitor(objective, params, y)
-            # between trees, validation asks the peers for leaf masks: a wait like any other
+            # between rounds, validation asks the passive parties for leaf masks: a wait like any other
             round_observers = [self.channel, RoundBytes(transport),
                                monitor if val is None else WhileWaiting(monitor, self.channel)]
             round_observers += [tracker] if tracker is not None else []
@@ -292,7 +292,7 @@ class ActiveParty:
                                              map_sources=source_map(transport, sources), dp=self.dp_plan)
             if val is not None:
                 with self.channel.waiting():
-                    monitor.start_validation(transport, peers, model_id, salt, self.name, self.feature_names, *val)
+                    monitor.start_validation(transport, passives, model_id, salt, self.name, self.feature_names, *val)
             if resume is not None:
                 monitor.restore(resume.rounds, resume.history)
             w = None if weights is None else weights[rows]
@@ -304,13 +304,13 @@ class ActiveParty:
         finally:
             self.channel.close()
             try:
-                ends = transport.call_many({p: m.TrainEnd(model_id, completed) for p in peers})
+                ends = transport.call_many({p: m.TrainEnd(model_id, completed) for p in passives})
             except Exception:
                 if completed:
                     raise
         self.timings = [t.as_dict() for t in booster.timings]
         self.model = BoostedModel(objective.name, objective.n_targets, [float(b) for b in base],
-                                  params.learning_rate, self.name, self.feature_names, peers, model_id, salt.hex(),
+                                  params.learning_rate, self.name, self.feature_names, passives, model_id, salt.hex(),
                                   rounds, params.to_dict() | ({"privacy": NOT_PRIVATE + ": dp_unsafe_noise_seed seeded "
                                                                           "the DP noise"}
                                                               if params.dp_unsafe_noise_seed is not None else {}),
@@ -330,11 +330,11 @@ class ActiveParty:
         return self.model
 
     @staticmethod
-    def _release_session(transport: Transport, peers: list[str], model_id: str) -> None:
+    def _release_session(transport: Transport, passives: list[str], model_id: str) -> None:
         """Best effort after a failure before the training loop: tell every passive party the training
-        ended unfinished (``TrainEnd``), so its training session is not left locked. A peer that
-        cannot be reached is skipped (the same client's next run takes the session over anyway)."""
-        for p in peers:
+        ended unfinished (``TrainEnd``), so its training session is not left locked. A passive party
+        that cannot be reached is skipped (the same client's next run takes the session over anyway)."""
+        for p in passives:
             try:
                 transport.call(p, m.TrainEnd(model_id, False))
             except Exception as exc:        # noqa: BLE001  (the original error is what matters)
@@ -367,20 +367,20 @@ class ActiveParty:
                               " (each passive party gives its own: PassiveParty(dp_bins=...), "
                               "vfl party passive --dp-bins)")
 
-    def _align(self, transport: Transport, peers: list[str], params: TrainParams, salt: bytes) -> np.ndarray:
+    def _align(self, transport: Transport, passives: list[str], params: TrainParams, salt: bytes) -> np.ndarray:
         """Own rows of the ids every party holds, in the canonical (salted hash) order."""
         session_id = secrets.token_hex(8)
         if params.align == Alignment.PSI:
-            return self.align_psi(transport, peers, salt, session_id)
-        return self.align(transport, peers, salt, session_id)
+            return self.align_psi(transport, passives, salt, session_id)
+        return self.align(transport, passives, salt, session_id)
 
-    def _plan_channel(self, transport: Transport, peers: list[str], infos: dict, params: TrainParams) -> None:
+    def _plan_channel(self, transport: Transport, passives: list[str], infos: dict, params: TrainParams) -> None:
         """Tell the gradient channel what its pre-shift decision needs, and send the public key."""
         caps = [getattr(transport, "max_frame_bytes", None)] + \
             [info.get("max_frame_bytes") for info in getattr(transport, "peer_info", {}).values()]
         caps = [c for c in caps if isinstance(c, int) and c > 0]
-        self.channel.plan(sum(int(np.sum(infos[p].n_bins)) for p in peers), params.max_depth, self.preshift,
-                          min(caps) if caps else None, peers=peers, link_mbps=self.link_mbps)
+        self.channel.plan(sum(int(np.sum(infos[p].n_bins)) for p in passives), params.max_depth, self.preshift,
+                          min(caps) if caps else None, passives=passives, link_mbps=self.link_mbps)
         if params.mode == Mode.HE:
             with self.channel.waiting():
                 # with the fast method's fixed base (Paillier): the passive parties re-randomise their replies
@@ -389,9 +389,9 @@ class ActiveParty:
                 enc = self.channel.encryptor
                 if key.scheme == PAILLIER and getattr(enc, "method", None) == "fast":
                     key.hs = format(int(enc.hs), "x")
-                transport.call_many({p: key for p in peers})
+                transport.call_many({p: key for p in passives})
 
-    def _sources(self, transport: Transport, peers: list[str], infos: dict, params: TrainParams,
+    def _sources(self, transport: Transport, passives: list[str], infos: dict, params: TrainParams,
                  model_id: str, root_gradients=None, own_rows=None) -> list[HistogramSource]:
         """This party's own features first (its rows ``own_rows`` of ``self.X``, binned without a
         copy of them), then every passive party's: remote (``he``/``plain``) or its one noisy
@@ -407,13 +407,13 @@ class ActiveParty:
                                        if self.dp_plan.private else None, rows=own_rows))
         self.dp_report = {}
         if params.mode == Mode.DP:
-            dp, self.dp_report = dp_sources(transport, peers, infos, params, model_id, len(own_rows), root_gradients,
+            dp, self.dp_report = dp_sources(transport, passives, infos, params, model_id, len(own_rows), root_gradients,
                                             own_rows)
             if params.dp_unsafe_noise_seed is not None:
                 self.dp_report["privacy"] = (f"{NOT_PRIVATE}: the DP noise was seeded (dp_unsafe_noise_seed="
                                              f"{params.dp_unsafe_noise_seed}); no epsilon holds")
             return sources + dp
-        for p in peers:
+        for p in passives:
             nb = infos[p].n_bins
             sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel,
                                         infos[p].categorical, infos[p].monotone))
@@ -477,7 +477,7 @@ class ActiveParty:
             raise InputError(f"align must be one of {ALIGNMENTS}, got {align!r}")
         if align == Alignment.PSI:
             session_id = secrets.token_hex(8)
-            align_predict(transport, list(model.passive_parties), self.name, ids, session_id, model.model_id,
+            align_predict(transport, list(model.passives), self.name, ids, session_id, model.model_id,
                           model.party_hashes)
         else:
             salt = bytes.fromhex(model.salt)
@@ -486,9 +486,9 @@ class ActiveParty:
             session_id = secrets.token_hex(8)
             transport.call_many({p: m.PredictStart(model.model_id, session_id, hashes,
                                                    model.party_hashes.get(p, ""))
-                                 for p in model.passive_parties})
+                                 for p in model.passives})
 
-        open_at = set(model.passive_parties)    # parties still holding the session's rows
+        open_at = set(model.passives)    # parties still holding the session's rows
         try:
             if prediction == Prediction.ONE_ROUND:
                 fetch = leaf_mask_fetcher(transport, session_id)
@@ -505,7 +505,7 @@ class ActiveParty:
 
             return ids, model.predict_raw(X, route)
         finally:        # the passive parties free the session's rows (and its slot) at once
-            end_prediction(transport, [p for p in model.passive_parties if p in open_at], session_id)
+            end_prediction(transport, [p for p in model.passives if p in open_at], session_id)
 
     def predict_proba(self, transport, frame=None, source=None, prediction=None,
                       align=None) -> tuple[np.ndarray, np.ndarray]:
@@ -522,7 +522,7 @@ class ActiveParty:
     def share_split_gains(self, transport) -> dict[str, int]:
         """Tell every passive party the gain of each of its own splits (opt-in; see docs/learner.md)."""
         model = self._need_model()
-        per_party: dict[str, tuple[list, list]] = {p: ([], []) for p in model.passive_parties}
+        per_party: dict[str, tuple[list, list]] = {p: ([], []) for p in model.passives}
         for rnd in model.rounds:
             for tree in rnd:
                 for node in tree.nodes:

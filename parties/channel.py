@@ -121,7 +121,7 @@ class GradientChannel(RoundObserver):
         self.max_depth = 1
         self.preshift: str | bool = "auto"
         self.frame_cap: int | None = None
-        self.peers: list[str] = []
+        self.passives: list[str] = []
         self.link_mbps: float | None = None           # given by the user: every peer's throughput
         self.measured: dict[str, float] = {}          # peer -> bytes per second of its last gradient message
         self._squaring: float | None = None
@@ -132,7 +132,7 @@ class GradientChannel(RoundObserver):
         return min(layout.n_targets, fit)
 
     def plan(self, n_bins: int, max_depth: int, preshift: str | bool = "auto",
-             frame_cap: int | None = None, peers: list[str] | None = None,
+             frame_cap: int | None = None, passives: list[str] | None = None,
              link_mbps: float | None = None) -> None:
         """What the shifts decision needs: passive slots per node, tree depth, the policy
         (``"auto"``: cost model, ``True``/``False``: always/never send pre-shifted copies),
@@ -142,7 +142,7 @@ class GradientChannel(RoundObserver):
         :meth:`observe_send`)."""
         self.n_bins, self.max_depth, self.preshift = int(n_bins), int(max_depth), preshift
         self.frame_cap = frame_cap
-        self.peers = list(peers or [])
+        self.passives = list(passives or [])
         if link_mbps is not None and not (isinstance(link_mbps, (int, float)) and 0 < link_mbps < float("inf")):
             raise InputError(f"the link throughput must be a positive number of Mbit/s, got {link_mbps!r}")
         self.link_mbps = link_mbps
@@ -158,8 +158,8 @@ class GradientChannel(RoundObserver):
         """Seconds per byte sent to every peer in turn: the user's ``link_mbps`` if given, else
         each peer's measured throughput, else :data:`ASSUMED_LINK_MBPS`."""
         if self.link_mbps is not None:
-            return len(self.peers) * 8 / (self.link_mbps * 1e6)
-        return sum(1 / self.measured.get(p, ASSUMED_LINK_MBPS * 1e6 / 8) for p in self.peers)
+            return len(self.passives) * 8 / (self.link_mbps * 1e6)
+        return sum(1 / self.measured.get(p, ASSUMED_LINK_MBPS * 1e6 / 8) for p in self.passives)
 
     def squaring_seconds(self) -> float:
         """One multiplication mod the cipher modulus (``n**2``, OU ``n``) on this machine (measured once)."""
@@ -204,7 +204,7 @@ class GradientChannel(RoundObserver):
             except Exception:        # a lost worker: its slots are gone anyway
                 pass
 
-    def _shifts(self, n_samples: int, layout: PackingLayout, per: int, n_trees: int = 1,
+    def _shifts(self, n_samples: int, layout: PackingLayout, per: int, trees_per_round: int = 1,
                 n_groups: int = 1, frame_rows: int | None = None) -> int:
         """How many pre-shifted copies of every value to send, 1..``per`` (see :mod:`crypto.compress`).
 
@@ -219,7 +219,7 @@ class GradientChannel(RoundObserver):
         if isinstance(self.preshift, int):
             return max(k for k in shift_choices(per) if k <= max(1, self.preshift))
         return choose_shifts(n_samples, self.n_bins, per, layout.value_bits, self.max_depth,
-                             encrypt_cost=self.encrypt_cost, n_trees=n_trees, n_groups=n_groups,
+                             encrypt_cost=self.encrypt_cost, trees_per_round=trees_per_round, n_groups=n_groups,
                              wire_seconds_per_byte=self.wire_seconds_per_byte(),
                              cipher_bytes=self.cipher_bytes, squaring_seconds=self.squaring_seconds())
 
@@ -269,7 +269,7 @@ class GradientChannel(RoundObserver):
         used = rg.in_any_sample
         n_used = n if used is None else int(np.count_nonzero(used))
         n_groups = -(-K // G)
-        shifts = self._shifts(n_used, glayout, per, n_trees=K, n_groups=n_groups, frame_rows=n)
+        shifts = self._shifts(n_used, glayout, per, trees_per_round=K, n_groups=n_groups, frame_rows=n)
         he = self.mode == Mode.HE
         if he:
             width, signed = int_width(self.encryptor.cipher_modulus), False
@@ -302,7 +302,7 @@ class GradientChannel(RoundObserver):
         stream = None
         if overlap:
             rg.timing.add("encrypt", time.perf_counter() - t0)
-            stream = EncryptionStream(values, job, consumers=max(1, len(self.peers)),
+            stream = EncryptionStream(values, job, consumers=max(1, len(self.passives)),
                                       on_wait=lambda sec: rg.timing.add("encrypt", sec), on_done=encrypted,
                                       messages=messages)
         else:

@@ -140,9 +140,9 @@ def _around(text, marker):
     return parts[0], parts[1]
 
 
-def records_per_party(rounds, passive_parties) -> dict[str, int]:
+def records_per_party(rounds, passives) -> dict[str, int]:
     """How many lookup-table records of each passive party the trees refer to."""
-    counts = {p: 0 for p in passive_parties}
+    counts = {p: 0 for p in passives}
     for rnd in rounds:
         for tree in rnd:
             for node in tree.nodes:
@@ -164,7 +164,7 @@ def _param(params: dict, key: str):
 @dataclass
 class Checkpoint:
     active_party: str
-    passive_parties: list[str]
+    passives: list[str]
     model_id: str
     salt: str                       # hex
     params: dict
@@ -185,7 +185,7 @@ class Checkpoint:
         """The checkpoint as JSON (``raw_data``: this text in place of the raw scores' base64)."""
         return {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "role": "checkpoint",
                 "completed": False, "active_party": self.active_party,
-                "passive_parties": list(self.passive_parties), "model_id": self.model_id, "salt": self.salt,
+                "passive_parties": list(self.passives), "model_id": self.model_id, "salt": self.salt,
                 "params": self.params, "n_rows": self.n_rows, "data_digest": self.data_digest,
                 "data_digest_layout": self.digest_layout,
                 "n_rounds": self.n_rounds, "records": dict(self.records),
@@ -308,16 +308,16 @@ class Checkpoint:
         return cls.from_dict(read_model_json(path, "checkpoint"), str(path))
 
     # -- resuming -----------------------------------------------------------
-    def check_resume(self, active_party: str, passive_parties, params: dict, digest: str, n_rows: int) -> None:
+    def check_resume(self, active_party: str, passives, params: dict, digest: str, n_rows: int) -> None:
         """Refuse a resume that would not continue the same training."""
         if Mode.DP in (params.get("mode"), self.params.get("mode")):
             raise InputError("a dp-mode training cannot be resumed: each passive party's noisy release happens "
                              "once per training, and a resumed run would release again")
         if active_party != self.active_party:
             raise InputError(f"the checkpoint belongs to active party {self.active_party!r}, not {active_party!r}")
-        if list(passive_parties) != list(self.passive_parties):
-            raise InputError(f"the checkpoint was trained with passive parties {self.passive_parties} (in this "
-                             f"order), not {list(passive_parties)}")
+        if list(passives) != list(self.passives):
+            raise InputError(f"the checkpoint was trained with passive parties {self.passives} (in this "
+                             f"order), not {list(passives)}")
         diff = sorted(k for k in set(params) | set(self.params)
                       if k not in RESUMABLE_CHANGES and _param(params, k) != _param(self.params, k))
         if diff:
@@ -335,15 +335,15 @@ class CheckpointTracker(RoundObserver):
     """Checkpoints as a round observer: restores the booster's state on resume and saves a
     checkpoint after every round."""
 
-    def __init__(self, active_party: str, passive_parties, params, salt: bytes, model_id: str, ids, X, y,
+    def __init__(self, active_party: str, passives, params, salt: bytes, model_id: str, ids, X, y,
                  feature_names, resume: Checkpoint | None = None, save=None, rows=None):
         self.save = save
         layout = resume.digest_layout if resume is not None else "columns"     # a resume: the checkpoint's way
         digest = data_digest(ids, X, y, feature_names, rows, layout)
         if resume is not None:
-            resume.check_resume(active_party, passive_parties, params.to_dict(), digest, len(y))
+            resume.check_resume(active_party, passives, params.to_dict(), digest, len(y))
             resume.check_features(len(feature_names))
-        self.template = Checkpoint(active_party, list(passive_parties), model_id, salt.hex(), params.to_dict(),
+        self.template = Checkpoint(active_party, list(passives), model_id, salt.hex(), params.to_dict(),
                                    int(len(y)), digest, digest_layout=layout)
         self.resume = resume
         self.rounds: list = [list(r) for r in resume.rounds] if resume is not None else []
@@ -357,7 +357,7 @@ class CheckpointTracker(RoundObserver):
     def round_finished(self, record: RoundRecord) -> None:
         if self.save is not None:
             t = self.template
-            self.save(Checkpoint(t.active_party, t.passive_parties, t.model_id, t.salt, t.params, t.n_rows,
+            self.save(Checkpoint(t.active_party, t.passives, t.model_id, t.salt, t.params, t.n_rows,
                                  t.data_digest, list(self.rounds), np.array(record.raw, dtype=np.float64),
-                                 records_per_party(self.rounds, t.passive_parties), history=record.history,
+                                 records_per_party(self.rounds, t.passives), history=record.history,
                                  digest_layout=t.digest_layout))

@@ -289,13 +289,13 @@ def _register_on_edges(s: PassiveState, f_all, b_all, dl_all) -> m.DPSplitRecord
 
 
 # -- the active party's side -----------------------------------------------------------------------
-def _registrar(transport, peer: str, model_id: str, features: np.ndarray | None = None):
-    """Register splits with ``peer``; ``features`` maps the source's columns to the peer's
+def _registrar(transport, party: str, model_id: str, features: np.ndarray | None = None):
+    """Register splits with passive party ``party``; ``features`` maps the source's columns to the party's
     feature indices (``--dp-select``: only some were released)."""
     def register(feature_idx, bin_idx, default_left):
         f = np.asarray(feature_idx, np.int64)
         f = f if features is None else np.asarray(features, np.int64)[f]
-        reply = transport.call(peer, m.DPSplitRegister(model_id, f.astype(np.int32),
+        reply = transport.call(party, m.DPSplitRegister(model_id, f.astype(np.int32),
                                                        np.asarray(bin_idx, np.int32),
                                                        np.asarray(default_left, bool)))
         return reply.record_ids
@@ -392,7 +392,7 @@ def _check_release(p: str, r, n_rows: int, n_feat: int, slots: np.ndarray, wante
                         f"({r.buckets.shape} buckets for {n_rows} samples x {n_feat} features)")
 
 
-def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, n_samples: int,
+def dp_sources(transport, passives: list[str], infos: dict, params, model_id: str, n_samples: int,
                root_gradients=None, own_rows=None):
     """Ask every passive party for its release; return ``(sources, report)``.
 
@@ -407,15 +407,15 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
     ``own_rows``: the active party's own row of every aligned position (the pilot is drawn in
     that order: :func:`pilot_rows`).
     """
-    n_features = {p: int(len(infos[p].n_bins)) for p in peers}
+    n_features = {p: int(len(infos[p].n_bins)) for p in passives}
     total = epsilon_budget(n_features, params.epsilon, params.epsilon_per_feature)
     # what each party's bucket edges spent (a DP histogram per feature without public bins, charged
     # at setup; public bins: nothing): the release gets the rest of the party's per-row budget
-    edge = {p: edge_spent(p, infos[p].dp_binning, dp_only_binning(params), n_features[p]) for p in peers}
-    rest = {p: (total["epsilon_per_party"][p] - edge[p]) for p in peers}
+    edge = {p: edge_spent(p, infos[p].dp_binning, dp_only_binning(params), n_features[p]) for p in passives}
+    rest = {p: (total["epsilon_per_party"][p] - edge[p]) for p in passives}
     if any(not r > 0 for r in rest.values()):
         raise InputError(f"mode dp: the bucket edges leave no budget for the release ({rest})")
-    budget = {"epsilon_per_party": rest, "epsilon_per_feature": {p: rest[p] / n_features[p] for p in peers}}
+    budget = {"epsilon_per_party": rest, "epsilon_per_feature": {p: rest[p] / n_features[p] for p in passives}}
     # epsilon_per_feature: every feature costs exactly that per row (its edges and its release), so
     # no selection (which would give each released feature d x epsilon / K; an integer K is refused)
     k = params.dp_select if params.epsilon_per_feature is None else None
@@ -424,26 +424,26 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
         if small:
             raise InputError(f"dp_select={k} releases {k} features per passive party, but "
                              + ", ".join(f"party {p!r} has {d}" for p, d in small.items()))
-    ks = {p: selected_count(k, n_features[p], budget["epsilon_per_party"][p], n_samples) for p in peers}
-    select = {p: ks[p] == AUTO or (ks[p] is not None and ks[p] < n_features[p]) for p in peers}
+    ks = {p: selected_count(k, n_features[p], budget["epsilon_per_party"][p], n_samples) for p in passives}
+    select = {p: ks[p] == AUTO or (ks[p] is not None and ks[p] < n_features[p]) for p in passives}
     if any(select.values()) and root_gradients is None:
         raise InputError("dp_select needs the first round's gradients to score its pilot")
     pilot = pilot_rows(n_samples, params.seed, own_rows) if any(select.values()) else None
     chosen = {}
     if pilot is not None:
-        chosen = _select_features(transport, [p for p in peers if select[p]], infos, params, model_id,
+        chosen = _select_features(transport, [p for p in passives if select[p]], infos, params, model_id,
                                   budget, pilot, root_gradients, ks)
     ks.update({p: chosen[p]["k"] for p in chosen})      # auto: the pilot decided
     eps_f = {p: budget["epsilon_per_party"][p] / ks[p] if select[p] else budget["epsilon_per_feature"][p]
-             for p in peers}
-    feats = {p: chosen[p]["features"] if select[p] else None for p in peers}
-    slots = {p: infos[p].n_bins if feats[p] is None else infos[p].n_bins[feats[p]] for p in peers}
-    wanted = {p: release_buckets_wanted(slots[p], eps_f[p], params.dp_buckets) for p in peers}
+             for p in passives}
+    feats = {p: chosen[p]["features"] if select[p] else None for p in passives}
+    slots = {p: infos[p].n_bins if feats[p] is None else infos[p].n_bins[feats[p]] for p in passives}
+    wanted = {p: release_buckets_wanted(slots[p], eps_f[p], params.dp_buckets) for p in passives}
     main = None
     if pilot is not None:
         main = np.setdiff1d(np.arange(n_samples), pilot)
     requests = {}
-    for p in peers:
+    for p in passives:
         if select[p]:
             requests[p] = m.DPReleaseRequest(model_id, eps_f[p], _wanted_array(wanted[p], slots[p]),
                                              main, feats[p].astype(np.int32))
@@ -451,7 +451,7 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
             requests[p] = m.DPReleaseRequest(model_id, eps_f[p], wanted[p])
     replies = transport.call_many(requests)
     sources, stay, buckets = [], {}, {}
-    for p in peers:
+    for p in passives:
         r, eps = replies[p], eps_f[p]
         n_rows = n_samples if not select[p] else main.size
         _check_release(p, r, n_rows, len(slots[p]), slots[p], wanted[p], eps)
@@ -473,10 +473,10 @@ def dp_sources(transport, peers: list[str], infos: dict, params, model_id: str, 
         sources.append(src)
         stay[p] = [1.0 if d < 2 else stay_probability(eps, int(d)) for d in r.rr_domain.tolist()]
         buckets[p] = [int(nb) - 1 for nb in r.n_bins.tolist()]
-    report = {"epsilon_per_feature": {p: json_epsilon(eps_f[p]) for p in peers},
-              "epsilon_per_party": {p: json_epsilon(total["epsilon_per_party"][p]) for p in peers},
-              "edge_epsilon": {p: edge[p] for p in peers},
-              "release_epsilon_per_party": {p: json_epsilon(rest[p]) for p in peers},
+    report = {"epsilon_per_feature": {p: json_epsilon(eps_f[p]) for p in passives},
+              "epsilon_per_party": {p: json_epsilon(total["epsilon_per_party"][p]) for p in passives},
+              "edge_epsilon": {p: edge[p] for p in passives},
+              "release_epsilon_per_party": {p: json_epsilon(rest[p]) for p in passives},
               "rr_stay_probability": stay, "dp_buckets": buckets, "dp_debias": bool(params.dp_debias)}
     if chosen:
         report["dp_select"] = {p: {key: ([int(f) for f in v] if key == "features" else v)
@@ -516,7 +516,7 @@ def _wanted_array(wanted, slots) -> np.ndarray:
     return np.asarray(wanted if wanted is not None else np.asarray(slots) - 1, dtype=np.int32)
 
 
-def _select_features(transport, peers, infos, params, model_id, budget, pilot, root_gradients, ks) -> dict:
+def _select_features(transport, passives, infos, params, model_id, budget, pilot, root_gradients, ks) -> dict:
     """``--dp-select``: the pilot rows are split at random into one group per feature of a
     selecting party; each group releases its one feature at the party's whole per-row budget
     ``eps_row`` (buckets chosen for that epsilon). The active party keeps the ``k`` features of
@@ -528,7 +528,7 @@ def _select_features(transport, peers, infos, params, model_id, budget, pilot, r
     g, h = (a.reshape(len(a), -1) for a in (g, h))
     rng = np.random.default_rng([int(params.seed), 0x91107])
     out = {}
-    for p in peers:
+    for p in passives:
         eps_row, k = budget["epsilon_per_party"][p], ks[p]
         d = len(infos[p].n_bins)
         groups = np.array_split(rng.permutation(pilot), d)

@@ -56,7 +56,7 @@ class TrainingMonitor(RoundObserver):
         self._val = None
 
     # -- validation ---------------------------------------------------------
-    def start_validation(self, transport, peers, model_id, salt: bytes, active_name, active_features,
+    def start_validation(self, transport, passives, model_id, salt: bytes, active_name, active_features,
                          val_ids, X_val, y_val) -> None:
         """Check the validation labels and open a validation session at every passive party."""
         y = self.loss.encode_labels(y_val, active_name, "label (validation set)")
@@ -64,7 +64,7 @@ class TrainingMonitor(RoundObserver):
             raise InputError("the validation set holds a single class: AUC (eval_metric) is undefined")
         session_id = secrets.token_hex(8)
         if self.params.align == Alignment.PSI:
-            match = psi_match(transport, peers, active_name, val_ids, alignment.new_salt(), session_id,
+            match = psi_match(transport, passives, active_name, val_ids, alignment.new_salt(), session_id,
                               "validate", model_id)
             for p, held in match.held.items():
                 missing = int(np.sum(held < 0))
@@ -75,12 +75,12 @@ class TrainingMonitor(RoundObserver):
         else:
             hashes = alignment.hash_ids(val_ids, salt)
             alignment.check_unique_hashes(hashes, active_name, "validation ids")
-            transport.call_many({p: m.EvalStart(model_id, session_id, hashes) for p in peers})
+            transport.call_many({p: m.EvalStart(model_id, session_id, hashes) for p in passives})
         K = self.loss.n_targets
         self._val = {"fetch_masks": leaf_mask_fetcher(transport, session_id), "X": X_val, "y": y,
                      "raw": np.tile(self.loss.base_score(self.y_train), (len(y), 1)).astype(np.float64),
                      "model": BoostedModel(self.loss.name, K, [0.0] * K, self.params.learning_rate,
-                                           active_name, list(active_features), list(peers), model_id,
+                                           active_name, list(active_features), list(passives), model_id,
                                            salt.hex())}
         self.history["validation"] = {k: [] for k in self.metrics}
 

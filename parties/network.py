@@ -202,7 +202,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     log.info("%s: model %s finished: %d round(s); saved to %s", name, model.model_id, model.n_rounds, files.final)
     return {
         "mode": params.mode, "objective": params.objective, "active_party": name,
-        "passive_parties": list(peers), "peers": dict(peers),
+        "passives": list(peers), "peers": dict(peers),
         "n_train": int(active.alignment_report.get(name, {}).get("n_kept", 0)),
         "train_seconds": train_seconds, "train_cpu_seconds": train_cpu_seconds,
         "resumed_after_rounds": done_before if ck is not None else None,
@@ -358,20 +358,20 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
     check_prediction(prediction)
     collect = out is None if collect is None else collect
     model = load_active_model(model_dir)
-    missing = [p for p in model.passive_parties if p not in peers]
+    missing = [p for p in model.passives if p not in peers]
     if missing:
         raise InputError("the model needs passive part" + ("y " if len(missing) == 1 else "ies ")
                          + ", ".join(repr(p) for p in missing) + ": give --peer "
                          + " --peer ".join(f"{p}=HOST:PORT" for p in missing))
-    extra = [p for p in peers if p not in model.passive_parties]
+    extra = [p for p in peers if p not in model.passives]
     if extra:
         raise InputError(f"the model was not trained with part{'y' if len(extra) == 1 else 'ies'} {extra}; "
-                         f"its passive parties are {model.passive_parties}")
+                         f"its passive parties are {model.passives}")
     batches = iter_party_batches(data, model.active_party, id_col, batch_rows=batch_rows,
                                  categorical=list(model.categories))
     first = next(batches)            # the whole id column is checked here, before connecting
     active = ActiveParty.from_model(model, id_col)
-    used = {p: peers[p] for p in model.passive_parties}
+    used = {p: peers[p] for p in model.passives}
     transport = GrpcTransport(model.active_party, used, security, timeout=timeout, max_frame_bytes=max_frame_bytes)
     kept_ids, kept_proba, n_rows, n_batches = [], [], 0, 0
     try:

@@ -89,10 +89,10 @@ def _rows_by_node(assignment_row: np.ndarray, node_ids, what: str, tree: int) ->
     return groups
 
 
-def _check_nodes(tree_idx: np.ndarray, node_ids: np.ndarray, n_trees: int, what: str) -> None:
-    if tree_idx.size and int(tree_idx.max()) >= n_trees:
+def _check_nodes(tree_idx: np.ndarray, node_ids: np.ndarray, trees_in_round: int, what: str) -> None:
+    if tree_idx.size and int(tree_idx.max()) >= trees_in_round:
         raise ProtocolError(f"{what}.tree_idx: tree {int(tree_idx.max())} is out of range (the round has "
-                            f"{n_trees} tree(s))")
+                            f"{trees_in_round} tree(s))")
     pairs = np.stack([tree_idx.astype(np.int64), node_ids.astype(np.int64)], axis=1)
     if len(np.unique(pairs, axis=0)) != len(pairs):
         raise ProtocolError(f"{what}.node_ids: a node is named twice")

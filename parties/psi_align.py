@@ -33,11 +33,11 @@ class PsiMatch:
     peer_sizes: dict
 
 
-def psi_match(transport: Transport, peers: list[str], local_name: str, ids, salt: bytes,
+def psi_match(transport: Transport, passives: list[str], local_name: str, ids, salt: bytes,
               session_id: str, purpose: str, model_id: str = "", model_hashes: dict | None = None) -> PsiMatch:
-    """Steps 1-3 of the PSI with every peer (``PsiRequest`` / ``PsiResponse``)."""
+    """Steps 1-3 of the PSI with every passive party (``PsiRequest`` / ``PsiResponse``)."""
     alignment.check_unique(alignment.normalize_ids(ids), local_name)
-    if not peers:
+    if not passives:
         return PsiMatch({}, {})
     psi.require_backend()
     key = psi.BlindingKey()
@@ -46,9 +46,9 @@ def psi_match(transport: Transport, peers: list[str], local_name: str, ids, salt
     sent = blinded[perm]
     replies = transport.call_many({p: m.PsiRequest(session_id, salt, m.PsiPurpose(purpose), model_id, sent,
                                                               (model_hashes or {}).get(p, ""))
-                                   for p in peers})
+                                   for p in passives})
     held, sizes = {}, {}
-    for p in peers:
+    for p in passives:
         r = replies[p]
         dbl = psi.check_points(r.double_blinded, f"the double-blinded ids from party {p!r}")
         if len(dbl) != len(sent):
@@ -63,10 +63,10 @@ def psi_match(transport: Transport, peers: list[str], local_name: str, ids, salt
     return PsiMatch(held, sizes)
 
 
-def align_train(transport: Transport, peers: list[str], local_name: str, ids, salt: bytes,
+def align_train(transport: Transport, passives: list[str], local_name: str, ids, salt: bytes,
                 session_id: str) -> tuple[np.ndarray, dict]:
     """PSI alignment for training: ``(own rows in canonical order, alignment report)``."""
-    match = psi_match(transport, peers, local_name, ids, salt, session_id, "train")
+    match = psi_match(transport, passives, local_name, ids, salt, session_id, "train")
     n = len(ids)
     in_all = np.ones(n, dtype=bool)
     for h in match.held.values():
@@ -78,7 +78,7 @@ def align_train(transport: Transport, peers: list[str], local_name: str, ids, sa
                          f"(rows per party: {sizes})")
     keys = alignment.hashes_to_keys(alignment.hash_ids(np.asarray(ids)[rows], salt))
     rows = rows[sorted(range(len(rows)), key=keys.__getitem__)]
-    acks = transport.call_many({p: m.PsiResult(session_id, match.held[p][rows]) for p in peers})
+    acks = transport.call_many({p: m.PsiResult(session_id, match.held[p][rows]) for p in passives})
     report = {local_name: {"n_rows": int(n), "n_kept": int(len(rows))}}
     for p, a in acks.items():
         if a.n_kept != len(rows):
@@ -87,11 +87,11 @@ def align_train(transport: Transport, peers: list[str], local_name: str, ids, sa
     return rows, report
 
 
-def align_predict(transport: Transport, peers: list[str], local_name: str, ids, session_id: str,
+def align_predict(transport: Transport, passives: list[str], local_name: str, ids, session_id: str,
                   model_id: str, model_hashes: dict | None = None) -> dict:
     """PSI for a prediction batch: every passive party must hold every row; its session rows
     are then in the active party's row order. Returns the acks' report."""
-    match = psi_match(transport, peers, local_name, ids, alignment.new_salt(), session_id, "predict",
+    match = psi_match(transport, passives, local_name, ids, alignment.new_salt(), session_id, "predict",
                       model_id, model_hashes)
     for p, h in match.held.items():
         missing = int(np.sum(h < 0))

@@ -35,25 +35,25 @@ log = logging.getLogger("vfl.active")
 class RemoteSource(HistogramSource):
     """A passive party's features behind a transport."""
 
-    def __init__(self, transport: Transport, peer: str, bin_offsets: np.ndarray, channel: GradientChannel,
+    def __init__(self, transport: Transport, party: str, bin_offsets: np.ndarray, channel: GradientChannel,
                  categorical: np.ndarray | None = None, monotone: np.ndarray | None = None):
-        """``categorical``/``monotone``: what the peer declared per feature at setup (the feature's
+        """``categorical``/``monotone``: what the passive party declared per feature at setup (the feature's
         position only: the active party never learns a name or a category)."""
         self.transport = transport
-        self.party = peer
+        self.party = party
         self.bin_offsets = np.asarray(bin_offsets, dtype=np.int64)
         self.channel = channel
         n_features = len(self.bin_offsets) - 1
         for name, arr in (("categorical", categorical), ("monotone", monotone)):
             if arr is not None and len(arr) and len(arr) != n_features:
-                raise PeerError(f"party {peer!r} declared {name} for {len(arr)} of its {n_features} features")
+                raise PeerError(f"party {party!r} declared {name} for {len(arr)} of its {n_features} features")
         self.categorical = np.asarray(categorical, dtype=bool) \
             if categorical is not None and np.any(categorical) else None
         self.monotone = np.asarray(monotone, dtype=np.int8) if monotone is not None and np.any(monotone) else None
         if self.monotone is not None and (np.any(np.abs(self.monotone) > 1) or
                                           (self.categorical is not None and
                                            np.any(self.categorical & (self.monotone != 0)))):
-            raise PeerError(f"party {peer!r} declared invalid monotone constraints")
+            raise PeerError(f"party {party!r} declared invalid monotone constraints")
 
     def start_round(self, gradients: RoundGradients) -> None:
         """Stream the round's gradients: a header, then one shard message at a time (each encrypted,
@@ -70,7 +70,7 @@ class RemoteSource(HistogramSource):
         self.channel.observe_send(self.party, self.transport.bytes_sent[key] - sent0, wire)
 
     def build(self, round_idx, tree_idx, node_ids, assignment):
-        with self.channel.waiting():      # the workers make obfuscators while the peer builds
+        with self.channel.waiting():      # the workers make obfuscators while the passive party builds
             reply = self.transport.call(self.party, m.HistogramRequest(
                 round_idx=round_idx, tree_idx=np.asarray(tree_idx, np.int32),
                 node_ids=np.asarray(node_ids, np.int32), assignment=np.asarray(assignment, np.int32)))
@@ -131,11 +131,11 @@ def leaf_mask_fetcher(transport: Transport, session_id: str):
     return fetch_masks
 
 
-def end_prediction(transport: Transport, peers: list[str], session_id: str) -> None:
+def end_prediction(transport: Transport, passives: list[str], session_id: str) -> None:
     """Tell every passive party that prediction session ``session_id`` is over (best effort: a
     party that cannot be told forgets the session when it is evicted as idle)."""
-    for peer in peers:
+    for p in passives:
         try:
-            transport.call(peer, m.PredictEnd(session_id))
+            transport.call(p, m.PredictEnd(session_id))
         except VFLError as exc:
-            log.info("could not end prediction session %s at party %r: %s", session_id, peer, exc)
+            log.info("could not end prediction session %s at party %r: %s", session_id, p, exc)

@@ -155,8 +155,8 @@ def _four_classes():
 
 #: case id -> (federation builder factory, training parameters, passive parties that must split, slow)
 CASES = {
-    "breast-2p-binary": (lambda: _breast(2), dict(n_estimators=4, max_depth=4), {"host1"}, True),
-    "breast-3p-binary": (lambda: _breast(3), dict(n_estimators=3, max_depth=3), {"host1", "host2"}, True),
+    "breast-2p-binary": (lambda: _breast(2), dict(n_estimators=4, max_depth=4), {"passive1"}, True),
+    "breast-3p-binary": (lambda: _breast(3), dict(n_estimators=3, max_depth=3), {"passive1", "passive2"}, True),
     "small-3p-binary": (_small3, dict(n_estimators=2, max_depth=3), {"telco", "shop"}, False),
     **{f"{o}-missing": (lambda o=o: _missing(o),
                         dict(objective=o, n_estimators=2, max_depth=2, huber_slope=0.5), {"b"}, False)

@@ -274,20 +274,20 @@ class Federation:
         if active_model is None:
             raise InputError(f"no active-party model file in {where}")
         for f, p in passives:
-            if p.name in active_model.passive_parties and p.model_id != active_model.model_id:
+            if p.name in active_model.passives and p.model_id != active_model.model_id:
                 raise InputError(f"{f} holds model {p.model_id!r} of party {p.name!r}, but the active party's model "
                                  f"is {active_model.model_id!r}: the directory mixes two models")
         have = {p.name for _, p in passives}
-        missing = set(active_model.passive_parties) - have
+        missing = set(active_model.passives) - have
         if missing:
             raise InputError(f"{where} lacks the model file(s) of party {sorted(missing)}")
         for _, p in passives:
             p.id_col = id_col
             h = active_model.party_hashes.get(p.name)
-            if h and p.name in active_model.passive_parties:
+            if h and p.name in active_model.passives:
                 p.check_model_hash(h)
         return cls(ActiveParty.from_model(active_model, id_col),
-                   [p for _, p in passives if p.name in active_model.passive_parties])
+                   [p for _, p in passives if p.name in active_model.passives])
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = "vfl-boost-manifest"

@@ -20,7 +20,7 @@ noise) it trains, with the same trees/depth/learning rate/bins everywhere:
 
 It writes ``compare_runs.csv`` and ``compare_runs.json`` (every run: data
 set, mode, epsilon, seed, test AUC, train seconds, bytes sent in training
-and in all, ...; the JSON
+and in all, the boosting rounds ``n_rounds`` and the trees grown ``n_trees``, ...; the JSON
 also holds the settings, a summary per data set and notes) and, with
 matplotlib, two PNG figures per data set: ``<dataset>_auc_vs_epsilon.png``
 and ``<dataset>_cost.png``.
@@ -83,8 +83,8 @@ DP_MODEL_SETTINGS = {"max_depth": 3, "learning_rate": 0.5}     # dp_trees, dp_bu
 EPSILON_SCOPES = EpsilonScope.values()
 COMPARE_KEY_BITS = 1024     # the HE arm's keys: a benchmark of cost, not a deployment (TrainParams: 2048)
 CSV_COLUMNS = ["dataset", "mode", "epsilon", "epsilon_scope", "seed", "test_auc", "train_seconds",
-               "predict_seconds", "train_bytes", "total_bytes", "n_train", "n_test", "n_trees", "key_bits",
-               "epsilon_per_feature", "epsilon_per_party"]
+               "predict_seconds", "train_bytes", "total_bytes", "n_train", "n_test", "n_rounds", "n_trees",
+               "key_bits", "epsilon_per_feature", "epsilon_per_party"]
 
 
 def default_datasets() -> tuple[str, ...]:
@@ -235,7 +235,8 @@ def _run_federated(frames, dataset, mode, epsilon, seed, cfg: CompareConfig) -> 
             "test_auc": res["test_auc"], "train_seconds": res["train_seconds"],
             "predict_seconds": res["predict_seconds"], "train_bytes": res["train_bytes"],
             "total_bytes": res["total_bytes"],
-            "n_train": res["n_train"], "n_test": res["n_test"], "n_trees": res["n_trees"],
+            "n_train": res["n_train"], "n_test": res["n_test"], "n_rounds": res["n_rounds"],
+            "n_trees": res["n_trees"],
             "key_bits": cfg.key_bits if mode == "he" else None,
             "epsilon_per_feature": res.get("epsilon_per_feature"),
             "epsilon_per_party": res.get("epsilon_per_party")}
@@ -267,7 +268,8 @@ def _run_xgboost(frames, dataset, seed, cfg: CompareConfig) -> dict:
     return {"dataset": dataset, "mode": "xgboost", "epsilon": None, "epsilon_scope": None, "seed": seed,
             "test_auc": auc, "train_seconds": seconds, "predict_seconds": time.perf_counter() - t0,
             "train_bytes": 0, "total_bytes": 0, "n_train": int(len(ytr)), "n_test": int(len(yte)),
-            "n_trees": p.n_estimators,
+            "n_rounds": int(model.get_booster().num_boosted_rounds()),
+            "n_trees": len(model.get_booster().get_dump()),
             "key_bits": None, "epsilon_per_feature": None, "epsilon_per_party": None}
 
 

@@ -42,6 +42,8 @@ An estimator predicts from the form it was fitted on.
 
 Conventions:
 
+* ``n_estimators`` is the number of boosting rounds, as in XGBoost: one tree per round, one
+  tree per class per round for a multiclass classifier (``n_estimators * n_classes`` trees).
 * ``eval_set=(X_val, y_val)`` in ``fit`` gives per-round metrics
   (``evals_result_``) and enables ``early_stopping_rounds``; ``best_iteration_``
   is then used by ``predict``.

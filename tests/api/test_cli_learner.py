@@ -23,7 +23,7 @@ def csv_pair(tmp_path, y, X, label_col="y"):
     ids = np.arange(len(y))
     g = pd.DataFrame({"id": ids, label_col: y, **{f"g{i}": X[:, i] for i in range(2)}})
     h = pd.DataFrame({"id": ids, **{f"h{i}": X[:, i] for i in range(2, X.shape[1])}})
-    gp, hp = tmp_path / "guest.csv", tmp_path / "host.csv"
+    gp, hp = tmp_path / "active.csv", tmp_path / "passive.csv"
     g.to_csv(gp, index=False)
     h.to_csv(hp, index=False)
     return str(gp), str(hp)
@@ -31,7 +31,7 @@ def csv_pair(tmp_path, y, X, label_col="y"):
 
 def test_binary_json_reports_auc_accuracy_and_logloss(tmp_path):
     out = tmp_path / "r.json"
-    res = run("--mode", "plain", "--trees", "3", "--output-json", str(out))
+    res = run("--mode", "plain", "--rounds", "3", "--output-json", str(out))
     assert res.exit_code == 0, res.output
     r = json.loads(out.read_text())
     assert r["objective"] == "binary" and r["test_auc"] > 0.9 and r["test_accuracy"] > 0.85
@@ -41,13 +41,13 @@ def test_binary_json_reports_auc_accuracy_and_logloss(tmp_path):
 
 def test_multiclass_on_vehicle_by_default_objective(shared_dir, tmp_path):
     out, pred = tmp_path / "r.json", tmp_path / "p.csv"
-    res = run("--dataset", "vehicle", "--mode", "plain", "--trees", "5", "--output-json", str(out),
+    res = run("--dataset", "vehicle", "--mode", "plain", "--rounds", "5", "--output-json", str(out),
               "--predictions", str(pred))
     assert res.exit_code == 0, res.output
     assert "objective multiclass" in res.output and "test accuracy:" in res.output
     r = json.loads(out.read_text())
     assert r["test_accuracy"] > 0.5 and r["test_logloss"] > 0 and r["test_auc"] is None
-    assert r["classes"] == [0, 1, 2, 3] and r["n_trees"] == 5 * 4
+    assert r["classes"] == [0, 1, 2, 3] and r["n_rounds"] == 5 and r["n_trees"] == 5 * 4   # K trees a round
     p = pd.read_csv(pred)
     assert list(p.columns) == ["id", "prediction", "proba_0", "proba_1", "proba_2", "proba_3"]
     assert np.allclose(p.filter(like="proba_").sum(axis=1), 1)
@@ -59,7 +59,7 @@ def test_regression_from_csv_with_predictions(tmp_path):
     y = 3 * X[:, 0] + 2 * X[:, 3] + 0.1 * rng.normal(size=200)
     g, h = csv_pair(tmp_path, y, X)
     out, pred = tmp_path / "r.json", tmp_path / "p.csv"
-    res = run("--active", g, "--passive", h, "--objective", "regression", "--mode", "plain", "--trees", "20",
+    res = run("--active", g, "--passive", h, "--objective", "regression", "--mode", "plain", "--rounds", "20",
               "--output-json", str(out), "--predictions", str(pred))
     assert res.exit_code == 0, res.output
     r = json.loads(out.read_text())
@@ -74,20 +74,20 @@ def test_string_labels_mapping_is_reported(tmp_path):
     y = np.array(["bus", "car", "van"])[(X[:, 0] > 0).astype(int) + (X[:, 2] > 0.5).astype(int)]
     g, h = csv_pair(tmp_path, y, X)
     pred = tmp_path / "p.csv"
-    res = run("--active", g, "--passive", h, "--objective", "multiclass", "--mode", "plain", "--trees", "4",
+    res = run("--active", g, "--passive", h, "--objective", "multiclass", "--mode", "plain", "--rounds", "4",
               "--predictions", str(pred))
     assert res.exit_code == 0, res.output
     assert "classes: 0 = 'bus', 1 = 'car', 2 = 'van'" in res.output
     p = pd.read_csv(pred)
     assert set(p["prediction"]) <= {"bus", "car", "van"} and "proba_van" in p.columns
-    res = run("--active", g, "--passive", h, "--mode", "plain", "--trees", "1")      # binary: a clear error
+    res = run("--active", g, "--passive", h, "--mode", "plain", "--rounds", "1")      # binary: a clear error
     assert res.exit_code != 0 and "label column 'y'" in res.output and "not numeric" in res.output
     assert "Traceback" not in res.output
 
 
 def test_validation_and_early_stopping(tmp_path):
     out = tmp_path / "r.json"
-    res = run("--mode", "plain", "--trees", "60", "--learning-rate", "1.0", "--depth", "6",
+    res = run("--mode", "plain", "--rounds", "60", "--learning-rate", "1.0", "--depth", "6",
               "--min-child-weight", "0", "--validation-size", "0.25", "--early-stopping-rounds", "2",
               "--output-json", str(out))
     assert res.exit_code == 0, res.output
@@ -101,7 +101,7 @@ def test_validation_and_early_stopping(tmp_path):
 @pytest.mark.parametrize("flags", [["--goss"], ["--subsample", "0.5"]])
 def test_sampling_flags(tmp_path, flags):
     out = tmp_path / "r.json"
-    res = run("--mode", "plain", "--trees", "5", "--output-json", str(out), *flags)
+    res = run("--mode", "plain", "--rounds", "5", "--output-json", str(out), *flags)
     assert res.exit_code == 0, res.output
     r = json.loads(out.read_text())
     assert r["params"]["goss"] == ("--goss" in flags) and r["test_auc"] > 0.9
@@ -115,7 +115,7 @@ def test_sampling_flags(tmp_path, flags):
     (["--objective", "multiclass", "--validation-size", "0.2", "--eval-metric", "auc"], "does not fit"),
 ])
 def test_bad_flags_are_clear_errors(flags, message):
-    res = run("--mode", "plain", "--trees", "2", *flags)
+    res = run("--mode", "plain", "--rounds", "2", *flags)
     assert res.exit_code != 0 and message in res.output and "Traceback" not in res.output
 
 
@@ -127,7 +127,7 @@ def test_he_multiclass_subprocess(tmp_path):
     g, h = csv_pair(tmp_path, y, X)
     out = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, "-m", "cli", "simulate", "--quiet", "--active", g, "--passive", h,
-                           "--objective", "multiclass", "--key-bits", "1024", "--trees", "2", "--depth", "2",
+                           "--objective", "multiclass", "--key-bits", "1024", "--rounds", "2", "--depth", "2",
                            "--output-json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(out.read_text())
@@ -135,15 +135,16 @@ def test_he_multiclass_subprocess(tmp_path):
 
 
 # --- the face: one vocabulary, one set of defaults, one TrainParams builder, one error group -------
-def test_deprecated_guest_host_names_work_with_a_one_line_note(tmp_path):
+def test_deprecated_guest_host_trees_names_work_with_a_one_line_note(tmp_path):
     rng = np.random.default_rng(3)
     X = rng.normal(size=(80, 4))
     g, h = csv_pair(tmp_path, (X[:, 0] > 0).astype(int), X)
     old = run("--guest", g, "--host=" + h, "--mode", "plain", "--trees", "1")
-    new = run("--active", g, "--passive", h, "--mode", "plain", "--trees", "1")
+    new = run("--active", g, "--passive", h, "--mode", "plain", "--rounds", "1")
     assert old.exit_code == 0 and new.exit_code == 0, old.output + new.output
     assert "warning: --guest is deprecated, use --active\n" in old.output
     assert "warning: --host is deprecated, use --passive\n" in old.output
+    assert "warning: --trees is deprecated, use --rounds\n" in old.output
     assert "deprecated" not in new.output
     def stable(output):       # (times vary, and the byte counts by a few bytes of random salts)
         return [ln for ln in output.splitlines() if "deprecated" not in ln and not ln.startswith(("train time",
@@ -207,7 +208,7 @@ def test_train_params_from_options_is_the_one_builder():
     import cli
     from vfl.core.params import TrainParams
 
-    ctx = cli.simulate.make_context("simulate", ["--trees", "3", "--depth", "2", "--mode", "dp", "--epsilon", "2",
+    ctx = cli.simulate.make_context("simulate", ["--rounds", "3", "--depth", "2", "--mode", "dp", "--epsilon", "2",
                                                  "--goss", "--objective", "regression"])
     options = {k: v for k, v in ctx.params.items() if k in {p.name for p in cli.party_active.params}
                and k not in ("name", "data", "id_col", "label_col", "peer_specs", "model_dir", "resume", "force",

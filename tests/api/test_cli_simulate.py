@@ -18,16 +18,16 @@ def _run(args):
 
 def test_simulate_plain_writes_json_predictions_and_models(tmp_path):
     out, preds, models = tmp_path / "r.json", tmp_path / "p.csv", tmp_path / "models"
-    res = _run(["simulate", "--mode", "plain", "--trees", "4", "--quiet", "--output-json", str(out),
+    res = _run(["simulate", "--mode", "plain", "--rounds", "4", "--quiet", "--output-json", str(out),
                 "--predictions", str(preds), "--save-model", str(models)])
     assert res.exit_code == 0, res.output
-    assert "test AUC" in res.output and "bytes guest->host1" in res.output
+    assert "test AUC" in res.output and "bytes active->passive1" in res.output
     summary = json.loads(out.read_text())
     for key in ("mode", "n_train", "n_test", "train_seconds", "test_auc", "bytes_sent"):
         assert key in summary
     assert summary["mode"] == "plain" and summary["n_train"] + summary["n_test"] == 569
     assert summary["test_auc"] > 0.95
-    assert set(summary["bytes_sent"]) == {"guest->host1", "host1->guest"}
+    assert set(summary["bytes_sent"]) == {"active->passive1", "passive1->active"}
     p = pd.read_csv(preds)
     assert list(p.columns) == ["id", "proba"] and len(p) == summary["n_test"]
     assert p["proba"].between(0, 1).all()
@@ -40,7 +40,7 @@ def test_simulate_plain_writes_json_predictions_and_models(tmp_path):
 
 
 @pytest.mark.slow
-def test_simulate_he_with_guest_and_two_host_files(tmp_path):
+def test_simulate_he_with_active_and_two_passive_files(tmp_path):
     parts = breast_cancer_parties(3)
     paths = []
     for pf in parts:
@@ -48,20 +48,21 @@ def test_simulate_he_with_guest_and_two_host_files(tmp_path):
         pf.frame.to_csv(path, index=False)
         paths.append(str(path))
     out = tmp_path / "r.json"
-    res = _run(["simulate", "--guest", paths[0], "--host", paths[1], "--host", paths[2], "--mode", "he",
-                "--key-bits", "1024", "--trees", "2", "--depth", "3", "--quiet", "--verbose",
+    res = _run(["simulate", "--active", paths[0], "--passive", paths[1], "--passive", paths[2], "--mode", "he",
+                "--key-bits", "1024", "--rounds", "2", "--depth", "3", "--quiet", "--verbose",
                 "--output-json", str(out)])
     assert res.exit_code == 0, res.output
     summary = json.loads(out.read_text())
     assert summary["mode"] == "he" and summary["test_auc"] > 0.9
-    assert set(summary["bytes_sent"]) == {"guest->host1", "host1->guest", "guest->host2", "host2->guest"}
+    assert set(summary["bytes_sent"]) == {"active->passive1", "passive1->active",
+                                          "active->passive2", "passive2->active"}
     assert "warning: 1024-bit" in res.output            # weak key is announced
-    assert "crypto: encrypt" in res.output and "tree 1:" in res.output
+    assert "crypto: encrypt" in res.output and "round 1:" in res.output
 
 
 def test_simulate_he_with_okamoto_uchiyama(tmp_path):
     out = tmp_path / "r.json"
-    res = _run(["simulate", "--mode", "he", "--scheme", "ou", "--key-bits", "1024", "--trees", "2", "--depth", "2",
+    res = _run(["simulate", "--mode", "he", "--scheme", "ou", "--key-bits", "1024", "--rounds", "2", "--depth", "2",
                 "--quiet", "--output-json", str(out)])
     assert res.exit_code == 0, res.output
     assert "1024-bit Okamoto-Uchiyama" in res.output and "warning: 1024-bit OU keys" in res.output
@@ -72,6 +73,6 @@ def test_simulate_he_with_okamoto_uchiyama(tmp_path):
 
 
 def test_simulate_parties_option_splits_bundled_data_three_ways(tmp_path):
-    res = _run(["simulate", "--mode", "plain", "--parties", "3", "--trees", "2", "--quiet"])
+    res = _run(["simulate", "--mode", "plain", "--parties", "3", "--rounds", "2", "--quiet"])
     assert res.exit_code == 0, res.output
-    assert "host2 (10 features)" in res.output
+    assert "passive2 (10 features)" in res.output

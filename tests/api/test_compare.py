@@ -18,7 +18,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def test_cli_compare_tiny_writes_csv_json_png(tmp_path):
     out = tmp_path / "cmp"
     r = CliRunner().invoke(main, ["compare", "--dataset", "breast_cancer", "--modes", "plain,dp",
-                                  "--epsilons", "1,inf", "--seeds", "1", "--trees", "2", "--depth", "2",
+                                  "--epsilons", "1,inf", "--seeds", "1", "--rounds", "2", "--depth", "2",
                                   "--out-dir", str(out), "--quiet"])
     assert r.exit_code == 0, r.output
     for name in ("compare_runs.csv", "compare_runs.json", "breast_cancer_auc_vs_epsilon.png",
@@ -32,7 +32,8 @@ def test_cli_compare_tiny_writes_csv_json_png(tmp_path):
     for x in rows:
         assert 0.5 < float(x["test_auc"]) <= 1 and float(x["train_seconds"]) > 0
         assert 0 < int(x["train_bytes"]) < int(x["total_bytes"])
-    assert json.loads(rows[1]["epsilon_per_feature"]) == {"host1": pytest.approx(0.9 / 15)}     # 10%: edges
+        assert int(x["n_rounds"]) == 2 and int(x["n_trees"]) == 2           # binary: one tree a round
+    assert json.loads(rows[1]["epsilon_per_feature"]) == {"passive1": pytest.approx(0.9 / 15)}     # 10%: edges
     # eps = inf is the plain model on the same split, exactly
     assert rows[2]["test_auc"] == rows[0]["test_auc"]
     assert int(rows[1]["train_bytes"]) < int(rows[0]["train_bytes"])
@@ -58,6 +59,7 @@ def test_compare_he_matches_plain_and_xgboost_reference(tmp_path):
     assert he["key_bits"] == 1024 and he["train_bytes"] > 3 * runs[0]["train_bytes"]
     assert any("1024-bit" in n for n in doc["notes"])
     assert all(x["train_bytes"] == 0 for x in runs if x["mode"] in ("local", "xgboost"))
+    assert all(x["n_rounds"] == 1 and x["n_trees"] == 1 for x in runs)     # XGBoost's counted from its booster
     assert not (tmp_path / "breast_cancer_cost.png").exists()      # --no-plots
 
 
@@ -115,14 +117,16 @@ def test_give_credit_is_split_four_six_for_compare(shared_dir):
         _, res, _, _ = simulate(frames, TrainParams(mode="dp", epsilon=6.0, n_estimators=1, max_depth=2,
                                                     dp_select=None))
     # 10% of the party's 6 places its bucket edges (DP histograms), the rest is released: 5.4 / 6
-    assert res["epsilon_per_feature"] == {"host": pytest.approx(0.9)} and res["epsilon_per_party"] == {"host": 6.0}
+    assert res["epsilon_per_feature"] == {"passive1": pytest.approx(0.9)}
+    assert res["epsilon_per_party"] == {"passive1": 6.0}
     # the default (--dp-select auto): the pilot (4,800 of 24,000 rows) picks K (its scores' argmax) features
     with warnings.catch_warnings():
         _, res, _, _ = simulate(frames, TrainParams(mode="dp", epsilon=6.0, n_estimators=1, max_depth=2))
-    sel = res["dp_select"]["host"]
+    sel = res["dp_select"]["passive1"]
     k = sel["k"]
     assert sel["k_rule"] == "auto" and k == 1 + sel["k_score"].index(max(sel["k_score"])) and 1 <= k < 6
-    assert res["epsilon_per_feature"] == {"host": pytest.approx(5.4 / k)} and res["epsilon_per_party"] == {"host": 6.0}
+    assert res["epsilon_per_feature"] == {"passive1": pytest.approx(5.4 / k)}
+    assert res["epsilon_per_party"] == {"passive1": 6.0}
     assert len(sel["features"]) == k and sel["pilot_rows"] == pilot_size(res["n_train"]) == 4800
     assert 0.5 < res["test_auc"] < 1
 
@@ -150,7 +154,7 @@ def test_compare_modes_benchmark_takes_the_commands_options(capsys):
         import compare_modes
     finally:
         sys.path.pop(0)
-    assert compare_modes.main(["--trees", "nope"]) == 2
+    assert compare_modes.main(["--rounds", "nope"]) == 2
     assert "'nope' is not a valid integer" in capsys.readouterr().err
     assert compare_modes.main(["--help"]) == 0
     assert "--epsilon-scope [party|feature]" in capsys.readouterr().out
@@ -202,8 +206,8 @@ def test_summary_lists_epsilon_per_feature_per_seed_when_the_pilot_picks_differe
 
     def run(seed, eps_f):
         return {"dataset": "d", "mode": "dp", "epsilon": 8.0, "seed": seed, "test_auc": 0.7, "train_seconds": 1.0,
-                "train_bytes": 1, "total_bytes": 1, "epsilon_per_feature": {"host": eps_f}}
+                "train_bytes": 1, "total_bytes": 1, "epsilon_per_feature": {"passive1": eps_f}}
     same = summarize([run(1, 4.0), run(0, 4.0)])["d"]["entries"][0]
-    assert same["epsilon_per_feature"] == {"host": 4.0}
+    assert same["epsilon_per_feature"] == {"passive1": 4.0}
     differ = summarize([run(1, 8 / 3), run(0, 4.0)])["d"]["entries"][0]
-    assert differ["epsilon_per_feature"] == [{"host": 4.0}, {"host": 8 / 3}]       # seed order
+    assert differ["epsilon_per_feature"] == [{"passive1": 4.0}, {"passive1": 8 / 3}]       # seed order

@@ -82,18 +82,18 @@ def test_simulate_with_categorical_columns_monotone_constraints_and_weights(tmp_
     bureau.to_csv(tmp_path / "bureau.csv", index=False)
     out = tmp_path / "r.json"
     args = ["simulate", "--active", tmp_path / "bank.csv", "--passive", tmp_path / "bureau.csv", "--mode", "plain",
-            "--trees", 3, "--weight-col", "w", "--monotone", "days_late=+1", "--monotone", "income=-1",
+            "--rounds", 3, "--weight-col", "w", "--monotone", "days_late=+1", "--monotone", "income=-1",
             "--min-data-per-group", 5, "--quiet", "--output-json", out, "--save-model", tmp_path / "m"]
     res = CliRunner().invoke(cli.main, [str(a) for a in args])
     assert res.exit_code == 0, res.output
     r = json.loads(out.read_text())
     assert r["params"]["monotone_constraints"] == {"days_late": 1, "income": -1} and r["test_auc"] > 0.7
     assert set(r["test_weighted"]) == {"auc", "logloss", "error"} and r["test_weighted"]["auc"] > 0.7
-    host = json.loads((tmp_path / "m" / "host.json").read_text())
-    guest = json.loads((tmp_path / "m" / "guest.json").read_text())
-    assert host["monotone"] == {"days_late": 1} and "education" in host["categories"]
-    assert guest["params"]["monotone_constraints"] == {"income": -1} and "w" not in guest["active_features"]
-    assert guest["categories"] == {"segment": sorted(REGION)}
+    passive = json.loads((tmp_path / "m" / "passive1.json").read_text())
+    active = json.loads((tmp_path / "m" / "active.json").read_text())
+    assert passive["monotone"] == {"days_late": 1} and "education" in passive["categories"]
+    assert active["params"]["monotone_constraints"] == {"income": -1} and "w" not in active["active_features"]
+    assert active["categories"] == {"segment": sorted(REGION)}
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -108,7 +108,7 @@ def test_simulate_bad_credit_options(tmp_path, extra, message):
     bank.to_csv(tmp_path / "bank.csv", index=False)
     bureau.to_csv(tmp_path / "bureau.csv", index=False)
     res = CliRunner().invoke(cli.main, ["simulate", "--active", str(tmp_path / "bank.csv"), "--passive",
-                                        str(tmp_path / "bureau.csv"), "--mode", "plain", "--trees", "1",
+                                        str(tmp_path / "bureau.csv"), "--mode", "plain", "--rounds", "1",
                                         "--quiet", *extra])
     assert res.exit_code != 0
     assert re.search(message, res.output), res.output
@@ -139,10 +139,10 @@ def test_simulate_categorical_column_of_one_party_when_both_use_the_name(tmp_pat
     bank.to_csv(tmp_path / "bank.csv", index=False)
     bureau.to_csv(tmp_path / "bureau.csv", index=False)
     base = ["simulate", "--active", str(tmp_path / "bank.csv"), "--passive", str(tmp_path / "bureau.csv"),
-            "--mode", "plain", "--trees", "1", "--quiet", "--save-model", str(tmp_path / "m")]
+            "--mode", "plain", "--rounds", "1", "--quiet", "--save-model", str(tmp_path / "m")]
     res = CliRunner().invoke(cli.main, base + ["--categorical", "score"])
     assert res.exit_code != 0 and "write PARTY:score" in res.output
-    res = CliRunner().invoke(cli.main, base + ["--categorical", "host:score"])
+    res = CliRunner().invoke(cli.main, base + ["--categorical", "passive1:score"])
     assert res.exit_code == 0, res.output
-    assert json.loads((tmp_path / "m" / "host.json").read_text())["categories"]["score"] == [0, 1, 2]
-    assert "score" not in json.loads((tmp_path / "m" / "guest.json").read_text()).get("categories", {})
+    assert json.loads((tmp_path / "m" / "passive1.json").read_text())["categories"]["score"] == [0, 1, 2]
+    assert "score" not in json.loads((tmp_path / "m" / "active.json").read_text()).get("categories", {})

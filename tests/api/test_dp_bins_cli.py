@@ -113,13 +113,13 @@ def test_simulate_cli_dp_bins_file(tmp_path):
                                 "b0": {"edges": EDGES_B0}, "b1": {"lo": -3, "hi": 3}}))
     out = tmp_path / "r.json"
     res = CliRunner().invoke(main, ["simulate", "--active", str(pa), "--passive", str(pb), "--passive", str(pc),
-                                    "--mode", "plain", "--trees", "3", "--depth", "2", "--dp-model", "1",
+                                    "--mode", "plain", "--rounds", "3", "--depth", "2", "--dp-model", "1",
                                     "--dp-bins", str(bins), "--quiet", "--output-json", str(out)],
                              catch_exceptions=False)
     assert res.exit_code == 0, res.output
     d = json.loads(out.read_text())["dp_model"]
     per = d["sketch"]["per_party"]
-    assert per["guest"]["epsilon"] == 0.0 and per["host1"]["epsilon"] == 0.0 and per["host2"]["epsilon"] > 0
+    assert per["active"]["epsilon"] == 0.0 and per["passive1"]["epsilon"] == 0.0 and per["passive2"]["epsilon"] > 0
     assert d["epsilon"] == pytest.approx(1.0 - 2 * d["sketch"]["epsilon_per_party"])
 
 
@@ -136,7 +136,7 @@ def test_simulate_cli_bad_dp_bins_file(tmp_path, content, match):
         bins.write_text(content)
     pa, pb, pc = _write_parties(tmp_path, 60)
     res = CliRunner().invoke(main, ["simulate", "--active", str(pa), "--passive", str(pb), "--mode", "plain",
-                                    "--trees", "1", "--dp-model", "1", "--dp-bins", str(bins), "--quiet"])
+                                    "--rounds", "1", "--dp-model", "1", "--dp-bins", str(bins), "--quiet"])
     assert res.exit_code != 0 and "Traceback" not in res.output
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
     assert re.search(match, res.output), res.output
@@ -145,7 +145,7 @@ def test_simulate_cli_bad_dp_bins_file(tmp_path, content, match):
 def test_dp_bins_without_dp_model_is_refused(tmp_path):
     bins = tmp_path / "bins.json"
     bins.write_text('{"x0": {"lo": 0, "hi": 1}}')
-    res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--trees", "1", "--dp-bins", str(bins), "--quiet"])
+    res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--rounds", "1", "--dp-bins", str(bins), "--quiet"])
     assert res.exit_code != 0 and "dp_bins applies with dp_model only" in res.output
 
 

@@ -34,7 +34,7 @@ def _cli_error(args):
 
 def test_simulate_dp_model_reports_and_records_the_budget(tmp_path):
     out, models = tmp_path / "r.json", tmp_path / "models"
-    res = _run(["simulate", "--mode", "plain", "--trees", "3", "--depth", "2", "--dp-model", "1", "--quiet",
+    res = _run(["simulate", "--mode", "plain", "--rounds", "3", "--depth", "2", "--dp-model", "1", "--quiet",
                 "--output-json", str(out), "--save-model", str(models)])
     assert res.exit_code == 0, res.output
     assert "privacy (released model): epsilon 1 per training row" in res.output
@@ -43,7 +43,7 @@ def test_simulate_dp_model_reports_and_records_the_budget(tmp_path):
     assert d["n_trees"] == 3 and d["per_tree"]["levels"] == 2
     per_tree = d["per_tree"]["epsilon_after_sampling"]
     assert d["sketch"]["epsilon_total"] + 3 * per_tree == pytest.approx(1.0)
-    model = BoostedModel.load(models / "guest.json")
+    model = BoostedModel.load(models / "active.json")
     assert model.dp_model == d
     assert "train" not in model.history                         # exact training metrics are not released
     for rnd in model.rounds:
@@ -54,7 +54,7 @@ def test_simulate_dp_model_reports_and_records_the_budget(tmp_path):
             # finding 6: noisy leaf sums at full precision revealed more than the leaf values)
             assert all(n.sum_gradients == 0.0 and n.sum_hessians == 0.0 for n in tree.nodes)
             assert any(n.value != 0.0 for n in tree.leaves())
-    raw = json.loads((models / "guest.json").read_text())
+    raw = json.loads((models / "active.json").read_text())
     for rnd in raw["rounds"]:
         for tree in rnd:
             assert all(nd.get("sum_gradients", 0.0) == 0.0 and nd.get("sum_hessians", 0.0) == 0.0
@@ -64,7 +64,7 @@ def test_simulate_dp_model_reports_and_records_the_budget(tmp_path):
 
 def test_simulate_dp_model_gaussian_with_delta(tmp_path):
     out = tmp_path / "r.json"
-    res = _run(["simulate", "--mode", "plain", "--trees", "2", "--depth", "2", "--dp-model", "2", "--dp-delta",
+    res = _run(["simulate", "--mode", "plain", "--rounds", "2", "--depth", "2", "--dp-model", "2", "--dp-delta",
                 "1e-5", "--quiet", "--output-json", str(out)])
     assert res.exit_code == 0, res.output
     assert "delta 1e-05" in res.output
@@ -160,7 +160,7 @@ def _is(frame, name):
 @pytest.mark.slow
 def test_he_mode_with_dp_model(tmp_path):
     out = tmp_path / "r.json"
-    res = _run(["simulate", "--mode", "he", "--key-bits", str(KEY_BITS), "--trees", "2", "--depth", "2",
+    res = _run(["simulate", "--mode", "he", "--key-bits", str(KEY_BITS), "--rounds", "2", "--depth", "2",
                 "--dp-model", "4", "--quiet", "--output-json", str(out)])
     assert res.exit_code == 0, res.output
     d = json.loads(out.read_text())
@@ -181,13 +181,13 @@ def test_he_mode_with_dp_model(tmp_path):
     (["--dp-trees", "exponential"], "dp_trees applies with dp_model only"),
 ])
 def test_bad_dp_model_options_get_a_clear_error(args, match):
-    out = _cli_error(["simulate", "--mode", "plain", "--trees", "2", "--quiet", *args])
+    out = _cli_error(["simulate", "--mode", "plain", "--rounds", "2", "--quiet", *args])
     assert re.search(match, out), out
 
 
 def test_compare_dp_model_arm(tmp_path):
     res = _run(["compare", "--dataset", "breast_cancer", "--modes", "plain,local", "--dp-model", "--epsilons",
-                "5,inf", "--seeds", "1", "--trees", "2", "--depth", "2", "--no-plots", "--quiet",
+                "5,inf", "--seeds", "1", "--rounds", "2", "--depth", "2", "--no-plots", "--quiet",
                 "--out-dir", str(tmp_path)])
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "compare_runs.json").read_text())

@@ -51,6 +51,23 @@ def test_save_writes_private_files_and_a_manifest_that_load_checks(tmp_path, two
                                   fed.predict_proba({"a": a, "b": b, "c": c}))
 
 
+def test_a_model_saved_under_the_old_default_names_still_loads_and_predicts(tmp_path):
+    """Before one vocabulary, `vfl simulate --save-model` named the parties guest, host1, host2 (FATE's
+    words); the names are data of the model files, so such a model loads and predicts unchanged."""
+    a, b, c = small_frames(seed=2)
+    old = Federation(ActiveParty("guest", a), [PassiveParty("host1", b), PassiveParty("host2", c)])
+    old.fit(PARAMS)
+    paths = old.save(tmp_path / "m")
+    assert [p.name for p in paths] == ["guest.json", "host1.json", "host2.json"]
+    doc = json.loads((tmp_path / "m" / "guest.json").read_text())
+    assert doc["passive_parties"] == ["host1", "host2"]         # the file format's key, with the old names
+    again = Federation.load(tmp_path / "m")
+    frames = {"guest": a, "host1": b, "host2": c}
+    np.testing.assert_array_equal(again.predict_proba(frames), old.predict_proba(frames))
+    owners = {n.owner for rnd in again.model.rounds for t in rnd for n in t.nodes if not n.is_leaf}
+    assert owners and owners <= {"guest", "host1", "host2"}
+
+
 def test_a_full_disk_while_saving_keeps_the_previous_model_whole(tmp_path, two_models, monkeypatch):
     (fed1, frames), (fed2, _) = two_models
     d = tmp_path / "m"
@@ -127,7 +144,7 @@ def test_empty_or_truncated_model_files_are_named(tmp_path, two_models, content,
 def test_simulate_refuses_an_unwritable_save_model_directory_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--trees", "2", "--quiet",
+    res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--rounds", "2", "--quiet",
                                     "--save-model", str(blocker / "models")])
     assert res.exit_code == 1
     assert "cannot create --save-model directory" in res.output and "file/models" in res.output
@@ -136,7 +153,7 @@ def test_simulate_refuses_an_unwritable_save_model_directory_before_training(tmp
 
 def test_every_file_simulate_writes_is_private(tmp_path):
     out, preds, models = tmp_path / "r.json", tmp_path / "p.csv", tmp_path / "models"
-    res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--trees", "2", "--quiet", "--output-json",
+    res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--rounds", "2", "--quiet", "--output-json",
                                     str(out), "--predictions", str(preds), "--save-model", str(models)])
     assert res.exit_code == 0, res.output
     written = [out, preds, *models.iterdir()]

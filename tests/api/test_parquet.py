@@ -15,7 +15,7 @@ from support import KEY_BITS, small_frames
 pytest.importorskip("pyarrow")
 
 from cli import main  # noqa: E402
-from datasets.catalogue import load_guest_host  # noqa: E402
+from datasets.catalogue import load_active_passive  # noqa: E402
 from datasets.errors import InputError  # noqa: E402
 from protocols import alignment  # noqa: E402
 from vfl.api import Federation, TrainParams, federation_from_frames  # noqa: E402
@@ -33,7 +33,7 @@ def write_tables(tmp_path, n=120):
     """The three parties' tables as CSV files and as Parquet directories of 3 files each."""
     a, b, c = small_frames(n)
     out = {}
-    for name, df in (("guest", a), ("host1", b), ("host2", c)):
+    for name, df in (("active", a), ("passive1", b), ("passive2", c)):
         df.to_csv(tmp_path / f"{name}.csv", index=False)
         d = tmp_path / f"{name}_pq"
         d.mkdir()
@@ -58,12 +58,12 @@ def test_parquet_directories_train_the_csv_model(tmp_path, fixed_salt, mode):
     params = TrainParams(mode=mode, n_estimators=2, max_depth=3, key_bits=KEY_BITS, seed=1)
     feds, probas = [], []
     for kind in (0, 1):
-        parties = load_guest_host(tables["guest"][kind], [tables["host1"][kind], tables["host2"][kind]])
+        parties = load_active_passive(tables["active"][kind], [tables["passive1"][kind], tables["passive2"][kind]])
         fed = federation_from_frames(parties)
         fed.fit(params)
         feds.append(fed)
-        probas.append(fed.predict_proba({"guest": tables["guest"][kind], "host1": tables["host1"][kind],
-                                         "host2": tables["host2"][kind]}))
+        probas.append(fed.predict_proba({"active": tables["active"][kind], "passive1": tables["passive1"][kind],
+                                         "passive2": tables["passive2"][kind]}))
     assert structures(feds[0].model) == structures(feds[1].model)
     assert records(feds[0]) == records(feds[1])
     assert np.array_equal(probas[0], probas[1])
@@ -72,11 +72,11 @@ def test_parquet_directories_train_the_csv_model(tmp_path, fixed_salt, mode):
 
 def test_from_files_and_batched_api_prediction(tmp_path, fixed_salt):
     tables = write_tables(tmp_path, n=90)
-    fed = Federation.from_files(("guest", tables["guest"][1]),
-                                {"host1": tables["host1"][1], "host2": tables["host2"][0]})
+    fed = Federation.from_files(("active", tables["active"][1]),
+                                {"passive1": tables["passive1"][1], "passive2": tables["passive2"][0]})
     fed.fit(mode="plain", n_estimators=3, max_depth=3)
     a, b, c = small_frames(90)
-    frames = {"guest": a.drop(columns="y"), "host1": b, "host2": c}
+    frames = {"active": a.drop(columns="y"), "passive1": b, "passive2": c}
     whole = fed.predict_proba(frames)
     for batch_rows in (1, 7, 89, 1000):
         got = fed.predict_proba(frames, batch_rows=batch_rows)
@@ -85,12 +85,12 @@ def test_from_files_and_batched_api_prediction(tmp_path, fixed_salt):
                           fed.predict_raw(frames))
     assert np.array_equal(fed.predict(frames, batch_rows=4), fed.predict(frames))
     # a file of the active party's rows is read and scored in batches
-    paths = {"guest": tables["guest"][1], "host1": tables["host1"][0], "host2": tables["host2"][1]}
+    paths = {"active": tables["active"][1], "passive1": tables["passive1"][0], "passive2": tables["passive2"][1]}
     assert np.array_equal(fed.predict_proba(paths, batch_rows=11), whole)
     dup = a.drop(columns="y")
     dup.loc[50, "id"] = dup.loc[3, "id"]
     with pytest.raises(InputError, match="duplicated ids: 3"):
-        fed.predict_proba({**frames, "guest": dup}, batch_rows=10)     # across batches
+        fed.predict_proba({**frames, "active": dup}, batch_rows=10)     # across batches
     with pytest.raises(InputError, match="batch_rows"):
         fed.predict_proba(frames, batch_rows=0)
 
@@ -100,13 +100,13 @@ def test_simulate_reads_parquet_directories(tmp_path):
     outs = []
     for kind in (0, 1):
         out = tmp_path / f"pred{kind}.csv"
-        r = CliRunner().invoke(main, ["simulate", "--active", str(tables["guest"][kind]), "--passive",
-                                      str(tables["host1"][kind]), "--passive", str(tables["host2"][kind]),
-                                      "--mode", "plain", "--trees", "2", "--quiet", "--predictions", str(out)])
+        r = CliRunner().invoke(main, ["simulate", "--active", str(tables["active"][kind]), "--passive",
+                                      str(tables["passive1"][kind]), "--passive", str(tables["passive2"][kind]),
+                                      "--mode", "plain", "--rounds", "2", "--quiet", "--predictions", str(out)])
         assert r.exit_code == 0, r.output
         outs.append(pd.read_csv(out))
     assert outs[0]["id"].tolist() == outs[1]["id"].tolist() and len(outs[0]) == 24
-    r = CliRunner().invoke(main, ["simulate", "--active", str(tables["guest"][1]), "--passive",
+    r = CliRunner().invoke(main, ["simulate", "--active", str(tables["active"][1]), "--passive",
                                   str(tmp_path / "nope_pq"), "--mode", "plain"])
     assert r.exit_code != 0 and "nope_pq" in r.output and "does not exist" in r.output
 
@@ -136,11 +136,11 @@ def test_network_parquet_training_and_batched_predict(tmp_path):
     from protocols.grpc_security import Security
 
     tables = write_tables(tmp_path, n=150)
-    servers = {name: _serve(name, tables[name][1], tmp_path / f"m_{name}") for name in ("host1", "host2")}
+    servers = {name: _serve(name, tables[name][1], tmp_path / f"m_{name}") for name in ("passive1", "passive2")}
     try:
         peers = {name: s[0] for name, s in servers.items()}
         params = TrainParams(mode="he", n_estimators=2, max_depth=3, key_bits=KEY_BITS)
-        summary = train_active(tables["guest"][1], "id", "y", "guest", peers, params, tmp_path / "ma", Security())
+        summary = train_active(tables["active"][1], "id", "y", "active", peers, params, tmp_path / "ma", Security())
         assert summary["n_train"] == 150
         a, _, _ = small_frames(150)
         a.drop(columns="y").iloc[::-1].to_csv(tmp_path / "new.csv", index=False)
@@ -165,7 +165,8 @@ def test_network_parquet_training_and_batched_predict(tmp_path):
             if data == tmp_path / "new.csv":
                 assert (tmp_path / "b.csv").read_bytes() == whole     # the same file, byte for byte
         r = CliRunner().invoke(main, ["predict", "--model-dir", str(tmp_path / "ma"), "--data", str(d), "--insecure",
-                                      "--peer", f"host1={peers['host1']}", "--peer", f"host2={peers['host2']}",
+                                      "--peer", f"passive1={peers['passive1']}",
+                                      "--peer", f"passive2={peers['passive2']}",
                                       "--out", str(tmp_path / "cli.csv"), "--batch-rows", "33"])
         assert r.exit_code == 0, r.output
         assert "predicted 150 rows" in r.output and "(6 batch(es))" in r.output     # 33+33+4, 33+33+14

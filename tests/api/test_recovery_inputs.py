@@ -106,7 +106,7 @@ def test_all_weights_1e_minus_300_train_and_report(tmp_path):
     a.to_csv(tmp_path / "a.csv", index=False)
     b.to_csv(tmp_path / "b.csv", index=False)
     res = CliRunner().invoke(main, ["simulate", "--active", str(tmp_path / "a.csv"), "--passive",
-                                    str(tmp_path / "b.csv"), "--weight-col", "w", "--mode", "plain", "--trees", "2",
+                                    str(tmp_path / "b.csv"), "--weight-col", "w", "--mode", "plain", "--rounds", "2",
                                     "--quiet", "--output-json", str(tmp_path / "r.json")])
     assert res.exit_code == 0, res.output
     assert "Traceback" not in res.output
@@ -135,7 +135,7 @@ def test_a_bad_weight_is_called_a_weight(tmp_path, value, message, command):
     b.to_csv(tmp_path / "b.csv", index=False)
     if command == "simulate":
         args = ["simulate", "--active", tmp_path / "a.csv", "--passive", tmp_path / "b.csv", "--mode", "plain",
-                "--trees", 1, "--quiet"]
+                "--rounds", 1, "--quiet"]
     else:
         args = ["party", "active", "--data", tmp_path / "a.csv", "--peer", "b=127.0.0.1:1", "--insecure",
                 "--model-dir", tmp_path / "m", "--timeout", 5]
@@ -154,7 +154,7 @@ def test_a_bad_validation_size_is_named(tmp_path, size):
     a.to_csv(tmp_path / "a.csv", index=False)
     b.to_csv(tmp_path / "b.csv", index=False)
     res = CliRunner().invoke(main, ["simulate", "--active", str(tmp_path / "a.csv"), "--passive",
-                                    str(tmp_path / "b.csv"), "--mode", "plain", "--trees", "1", "--quiet",
+                                    str(tmp_path / "b.csv"), "--mode", "plain", "--rounds", "1", "--quiet",
                                     "--validation-size", size, "--early-stopping-rounds", "2"])
     if size == "0":         # 0 is "no validation set": early stopping then needs one
         assert "--early-stopping-rounds needs --validation-size" in res.output
@@ -200,7 +200,7 @@ def test_a_single_class_label_is_refused_naming_the_column(tmp_path, label):
     a.to_csv(tmp_path / "a.csv", index=False)
     b.to_csv(tmp_path / "b.csv", index=False)
     out = _cli_error(["simulate", "--active", tmp_path / "a.csv", "--passive", tmp_path / "b.csv", "--mode", "plain",
-                      "--trees", 1, "--quiet"])
+                      "--rounds", 1, "--quiet"])
     assert "holds a single class" in out
 
 
@@ -224,7 +224,7 @@ def test_simulate_refuses_dask_local_without_a_count(tmp_path):
     a.to_csv(tmp_path / "a.csv", index=False)
     b.to_csv(tmp_path / "b.csv", index=False)
     out = _cli_error(["simulate", "--active", tmp_path / "a.csv", "--passive", tmp_path / "b.csv", "--mode", "plain",
-                      "--trees", 1, "--quiet", "--dask", "local:"])
+                      "--rounds", 1, "--quiet", "--dask", "local:"])
     assert "give the number of local workers, local:N" in out
 
 

@@ -146,8 +146,8 @@ def test_categorical_split_equals_lightgbms_choice():
 def test_categorical_beats_one_hot_on_a_200_category_column(shared_dir):
     """A shared dataset's numeric column bucketed into 200 shuffled labels: native categories
     group them in a few splits, one-hot needs a split per category."""
-    guest = load_shared("default_credit")[0]
-    frame = guest.frame
+    active = load_shared("default_credit")[0]
+    frame = active.frame
     rng = np.random.default_rng(0)
     buckets = pd.qcut(frame["x7"].rank(method="first"), 200, labels=False).to_numpy()
     labels = np.array([f"segment_{k:03d}" for k in rng.permutation(200)])[buckets]

@@ -137,7 +137,7 @@ def test_epsilon_budget_accounting():
             epsilon_budget({"telco": 3}, **kw)
 
 
-def _write_three_feature_host(tmp_path, n=200):
+def _write_three_feature_passive(tmp_path, n=200):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(n, 5))
     y = (X[:, 0] + X[:, 2] > 0).astype(int)
@@ -149,22 +149,22 @@ def _write_three_feature_host(tmp_path, n=200):
 
 
 def test_cli_accounting_three_feature_party(tmp_path):
-    g, h = _write_three_feature_host(tmp_path)
+    g, h = _write_three_feature_passive(tmp_path)
     out = tmp_path / "out.json"
-    r = CliRunner().invoke(main, ["simulate", "--guest", g, "--host", h, "--mode", "dp", "--epsilon", "3",
-                                  "--trees", "3", "--quiet", "--output-json", str(out)])
+    r = CliRunner().invoke(main, ["simulate", "--active", g, "--passive", h, "--mode", "dp", "--epsilon", "3",
+                                  "--rounds", "3", "--quiet", "--output-json", str(out)])
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())
-    assert d["epsilon_per_feature"] == {"host": pytest.approx(0.9)}     # (3 - edges 0.3) / 3
-    assert d["epsilon_per_party"] == {"host": 3.0} and d["edge_epsilon"] == {"host": pytest.approx(0.3)}
+    assert d["epsilon_per_feature"] == {"passive1": pytest.approx(0.9)}     # (3 - edges 0.3) / 3
+    assert d["epsilon_per_party"] == {"passive1": 3.0} and d["edge_epsilon"] == {"passive1": pytest.approx(0.3)}
     assert d["params"]["epsilon"] == 3.0 and d["params"]["epsilon_per_feature"] is None
-    assert "privacy host: epsilon 3.0" in r.output and "0.9" in r.output
-    r = CliRunner().invoke(main, ["simulate", "--guest", g, "--host", h, "--mode", "dp",
-                                  "--epsilon-per-feature", "inf", "--trees", "2", "--quiet",
+    assert "privacy passive1: epsilon 3.0" in r.output and "0.9" in r.output
+    r = CliRunner().invoke(main, ["simulate", "--active", g, "--passive", h, "--mode", "dp",
+                                  "--epsilon-per-feature", "inf", "--rounds", "2", "--quiet",
                                   "--output-json", str(out)])
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())                   # strict JSON: infinity is the string "inf"
-    assert d["epsilon_per_feature"] == {"host": "inf"} and d["epsilon_per_party"] == {"host": "inf"}
+    assert d["epsilon_per_feature"] == {"passive1": "inf"} and d["epsilon_per_party"] == {"passive1": "inf"}
     assert d["params"]["epsilon_per_feature"] == "inf"
 
 
@@ -209,7 +209,7 @@ def test_bad_dp_params():
                                        ([], "exactly one of epsilon"),
                                        (["--epsilon", "1", "--max-bin", "1"], "max_bin must be >= 2")])
 def test_cli_bad_dp_input(args, msg):
-    r = CliRunner().invoke(main, ["simulate", "--mode", "dp", "--trees", "1", "--quiet", *args])
+    r = CliRunner().invoke(main, ["simulate", "--mode", "dp", "--rounds", "1", "--quiet", *args])
     assert r.exit_code != 0
     assert msg in r.output and "Traceback" not in r.output
 
@@ -378,18 +378,18 @@ def test_dp_training_is_reproducible_in_simulation_and_noisy():
     _, r2, _, pr2 = simulate(frames, p)
     assert np.array_equal(pr1, pr2) and r1["test_auc"] == r2["test_auc"]
     # the noise follows the (NOT PRIVATE) noise seed (at 3.6/15 per feature no noisy split of breast
-    # cancer's host passes the confidence bound, so the seeds are compared at 4 per feature)
+    # cancer's passive party passes the confidence bound, so the seeds are compared at 4 per feature)
     old = dict(mode="dp", epsilon_per_feature=4.0, n_estimators=3, max_depth=3)
     _, _, _, pr3 = simulate(frames, TrainParams(**old, dp_unsafe_noise_seed=0))
     _, _, _, pr4 = simulate(frames, TrainParams(**old, dp_unsafe_noise_seed=1))
     assert not np.array_equal(pr3, pr4)
-    assert r1["epsilon_per_party"] == {"host1": 4.0}
-    assert r1["epsilon_per_feature"]["host1"] == pytest.approx(0.9 * 4.0 / 15)
+    assert r1["epsilon_per_party"] == {"passive1": 4.0}
+    assert r1["epsilon_per_feature"]["passive1"] == pytest.approx(0.9 * 4.0 / 15)
     # automatic buckets at 0.24 per feature: two per feature, kept with probability e^eps/(e^eps+1)
-    assert r1["dp_buckets"]["host1"] == [2] * 15
+    assert r1["dp_buckets"]["passive1"] == [2] * 15
     # ... over 3 slots: the 2 buckets and the missing slot every feature has (breast cancer has no NaN)
     e = 0.9 * 4 / 15
-    assert r1["rr_stay_probability"]["host1"] == pytest.approx([math.exp(e) / (math.exp(e) + 2)] * 15)
+    assert r1["rr_stay_probability"]["passive1"] == pytest.approx([math.exp(e) / (math.exp(e) + 2)] * 15)
     # a DP run sends far fewer bytes than the plain protocol: one release, a few registrations
     _, rp, _, _ = simulate(frames, TrainParams(mode="plain", n_estimators=3, max_depth=3))
     assert r1["train_bytes"] < rp["train_bytes"] / 3
@@ -449,10 +449,10 @@ def test_randbelow_is_exactly_uniform_on_small_ranges():
 def test_unsafe_noise_seed_is_checked_and_printed(tmp_path):
     with pytest.raises(InputError, match="dp_unsafe_noise_seed"):
         TrainParams(mode="dp", epsilon=1.0, dp_unsafe_noise_seed=-1)
-    g, h = _write_three_feature_host(tmp_path)
+    g, h = _write_three_feature_passive(tmp_path)
     path = tmp_path / "out.json"
-    out = CliRunner().invoke(main, ["simulate", "--guest", g, "--host", h, "--mode", "dp", "--epsilon", "2",
-                                    "--trees", "1", "--quiet", "--dp-unsafe-noise-seed", "4",
+    out = CliRunner().invoke(main, ["simulate", "--active", g, "--passive", h, "--mode", "dp", "--epsilon", "2",
+                                    "--rounds", "1", "--quiet", "--dp-unsafe-noise-seed", "4",
                                     "--output-json", str(path)])
     assert out.exit_code == 0, out.output
     assert "WARNING: NOT PRIVATE" in out.output

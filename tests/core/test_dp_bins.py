@@ -56,7 +56,7 @@ def test_public_edges_bin_values_as_documented():
 
 def test_too_many_edges_for_max_bin_is_refused():
     with pytest.raises(InputError, match="4 edges make 5 bins, more than max_bin = 4"):
-        DPBinner(4, 1.0, public={0: {"edges": [1, 2, 3, 4]}}, party="host").fit(np.zeros((5, 1)))
+        DPBinner(4, 1.0, public={0: {"edges": [1, 2, 3, 4]}}, party="passive").fit(np.zeros((5, 1)))
 
 
 def test_plan_records_what_each_party_spent_and_reports_the_epsilon_by_hand():

@@ -324,25 +324,26 @@ def test_cli_dp_options(tmp_path):
     pd.DataFrame({"id": np.arange(n), "y": y, "a0": X[:, 0], "a1": X[:, 1]}).to_csv(tmp_path / "g.csv", index=False)
     pd.DataFrame({"id": np.arange(n), "h0": X[:, 2], "h1": X[:, 3], "h2": X[:, 4]}).to_csv(tmp_path / "h.csv",
                                                                                           index=False)
-    base = ["simulate", "--guest", str(tmp_path / "g.csv"), "--host", str(tmp_path / "h.csv"), "--mode", "dp",
-            "--epsilon", "3", "--trees", "2", "--depth", "2", "--quiet"]
+    base = ["simulate", "--active", str(tmp_path / "g.csv"), "--passive", str(tmp_path / "h.csv"), "--mode", "dp",
+            "--epsilon", "3", "--rounds", "2", "--depth", "2", "--quiet"]
     out = tmp_path / "r.json"
     res = CliRunner().invoke(main, [*base, "--dp-select", "1", "--dp-buckets", "auto", "--output-json", str(out)])
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
-    assert doc["dp_select"]["host"]["k"] == 1 and len(doc["dp_select"]["host"]["features"]) == 1
-    assert doc["epsilon_per_party"] == {"host": 3.0} and doc["epsilon_per_feature"] == {"host": pytest.approx(2.7)}
+    assert doc["dp_select"]["passive1"]["k"] == 1 and len(doc["dp_select"]["passive1"]["features"]) == 1
+    assert doc["epsilon_per_party"] == {"passive1": 3.0}
+    assert doc["epsilon_per_feature"] == {"passive1": pytest.approx(2.7)}
     assert doc["params"]["dp_select"] == 1 and doc["params"]["dp_buckets"] == "auto"
     res = CliRunner().invoke(main, [*base, "--no-dp-debias", "--dp-buckets", "32", "--output-json", str(out)])
     assert res.exit_code == 0, res.output
     assert json.loads(out.read_text())["dp_debias"] is False
     res = CliRunner().invoke(main, [*base, "--dp-select", "5"])
-    assert res.exit_code != 0 and "dp_select=5" in res.output and "'host' has 3" in res.output
+    assert res.exit_code != 0 and "dp_select=5" in res.output and "'passive1' has 3" in res.output
     res = CliRunner().invoke(main, [*base, "--dp-select", "none", "--output-json", str(out)])
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     assert "dp_select" not in doc and doc["params"]["dp_select"] is None
-    assert doc["epsilon_per_feature"] == {"host": pytest.approx(0.9)}  # every feature at (3 - 0.3) / 3
+    assert doc["epsilon_per_feature"] == {"passive1": pytest.approx(0.9)}  # every feature at (3 - 0.3) / 3
     res = CliRunner().invoke(main, [*base, "--output-json", str(out)])  # the default: auto (pilot too small)
     assert res.exit_code == 0 and json.loads(out.read_text())["params"]["dp_select"] == "auto"
     res = CliRunner().invoke(main, [*base, "--dp-buckets", "x"])
@@ -438,15 +439,15 @@ def test_dp_select_auto_is_the_default_and_needs_a_pilot_that_can_rank():
 
 
 def test_default_dp_on_a_small_table_releases_every_feature():
-    """Breast cancer (455 training rows, 15 host features): the default --dp-select auto finds the
+    """Breast cancer (455 training rows, 15 passive features): the default --dp-select auto finds the
     pilot too small, so every feature is released at eps/15 and no pilot release is made."""
     from datasets import breast_cancer_parties
     from vfl.api import simulate
     fed, res, _, _ = simulate(breast_cancer_parties(2), TrainParams(mode="dp", epsilon=8.0, n_estimators=1,
                                                                     max_depth=2))
     assert "dp_select" not in res
-    assert res["epsilon_per_feature"]["host1"] == pytest.approx(0.9 * 8.0 / 15)
-    info = fed.passives["host1"].dp_release_info()
+    assert res["epsilon_per_feature"]["passive1"] == pytest.approx(0.9 * 8.0 / 15)
+    info = fed.passives["passive1"].dp_release_info()
     assert "releases" not in info and info["n_features"] == 15 and info["epsilon_per_party"] == pytest.approx(8.0)
 
 

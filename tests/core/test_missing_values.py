@@ -36,22 +36,22 @@ def test_ionosphere_training_and_prediction_route_nan_alike(shared_dir, mode):
     fed = federation_from_frames(parties)
     n_rounds = 6 if mode == "plain" else 2
     raw_train = fit_capturing_raw(fed, mode=mode, key_bits=KEY_BITS, n_estimators=n_rounds, max_depth=4)
-    guest, host = parties
-    frames = {"guest": guest.frame.drop(columns=guest.label_col), "host": host.frame}
+    active, passive = parties
+    frames = {"active": active.frame.drop(columns=active.label_col), "passive1": passive.frame}
     raw_pred = fed.predict_raw(frames)
-    order = hash_order(guest.frame["sid"].to_numpy(), fed.model.salt)
+    order = hash_order(active.frame["sid"].to_numpy(), fed.model.salt)
     # the booster routed training rows by bins (missing bin -> default side); prediction routes
     # raw values (NaN -> default side) through both parties: the same leaves, the same scores
     assert np.allclose(raw_pred[order], raw_train, rtol=0, atol=1e-12)
     nodes = split_nodes(fed)
     owners = {n.owner for n in nodes}
-    assert owners == {"guest", "host"}
-    assert all(n.feature != "x2" for n in nodes if n.owner == "guest")    # all-NaN column never used
+    assert owners == {"active", "passive1"}
+    assert all(n.feature != "x2" for n in nodes if n.owner == "active")    # all-NaN column never used
     # NaN really reaches split nodes at both parties during training
-    host_records = fed.passives["host"].records
-    host_nan = host.frame.set_index("sid").isna()
-    assert any(host_nan[r["feature"]].any() for r in host_records)
-    assert any(guest.frame[n.feature].isna().any() for n in nodes if n.owner == "guest")
+    passive_records = fed.passives["passive1"].records
+    passive_nan = passive.frame.set_index("sid").isna()
+    assert any(passive_nan[r["feature"]].any() for r in passive_records)
+    assert any(active.frame[n.feature].isna().any() for n in nodes if n.owner == "active")
 
 
 def _stump_federation(where: str, nan_label: int):
@@ -133,11 +133,11 @@ def test_nan_only_at_prediction_follows_the_default_direction():
 def test_all_nan_passive_column_and_zero_lambda(shared_dir):
     """reg_lambda = 0 with min_child_weight = 0 makes empty bins 0/0: they must not hide the
     real splits (a NaN gain used to win the arg-max and stop the node)."""
-    guest, host = load_shared("ionosphere")
-    host = type(host)(host.name, host.frame.assign(empty=np.nan), host.id_col)
-    fed = federation_from_frames([guest, host])
+    active, passive = load_shared("ionosphere")
+    passive = type(passive)(passive.name, passive.frame.assign(empty=np.nan), passive.id_col)
+    fed = federation_from_frames([active, passive])
     fed.fit(mode="plain", n_estimators=3, max_depth=3, reg_lambda=0.0, min_child_weight=0.0)
     trees = [t for rnd in fed.model.rounds for t in rnd]
     assert all(not t.nodes[0].is_leaf for t in trees)
     assert all(np.isfinite(n.value) for t in trees for n in t.nodes)
-    assert all(r["feature"] != "empty" for r in fed.passives["host"].records)
+    assert all(r["feature"] != "empty" for r in fed.passives["passive1"].records)

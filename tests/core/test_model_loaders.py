@@ -33,7 +33,7 @@ def _predicts(model: BoostedModel):
     X = rng.normal(size=(7, len(model.active_features)))
 
     def route(owner, rec, rows):
-        assert owner in model.passive_parties and np.all(rec >= 0)
+        assert owner in model.passives and np.all(rec >= 0)
         return rng.random(len(rows)) < 0.5
 
     raw = model.predict_raw(X, route)

@@ -73,11 +73,11 @@ def test_a_split_against_the_constraint_is_rejected_and_weights_are_clipped():
 def test_accuracy_within_001_of_xgboost_with_the_same_constraints(shared_dir):
     xgb = pytest.importorskip("xgboost")
     parties = load_shared("default_credit")
-    host = parties[1].name
+    p1 = parties[1].name
     train, test = train_test_split_parties(parties, test_size=0.2, seed=0)
     cons = {f"x{k}": 1 for k in range(5, 10)}
     p = TrainParams(mode="plain", n_estimators=20, max_depth=4, learning_rate=0.3, max_bin=32)
-    fed = federation_from_frames(train, monotone={f"{host}:{f}": c for f, c in cons.items()})
+    fed = federation_from_frames(train, monotone={f"{p1}:{f}": c for f, c in cons.items()})
     fed.fit(p)
     proba = fed.predict_proba({pf.name: pf.frame.drop(columns=[pf.label_col] if pf.label_col else [])
                                for pf in test})

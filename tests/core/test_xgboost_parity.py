@@ -16,7 +16,7 @@ xgb = pytest.importorskip("xgboost")
 
 def joined(parties):
     X, y, ids = join_parties(parties)
-    assert np.array_equal(ids, parties[0].frame[parties[0].id_col].to_numpy())   # guest's row order
+    assert np.array_equal(ids, parties[0].frame[parties[0].id_col].to_numpy())   # active party's row order
     return X, y
 
 
@@ -73,7 +73,7 @@ def test_regression_rmse_matches_xgboost(name, request):
 def test_ionosphere_auc_with_missing_values_matches_xgboost(shared_dir):
     parties = load_shared("ionosphere")
     assert parties[0].frame["x2"].isna().all()                       # the all-NaN column
-    assert parties[1].frame.drop(columns="sid").isna().any().any()   # missing values at the host too
+    assert parties[1].frame.drop(columns="sid").isna().any().any()   # missing values at the passive party too
     ours, ref, y = both(parties, "binary")
     auc, auc_ref = metrics.auc(y, ours), metrics.auc(y, ref)
     assert auc > 0.85

@@ -49,14 +49,14 @@ def test_directory_equals_csv_and_files_are_read_in_natural_order(tmp_path):
     (d / "_SUCCESS").write_text("")
     (d / ".part.0.parquet.crc").write_text("x")
     assert [f.name for f in parquet_files(d)][9:] == ["part.9.parquet", "part.10.parquet", "part.11.parquet"]
-    csv = read_party_csv(tmp_path / "t.csv", "guest", "id", "y")
-    got = read_party_table(d, "guest", "id", "y")
+    csv = read_party_csv(tmp_path / "t.csv", "active", "id", "y")
+    got = read_party_table(d, "active", "id", "y")
     same(got.frame, csv.frame)
     assert got.source == str(d) and got.feature_names == ["a", "b", "c"]
     one = tmp_path / "one.parquet"
     df.to_parquet(one, index=False)
-    same(read_party_table(one, "guest", "id", "y").frame, csv.frame)
-    same(read_party_table(tmp_path / "t.csv", "guest", "id", "y").frame, csv.frame)   # CSV dispatch
+    same(read_party_table(one, "active", "id", "y").frame, csv.frame)
+    same(read_party_table(tmp_path / "t.csv", "active", "id", "y").frame, csv.frame)   # CSV dispatch
 
 
 def test_text_ids_follow_the_csv_rule(tmp_path):
@@ -76,17 +76,17 @@ def test_schema_mismatch_names_the_file_and_the_difference(tmp_path):
     df.iloc[:5].assign(b=df["b"].iloc[:5].astype(float)).to_parquet(d / "part.2.parquet", index=False)
     with pytest.raises(InputError, match=r"part\.2\.parquet.*does not match the schema of.*part\.0\.parquet"
                                          r".*'b' is double here but int64 there"):
-        read_party_table(d, "guest", "id", "y")
+        read_party_table(d, "active", "id", "y")
     df.iloc[:5].drop(columns="c").to_parquet(d / "part.2.parquet", index=False)
     with pytest.raises(InputError, match=r"part\.2\.parquet.*columns missing \['c'\], unexpected \[\]"):
-        read_party_table(d, "guest", "id", "y")
+        read_party_table(d, "active", "id", "y")
     df.iloc[:5][["id", "y", "b", "a", "c"]].to_parquet(d / "part.2.parquet", index=False)
     with pytest.raises(InputError, match="in another order"):
-        read_party_table(d, "guest", "id", "y")
+        read_party_table(d, "active", "id", "y")
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda df: df.drop(columns="id"), r"party 'guest' \(file '.*pq'\): id column 'id' not found; columns are"),
+    (lambda df: df.drop(columns="id"), r"party 'active' \(file '.*pq'\): id column 'id' not found; columns are"),
     (lambda df: df.drop(columns="y"), r"label column 'y' not found"),
     (lambda df: df.assign(a=df["a"].astype(str)),
      r"feature column 'a' is not numeric \(Parquet type (large_)?string\)"),
@@ -99,7 +99,7 @@ def test_schema_mismatch_names_the_file_and_the_difference(tmp_path):
 def test_bad_columns_are_named_before_reading(tmp_path, change, message):
     d = write_dir(tmp_path, change(frame(20)), [10])
     with pytest.raises(InputError, match=message):
-        read_party_table(d, "guest", "id", "y")
+        read_party_table(d, "active", "id", "y")
 
 
 def test_row_problems_name_the_file_at_fault(tmp_path):
@@ -107,13 +107,13 @@ def test_row_problems_name_the_file_at_fault(tmp_path):
     d = write_dir(tmp_path, df.assign(a=df["a"].where(df.index != 13, np.inf)), [10])
     with pytest.raises(InputError, match=r"file '.*part\.1\.parquet'\): feature column 'a' has 1 infinite "
                                          r"values \(rows 3\)"):
-        read_party_table(d, "guest", "id", "y")
+        read_party_table(d, "active", "id", "y")
     d = write_dir(tmp_path, df.assign(id=df["id"].where(df.index != 15, df["id"][2])), [10], "dup")
     with pytest.raises(InputError, match=r"file '.*dup'\): id column 'id' has 1 duplicated ids: 17"):
-        read_party_table(d, "guest", "id", "y")     # across files: the directory is named
+        read_party_table(d, "active", "id", "y")     # across files: the directory is named
     d = write_dir(tmp_path, df.assign(id=df["id"].astype("Int64").where(df.index != 4, pd.NA)), [10], "na")
     with pytest.raises(InputError, match=r"part\.0\.parquet'\): id column 'id' has 1 missing ids \(rows 4\)"):
-        read_party_table(d, "guest", "id", "y")
+        read_party_table(d, "active", "id", "y")
 
 
 def test_bad_paths_and_files(tmp_path):

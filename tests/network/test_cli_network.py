@@ -63,8 +63,8 @@ def test_active_needs_a_security_choice_and_valid_peers(files):
     assert r.exit_code == 1 and "must be NAME=HOST:PORT" in r.output
     r = run(*base, "--peer", "b=127.0.0.1:1", "--tls-dir", files / "nope")
     assert r.exit_code == 1 and "TLS directory" in r.output and "does not exist" in r.output
-    r = run(*base, "--peer", "guest=127.0.0.1:1", "--insecure")
-    assert r.exit_code == 1 and "both named 'guest'" in r.output
+    r = run(*base, "--peer", "active=127.0.0.1:1", "--insecure")
+    assert r.exit_code == 1 and "both named 'active'" in r.output
     r = run(*base, "--peer", "b=127.0.0.1:1", "--insecure", "--data", files / "missing.csv")
     assert r.exit_code == 1 and "missing.csv" in r.output and "does not exist" in r.output
 
@@ -91,7 +91,7 @@ def test_model_dir_states(files):
     r = run(*base, "--resume")
     assert r.exit_code == 1 and "not a training checkpoint" in r.output
     (files / "m" / "checkpoint.json").unlink()
-    (files / "m" / "guest.json").write_text(json.dumps({"role": "active"}))
+    (files / "m" / "active.json").write_text(json.dumps({"role": "active"}))
     r = run(*base)
     assert r.exit_code == 1 and "already holds a finished model" in r.output and "--force" in r.output
     r = run(*base, "--resume")
@@ -116,9 +116,9 @@ def test_predict_errors(files):
     r = run("predict", "--model-dir", files / "m", "--data", files / "a.csv", "--insecure", "--out", files / "p.csv")
     assert r.exit_code == 1 and "unfinished training" in r.output
     model = {"format": "vfl-boost-model", "version": 1, "role": "active", "objective": "binary", "n_targets": 1,
-             "base_score": [0.0], "learning_rate": 0.3, "active_party": "guest", "active_features": ["a0"],
+             "base_score": [0.0], "learning_rate": 0.3, "active_party": "active", "active_features": ["a0"],
              "passive_parties": ["b", "c"], "model_id": "x1", "salt": "00" * 16, "rounds": []}
-    (files / "m" / "guest.json").write_text(json.dumps(model))
+    (files / "m" / "active.json").write_text(json.dumps(model))
     r = run("predict", "--model-dir", files / "m", "--data", files / "a.csv", "--insecure", "--out", files / "p.csv",
             "--peer", "b=127.0.0.1:1")
     assert r.exit_code == 1 and "needs passive party 'c': give --peer c=HOST:PORT" in r.output
@@ -134,7 +134,7 @@ def test_passive_errors(files):
     r = run("party", "passive", "--name", "b", "--data", files / "a.csv", "--model-dir", files / "a.csv",
             "--insecure", "--listen", "127.0.0.1:0")
     assert r.exit_code != 0 and "a.csv" in r.output and "is a file" in r.output
-    r = run(*base, "--listen", "127.0.0.1:0", "--allow-client", "guest")
+    r = run(*base, "--listen", "127.0.0.1:0", "--allow-client", "active")
     assert r.exit_code == 1 and "--allow-client" in r.output and "needs --tls-dir" in r.output
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))

@@ -32,7 +32,7 @@ def test_network_mode_matches_the_in_memory_federation(tmp_path, children):
     out = tmp_path / "train.json"
     r = subprocess.run(cli_command("party", "active", "--name", "bank", "--data", tmp_path / "bank.csv",
                                    "--peer", f"bureau={addr}", "--model-dir", tmp_path / "m_a", "--insecure",
-                                   "--mode", "plain", "--quiet", "--trees", 3, "--depth", 3, "--learning-rate", 0.5,
+                                   "--mode", "plain", "--quiet", "--rounds", 3, "--depth", 3, "--learning-rate", 0.5,
                                    "--min-data-per-group", 5, "--cat-smooth", 1.0, "--categorical", "grade",
                                    "--monotone", "income=-1", "--weight-col", "w", "--output-json", out),
                        cwd=ROOT, capture_output=True, text=True, timeout=180)

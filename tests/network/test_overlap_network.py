@@ -38,7 +38,7 @@ def _train_and_predict(children, tmp: Path, overlap: bool):
         peers += ["--peer", f"{name}={addr}"]
     r = subprocess.run(cli_command("party", "active", "--name", "bank", "--data", tmp / "bank.csv", *peers,
                                    "--model-dir", tmp / "m_bank", "--insecure", "--mode", "he", "--key-bits",
-                                   KEY_BITS, "--trees", 3, "--depth", 3, "--subsample", 0.8, "--quiet",
+                                   KEY_BITS, "--rounds", 3, "--depth", 3, "--subsample", 0.8, "--quiet",
                                    "--output-json", tmp / "train.json"),
                        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr

@@ -120,8 +120,8 @@ def data_files(tmp_path_factory):
 def reference(files, **params):
     """The in-memory federation on the same files (plain mode: the same trees as he)."""
     frames = {n: pd.read_csv(f["train"]) for n, f in files.items()}
-    fed = Federation(ActiveParty("guest", frames["guest"]),
-                     [PassiveParty("host1", frames["host1"]), PassiveParty("host2", frames["host2"])])
+    fed = Federation(ActiveParty("active", frames["active"]),
+                     [PassiveParty("passive1", frames["passive1"]), PassiveParty("passive2", frames["passive2"])])
     fed.fit(TrainParams(mode="plain", **params))
     tests = {n: pd.read_csv(f["test"]) for n, f in files.items()}
     return fed, fed.predict_proba(tests)
@@ -130,7 +130,7 @@ def reference(files, **params):
 def assert_same_model(model: BoostedModel, passive_files: dict, fed: Federation):
     """Same trees (owners, record ids, thresholds) and passive lookup tables as the reference."""
     ref = fed.model
-    assert model.passive_parties == ref.passive_parties
+    assert model.passives == ref.passives
     assert model.n_rounds == ref.n_rounds
     for rnd, rref in zip(model.rounds, ref.rounds):
         for t, tref in zip(rnd, rref):
@@ -155,38 +155,38 @@ def test_tls_processes_train_and_predict_like_in_memory(children, data_files, tm
     predictions are those of the in-memory federation; oversized and malformed frames are refused
     while the passive server keeps serving."""
     certs = tmp_path / "certs"
-    r = run_cli("certs", "--out", certs, "--party", "guest", "--party", "host1", "--party", "host2")
+    r = run_cli("certs", "--out", certs, "--party", "active", "--party", "passive1", "--party", "passive2")
     assert r.returncode == 0, r.stderr
     tls = ["--tls-dir", certs]
-    _, a1 = children.passive("host1", data_files["host1"]["all"], tmp_path / "m1", *tls, "--max-message-mb", 1,
-                             "--allow-client", "guest")      # deny by default: TLS needs the allowed clients
-    _, a2 = children.passive("host2", data_files["host2"]["all"], tmp_path / "m2", *tls,
-                             "--allow-client", "guest")
-    peers = ["--peer", f"host1={a1}", "--peer", f"host2={a2}"]
-    r = run_cli("party", "active", "--data", data_files["guest"]["train"], *peers, "--model-dir", tmp_path / "ma",
-                *tls, "--mode", "he", "--key-bits", 1024, "--trees", 3, "--depth", 3, "--timeout", 60,
+    _, a1 = children.passive("passive1", data_files["passive1"]["all"], tmp_path / "m1", *tls, "--max-message-mb", 1,
+                             "--allow-client", "active")      # deny by default: TLS needs the allowed clients
+    _, a2 = children.passive("passive2", data_files["passive2"]["all"], tmp_path / "m2", *tls,
+                             "--allow-client", "active")
+    peers = ["--peer", f"passive1={a1}", "--peer", f"passive2={a2}"]
+    r = run_cli("party", "active", "--data", data_files["active"]["train"], *peers, "--model-dir", tmp_path / "ma",
+                *tls, "--mode", "he", "--key-bits", 1024, "--rounds", 3, "--depth", 3, "--timeout", 60,
                 "--output-json", tmp_path / "train.json")
     assert r.returncode == 0, r.stderr
     summary = json.loads((tmp_path / "train.json").read_text())
     assert summary["n_train"] == 455 and summary["n_trees"] == 3 and summary["mode"] == "he"
-    assert summary["bytes_sent"]["guest->host1"] > 455 * 256     # at least one ciphertext vector
+    assert summary["bytes_sent"]["active->passive1"] > 455 * 256     # at least one ciphertext vector
     assert not (tmp_path / "ma" / "checkpoint.json").exists()
-    model = BoostedModel.load(tmp_path / "ma" / "guest.json")
+    model = BoostedModel.load(tmp_path / "ma" / "active.json")
 
     fed, ref_proba = reference(data_files, n_estimators=3, max_depth=3)
-    assert_same_model(model, {"host1": tmp_path / "m1" / f"{model.model_id}.json",
-                              "host2": tmp_path / "m2" / f"{model.model_id}.json"}, fed)
-    assert "completed by guest (certificate guest" in children.log("host1")
+    assert_same_model(model, {"passive1": tmp_path / "m1" / f"{model.model_id}.json",
+                              "passive2": tmp_path / "m2" / f"{model.model_id}.json"}, fed)
+    assert "completed by active (certificate active" in children.log("passive1")
 
     # refused while serving: an oversized frame (cap 1 MiB), garbage, an unknown message type
-    client = GrpcTransport("guest", {"host1": a1}, Security.from_options("guest", certs), timeout=20)
+    client = GrpcTransport("active", {"passive1": a1}, Security.from_options("active", certs), timeout=20)
     try:
         with pytest.raises(PeerError, match="too large"):
-            client.call("host1", m.PredictStart("m", "s", np.zeros((100_000, 16), np.uint8)))
-        reply = loads(client._exchange("host1", b"VFL1garbage"))
+            client.call("passive1", m.PredictStart("m", "s", np.zeros((100_000, 16), np.uint8)))
+        reply = loads(client._exchange("passive1", b"VFL1garbage"))
         assert isinstance(reply, m.ErrorReply) and "header" in reply.message
         bad_type = b'{"type":"Exec","fields":{},"blobs":{}}'
-        reply = loads(client._exchange("host1", b"VFL1" + len(bad_type).to_bytes(4, "little") + bad_type))
+        reply = loads(client._exchange("passive1", b"VFL1" + len(bad_type).to_bytes(4, "little") + bad_type))
         assert isinstance(reply, m.ErrorReply) and "unknown" in reply.message and "'Exec'" in reply.message
     finally:
         client.close()
@@ -194,37 +194,38 @@ def test_tls_processes_train_and_predict_like_in_memory(children, data_files, tm
     # one-round prediction (the default) and node-by-node routing with PSI alignment agree
     for i, extra in enumerate([(), ("--prediction", "node", "--align", "psi")]):
         out = tmp_path / f"pred{i}.csv"
-        r = run_cli("predict", "--model-dir", tmp_path / "ma", "--data", data_files["guest"]["test"], *peers, *tls,
+        r = run_cli("predict", "--model-dir", tmp_path / "ma", "--data", data_files["active"]["test"], *peers, *tls,
                     "--out", out, *extra)
         assert r.returncode == 0, r.stderr
         pred = pd.read_csv(out)
-        assert pred["id"].tolist() == pd.read_csv(data_files["guest"]["test"])["id"].tolist()
+        assert pred["id"].tolist() == pd.read_csv(data_files["active"]["test"])["id"].tolist()
         np.testing.assert_allclose(pred["proba"].to_numpy(), ref_proba, rtol=0, atol=1e-12)
-    assert "refused a call" in children.log("host1")
-    assert "(PSI)" in children.log("host2") and "(hashed ids)" in children.log("host2")
+    assert "refused a call" in children.log("passive1")
+    assert "(PSI)" in children.log("passive2") and "(hashed ids)" in children.log("passive2")
 
 
 def test_tls_processes_train_with_okamoto_uchiyama_like_in_memory(children, data_files, tmp_path):
     """``--scheme ou`` over mutual TLS: the passive processes accept the OU key (ciphertexts mod n,
     half the bytes of Paillier's per value) and the model is the in-memory plain model."""
     certs = tmp_path / "certs"
-    r = run_cli("certs", "--out", certs, "--party", "guest", "--party", "host1", "--party", "host2")
+    r = run_cli("certs", "--out", certs, "--party", "active", "--party", "passive1", "--party", "passive2")
     assert r.returncode == 0, r.stderr
     tls = ["--tls-dir", certs]
-    _, a1 = children.passive("host1", data_files["host1"]["all"], tmp_path / "m1", *tls, "--allow-client", "guest")
-    _, a2 = children.passive("host2", data_files["host2"]["all"], tmp_path / "m2", *tls, "--allow-client", "guest")
-    peers = ["--peer", f"host1={a1}", "--peer", f"host2={a2}"]
-    r = run_cli("party", "active", "--data", data_files["guest"]["train"], *peers, "--model-dir", tmp_path / "ma",
-                *tls, "--mode", "he", "--scheme", "ou", "--key-bits", 1024, "--trees", 2, "--depth", 3,
+    allow = ["--allow-client", "active"]
+    _, a1 = children.passive("passive1", data_files["passive1"]["all"], tmp_path / "m1", *tls, *allow)
+    _, a2 = children.passive("passive2", data_files["passive2"]["all"], tmp_path / "m2", *tls, *allow)
+    peers = ["--peer", f"passive1={a1}", "--peer", f"passive2={a2}"]
+    r = run_cli("party", "active", "--data", data_files["active"]["train"], *peers, "--model-dir", tmp_path / "ma",
+                *tls, "--mode", "he", "--scheme", "ou", "--key-bits", 1024, "--rounds", 2, "--depth", 3,
                 "--timeout", 60, "--output-json", tmp_path / "train.json")
     assert r.returncode == 0, r.stderr
     summary = json.loads((tmp_path / "train.json").read_text())
     assert summary["params"]["scheme"] == "ou" and summary["n_trees"] == 2
-    assert summary["bytes_sent"]["guest->host1"] > 455 * 128     # at least one vector of 1024-bit ciphertexts
-    model = BoostedModel.load(tmp_path / "ma" / "guest.json")
+    assert summary["bytes_sent"]["active->passive1"] > 455 * 128     # at least one vector of 1024-bit ciphertexts
+    model = BoostedModel.load(tmp_path / "ma" / "active.json")
     fed, _ = reference(data_files, n_estimators=2, max_depth=3)
-    assert_same_model(model, {"host1": tmp_path / "m1" / f"{model.model_id}.json",
-                              "host2": tmp_path / "m2" / f"{model.model_id}.json"}, fed)
+    assert_same_model(model, {"passive1": tmp_path / "m1" / f"{model.model_id}.json",
+                              "passive2": tmp_path / "m2" / f"{model.model_id}.json"}, fed)
 
 
 def _checkpoint_rounds(path: Path) -> int:
@@ -242,12 +243,12 @@ def test_passive_dies_mid_training_then_resume_gives_the_same_model(children, da
     token.write_text("s3cret-token-for-tests-0123456789\n")
     sec = ["--insecure", "--token-file", token]
     m1, m2, ma = tmp_path / "m1", tmp_path / "m2", tmp_path / "ma"
-    _, a1 = children.passive("host1", data_files["host1"]["all"], m1, *sec)
-    p2, a2 = children.passive("host2", data_files["host2"]["all"], m2, *sec)
-    train = ["party", "active", "--data", data_files["guest"]["train"], "--model-dir", ma, *sec, "--mode", "he",
-             "--key-bits", 1024, "--trees", 8, "--depth", 3, "--timeout", 15, "--connect-timeout", 30,
+    _, a1 = children.passive("passive1", data_files["passive1"]["all"], m1, *sec)
+    p2, a2 = children.passive("passive2", data_files["passive2"]["all"], m2, *sec)
+    train = ["party", "active", "--data", data_files["active"]["train"], "--model-dir", ma, *sec, "--mode", "he",
+             "--key-bits", 1024, "--rounds", 8, "--depth", 3, "--timeout", 15, "--connect-timeout", 30,
              "--align", "psi"]
-    active = children.start([*train, "--peer", f"host1={a1}", "--peer", f"host2={a2}"], "active")
+    active = children.start([*train, "--peer", f"passive1={a1}", "--peer", f"passive2={a2}"], "active")
     ck = ma / "checkpoint.json"
     deadline = time.monotonic() + 120
     while _checkpoint_rounds(ck) < 2:
@@ -265,26 +266,26 @@ def test_passive_dies_mid_training_then_resume_gives_the_same_model(children, da
     assert time.monotonic() - t0 < 15 + 5        # within its timeout
     err = children.log("active")
     assert rc == 1, err
-    assert "party 'host2'" in err and "--resume" in err and "training stopped after" in err
-    assert not (ma / "guest.json").exists()      # no finished model ...
+    assert "party 'passive2'" in err and "--resume" in err and "training stopped after" in err
+    assert not (ma / "active.json").exists()      # no finished model ...
     state = json.loads(ck.read_text())
     assert state["completed"] is False and 2 <= state["n_rounds"] < 8
     [f2] = list(m2.glob("*.json"))
     assert json.loads(f2.read_text())["completed"] is False     # ... anywhere
 
-    r = run_cli("predict", "--model-dir", ma, "--data", data_files["guest"]["test"], "--peer", f"host1={a1}",
-                "--peer", f"host2={a2}", "--insecure", "--out", tmp_path / "p.csv")
+    r = run_cli("predict", "--model-dir", ma, "--data", data_files["active"]["test"], "--peer", f"passive1={a1}",
+                "--peer", f"passive2={a2}", "--insecure", "--out", tmp_path / "p.csv")
     assert r.returncode != 0 and "unfinished" in r.stderr
 
-    _, a2 = children.passive("host2", data_files["host2"]["all"], m2, *sec, log_name="host2-restarted")
-    assert "unfinished" in children.log("host2-restarted")
-    r = run_cli(*train, "--peer", f"host1={a1}", "--peer", f"host2={a2}", "--resume")
+    _, a2 = children.passive("passive2", data_files["passive2"]["all"], m2, *sec, log_name="passive2-restarted")
+    assert "unfinished" in children.log("passive2-restarted")
+    r = run_cli(*train, "--peer", f"passive1={a1}", "--peer", f"passive2={a2}", "--resume")
     assert r.returncode == 0, r.stderr
     assert f"resumed after {state['n_rounds']} round(s)" in r.stdout
     assert not ck.exists()
-    model = BoostedModel.load(ma / "guest.json")
+    model = BoostedModel.load(ma / "active.json")
     fed, _ = reference(data_files, n_estimators=8, max_depth=3)
-    assert_same_model(model, {"host1": m1 / f"{model.model_id}.json", "host2": m2 / f"{model.model_id}.json"},
+    assert_same_model(model, {"passive1": m1 / f"{model.model_id}.json", "passive2": m2 / f"{model.model_id}.json"},
                       fed)
-    assert "resumed by guest" in children.log("host2-restarted")
-    assert "PSI alignment" in children.log("host2-restarted")
+    assert "resumed by active" in children.log("passive2-restarted")
+    assert "PSI alignment" in children.log("passive2-restarted")

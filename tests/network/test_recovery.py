@@ -119,7 +119,7 @@ def test_over_grpc_a_second_connection_with_the_same_certificate_is_the_same_cli
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     d = tmp_path_factory.mktemp("pki")
-    make_certs(d, ["bank", "telco", "shop", "guest", "host"])
+    make_certs(d, ["bank", "telco", "shop", "active", "passive"])
     return d
 
 
@@ -214,7 +214,7 @@ N_TREES = 6
 
 
 def _reference(a, b):
-    fed = Federation(ActiveParty("guest", a), [PassiveParty("host", b)])
+    fed = Federation(ActiveParty("active", a), [PassiveParty("passive", b)])
     fed.fit(TrainParams(mode="plain", n_estimators=N_TREES, max_depth=2))
     return fed.model
 
@@ -231,12 +231,12 @@ def test_a_killed_active_party_resumes_at_once(tmp_path, children, pki, how, sig
     else:
         (tmp_path / "token").write_text("s3cret-token-for-tests-0123456789\n")
         sec = ["--insecure", "--token-file", tmp_path / "token"]
-    allow = ["--allow-client", "guest"] if how == "tls" else []       # deny by default under TLS
-    addr = start_passive(children, tmp_path, "host", "--data", tmp_path / "b.csv", "--model-dir",
+    allow = ["--allow-client", "active"] if how == "tls" else []       # deny by default under TLS
+    addr = start_passive(children, tmp_path, "passive", "--data", tmp_path / "b.csv", "--model-dir",
                          tmp_path / "mb", *sec, *allow)
     ma = tmp_path / "ma"
-    train = ["party", "active", "--name", "guest", "--data", tmp_path / "a.csv", "--peer", f"host={addr}",
-             "--model-dir", ma, *sec, "--mode", "he", "--key-bits", KEY_BITS, "--trees", N_TREES, "--depth", 2,
+    train = ["party", "active", "--name", "active", "--data", tmp_path / "a.csv", "--peer", f"passive={addr}",
+             "--model-dir", ma, *sec, "--mode", "he", "--key-bits", KEY_BITS, "--rounds", N_TREES, "--depth", 2,
              "--timeout", 30, "--quiet"]
     with open(tmp_path / "active.err", "w") as err:
         active = subprocess.Popen(cli_command(*train), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
@@ -251,33 +251,33 @@ def test_a_killed_active_party_resumes_at_once(tmp_path, children, pki, how, sig
     os.kill(active.pid, signal.SIGCONT)
     active.wait(timeout=30)
     done = _rounds(ma / "checkpoint.json")
-    assert 1 <= done < N_TREES and not (ma / "guest.json").exists()
+    assert 1 <= done < N_TREES and not (ma / "active.json").exists()
     r = subprocess.run(cli_command(*train, "--resume"), cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert f"resumed after {done} round(s)" in r.stdout
-    model = BoostedModel.load(ma / "guest.json")
+    model = BoostedModel.load(ma / "active.json")
     ref = _reference(a, b)
     assert [t.structure() for rnd in model.rounds for t in rnd] == \
         [t.structure() for rnd in ref.rounds for t in rnd]
-    log = (tmp_path / "host.err").read_text()
-    assert "is abandoned" in log and "resumed by guest" in log
+    log = (tmp_path / "passive.err").read_text()
+    assert "is abandoned" in log and "resumed by active" in log
 
 
 @pytest.mark.slow
 def test_a_refused_request_does_not_block_a_legitimate_training(tmp_path, children):
     """Before: one AlignRequest with a 1-byte salt was refused, yet took the session for 600 s."""
     a, b = _write_parties(tmp_path, n=80)
-    addr = start_passive(children, tmp_path, "host", "--data", tmp_path / "b.csv", "--model-dir",
+    addr = start_passive(children, tmp_path, "passive", "--data", tmp_path / "b.csv", "--model-dir",
                          tmp_path / "mb", "--insecure")
-    with GrpcTransport("intruder", {"host": addr}, Security(), timeout=20) as t:
+    with GrpcTransport("intruder", {"passive": addr}, Security(), timeout=20) as t:
         with pytest.raises(PeerError, match="salt must have at least 16 bytes"):
-            t.call("host", m.AlignRequest("evil", b"\1"))
-    r = subprocess.run(cli_command("party", "active", "--name", "guest", "--data", tmp_path / "a.csv",
-                                   "--peer", f"host={addr}", "--model-dir", tmp_path / "ma", "--insecure",
-                                   "--mode", "plain", "--trees", 2, "--depth", 2, "--timeout", 30, "--quiet"),
+            t.call("passive", m.AlignRequest("evil", b"\1"))
+    r = subprocess.run(cli_command("party", "active", "--name", "active", "--data", tmp_path / "a.csv",
+                                   "--peer", f"passive={addr}", "--model-dir", tmp_path / "ma", "--insecure",
+                                   "--mode", "plain", "--rounds", 2, "--depth", 2, "--timeout", 30, "--quiet"),
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert BoostedModel.load(tmp_path / "ma" / "guest.json").n_rounds == 2
+    assert BoostedModel.load(tmp_path / "ma" / "active.json").n_rounds == 2
 
 
 # --- 6. an allowed client stalling streams cannot starve the others ---------------------------------
@@ -286,8 +286,8 @@ class StalledStreams:
     soon as one ends (cut by the server's read watch, or answered "busy"), until :meth:`stop`."""
 
     def __init__(self, name: str, addr: str, security: Security, n: int):
-        self.transport = GrpcTransport(name, {"host": addr}, security, timeout=120)
-        self.stub = self.transport._exchange_stubs["host"]
+        self.transport = GrpcTransport(name, {"passive": addr}, security, timeout=120)
+        self.stub = self.transport._exchange_stubs["passive"]
         self.release, self.stopped = threading.Event(), threading.Event()
         self.calls = [self._open() for _ in range(n)]
         self.renewed = 0
@@ -323,25 +323,25 @@ def test_an_allowed_client_stalling_twenty_streams_cannot_starve_a_prediction(tm
     thread of the passive party: a legitimate prediction waited past its own --timeout."""
     _write_parties(tmp_path, n=80)
     tls = ["--tls-dir", pki]
-    addr = start_passive(children, tmp_path, "host", "--data", tmp_path / "b.csv", "--model-dir", tmp_path / "mb",
-                         *tls, "--allow-client", "guest", "--allow-client", "shop")
-    r = subprocess.run(cli_command("party", "active", "--name", "guest", "--data", tmp_path / "a.csv", "--peer",
-                                   f"host={addr}", "--model-dir", tmp_path / "ma", *tls, "--mode", "plain",
-                                   "--trees", 2, "--depth", 2, "--quiet"),
+    addr = start_passive(children, tmp_path, "passive", "--data", tmp_path / "b.csv", "--model-dir", tmp_path / "mb",
+                         *tls, "--allow-client", "active", "--allow-client", "shop")
+    r = subprocess.run(cli_command("party", "active", "--name", "active", "--data", tmp_path / "a.csv", "--peer",
+                                   f"passive={addr}", "--model-dir", tmp_path / "ma", *tls, "--mode", "plain",
+                                   "--rounds", 2, "--depth", 2, "--quiet"),
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     stalls = StalledStreams("shop", addr, Security.from_options("shop", tls_dir=pki), 20)
     try:
         time.sleep(1.0)          # the stalled streams are open (the first 8 hold worker threads)
         r = subprocess.run(cli_command("predict", "--model-dir", tmp_path / "ma", "--data", tmp_path / "a.csv",
-                                       "--peer", f"host={addr}", *tls, "--out", tmp_path / "p.csv", "--timeout", 10),
+                                       "--peer", f"passive={addr}", *tls, "--out", tmp_path / "p.csv", "--timeout", 10),
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         assert "predicted 80 rows" in r.stdout
     finally:
         stalls.stop()
     # shop held 8 worker threads (half of 16); its 12 other streams were answered "busy" unread
-    assert (tmp_path / "host.err").read_text().count("is at its limit of 8 concurrent calls: busy, retry") >= 12
+    assert (tmp_path / "passive.err").read_text().count("is at its limit of 8 concurrent calls: busy, retry") >= 12
 
 
 def test_busy_retries_share_the_calls_own_deadline():
@@ -350,13 +350,13 @@ def test_busy_retries_share_the_calls_own_deadline():
     def always_busy(frame, who):
         return dumps(m.ErrorReply(m.ErrorKind.BUSY, "busy", 0.5))
 
-    srv = PartyServer("host", always_busy, "127.0.0.1:0", Security())
+    srv = PartyServer("passive", always_busy, "127.0.0.1:0", Security())
     addr = f"127.0.0.1:{srv.start()}"
     try:
-        with GrpcTransport("guest", {"host": addr}, Security(), timeout=2) as t:
+        with GrpcTransport("active", {"passive": addr}, Security(), timeout=2) as t:
             assert t.busy_max_wait == 2.0
             with pytest.raises(PeerBusyError) as info:
-                t.call("host", m.PredictEnd("s"))
+                t.call("passive", m.PredictEnd("s"))
         waited = float(re.search(r"over ([0-9.]+) s", str(info.value)).group(1))
         assert waited <= 2.0
     finally:

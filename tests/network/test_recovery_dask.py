@@ -48,17 +48,18 @@ def world(tmp_path, children):
     b.to_csv(tmp_path / "b.csv", index=False)
     cluster = Cluster(2).wait(2)
     try:
-        addr = start_passive(children, tmp_path, "host", "--data", tmp_path / "b.csv", "--model-dir", tmp_path / "mb",
-                             "--insecure", "--dask-scheduler", cluster.address, "--dask-insecure")
+        addr = start_passive(children, tmp_path, "passive", "--data", tmp_path / "b.csv",
+                             "--model-dir", tmp_path / "mb", "--insecure", "--dask-scheduler", cluster.address,
+                             "--dask-insecure")
         yield tmp_path, (a, b), cluster, addr, children[-1]
     finally:
         cluster.stop()
 
 
-def _train(tmp, addr, *extra, name="guest", model_dir="ma"):
-    return cli_command("party", "active", "--name", name, "--data", tmp / "a.csv", "--peer", f"host={addr}",
+def _train(tmp, addr, *extra, name="active", model_dir="ma"):
+    return cli_command("party", "active", "--name", name, "--data", tmp / "a.csv", "--peer", f"passive={addr}",
                        "--model-dir", tmp / model_dir, "--insecure", "--mode", "he", "--key-bits", KEY_BITS,
-                       "--trees", N_TREES, "--depth", 2, "--timeout", 30, "--quiet", *extra)
+                       "--rounds", N_TREES, "--depth", 2, "--timeout", 30, "--quiet", *extra)
 
 
 def _interrupt(tmp, addr, children, kill) -> tuple[int, str]:
@@ -102,7 +103,7 @@ def test_a_killed_worker_is_named_and_resume_gives_the_uninterrupted_model(world
     rc, err = _interrupt(tmp, addr, [], kill)
     line = _error_line(err)
     assert rc == 1
-    assert "party 'host'" in line and "Dask worker tcp://127.0.0.1:" in line and "of 'passive:host'" in line
+    assert "party 'passive'" in line and "Dask worker tcp://127.0.0.1:" in line and "of 'passive:passive'" in line
     assert "is gone (killed or lost)" in line and "--resume" in line
     assert "is it running and reachable" not in line
     done = _rounds(tmp / "ma" / "checkpoint.json")
@@ -110,9 +111,9 @@ def test_a_killed_worker_is_named_and_resume_gives_the_uninterrupted_model(world
     r = subprocess.run(_train(tmp, addr, "--resume"), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert f"resumed after {done} round(s)" in r.stdout
-    fed = Federation(ActiveParty("guest", a), [PassiveParty("host", b)])
+    fed = Federation(ActiveParty("active", a), [PassiveParty("passive", b)])
     fed.fit(TrainParams(mode="plain", n_estimators=N_TREES, max_depth=2))
-    model = BoostedModel.load(tmp / "ma" / "guest.json")
+    model = BoostedModel.load(tmp / "ma" / "active.json")
     assert [t.structure() for rnd in model.rounds for t in rnd] == \
         [t.structure() for rnd in fed.model.rounds for t in rnd]
     _stops_on_sigterm(passive)
@@ -131,7 +132,7 @@ def test_a_killed_scheduler_is_one_line_naming_it_and_sigterm_stops_the_passive(
     rc, err = _interrupt(tmp, addr, [], kill)
     line = _error_line(err)
     assert rc == 1
-    assert f"the Dask scheduler of 'passive:host' at {cluster.address} is gone or unreachable" in line, line
+    assert f"the Dask scheduler of 'passive:passive' at {cluster.address} is gone or unreachable" in line, line
     assert "is it running and reachable" not in line and "CancelledError" not in err
     _stops_on_sigterm(passive)
 
@@ -145,7 +146,7 @@ def test_an_unreachable_scheduler_is_reported_at_once_and_leaves_no_session(worl
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 1
     line = _error_line(r.stderr)
-    assert f"Dask cluster of 'active:guest' at {nowhere}: cannot connect (connection refused" in line, line
+    assert f"Dask cluster of 'active:active' at {nowhere}: cannot connect (connection refused" in line, line
     # another client trains at once: the session was released
     r = subprocess.run(_train(tmp, addr, name="bank", model_dir="mbank"), cwd=ROOT, capture_output=True, text=True,
                        timeout=300)

@@ -101,7 +101,7 @@ def test_processes_multiclass_string_labels_with_validation_and_predict(tmp_path
     r = subprocess.run(cli_command("party", "active", "--name", "a", "--data", tmp_path / "a.csv",
                                    "--peer", f"b={addr}",
                                    "--model-dir", tmp_path / "m_a", "--insecure", "--mode", "plain", "--quiet",
-                                   "--objective", "multiclass", "--trees", 30, "--learning-rate", 1.0,
+                                   "--objective", "multiclass", "--rounds", 30, "--learning-rate", 1.0,
                                    "--validation-data", tmp_path / "va.csv", "--early-stopping-rounds", 2,
                                    "--output-json", out), cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

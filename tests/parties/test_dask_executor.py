@@ -268,7 +268,7 @@ def test_a_party_on_a_tls_cluster_with_the_certificates_of_vfl_certs(tmp_path):
 def test_vfl_simulate_with_a_local_cluster_per_party_equals_the_local_pool(tmp_path):
     def run(*extra):
         out = tmp_path / f"p{len(extra)}.csv"
-        proc = subprocess.run([sys.executable, "-m", "cli", "simulate", "--trees", "1", "--depth", "2",
+        proc = subprocess.run([sys.executable, "-m", "cli", "simulate", "--rounds", "1", "--depth", "2",
                                "--mode", "plain", "--quiet", "--predictions", str(out), *extra],
                               cwd=ROOT, env=dask_env(), capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -380,10 +380,11 @@ def test_a_lost_scheduler_is_told_in_words_whichever_way_it_shows():
     from types import SimpleNamespace
 
     from distributed.client import FuturesCancelledError
-    ex = SimpleNamespace(name="passive:host", spec="tcp://127.0.0.1:1")
+    ex = SimpleNamespace(name="passive:passive", spec="tcp://127.0.0.1:1")
     cancelled = DaskExecutor._scheduler_gone(ex, FuturesCancelledError([]))
     lost = DaskExecutor._scheduler_gone(ex, OSError("Timed out trying to connect"))
     for err in (cancelled, lost):
-        assert str(err).startswith("the Dask scheduler of 'passive:host' at tcp://127.0.0.1:1 is gone or unreachable")
+        assert str(err).startswith("the Dask scheduler of 'passive:passive' at tcp://127.0.0.1:1 "
+                                   "is gone or unreachable")
         assert "\n" not in str(err) and "CancelledError" not in str(err)
     assert "its tasks were cancelled" in str(cancelled) and "OSError: Timed out" in str(lost)

@@ -231,7 +231,7 @@ def test_ids_written_133_0_and_133_align_in_network_mode_and_in_simulate(tmp_pat
     assert fed.active.alignment_report["a"]["n_kept"] == 80
     # and `vfl simulate` on the two files
     res = CliRunner().invoke(main, ["simulate", "--active", str(a_csv), "--passive", str(b_csv), "--mode", "plain",
-                                    "--trees", "2", "--quiet", "--label-col", "y"])
+                                    "--rounds", "2", "--quiet", "--label-col", "y"])
     assert res.exit_code == 0, res.output
     assert "train: 64 rows, test: 16 rows" in res.output
     assert pd.read_csv(b_csv, dtype=str)["id"].iloc[0] == "0.0"      # the file really says "0.0"

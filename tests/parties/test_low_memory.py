@@ -177,17 +177,17 @@ def test_deferred_features_train_the_model_of_the_whole_table(tmp_path, fixed_sa
     pytest.importorskip("pyarrow")
     a, b, c = small_frames(n=90)
     a = a.assign(w=np.linspace(0.5, 2.0, len(a)))
-    path = _parquet_dir(tmp_path, "guest", a)
-    head, cols = read_party_table_deferred(path, "guest", "id", "y", keep=["w"])
+    path = _parquet_dir(tmp_path, "active", a)
+    head, cols = read_party_table_deferred(path, "active", "id", "y", keep=["w"])
     assert list(head.frame.columns) == ["id", "y", "w"] and cols.feature_names == ["a0", "a1"]
-    party = ActiveParty("guest", head.frame, weight_col="w", low_memory=True, features=cols)
+    party = ActiveParty("active", head.frame, weight_col="w", low_memory=True, features=cols)
     assert party.X is None and party.feature_names == ["a0", "a1"]
     lean = Federation(party, [PassiveParty("b", b), PassiveParty("c", c)])
     lean.fit(mode="plain", n_estimators=3, max_depth=3)
-    whole = Federation(ActiveParty("guest", a, weight_col="w"), [PassiveParty("b", b), PassiveParty("c", c)])
+    whole = Federation(ActiveParty("active", a, weight_col="w"), [PassiveParty("b", b), PassiveParty("c", c)])
     whole.fit(mode="plain", n_estimators=3, max_depth=3)
     assert _structures(lean.model) == _structures(whole.model)
-    new = {"guest": a.drop(columns=["y", "w"]), "b": b, "c": c}
+    new = {"active": a.drop(columns=["y", "w"]), "b": b, "c": c}
     assert np.array_equal(lean.predict_proba(new), whole.predict_proba(new))      # same salt: same sums
     assert party.X is None and party._deferred is None
 
@@ -197,26 +197,26 @@ def test_deferred_reading_applies_to_numeric_parquet_only_and_checks_values_late
     pytest.importorskip("pyarrow")
     a, b, _ = small_frames(n=40)
     a.to_csv(tmp_path / "a.csv", index=False)
-    assert read_party_table_deferred(tmp_path / "a.csv", "guest", "id", "y") is None
+    assert read_party_table_deferred(tmp_path / "a.csv", "active", "id", "y") is None
     cat = _parquet_dir(tmp_path, "cat", a.assign(kind=np.where(a["a0"] > 0, "hi", "lo")))
-    assert read_party_table_deferred(cat, "guest", "id", "y", categorical=["kind"]) is None
+    assert read_party_table_deferred(cat, "active", "id", "y", categorical=["kind"]) is None
     bad = a.copy()
     bad.loc[25, "a1"] = np.inf                  # in the second file
     path = _parquet_dir(tmp_path, "bad", bad)
-    head, cols = read_party_table_deferred(path, "guest", "id", "y")   # the labels and ids are fine
-    fed = Federation(ActiveParty("guest", head.frame, low_memory=True, features=cols), [PassiveParty("b", b)])
+    head, cols = read_party_table_deferred(path, "active", "id", "y")   # the labels and ids are fine
+    fed = Federation(ActiveParty("active", head.frame, low_memory=True, features=cols), [PassiveParty("b", b)])
     with pytest.raises(InputError, match=r"part-1\.parquet.*'a1' has 1 infinite"):
         fed.fit(mode="plain", n_estimators=1)
     # the table replaced between the labels and the features
     path = _parquet_dir(tmp_path, "moved", a)
-    head, cols = read_party_table_deferred(path, "guest", "id", "y")
+    head, cols = read_party_table_deferred(path, "active", "id", "y")
     for i, part in enumerate(np.array_split(np.arange(len(a))[::-1], 2)):      # same files, rows reversed
         a.iloc[part].to_parquet(path / f"part-{i}.parquet", index=False)
-    fed = Federation(ActiveParty("guest", head.frame, low_memory=True, features=cols), [PassiveParty("b", b)])
+    fed = Federation(ActiveParty("active", head.frame, low_memory=True, features=cols), [PassiveParty("b", b)])
     with pytest.raises(InputError, match="ids of .* changed between reading its labels and its features"):
         fed.fit(mode="plain", n_estimators=1)
     with pytest.raises(InputError, match="either in the frame or as deferred columns"):
-        ActiveParty("guest", a, features=cols)
+        ActiveParty("active", a, features=cols)
     # as a column reader: a column must have as many rows as the ids read
     from datasets.loaders import DeferredColumns
     assert cols.shape == (40, 2) and np.array_equal(cols.column(1), a["a1"].to_numpy()[::-1])
@@ -224,7 +224,7 @@ def test_deferred_reading_applies_to_numeric_parquet_only_and_checks_values_late
     with pytest.raises(InputError, match="'a0' of .* has 40 rows, its ids 41; was the file replaced"):
         cols.column(0)
     with pytest.raises(ValueError, match="known once the ids were read"):
-        DeferredColumns(path, cols.schema, "guest", "id", ["a0"]).shape
+        DeferredColumns(path, cols.schema, "active", "id", ["a0"]).shape
 
 
 class _Dies(Exception):
@@ -257,14 +257,14 @@ def test_a_deferred_party_checkpoints_and_resumes_reading_a_column_at_a_time(tmp
     from vfl.core.params import TrainParams
     pytest.importorskip("pyarrow")
     a, b, _ = small_frames(n=120)
-    path = _parquet_dir(tmp_path, "guest", a)
+    path = _parquet_dir(tmp_path, "active", a)
     params = TrainParams(mode="plain", n_estimators=4, max_depth=3)
 
     def run(tag, **kw):
-        head, cols = read_party_table_deferred(path, "guest", "id", "y")
-        party = ActiveParty("guest", head.frame, low_memory=True, features=cols)
+        head, cols = read_party_table_deferred(path, "active", "id", "y")
+        party = ActiveParty("active", head.frame, low_memory=True, features=cols)
         server = PassiveServer("b", b, "id", tmp_path / tag / "b")
-        t = InMemoryTransport("guest", {"b": server.handle_frame})
+        t = InMemoryTransport("active", {"b": server.handle_frame})
         return party.fit(t, ["b"], params, **kw)
 
     digests, calls = [], []
@@ -277,8 +277,8 @@ def test_a_deferred_party_checkpoints_and_resumes_reading_a_column_at_a_time(tmp
     monkeypatch.setattr(checkpoint, "data_digest", spy)
     full = run("full", checkpoint=lambda ck: None)
     assert digests[-1][:2] == ("DeferredColumns", "columns")
-    kept = ActiveParty("guest", a)            # the same table read whole: the same fingerprint
-    kept.fit(InMemoryTransport("guest", {"b": PassiveServer("b", b, "id", tmp_path / "kept" / "b").handle_frame}),
+    kept = ActiveParty("active", a)            # the same table read whole: the same fingerprint
+    kept.fit(InMemoryTransport("active", {"b": PassiveServer("b", b, "id", tmp_path / "kept" / "b").handle_frame}),
              ["b"], params, checkpoint=lambda ck: None)
     assert digests[-1][:2] == ("ndarray", "columns") and digests[-1][2] == digests[0][2]
 

@@ -102,7 +102,7 @@ def test_one_round_equals_node_by_node_breast_cancer_with_missing(breast2):
     # the default is one-round
     start = len(fed.transport.log)
     fed.predict_raw(test)
-    assert [type(x).__name__ for x in frames_received(fed, start, "host1")] == ["PredictStart", "LeafMaskRequest"]
+    assert [type(x).__name__ for x in frames_received(fed, start, "passive1")] == ["PredictStart", "LeafMaskRequest"]
 
 
 @pytest.mark.slow
@@ -111,7 +111,7 @@ def test_one_round_equals_node_by_node_three_parties(breast3, align, scheme):
     fed, test = trained(with_missing(breast3, seed=3), mode="he", key_bits=KEY_BITS, n_estimators=3,
                         max_depth=3, align=align, scheme=scheme)
     owners = {n.owner for rnd in fed.model.rounds for t in rnd for n in t.nodes if not n.is_leaf}
-    assert owners == {"guest", "host1", "host2"}           # every party decides some nodes
+    assert owners == {"active", "passive1", "passive2"}           # every party decides some nodes
     node = fed.predict_raw(test, prediction="node")
     one = fed.predict_raw(test, prediction="one-round")
     assert np.array_equal(node, one)
@@ -125,10 +125,10 @@ def test_saved_model_and_n_rounds(breast3, tmp_path):
     fed2 = Federation.load(tmp_path)
     assert np.array_equal(fed2.predict_raw(test, prediction="one-round"), fed.predict_raw(test, prediction="node"))
     # BoostedModel level: a prefix of the rounds, through the same callbacks the parties use
-    model, p1 = fed.model, fed.passives["host1"]
+    model, p1 = fed.model, fed.passives["passive1"]
     fed.predict_raw(test, prediction="node")               # loads the prediction data at the passives
-    X = test["guest"][model.active_features].to_numpy(dtype=float)
-    hashes = alignment.hash_ids(test["guest"]["id"], p1.salt)
+    X = test["active"][model.active_features].to_numpy(dtype=float)
+    hashes = alignment.hash_ids(test["active"]["id"], p1.salt)
     for name, p in fed.passives.items():
         for session in ("route", "masks"):
             p.handle(m.PredictStart(model.model_id, f"{session}-{name}", hashes))
@@ -172,11 +172,11 @@ def test_passive_gets_one_message_with_shapes_and_its_record_ids_only(breast3):
         assert int(np.sum((req.left >= 0) & (req.record_ids < 0))) == others
         reply = [loads(f) for s, r, f in fed.transport.log[start:] if s == name][-1]
         width = int(Skeleton(req.tree_sizes, req.left, req.right, req.record_ids).mask_bytes().sum())
-        assert reply.masks.shape == (len(test["guest"]), width) and width > 0
+        assert reply.masks.shape == (len(test["active"]), width) and width > 0
     # node-by-node: more round trips, and the passive learns which rows reach its nodes
     start = len(fed.transport.log)
     fed.predict_raw(test, prediction="node")
-    got = frames_received(fed, start, "host1")
+    got = frames_received(fed, start, "passive1")
     assert len(got) > 3 and all(isinstance(x, m.RouteRequest) for x in got[1:-1])
     assert isinstance(got[-1], m.PredictEnd)          # the session ends (its rows are freed)
 
@@ -188,11 +188,11 @@ def test_masks_reveal_passive_decisions_off_the_path(breast2):
     fed, test = trained(with_missing(breast2, seed=7))
     start = len(fed.transport.log)
     fed.predict_raw(test, prediction="one-round")
-    req = [x for x in frames_received(fed, start, "host1") if isinstance(x, m.LeafMaskRequest)][0]
-    masks = [loads(f) for s, r, f in fed.transport.log[start:] if s == "host1"][-1].masks
+    req = [x for x in frames_received(fed, start, "passive1") if isinstance(x, m.LeafMaskRequest)][0]
+    masks = [loads(f) for s, r, f in fed.transport.log[start:] if s == "passive1"][-1].masks
     sk = Skeleton(req.tree_sizes, req.left, req.right, req.record_ids)
-    host = fed.passives["host1"]
-    data = test["host1"].set_index("id").loc[test["guest"]["id"].to_numpy()]
+    p1 = fed.passives["passive1"]
+    data = test["passive1"].set_index("id").loc[test["active"]["id"].to_numpy()]
     trees = [t for rnd in fed.model.rounds for t in rnd]
     leaves_all = final_leaves(fed, test)
     off = sk.offsets()
@@ -203,9 +203,9 @@ def test_masks_reveal_passive_decisions_off_the_path(breast2):
                              count=len(tree.leaves())).astype(bool)
         leaf_ids = [n.node_id for n in tree.leaves()]
         for node in tree.nodes:
-            if node.is_leaf or node.owner != "host1":
+            if node.is_leaf or node.owner != "passive1":
                 continue
-            rec = host.records[node.record_id]
+            rec = p1.records[node.record_id]
             x = data[rec["feature"]].to_numpy()
             truth = np.where(np.isnan(x), rec["default_left"], x <= rec["threshold"])
             under_left = np.isin(leaf_ids, _subtree(tree, node.left))
@@ -262,21 +262,21 @@ def test_leaf_masks_by_hand():
 # --- bad input --------------------------------------------------------------------
 @pytest.fixture
 def served(breast2):
-    """A trained federation and a way to open prediction session 's' at host1 (training rows)."""
+    """A trained federation and a way to open prediction session 's' at passive1 (training rows)."""
     fed, test = trained(breast2, n_estimators=2, max_depth=3)
-    host = fed.passives["host1"]
-    handler = frame_handler(host.handle)
+    p1 = fed.passives["passive1"]
+    handler = frame_handler(p1.handle)
 
     def start():
-        host.handle(m.PredictStart(fed.model.model_id, "s",
-                                   alignment.hash_ids(fed.active.ids, host.salt)))
+        p1.handle(m.PredictStart(fed.model.model_id, "s",
+                                   alignment.hash_ids(fed.active.ids, p1.salt)))
 
-    return fed, host, handler, start
+    return fed, p1, handler, start
 
 
 def test_malformed_skeletons_are_refused(served):
-    fed, host, handler, start = served
-    good = fed.model.skeleton("host1")
+    fed, p1, handler, start = served
+    good = fed.model.skeleton("passive1")
     n = int(good.tree_sizes[0])
     first_internal = int(np.flatnonzero(good.left >= 0)[0])
     mine = int(np.flatnonzero(good.record_ids >= 0)[0])
@@ -297,7 +297,7 @@ def test_malformed_skeletons_are_refused(served):
         (variant(left=set_at(first_internal, first_internal)), "children are not later nodes"),
         (variant(right=set_at(first_internal, n + 5)), "children are not later nodes"),
         (variant(right=set_at(first_internal, int(good.left[first_internal]))), "children are not later"),
-        (variant(record_ids=set_at(mine, len(host.records))), "not in the lookup table"),
+        (variant(record_ids=set_at(mine, len(p1.records))), "not in the lookup table"),
         (variant(record_ids=set_at(first_leaf, 0)), "record id at a leaf"),
         (variant(record_ids=set_at(mine, -3)), "negative record id|record_ids: value -3 is out of range"),
         ({**good.to_fields(), "left": good.left[:-1]}, "do not match|must have the same length"),
@@ -324,14 +324,14 @@ def test_malformed_skeletons_are_refused(served):
 
 
 @pytest.mark.parametrize("cheat, pattern", [
-    (lambda k: k[:, :-1], r"party 'host1' sent leaf masks of shape"),
-    (lambda k: k.astype(np.int16), r"party 'host1' sent (leaf masks of shape|a malformed reply)"),
-    (lambda k: np.zeros_like(k), r"party 'host1' sent leaf masks that exclude every leaf"),
+    (lambda k: k[:, :-1], r"party 'passive1' sent leaf masks of shape"),
+    (lambda k: k.astype(np.int16), r"party 'passive1' sent (leaf masks of shape|a malformed reply)"),
+    (lambda k: np.zeros_like(k), r"party 'passive1' sent leaf masks that exclude every leaf"),
     (lambda k: np.full_like(k, 255), r"inconsistent"),
 ])
 def test_dishonest_masks_are_refused(breast2, cheat, pattern):
     fed, test = trained(breast2, n_estimators=2, max_depth=3)
-    honest = fed.passives["host1"]
+    honest = fed.passives["passive1"]
 
     def handle(req):
         reply = honest.handle(req)
@@ -339,19 +339,19 @@ def test_dishonest_masks_are_refused(breast2, cheat, pattern):
             return m.LeafMaskResponse(cheat(reply.masks))
         return reply
 
-    fed.transport.handlers["host1"] = frame_handler(handle)
+    fed.transport.handlers["passive1"] = frame_handler(handle)
     with pytest.raises(PeerError, match=pattern):
         fed.predict_raw(test, prediction="one-round")
 
 
 def test_passive_policy_on_prediction(breast2):
     fed, test = trained(breast2, n_estimators=2, max_depth=3)
-    host = fed.passives["host1"]
-    host.allowed_prediction = ("node",)
+    p1 = fed.passives["passive1"]
+    p1.allowed_prediction = ("node",)
     with pytest.raises(PeerError, match="does not allow prediction by 'one-round'"):
         fed.predict_raw(test)
     node = fed.predict_raw(test, prediction="node")
-    host.allowed_prediction = ("one-round",)
+    p1.allowed_prediction = ("one-round",)
     with pytest.raises(PeerError, match="does not allow prediction by 'node'"):
         fed.predict_raw(test, prediction="node")
     assert np.array_equal(fed.predict_raw(test), node)
@@ -366,7 +366,7 @@ def test_cli_simulate_prediction_flag(tmp_path):
     outs = {}
     for pred in ("one-round", "node"):
         out = tmp_path / f"{pred}.csv"
-        res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--trees", "3", "--depth", "3", "--quiet",
+        res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--rounds", "3", "--depth", "3", "--quiet",
                                         "--prediction", pred, "--predictions", str(out),
                                         "--output-json", str(tmp_path / f"{pred}.json")])
         assert res.exit_code == 0, res.output

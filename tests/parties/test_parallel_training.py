@@ -125,11 +125,11 @@ def test_per_tree_breakdown_from_the_python_api(always_parallel):
 
 
 def test_simulate_verbose_prints_the_breakdown():
-    out = subprocess.run([sys.executable, "-m", "cli", "simulate", "--trees", "2", "--depth", "2",
+    out = subprocess.run([sys.executable, "-m", "cli", "simulate", "--rounds", "2", "--depth", "2",
                           "--key-bits", "1024", "--verbose", "--quiet"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("tree ")]
+    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("round ")]
     assert len(lines) == 2
     for ln in lines:
         for word in ("encrypt", "histogram", "compress", "decrypt", "split_search", "total", "sent"):

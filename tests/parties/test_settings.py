@@ -89,7 +89,7 @@ def test_the_simulation_records_its_settings_and_the_cli_writes_no_environment(m
     monkeypatch.setenv("VFL_OVERLAP", "1")
     before = {k: v for k, v in os.environ.items() if k.startswith("VFL_")}
     out = tmp_path / "run.json"
-    result = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--trees", "1", "--depth", "2",
+    result = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--rounds", "1", "--depth", "2",
                                        "--jobs", "1", "--quiet", "--output-json", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["settings"] == {"n_jobs": 1, "overlap": True}

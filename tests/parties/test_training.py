@@ -35,7 +35,7 @@ def test_breast_cancer_trees_use_passive_splits_and_predict_well(breast2):
     """Accuracy of the 4x4 model (he grows the same trees: tests/test_he_equals_plain.py)."""
     _, model, proba, y = _fit(breast2, "plain", n_estimators=4, max_depth=4)
     owners = {n.owner for rnd in model.rounds for t in rnd for n in t.nodes if not n.is_leaf}
-    assert owners == {"guest", "host1"}
+    assert owners == {"active", "passive1"}
     assert roc_auc_score(y, proba) > 0.97
 
 
@@ -73,15 +73,15 @@ def test_plaintext_training_equals_a_centralised_run_of_the_same_algorithm():
 def test_saved_models_round_trip_and_active_file_has_no_passive_threshold(breast2, tmp_path):
     fed, model, proba, _ = _fit(breast2, "plain", n_estimators=5, max_depth=4)
     paths = fed.save(tmp_path)
-    assert sorted(p.name for p in paths) == ["guest.json", "host1.json"]
-    active_text = (tmp_path / "guest.json").read_text()
+    assert sorted(p.name for p in paths) == ["active.json", "passive1.json"]
+    active_text = (tmp_path / "active.json").read_text()
     active = json.loads(active_text)
-    passive = json.loads((tmp_path / "host1.json").read_text())
+    passive = json.loads((tmp_path / "passive1.json").read_text())
     assert passive["records"], "the passive party owns some splits"
     for rnd in active["rounds"]:
         for tree in rnd:
             for node in tree["nodes"]:
-                if node["owner"] == "host1":
+                if node["owner"] == "passive1":
                     assert node["threshold"] is None and node["feature"] is None
     def numbers(obj):
         if isinstance(obj, dict):

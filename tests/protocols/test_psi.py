@@ -119,14 +119,14 @@ def test_psi_and_hash_give_same_rows_in_same_order(kind):
 def test_psi_and_hash_train_identical_models(monkeypatch, breast3):
     salt = alignment.new_salt()
     monkeypatch.setattr(alignment, "new_salt", lambda: salt)
-    # the guest lacks some ids, each passive party holds its rows in its own order, host2 lacks some
+    # the active party lacks some ids, each passive party holds its rows in its own order, passive2 lacks some
     g, h1, h2 = (pf.frame for pf in breast3)
     g = g.iloc[:540]
     h1 = h1.sample(frac=1.0, random_state=1)
     h2 = h2.sample(frac=1.0, random_state=2).iloc[10:]
     frames = [type(pf)(pf.name, f, pf.id_col, pf.label_col) for pf, f in zip(breast3, (g, h1, h2))]
     common = set(g["id"]) & set(h2["id"])
-    new = {"guest": g[g["id"].isin(common)], "host1": h1, "host2": h2}
+    new = {"active": g[g["id"].isin(common)], "passive1": h1, "passive2": h2}
     models, preds = {}, {}
     for method in ("hash", "psi"):
         fed = federation_from_frames(frames)
@@ -134,7 +134,7 @@ def test_psi_and_hash_train_identical_models(monkeypatch, breast3):
         assert fed.model.params["align"] == method
         models[method] = [[t.structure() for t in rnd] for rnd in fed.model.rounds]
         preds[method] = fed.predict_raw(new, prediction="node")
-        assert fed.active.alignment_report["guest"]["n_kept"] == len(common)
+        assert fed.active.alignment_report["active"]["n_kept"] == len(common)
     assert models["hash"] == models["psi"]
     assert np.array_equal(preds["hash"], preds["psi"])
 
@@ -242,7 +242,7 @@ def test_psi_model_predicts_with_a_fresh_psi_per_batch(breast2):
     new = {pf.name: pf.frame.iloc[::7] for pf in breast2}
     n_log = len(fed.transport.log)
     p_psi = fed.predict_proba(new)                       # default: as trained (psi), one-round
-    sent = [type(loads(f)).__name__ for s, r, f in fed.transport.log[n_log:] if s == "guest"]
+    sent = [type(loads(f)).__name__ for s, r, f in fed.transport.log[n_log:] if s == "active"]
     assert sent == ["PsiRequest", "PsiResult", "LeafMaskRequest"]
     first_salt = loads(fed.transport.log[n_log][2]).salt
     assert first_salt != bytes.fromhex(fed.model.salt)  # fresh salt, unlinkable to training
@@ -250,14 +250,14 @@ def test_psi_model_predicts_with_a_fresh_psi_per_batch(breast2):
     assert np.array_equal(p_psi, p_hash)
     # a row the passive party lacks: a clear error naming it
     short = dict(new)
-    short["host1"] = new["host1"].iloc[1:]
-    with pytest.raises(InputError, match=r"party 'host1' has no row for 1 of the"):
+    short["passive1"] = new["passive1"].iloc[1:]
+    with pytest.raises(InputError, match=r"party 'passive1' has no row for 1 of the"):
         fed.predict_proba(short)
 
 
 def test_passive_policy_psi_only(breast2):
     fed = federation_from_frames(breast2)
-    fed.passives["host1"].allowed_align = ("psi",)
+    fed.passives["passive1"].allowed_align = ("psi",)
     with pytest.raises(PeerError, match="does not allow alignment by 'hash'"):
         fed.fit(TrainParams(mode="plain", n_estimators=1, max_depth=2))
     fed.fit(TrainParams(mode="plain", n_estimators=1, max_depth=2, align="psi"))
@@ -367,7 +367,7 @@ def test_a_misbehaving_passive_is_named():
 def test_cli_simulate_align_psi(tmp_path):
     from cli import main
     out = tmp_path / "r.json"
-    res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--trees", "2", "--depth", "2", "--parties", "3",
+    res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--rounds", "2", "--depth", "2", "--parties", "3",
                                     "--align", "psi", "--prediction", "node", "--quiet",
                                     "--output-json", str(out)])
     assert res.exit_code == 0, res.output

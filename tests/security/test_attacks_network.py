@@ -274,7 +274,7 @@ def test_a_reply_is_not_the_product_of_the_active_partys_own_ciphertexts(fed):
 def test_the_federation_trains_and_predicts_and_only_the_trainer_predicts(fed, tmp_path):
     r = run_cli("party", "active", "--federation", fed["fed"], "--tls-dir", fed["certs"], "--data",
                 fed["files"]["bank"], "--model-dir", tmp_path / "ma", "--mode", "he", "--key-bits", KEY_BITS,
-                "--trees", 2, "--depth", 3, "--quiet", "--output-json", tmp_path / "train.json")
+                "--rounds", 2, "--depth", 3, "--quiet", "--output-json", tmp_path / "train.json")
     assert r.returncode == 0, r.stderr
     model = BoostedModel.load(tmp_path / "ma" / "bank.json")
     assert json.loads((tmp_path / "train.json").read_text())["n_trees"] == 2

@@ -90,7 +90,7 @@ class BoostedModel:
     learning_rate: float
     active_party: str
     active_features: list[str]
-    passive_parties: list[str]
+    passives: list[str]
     model_id: str
     salt: str                                   # hex; hashing ids for prediction
     rounds: list[list[Tree]] = field(default_factory=list)
@@ -115,7 +115,7 @@ class BoostedModel:
             "objective": self.objective, "n_targets": self.n_targets,
             "base_score": [float(b) for b in self.base_score], "learning_rate": self.learning_rate,
             "active_party": self.active_party, "active_features": list(self.active_features),
-            "passive_parties": list(self.passive_parties), "model_id": self.model_id, "salt": self.salt,
+            "passive_parties": list(self.passives), "model_id": self.model_id, "salt": self.salt,
             "params": self.params, "history": self.history, "best_iteration": self.best_iteration,
             "classes": self.classes, **({"party_hashes": dict(self.party_hashes)} if self.party_hashes else {}),
             **({"categories": {f: list(v) for f, v in self.categories.items()}} if self.categories else {}),
@@ -273,9 +273,9 @@ class BoostedModel:
         return [(k, t) for rnd in rounds for k, t in enumerate(rnd)]
 
     def node_owners(self, n_rounds: int | None = None) -> list[str]:
-        """Passive parties that own at least one split, in ``passive_parties`` order."""
+        """Passive parties that own at least one split, in ``passives`` order."""
         owners = {n.owner for _, t in self._flat_trees(n_rounds) for n in t.nodes if not n.is_leaf}
-        return [p for p in self.passive_parties if p in owners]
+        return [p for p in self.passives if p in owners]
 
     def skeleton(self, party: str, n_rounds: int | None = None):
         """What one-round prediction sends ``party``: tree shapes and its own record ids."""
@@ -358,7 +358,7 @@ class BoostedModel:
         if kind not in ("split", "gain"):
             raise InputError(f"importance kind must be 'split' or 'gain', got {kind!r}")
         feats = {f: 0.0 for f in self.active_features}
-        parties = {p: {"total": 0.0, "records": {}} for p in self.passive_parties}
+        parties = {p: {"total": 0.0, "records": {}} for p in self.passives}
         for rnd in self.rounds[: (self.default_rounds if n_rounds is None else n_rounds)]:
             for tree in rnd:
                 for node in tree.nodes:

@@ -92,6 +92,13 @@ EVAL_METRICS = {
 
 @dataclass
 class TrainParams:
+    """The training hyperparameters, one field each, with their defaults (the CLI options, the
+    estimators and ``vfl compare`` take theirs from here: :meth:`default`).
+
+    ``n_estimators`` (scikit-learn's and XGBoost's name) is the number of boosting ROUNDS: a round
+    grows one tree, or one tree per class (K trees) for a K-class multiclass model. The CLI calls
+    it ``--rounds``; a model's ``n_rounds`` counts rounds, a result's ``n_trees`` the trees grown.
+    """
     n_estimators: int = 10
     max_depth: int = 4
     learning_rate: float = 0.3
