@@ -212,6 +212,10 @@ class GrpcTransport(Transport):
         finally:
             self._deadline.at = outer
 
+    def _time_left(self) -> float | None:
+        at = getattr(self._deadline, "at", None)
+        return None if at is None else at - time.monotonic()
+
     def _attempt_timeout(self) -> float:
         at = getattr(self._deadline, "at", None)
         return self.timeout if at is None else max(0.001, at - time.monotonic())
@@ -237,6 +241,10 @@ class GrpcTransport(Transport):
                     call.cancel()
                     raise PeerError(f"party {peer!r} sent a reply of more than {format_bytes(self.max_frame_bytes)} "
                                     "(the frame cap): refused")
+            if not out:     # a server closes a call it dropped (e.g. queued past its deadline) with no reply
+                raise PeerError(f"party {peer!r} at {self.peers[peer]} ended the call without a reply (it dropped "
+                                f"the request: the call's deadline of {self.timeout:g} s (--timeout) ran out "
+                                "before it was served, or the stream was cancelled)")
             return bytes(out)
         except grpc.RpcError as exc:
             raise self._error(peer, exc) from None

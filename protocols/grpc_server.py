@@ -274,7 +274,8 @@ class PartyServer:
         client = getattr(who, "client", str(who))
         left = context.time_remaining()
         if left is not None and left <= 0:      # queued past the caller's deadline: nobody waits for it
-            return
+            context.abort(require_grpc().StatusCode.DEADLINE_EXCEEDED,
+                          f"party {self.name!r}: the request was queued past the caller's deadline; dropped unserved")
         if not self._streams.enter(client):
             log.info("%s: %s is at its limit of %d concurrent calls: busy, retry", self.name, who,
                      self._streams.per_client)

@@ -81,6 +81,11 @@ class Transport(ABC):
     def _exchange(self, peer: str, frame: bytes) -> bytes:
         """Deliver one request frame to ``peer`` and return its reply frame."""
 
+    def _time_left(self) -> float | None:
+        """Seconds left of the current call's own deadline (``None``: no deadline): a "busy, retry"
+        wait that would pass it ends the retries at once (:class:`PeerBusyError`)."""
+        return None
+
     def call(self, peer: str, message):
         """Send the request ``message`` to ``peer``; return its reply. An :class:`ErrorReply`
         raises (:class:`InputError` or :class:`PeerError`), and so does a reply of a type the
@@ -97,7 +102,9 @@ class Transport(ABC):
                 break
             hint = min(max(float(reply.retry_after), 0.01), self.busy_max_sleep)
             wait = min(hint * self.busy_backoff ** attempt, self.busy_max_sleep) * random.uniform(0.75, 1.25)
-            if attempt >= self.busy_retries or waited + wait > self.busy_max_wait:
+            left = self._time_left()
+            if attempt >= self.busy_retries or waited + wait > self.busy_max_wait or (left is not None
+                                                                                     and wait >= left):
                 raise PeerBusyError(f"party {peer!r} is busy (still after {attempt} retries over {waited:.1f} s): "
                                     f"{reply.message}")
             time.sleep(wait)

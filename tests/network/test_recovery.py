@@ -363,6 +363,40 @@ def test_busy_retries_share_the_calls_own_deadline():
         srv.stop(grace=None)
 
 
+def test_a_busy_wait_that_would_pass_the_deadline_ends_the_retries_at_once():
+    """Round trips count against the deadline too (seen flaky on a loaded CI machine: the last
+    retry went out with 1 ms left and came back empty): a wait longer than what is left of the
+    call's deadline raises at once, without sleeping or sending again."""
+    sent = []
+
+    def busy(frame):
+        sent.append(frame)
+        return dumps(m.ErrorReply(m.ErrorKind.BUSY, "busy", 0.5))
+
+    class Late(InMemoryTransport):
+        def _time_left(self):
+            return 0.2
+
+    t = Late("active", {"passive": busy})
+    with pytest.raises(PeerBusyError, match=r"after 0 retries over 0\.0 s"):
+        t.call("passive", m.PredictEnd("s"))
+    assert len(sent) == 1 and t.busy_waits["passive"] == 0
+
+
+def test_a_call_ended_without_a_reply_is_named_as_such():
+    """A stream closed with no reply bytes (a server drops a request queued past its deadline)
+    is a PeerError naming the party and the deadline, not 'a malformed reply' (bad magic)."""
+    srv = PartyServer("passive", lambda frame, who: b"", "127.0.0.1:0", Security())
+    addr = f"127.0.0.1:{srv.start()}"
+    try:
+        with GrpcTransport("active", {"passive": addr}, Security(), timeout=5) as t:
+            with pytest.raises(PeerError, match=r"party 'passive' at .* ended the call without a reply") as info:
+                t.call("passive", m.PredictEnd("s"))
+        assert "malformed" not in str(info.value)
+    finally:
+        srv.stop(grace=None)
+
+
 def test_after_a_full_disk_at_the_passive_party_resume_gives_the_uninterrupted_model(tmp_path, monkeypatch):
     """The passive party's disk fills mid-training: the session is closed, and once space is free
     ``--resume`` (same identity, new connection) gives the model of an uninterrupted run."""
