@@ -73,8 +73,13 @@ def test_foreign_and_damaged_files_in_the_model_dir_are_ignored_and_named(tmp_pa
     (d / "other.json").write_text(json.dumps(dict(good, party="insurer", model_id="other")))
     (d / "notes.json").write_text(json.dumps({"format": "something else"}))
     (d / "bad.json").write_text(json.dumps(dict(good, model_id="bad", records="not a list")))
-    with caplog.at_level(logging.WARNING, logger="vfl.passive"):
-        again = PassiveServer("telco", b, "id", d)
+    logger = logging.getLogger("vfl.passive")       # the CLI's logging setup stops "vfl" propagating: listen here
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger="vfl.passive"):
+            again = PassiveServer("telco", b, "id", d)
+    finally:
+        logger.removeHandler(caplog.handler)
     assert set(again.models) == {model_id} and not again.unfinished
     text = caplog.text
     assert "ignoring unreadable file" in text and "broken.json" in text
