@@ -58,7 +58,6 @@ def parse_libsvm(path: PathLike, n_features: int) -> tuple[np.ndarray, np.ndarra
         if not parts:
             raise InputError(f"LIBSVM file {str(p)!r}, line {i + 1}: blank line")
         labels[i] = _parse_label(parts[0], p, i + 1)
-        prev = 0
         seen: set[int] = set()
         for tok in parts[1:]:
             idx_s, sep, val_s = tok.partition(":")
@@ -73,12 +72,11 @@ def parse_libsvm(path: PathLike, n_features: int) -> tuple[np.ndarray, np.ndarra
                 raise InputError(
                     f"LIBSVM file {str(p)!r}, line {i + 1}: feature index {idx} outside 1..{n_features}"
                 )
-            if idx <= prev and idx in seen:
+            if idx in seen:         # (indices need not be increasing: a repeat anywhere is refused)
                 raise InputError(f"LIBSVM file {str(p)!r}, line {i + 1}: feature index {idx} repeated")
             seen.add(idx)
             if not np.isfinite(val):
                 raise InputError(f"LIBSVM file {str(p)!r}, line {i + 1}: feature {idx} has value {val_s!r}")
-            prev = idx
             rows.append(i)
             cols.append(idx - 1)
             vals.append(val)

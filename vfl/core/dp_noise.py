@@ -24,6 +24,7 @@ external audit); :func:`opendp` enables that feature on first use: the measureme
 """
 from __future__ import annotations
 
+import abc
 import math
 import os
 
@@ -67,17 +68,19 @@ def _float_noise(values, scale: float, make: str, metric: str) -> np.ndarray:
     return np.asarray(meas([float(x) for x in v.ravel()]), dtype=np.float64).reshape(v.shape)
 
 
-class NoiseSource:
-    """The interface every DP mechanism draws through."""
+class NoiseSource(abc.ABC):
+    """The interface every DP mechanism draws through (a source lacking a method cannot be made)."""
 
     private = True
 
+    @abc.abstractmethod
     def label(self) -> str:
-        raise NotImplementedError
+        """What the noise comes from, as the model files and reports state it."""
 
     # -- uniform bits ----------------------------------------------------------------------------
+    @abc.abstractmethod
     def u64(self, size: int) -> np.ndarray:
-        raise NotImplementedError
+        """``size`` uniform 64-bit integers."""
 
     def below(self, threshold: int, size: int) -> np.ndarray:
         """``size`` Bernoulli draws of probability ``threshold / 2^64``."""
@@ -106,19 +109,22 @@ class NoiseSource:
         return out.astype(np.int64)
 
     # -- noise (OpenDP in SecureNoise) ---------------------------------------------------------------
+    @abc.abstractmethod
     def laplace_counts(self, counts, scale: float) -> np.ndarray:
-        raise NotImplementedError
+        """Integer counts plus discrete Laplace noise of ``scale``."""
 
+    @abc.abstractmethod
     def laplace(self, values, scale: float) -> np.ndarray:
-        raise NotImplementedError
+        """Values plus Laplace noise of ``scale``."""
 
+    @abc.abstractmethod
     def gaussian(self, values, scale: float) -> np.ndarray:
-        raise NotImplementedError
+        """Values plus Gaussian noise of standard deviation ``scale``."""
 
+    @abc.abstractmethod
     def noisy_max(self, scores, scale: float) -> int:
         """Report-noisy-max: argmax of ``scores`` plus noise of ``scale``; ``epsilon = 2 Delta / scale``
         for scores of sensitivity ``Delta`` (the exponential mechanism's guarantee)."""
-        raise NotImplementedError
 
 
 class SecureNoise(NoiseSource):
