@@ -483,7 +483,7 @@ _COMPARE = CompareConfig()      # the defaults of `vfl compare` (its hyperparame
 @click.option("--epsilon-scope", type=click.Choice(EPSILON_SCOPES), default=_COMPARE.epsilon_scope,
               show_default=True, help="Whether an epsilon is each passive party's total or per feature.")
 @click.option("--seeds", default=_COMPARE.seeds, show_default=True,
-              help="Seeds 0..N-1 (train/test split and DP noise).")
+              help="Seeds 0..N-1 (train/test split, DP pilot rows; DP noise is fresh).")
 @click.option("--he-seeds", default=_COMPARE.he_seeds, show_default=True,
               help="HE runs only for the first N seeds (HE grows plain's trees exactly; it costs time).")
 @click.option("--rounds", "--trees", "rounds", default=_COMPARE.n_estimators, show_default=True,

@@ -56,8 +56,8 @@ Conventions:
   defaults, checked in ``fit`` (so ``clone``/``get_params``/``set_params`` work as in
   scikit-learn). ``mode`` defaults to ``"he"`` (real Paillier; ``scheme="ou"``: real
   Okamoto-Uchiyama, docs/schemes.md). ``random_state``
-  (an int or a ``numpy.random.RandomState``), when set, gives the ``seed``; it also
-  seeds the simulated parties' DP noise, so a fit is reproducible in every mode.
+  (an int or a ``numpy.random.RandomState``), when set, gives the ``seed``; the simulated
+  parties' DP noise never follows it (fresh OS noise), so a DP fit is not reproducible, others are.
 * Credit-risk options (issue 15): ``categorical`` names columns to treat as categories
   (text and pandas ``category`` columns always are), ``monotone_constraints`` is
   ``{column: +1 | -1}`` over any party's columns (each goes to the party holding it;
