@@ -364,6 +364,17 @@ def write_runs(runs: list[dict], out_dir: Path, cfg: CompareConfig, notes: list[
     return [csv_path, json_path]
 
 
+def dp_curves(cfg: CompareConfig) -> tuple:
+    """``(arm, colour, style, legend label)`` of each DP arm's curve. With ε per feature nothing
+    is selected (the default arm then releases every feature, as ``dp_all`` does)."""
+    default = ("DP default (auto buckets, debiased, --dp-select auto)" if cfg.epsilon_scope == EpsilonScope.PARTY
+               else "DP default (auto buckets, debiased; ε per feature: no selection)")
+    return ((Arm.DP_OLD.value, "tab:purple", "s--", "DP, old mechanism (32 buckets, no debiasing)"),
+            (Arm.DP_ALL.value, "tab:orange", "v-", "DP, every feature (auto buckets, debiased)"),
+            (Arm.DP.value, "tab:blue", "o-", default),
+            (Arm.DP_SELECT.value, "tab:green", "^-", f"DP, --dp-select {cfg.dp_select}"))
+
+
 def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Path, notes: list[str]) -> list[Path]:
     """``<dataset>_auc_vs_epsilon.png`` and ``<dataset>_cost.png``."""
     plt = require_matplotlib()
@@ -381,11 +392,7 @@ def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Pa
     dp_eps = sorted({e for m, e in by if m in DP_ARMS})
     finite = [e for e in dp_eps if e != INF]
     x_inf = (max(finite) if finite else 1.0) * 4
-    curves = ((Arm.DP_OLD.value, "tab:purple", "s--", "DP, old mechanism (32 buckets, no debiasing)"),
-              (Arm.DP_ALL.value, "tab:orange", "v-", "DP, every feature (auto buckets, debiased)"),
-              (Arm.DP.value, "tab:blue", "o-", "DP default (auto buckets, debiased, --dp-select auto)"),
-              (Arm.DP_SELECT.value, "tab:green", "^-", f"DP, --dp-select {cfg.dp_select}"))
-    for arm, color, fmt, label in curves:
+    for arm, color, fmt, label in dp_curves(cfg):
         arm_eps = [e for e in dp_eps if (arm, e) in by]
         if not arm_eps:
             continue

@@ -211,3 +211,13 @@ def test_summary_lists_epsilon_per_feature_per_seed_when_the_pilot_picks_differe
     assert same["epsilon_per_feature"] == {"passive1": 4.0}
     differ = summarize([run(1, 8 / 3), run(0, 4.0)])["d"]["entries"][0]
     assert differ["epsilon_per_feature"] == [{"passive1": 4.0}, {"passive1": 8 / 3}]       # seed order
+
+
+def test_the_default_dp_curve_says_selection_only_where_it_happens():
+    """With epsilon per feature nothing is selected: the legend must not claim --dp-select auto."""
+    from vfl.compare import dp_curves
+
+    def label(scope):
+        return {arm: lab for arm, _, _, lab in dp_curves(CompareConfig(epsilon_scope=scope).validate())}["dp"]
+    assert "--dp-select auto" in label("party")
+    assert "no selection" in label("feature") and "--dp-select" not in label("feature")
