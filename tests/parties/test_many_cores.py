@@ -61,6 +61,8 @@ def model_round(monkeypatch, n_workers: int, n_rows: int, n_features: int, depth
         ex_p.close()
 
 
+# multi-second (the model's tasks sleep for their counted work): slow, as the marker defines it
+@pytest.mark.slow
 @pytest.mark.parametrize("n_workers,n_rows,scale", [(16, 16384, 1.0), (64, 32768, 6.0)], ids=["16", "64"])
 def test_a_round_on_many_simulated_workers_per_party_keeps_them_busy(monkeypatch, n_workers, n_rows, scale):
     """Fails before issue 24 (2.7x on 16 workers: the stream encrypted a wave at a time, the intake
