@@ -30,16 +30,25 @@ def _party_label(name: str | None) -> str:
     return f" (party {name!r})" if name else ""
 
 
-def _read_header(path: Path, name: str | None) -> list[str]:
+@contextlib.contextmanager
+def _reading(path: Path, name: str | None, bad_csv):
+    """Errors while reading ``path`` as CSV, as an :class:`InputError` naming the file (and party):
+    not UTF-8, unreadable, or a :class:`csv.Error` worded by ``bad_csv(exc)``."""
+    where = f"{str(path)!r}{_party_label(name)}"
     try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise InputError(f"cannot read {where}: not UTF-8 text ({exc.reason})") from None
+    except csv.Error as exc:
+        raise InputError(bad_csv(exc)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read {where}: {exc.strerror or exc}") from None
+
+
+def _read_header(path: Path, name: str | None) -> list[str]:
+    with _reading(path, name, lambda exc: f"cannot read {str(path)!r}{_party_label(name)}: bad CSV header ({exc})"):
         with open(path, newline="", encoding="utf-8-sig") as fh:
             header = next(csv.reader(fh), None)
-    except UnicodeDecodeError as exc:
-        raise InputError(f"cannot read {str(path)!r}{_party_label(name)}: not UTF-8 text ({exc.reason})") from None
-    except csv.Error as exc:
-        raise InputError(f"cannot read {str(path)!r}{_party_label(name)}: bad CSV header ({exc})") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {str(path)!r}{_party_label(name)}: {exc.strerror or exc}") from None
     if header is None or not any(h.strip() for h in header):
         raise InputError(f"file {str(path)!r}{_party_label(name)} is empty (no CSV header)")
     seen, dups = set(), []
@@ -56,7 +65,7 @@ def _check_row_lengths(path: Path, name: str | None, n_columns: int) -> None:
     """Every data row has exactly the header's number of fields: a row with too few (a truncated
     last line) or too many is an error naming the file and the line (blank lines are skipped, as
     the parser does)."""
-    try:
+    with _reading(path, name, lambda exc: f"cannot parse CSV file {str(path)!r}{_party_label(name)}: {exc}"):
         with open(path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
             next(reader, None)
@@ -68,12 +77,6 @@ def _check_row_lengths(path: Path, name: str | None, n_columns: int) -> None:
                         f"{len(row)} field{'s' if len(row) != 1 else ''}: {'fewer' if few else 'more'} fields "
                         f"than the header has columns ({n_columns})"
                         + (" (a truncated row?)" if few else ""))
-    except UnicodeDecodeError as exc:
-        raise InputError(f"cannot read {str(path)!r}{_party_label(name)}: not UTF-8 text ({exc.reason})") from None
-    except csv.Error as exc:
-        raise InputError(f"cannot parse CSV file {str(path)!r}{_party_label(name)}: {exc}") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {str(path)!r}{_party_label(name)}: {exc.strerror or exc}") from None
 
 
 def _ids_to_int_if_canonical(series: pd.Series) -> pd.Series:

@@ -60,7 +60,6 @@ with at most ``q`` values keeps one bucket per value (its natural categories).
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
@@ -72,7 +71,7 @@ from vfl.core.params import check_epsilon
 from vfl.core.rounds import RoundTiming
 from vfl.core.sampling import node_members
 from vfl.core.sources import LocalSource
-from vfl.core.split import MIN_GAIN, SplitInfo, find_best_split, goes_left
+from vfl.core.split import SplitInfo, best_cell, find_best_split, goes_left
 from vfl.core.tree import Tree
 
 #: lower confidence bound of a noisy candidate's gain: score minus Z standard deviations
@@ -344,16 +343,8 @@ class DebiasedBucketSource(BucketSource):
             scores[:, :, d] = np.where(ok & np.isfinite(gain), (gain - z * sd) * scale, -np.inf)
         for f in banned:
             scores[f] = -np.inf
-        flat = scores.ravel()
-        best = int(np.argmax(flat))
-        best_score = float(flat[best])
-        if not best_score > MIN_GAIN:
-            return None
-        f, rest = divmod(best, width * 2)
-        b, d = divmod(rest, 2)
-        GL = float(gl[f, b] + (gm[f, 0] if d else 0.0))
-        HL = float(hl[f, b] + (hm[f, 0] if d else 0.0))
-        return SplitInfo(best_score, source_idx, int(f), int(b), bool(d), GL, HL)
+        cell = best_cell(scores, gl, hl, gm, hm)
+        return None if cell is None else SplitInfo(cell[0], source_idx, *cell[1:])
 
 
 # --- growing trees over debiased sources -----------------------------------------
@@ -369,28 +360,15 @@ class DPGrower(TreeGrower):
         self._in_sample = in_sample
         return super().grow(round_idx, gq, hq, in_sample)
 
-    def _find_splits(self, nodes, hist):
-        p = self.params
-        t0 = time.perf_counter()
-        chosen = []
-        for k, nid in nodes:
-            node = self.trees[k].nodes[nid]
-            used = self._used.get((k, nid), frozenset())
-            best = None
-            for si, (sg, sh) in enumerate(hist[(k, nid)]):
-                src = self.sources[si]
-                if isinstance(src, DebiasedBucketSource):
-                    banned = {f for s, f in used if s == si}
-                    info = src.best_split(sg, sh, node.sum_gradients, node.sum_hessians, p, si, banned)
-                else:
-                    info = find_best_split(sg, sh, src.bin_offsets, node.sum_gradients,
-                                           node.sum_hessians, p.reg_lambda, p.min_child_weight, si)
-                if info is not None and (best is None or info.gain > best.gain):
-                    best = info
-            if best is not None and best.gain > max(p.gamma, MIN_GAIN):
-                chosen.append((k, nid, best))
-        self.timing.add("split_search", time.perf_counter() - t0)
-        return chosen
+    def _source_split(self, k, nid, node, si, sg, sh, cons):
+        """Noisy features by :meth:`DebiasedBucketSource.best_split`, each at most once per path;
+        the active party's own features as plain bins (no categorical, monotone or constraints)."""
+        p, src = self.params, self.sources[si]
+        if isinstance(src, DebiasedBucketSource):
+            banned = {f for s, f in self._used.get((k, nid), frozenset()) if s == si}
+            return src.best_split(sg, sh, node.sum_gradients, node.sum_hessians, p, si, banned)
+        return find_best_split(sg, sh, src.bin_offsets, node.sum_gradients, node.sum_hessians, p.reg_lambda,
+                               p.min_child_weight, si)
 
     def _add_children(self, k, nid, best, ref, go_left):
         children = super()._add_children(k, nid, best, ref, go_left)

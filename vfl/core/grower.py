@@ -174,18 +174,21 @@ class TreeGrower:
             best = None
             cons = self._node_constraints(k, nid)
             for si, (sg, sh) in enumerate(hist[(k, nid)]):
-                src = self.sources[si]
-                info = find_best_split(sg, sh, src.bin_offsets, node.sum_gradients,
-                                       node.sum_hessians, p.reg_lambda, p.min_child_weight, si,
-                                       categorical=getattr(src, "categorical", None),
-                                       monotone=getattr(src, "monotone", None), constraints=cons,
-                                       n_samples=node.n_samples, cat_params=self.cat_params)
+                info = self._source_split(k, nid, node, si, sg, sh, cons)
                 if info is not None and (best is None or info.gain > best.gain):
                     best = info
             if best is not None and best.gain > max(p.gamma, MIN_GAIN):
                 chosen.append((k, nid, best))
         self.timing.add("split_search", time.perf_counter() - t0)
         return chosen
+
+    def _source_split(self, k: int, nid: int, node, si: int, sg, sh, cons: Constraints) -> SplitInfo | None:
+        """The best split of node ``(k, nid)`` among source ``si``'s bins (histogram ``sg``/``sh``)."""
+        p, src = self.params, self.sources[si]
+        return find_best_split(sg, sh, src.bin_offsets, node.sum_gradients, node.sum_hessians, p.reg_lambda,
+                               p.min_child_weight, si, categorical=getattr(src, "categorical", None),
+                               monotone=getattr(src, "monotone", None), constraints=cons,
+                               n_samples=node.n_samples, cat_params=self.cat_params)
 
     def _split_chosen(self, chosen: list[tuple[int, int, SplitInfo]]) -> list[Key]:
         """Apply the chosen splits at their owners and add the children; the next frontier."""

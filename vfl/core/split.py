@@ -195,6 +195,21 @@ def _categorical_split(g: np.ndarray, h: np.ndarray, G, H, reg_lambda, min_child
     return best
 
 
+def best_cell(scores: np.ndarray, gl, hl, gm, hm) -> tuple[float, int, int, bool, float, float] | None:
+    """The best cell of ``scores[feature, bin, d]`` (``d = 1``: missing values go left) if it beats
+    :data:`MIN_GAIN`: ``(score, feature, bin, missing_left, GL, HL)`` with the left child's sums
+    (``gl``/``hl``: running sums over the ordinary bins; ``gm``/``hm``: the missing bin's)."""
+    flat = scores.ravel()
+    best = int(np.argmax(flat))
+    score = float(flat[best])
+    if not score > MIN_GAIN:
+        return None
+    f, rest = divmod(best, scores.shape[1] * 2)
+    b, d = divmod(rest, 2)
+    return (score, int(f), int(b), bool(d), float(gl[f, b] + (gm[f, 0] if d else 0.0)),
+            float(hl[f, b] + (hm[f, 0] if d else 0.0)))
+
+
 def _numeric_split(sum_gradients, sum_hessians, bin_offsets, G, H, reg_lambda, min_child_weight,
                    source_idx, categorical, monotone, c: Constraints) -> SplitInfo | None:
     offsets = np.asarray(bin_offsets, dtype=np.int64)
@@ -229,15 +244,9 @@ def _numeric_split(sum_gradients, sum_hessians, bin_offsets, G, H, reg_lambda, m
             with np.errstate(divide="ignore", invalid="ignore"):
                 gain = _score(GL, HL, reg_lambda) + _score(GR, HR, reg_lambda) - parent
         gains[:, :, d] = np.where(valid & np.isfinite(gain), gain, -np.inf)   # 0/0 when lambda = 0
-    flat = gains.ravel()
-    best = int(np.argmax(flat))
-    best_gain = float(flat[best])
-    if not best_gain > MIN_GAIN:
+    cell = best_cell(gains, gl, hl, gm, hm)
+    if cell is None:
         return None
-    f, rest = divmod(best, width * 2)
-    b, d = divmod(rest, 2)
-    GL = float(gl[f, b] + (gm[f, 0] if d else 0.0))
-    HL = float(hl[f, b] + (hm[f, 0] if d else 0.0))
+    best_gain, f, b, d, GL, HL = cell
     wl, wr = float(_weight(GL, HL, reg_lambda, c)), float(_weight(G - GL, H - HL, reg_lambda, c))
-    return SplitInfo(best_gain, source_idx, int(f), int(b), bool(d), GL, HL, None,
-                     int(mono[f, 0]), wl, wr)
+    return SplitInfo(best_gain, source_idx, f, b, d, GL, HL, None, int(mono[f, 0]), wl, wr)
