@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import sys
 import warnings
 from pathlib import Path
@@ -29,9 +28,19 @@ from parties.federation import load_federation
 from parties.memory import return_freed_memory
 from parties.network import check_prediction, load_active_model, predict_active, serve_passive, train_active
 from protocols.certs import make_certs
-from protocols.grpc_security import Security, parse_peers
-from protocols.units import check_seconds, format_bytes
+from protocols.units import format_bytes
 from vfl.api import simulate as simulate_federation
+from vfl.commands.common import (
+    VFLCommand,
+    check_timeouts,
+    dask_options,
+    federation_peers,
+    max_bytes,
+    net_options,
+    party_executor,
+    security_from_options,
+    setup_logging,
+)
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
 from vfl.core.dp_bins_file import read_dp_bins
 from vfl.core.dp_budget import DP_TREES
@@ -53,32 +62,6 @@ from vfl.core.params import (
 
 #: how the scheme is named to the user
 SCHEME_NAMES = {"paillier": "Paillier", "ou": "Okamoto-Uchiyama"}
-#: the largest --max-message-mb (64 GiB: far beyond any frame; a larger value is a typo)
-MAX_MESSAGE_MB = 65536
-
-# old option name -> its name now (the library says active/passive; FATE said guest/host; --trees
-# counted rounds: a round grows one tree per class of a multiclass model)
-DEPRECATED_OPTIONS = {"--guest": "--active", "--host": "--passive", "--trees": "--rounds"}
-
-
-class VFLCommand(click.Command):
-    """A command whose deprecated option names (:data:`DEPRECATED_OPTIONS`, declared as second
-    names of the same option) still work and print a one-line deprecation note to stderr."""
-
-    def parse_args(self, ctx, args):
-        given = list(_before_separator(args))
-        for old, new in DEPRECATED_OPTIONS.items():
-            aliased = any(old in p.opts and new in p.opts for p in self.params if isinstance(p, click.Option))
-            if aliased and any(a == old or a.startswith(old + "=") for a in given):
-                click.echo(f"warning: {old} is deprecated, use {new}", err=True)
-        return super().parse_args(ctx, args)
-
-
-def _before_separator(args):
-    for a in args:
-        if a == "--":
-            return
-        yield a
 
 
 class VFLGroup(click.Group):
@@ -525,115 +508,6 @@ def compare_config_from_options(datasets, modes, epsilons, epsilon_scope, seeds,
 
 
 # --- network deployments: vfl certs, vfl party passive|active, vfl predict -------------------------
-class _TqdmHandler(logging.StreamHandler):
-    def emit(self, record):
-        try:
-            tqdm.write(self.format(record), file=sys.stderr)
-        except Exception:  # never let logging break a run
-            self.handleError(record)
-
-
-def _setup_logging(level: str) -> None:
-    handler = _TqdmHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
-    root = logging.getLogger("vfl")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
-
-
-def _security(party, tls_dir, insecure, token_file, allowed_clients=()):
-    sec = Security.from_options(party, tls_dir, insecure, token_file, allowed_clients)
-    if insecure:
-        click.echo("warning: --insecure: messages travel in PLAINTEXT and no certificate authenticates the "
-                   "parties" + (" (the access token is sent in clear too)" if token_file else "")
-                   + "; use it only for tests or on a network you trust", err=True)
-    return sec
-
-
-def _net_options(f):
-    """Options shared by every networked command."""
-    opts = [
-        click.option("--tls-dir", type=click.Path(file_okay=False),
-                     help="Directory with ca.pem, NAME.pem, NAME.key (see `vfl certs`)."),
-        click.option("--insecure", is_flag=True, help="Plaintext, no certificates (tests / trusted networks)."),
-        click.option("--token-file", type=click.Path(dir_okay=False),
-                     help="Shared access token (a file with one line) required on top of TLS or --insecure."),
-        click.option("--max-message-mb", default=1024.0, show_default=True,
-                     help="Largest protocol message accepted or sent (MiB)."),
-        click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-                     show_default=True),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
-
-
-def _dask_options(f):
-    """A party's own compute on a Dask cluster (optional extra [dask])."""
-    opts = [
-        click.option("--dask-scheduler", help="Run this party's ciphertext work and row shards on its own Dask "
-                                              "cluster: tls://HOST:PORT (tcp:// only with --dask-insecure)."),
-        click.option("--dask-tls-dir", type=click.Path(file_okay=False),
-                     help="Certificates for the Dask cluster: ca.pem and NAME.pem/NAME.key (or cert.pem/key.pem)."),
-        click.option("--dask-insecure", is_flag=True,
-                     help="Allow a non-TLS Dask scheduler (the cluster carries this party's plaintext data: "
-                          "a private network only)."),
-        click.option("--dask-via-scheduler", is_flag=True,
-                     help="Relay payloads and results through the Dask scheduler (for a party process that "
-                          "reaches the scheduler but not the workers; slower). Default: to the workers directly."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
-
-
-def _party_executor(name: str, scheduler, tls_dir, insecure, role: str, via_scheduler: bool = False):
-    """The party's Dask executor, or None (its own worker processes)."""
-    if not scheduler:
-        if tls_dir or insecure or via_scheduler:
-            raise click.UsageError("--dask-tls-dir, --dask-insecure and --dask-via-scheduler need --dask-scheduler")
-        return None
-    if scheduler.strip().startswith("local"):
-        raise click.UsageError("--dask-scheduler takes a scheduler address; for a local cluster use "
-                               "`vfl simulate --dask local:N`")
-    return dask_executor(scheduler, f"{role}:{name}", tls_dir=tls_dir, insecure=insecure, direct=not via_scheduler)
-
-
-def _federation_peers(federation, name, peer_specs, active: bool):
-    """``(this party's name, {passive party: address})`` from --peer and/or the federation file."""
-    peers = parse_peers(peer_specs)
-    if federation is None:
-        if not peers:
-            raise click.UsageError("give --peer NAME=HOST:PORT (repeat for each passive party) or --federation FILE")
-        return name or "active", peers
-    if active:
-        name = name or federation.active
-        if name != federation.active:
-            raise InputError(f"{federation.path}: the active party is {federation.active!r}, not {name!r} (--name)")
-    else:
-        federation.party(name, "the model's active party")
-    passives = federation.passives
-    for p in peers:
-        if p not in passives:
-            raise InputError(f"{federation.path}: --peer {p!r} is not a passive party of the federation "
-                             f"({', '.join(passives)})")
-    return name, {**passives, **peers} if not peers else peers
-
-
-def _max_bytes(mb: float) -> int:
-    if not 0 < mb <= MAX_MESSAGE_MB:         # NaN fails this too
-        raise InputError(f"--max-message-mb must be more than 0 and at most {MAX_MESSAGE_MB} (MiB), got {mb}")
-    return int(mb * 2 ** 20)
-
-
-def _check_timeouts(timeout: float, connect_timeout: float | None) -> None:
-    """Every duration option, before anything is read or connected (inf, NaN, 1e12 refused)."""
-    check_seconds(timeout, "--timeout")
-    if connect_timeout is not None:
-        check_seconds(connect_timeout, "--connect-timeout")
-
-
 @main.command()
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Directory for the files.")
 @click.option("--federation", "federation_file", type=click.Path(dir_okay=False),
@@ -723,8 +597,8 @@ def party():
 @click.option("--dp-lifetime-epsilon", type=float, default=None,
               help="With --dp-ledger: refuse any release or training that would take the dataset's total "
                    "epsilon above this (a training without DP counts as infinite).")
-@_net_options
-@_dask_options
+@net_options
+@dask_options
 @lambda f: _credit_options(f, active=False)
 def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_align, allow_prediction,
                   dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
@@ -732,10 +606,10 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                   dask_via_scheduler=False, categorical=(), monotone=(), dp_bins=None, dp_ledger=None,
                   dp_lifetime_epsilon=None, federation_file=None):
     """Serve training sessions and prediction requests of an active party."""
-    _setup_logging(log_level)
+    setup_logging(log_level)
     federation = load_federation(federation_file) if federation_file else None
     return_freed_memory()         # a long-lived driver: freed memory goes back to the system
-    sec = _security(name, tls_dir, insecure, token_file, allow_clients)
+    sec = security_from_options(name, tls_dir, insecure, token_file, allow_clients)
     host = listen.rsplit(":", 1)[0]
     dp_bins = read_dp_bins(dp_bins) if dp_bins is not None else None
 
@@ -749,9 +623,9 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                                 ("dp_ledger_path", dp_ledger), ("dp_lifetime_epsilon", dp_lifetime_epsilon)) if v}
     if dp_lifetime_epsilon is not None and dp_ledger is None:
         raise click.UsageError("--dp-lifetime-epsilon needs --dp-ledger FILE (where the spending is counted)")
-    executor = _party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive", dask_via_scheduler)
+    executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive", dask_via_scheduler)
     try:
-        serve_passive(name, listen, data, id_col, model_dir, sec, _max_bytes(max_message_mb), on_ready=ready,
+        serve_passive(name, listen, data, id_col, model_dir, sec, max_bytes(max_message_mb), on_ready=ready,
                       policy=policy, validation_data=validation_data, executor=executor,
                       categorical=list(categorical), monotone=parse_monotone(monotone), dp_bins=dp_bins,
                       federation=federation)
@@ -789,19 +663,19 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                    "pre-shifted gradient copies' bytes against computation (default: measured on each round's "
                    "gradient message; 100 Mbit/s until measured).")
 @_credit_options
-@_net_options
-@_dask_options
+@net_options
+@dask_options
 def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,
                  output_json, quiet, validation_data, link_mbps, tls_dir, insecure, token_file, max_message_mb,
                  log_level, categorical=(), weight_col=None, dask_scheduler=None, dask_tls_dir=None,
                  dask_insecure=False, dask_via_scheduler=False, federation_file=None, **train_options):
     """Train with passive parties over the network (checkpoint after every tree)."""
-    _setup_logging(log_level)
+    setup_logging(log_level)
     return_freed_memory()         # a long-lived driver: freed memory goes back to the system
-    _check_timeouts(timeout, connect_timeout)
+    check_timeouts(timeout, connect_timeout)
     federation = load_federation(federation_file) if federation_file else None
-    name, peers = _federation_peers(federation, name, peer_specs, active=True)
-    sec = _security(name, tls_dir, insecure, token_file)
+    name, peers = federation_peers(federation, name, peer_specs, active=True)
+    sec = security_from_options(name, tls_dir, insecure, token_file)
     params = train_params_from_options(train_options)
     if federation is not None and params.min_node_rows < federation.min_node_rows:
         params = dataclasses.replace(params, min_node_rows=federation.min_node_rows)
@@ -813,11 +687,11 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
             bar.n = r + 1
             bar.refresh()
 
-        executor = _party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "active", dask_via_scheduler)
+        executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "active", dask_via_scheduler)
         try:
             result = train_active(data, id_col, label_col, name, peers, params, model_dir, sec, timeout=timeout,
                                   resume=resume, force=force, align=params.align,
-                                  max_frame_bytes=_max_bytes(max_message_mb), connect_timeout=connect_timeout,
+                                  max_frame_bytes=max_bytes(max_message_mb), connect_timeout=connect_timeout,
                                   on_round=on_round, validation_data=validation_data, executor=executor,
                                   link_mbps=link_mbps, categorical=list(categorical), weight_col=weight_col)
         finally:
@@ -861,20 +735,20 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
 @click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
 @click.option("--batch-rows", type=click.IntRange(1), default=DEFAULT_BATCH_ROWS, show_default=True,
               help="Rows read and scored at a time (bounded memory; the output is the same for any value).")
-@_net_options
+@net_options
 def predict(model_dir, data, id_col, peer_specs, out, prediction, align, timeout, connect_timeout, output_json,
             batch_rows, tls_dir, insecure, token_file, max_message_mb, log_level, federation_file=None):
     """Score new rows with a model trained by `vfl party active` (passive parties must be serving)."""
-    _setup_logging(log_level)
+    setup_logging(log_level)
     return_freed_memory()         # a long-lived driver: freed memory goes back to the system
     check_prediction(prediction)
-    _check_timeouts(timeout, connect_timeout)
+    check_timeouts(timeout, connect_timeout)
     federation = load_federation(federation_file) if federation_file else None
     model = load_active_model(model_dir)
-    _, peers = _federation_peers(federation, model.active_party, peer_specs, active=False)
-    sec = _security(model.active_party, tls_dir, insecure, token_file)
+    _, peers = federation_peers(federation, model.active_party, peer_specs, active=False)
+    sec = security_from_options(model.active_party, tls_dir, insecure, token_file)
     ids, proba, summary = predict_active(model_dir, data, id_col, peers, sec, out, timeout=timeout,
-                                         prediction=prediction, max_frame_bytes=_max_bytes(max_message_mb),
+                                         prediction=prediction, max_frame_bytes=max_bytes(max_message_mb),
                                          connect_timeout=connect_timeout, align=align, batch_rows=batch_rows)
     if output_json:
         _write_json(output_json, summary)
