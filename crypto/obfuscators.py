@@ -21,6 +21,8 @@ import threading
 import time
 from contextlib import contextmanager
 
+import gmpy2
+
 from crypto.executor import InlineExecutor
 from crypto.intcodec import int_width
 
@@ -195,8 +197,11 @@ class StockKeeper(_Filler):
 
 
 # --- the passive party: re-randomising its replies (issue 22) --------------------------
-#: obfuscators a passive party makes per background batch (about 3 ms at 2048 bits)
-REPLY_FILL_BATCH = 32
+#: obfuscators a passive party makes per background batch (each a full r^n: ~8 ms at 2048 bits)
+REPLY_FILL_BATCH = 4
+#: obfuscators a passive party makes ahead of its first reply, while the key holder encrypts the
+#: first gradients (a reply of default_credit's 10 features at 2048 bits holds ~8 ciphertexts)
+REPLY_PREFILL = 32
 
 
 class ReplyRandomizer(_Filler):
@@ -204,12 +209,13 @@ class ReplyRandomizer(_Filler):
 
     Without it a histogram reply is the product of the key holder's own ciphertexts, which lets
     the key holder confirm a guessed bin membership exactly. Every returned ciphertext is
-    multiplied by a fresh obfuscator of the key holder's public key (``encryptor.rerandomize``:
-    a scheme-neutral operation of the encryptor object, which holds the public key and, for the
-    ``fast`` method, the published base ``hs``). The obfuscators come from the party's own stock
-    (``encryptor.stock``), filled by a background thread only while the party waits for the
-    next request (:meth:`busy` marks a request being served), about
-    :data:`ROUNDS_AHEAD` times the last reply's size; the rest are made on the spot.
+    multiplied by a fresh obfuscator of the key holder's public key made from this party's own
+    uniform randomness (``encryptor.rerandomize`` of :func:`crypto.schemes.reply_encryptor`:
+    ``r^n``, never a base the key holder chose, issue 31). The obfuscators come from the party's
+    own stock (``encryptor.stock``), filled by a background thread only while the party waits for
+    the next request (:meth:`busy` marks a request being served): ``prefill`` of them before the
+    first reply, then about :data:`ROUNDS_AHEAD` times the last reply's size; the rest are made on
+    the spot. The thread lets gmpy2 release the GIL during its exponentiations.
 
     Counters (for the lead's cost measurement): ``count`` ciphertexts re-randomised,
     ``from_stock``/``on_spot``, ``seconds`` spent re-randomising in the foreground,
@@ -217,11 +223,12 @@ class ReplyRandomizer(_Filler):
 
     THREAD_NAME = "reply-obfuscators"
 
-    def __init__(self, encryptor, max_bytes: int = MAX_STOCK_BYTES, batch: int = REPLY_FILL_BATCH):
+    def __init__(self, encryptor, max_bytes: int = MAX_STOCK_BYTES, batch: int = REPLY_FILL_BATCH,
+                 prefill: int = REPLY_PREFILL):
         self.encryptor = encryptor
         self.cap = max(1, int(max_bytes) // int_width(encryptor.cipher_modulus))
         self.batch = int(batch)
-        self.target = 0
+        self.target = min(self.cap, max(0, int(prefill)))
         self.count = self.from_stock = self.on_spot = 0
         self.seconds = self.background_seconds = 0.0
         self._reported_bg = 0.0
@@ -261,6 +268,7 @@ class ReplyRandomizer(_Filler):
         return dt
 
     def _run(self) -> None:
+        gmpy2.get_context().allow_release_gil = True       # this thread's context only
         stock = self.encryptor.stock
         while True:
             with self._cond:

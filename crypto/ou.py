@@ -6,7 +6,8 @@ Keys (Okamoto and Uchiyama, EUROCRYPT 1998): ``n = p^2 q`` with primes ``p`` and
 ``p``, and ``h = g^n mod n``. The public key is ``(n, g, h)``; the private key ``p`` (and ``q`` for
 the CRT, ``t`` for decryption). With the acceleration of Coron, Naccache and Paillier (1999), as in
 HEU, ``p - 1`` has a prime factor ``t`` of twice the security level and ``g``'s ``(p-1)``-part has
-order ``t``, so decryption raises to ``t`` instead of ``p - 1`` (:func:`generate_keypair`).
+order ``t`` (:func:`generate_keypair`); decryption could raise to ``t`` instead of ``p - 1``, but a passive
+party's re-randomised replies need ``p - 1`` (:class:`Decryptor`, issue 31).
 
 Encryption of an integer ``m`` with ``|m| < 2^(k-2)`` (``k`` = :func:`plain_bits`, so every such
 ``m`` is below ``p/2``): ``c = g^m h^r mod n``. Ciphertexts live modulo ``n`` (not ``n^2`` as in
@@ -31,7 +32,7 @@ tables and joins them with the CRT, and gets the message part in closed form, wi
 exponentiation (see :class:`Encryptor`: ``G^m = 1 + p q ((m s / q) mod p)``, ``G`` in ``g``'s
 coset); a party with the public key only works modulo ``n`` with tables of ``g`` and ``g^-1``.
 
-Decryption with ``p``: ``m = L(c^t mod p^2) / L(g^t mod p^2) mod p`` with ``L(x) = (x - 1) / p``
+Decryption with ``p``: ``m = L(c^(p-1) mod p^2) / L(g^(p-1) mod p^2) mod p`` with ``L(x) = (x - 1) / p``
 over ``Z_{p^2}`` (``t`` or, for a textbook key, ``p - 1``: both give the same plaintexts).
 
 Semantic security (IND-CPA) rests on the p-subgroup assumption; one-wayness on factoring
@@ -95,6 +96,14 @@ def _l(x, p):
 
 def _random_below(n) -> object:
     return mpz(secrets.randbelow(int(n) - 2) + 2)
+
+
+def _random_unit(n) -> object:
+    """A uniform unit modulo ``n`` (operating-system randomness)."""
+    while True:
+        y = mpz(secrets.randbelow(int(n) - 1) + 1)
+        if gmpy2.gcd(y, n) == 1:
+            return y
 
 
 def _random_prime(bits: int):
@@ -258,7 +267,8 @@ def generate_keypair(bits: int = 2048) -> tuple[OUPublicKey, OUPrivateKey]:
     With the acceleration of Coron, Naccache and Paillier (1999), as in HEU: ``p - 1 = 2 t u`` with
     ``t`` a prime of twice the security level (160 / 224 / 256 bits at 1024 / 2048 / 3072-bit keys),
     ``g = g0^(2u)`` for a random ``g0`` (so ``g``'s ``(p-1)``-part modulo ``p^2`` has order ``t``)
-    and ``h = g^n``: decryption raises to ``t`` instead of ``p - 1`` (about a third of the work).
+    and ``h = g^n``: the key holder's own ciphertexts could be decrypted raising to ``t`` instead of
+    ``p - 1`` (about a third of the work); replies re-randomised by a passive party are not (issue 31).
     Also ``gcd(n, p-1) = gcd(n, q-1) = 1`` and ``t`` does not divide ``q - 1``."""
     bits = check_key_bits(bits, "OU")
     k = prime_bits(bits)
@@ -330,7 +340,11 @@ class Encryptor:
     with ``n``). A party with the public key only computes ``g^m`` from fixed-base tables
     (:class:`_GTable`)."""
 
-    METHODS = ("fast", "standard")
+    #: ``fast``: ``h^r``, ``r`` short; ``standard``: ``h^r``, ``r`` uniform below ``n``; ``uniform``:
+    #: ``y^n`` for ``y`` uniform in ``Z_n^*``, no base of the key holder's (a passive party's
+    #: re-randomisation, :func:`crypto.schemes.reply_encryptor`: an encryption of zero whatever
+    #: ``g`` and ``h`` are, as ``p`` divides ``n``; the key holder decrypts with ``p - 1``)
+    METHODS = ("fast", "standard", "uniform")
     scheme = SCHEME
 
     def __init__(self, public_key: OUPublicKey, private_key: OUPrivateKey | None = None, method: str = "fast",
@@ -449,6 +463,8 @@ class Encryptor:
         """``count`` fresh ``h^r mod n``, each from its own randomness (``r`` short for ``fast``)."""
         if self.method == "standard":
             return [gmpy2.powmod(self.h, _random_below(self.n), self.n) for _ in range(count)]
+        if self.method == "uniform":
+            return [gmpy2.powmod(_random_unit(self.n), self.n, self.n) for _ in range(count)]
         out: list = []
         for _, _, parts in self._obfuscator_chunks(count):
             if len(parts) == 1:
@@ -493,7 +509,7 @@ class Encryptor:
         self._check(plaintexts)
         if parallel.on_workers(executor, "encrypt", len(plaintexts)):
             return self._encrypt_workers(plaintexts, executor)
-        if self.method == "standard" or self._p is None:
+        if self.method != "fast" or self._p is None:
             return self.encrypt_with(plaintexts, self.obfuscators(len(plaintexts)))
         p, p2, q, qinv, s = self._p, self._p2, self._q, self._q_inv, self._s
         out: list = []
@@ -522,8 +538,9 @@ class Encryptor:
 
 class Decryptor:
     """Decryption with ``p``: ``L(c^e mod p^2) * L(g^e mod p^2)^-1 mod p``, ``L(x) = (x - 1) / p``,
-    with ``e = t`` (a key of :func:`generate_keypair`: every ciphertext's ``(p-1)``-part has order
-    dividing ``t``) or ``e = p - 1`` (textbook)."""
+    with ``e = p - 1``, whatever ``t`` is: a passive party's replies carry its own ``y^n`` (issue 31),
+    whose ``(p-1)``-part is not in ``g``'s subgroup, so raising to ``t`` alone (Coron-Naccache-Paillier,
+    three times cheaper) would not remove it. Only replies are decrypted, a few ciphertexts per node."""
 
     scheme = SCHEME
 
@@ -532,7 +549,7 @@ class Decryptor:
         self.p = p = mpz(private_key.p)
         self.q = mpz(private_key.q)
         self.t = mpz(private_key.t) if private_key.t else None
-        self.e = mpz(private_key.exponent)
+        self.e = p - 1
         self.g = mpz(pub.g)
         self.n = mpz(pub.n)
         self.p2 = p * p

@@ -16,7 +16,7 @@ decryptors of both schemes have the same methods; :func:`encryptor_from_state` /
 """
 from __future__ import annotations
 
-from crypto import keys, ou, paillier
+from crypto import keyproof, keys, ou, paillier
 from datasets.errors import InputError
 
 PAILLIER = "paillier"
@@ -83,21 +83,36 @@ def encrypt_cost(key_bits: int, scheme: str = DEFAULT_SCHEME) -> float:
     return 0.7 * exp_windows + 2.0
 
 
-def public_key_fields(public_key) -> dict:
-    """The key message's fields: ``scheme``, ``n`` (and ``g``, ``h`` for OU), hex."""
+def public_key_fields(public_key, private_key=None) -> dict:
+    """The key message's fields: ``scheme``, ``n`` (and ``g``, ``h`` for OU), hex; with the private key
+    of a Paillier key also ``proof``, the key holder's n-th-root proof (:mod:`crypto.keyproof`) that a
+    passive party requires before it computes on the key's ciphertexts."""
     if scheme_of(public_key) == OU:
         return public_key.fields()
-    return {"scheme": PAILLIER, "n": format(int(public_key.n), "x"), "g": "", "h": ""}
+    fields = {"scheme": PAILLIER, "n": format(int(public_key.n), "x"), "g": "", "h": ""}
+    if private_key is not None:
+        fields["proof"] = keyproof.format_proof(keyproof.prove(public_key.n, private_key.p, private_key.q))
+    return fields
 
 
-def public_key_from_fields(scheme: str, n: int, g: int | None = None, h: int | None = None):
-    """A peer's public key from the key message, checked (:class:`InputError` names the problem)."""
+def public_key_from_fields(scheme: str, n: int, g: int | None = None, h: int | None = None,
+                           proof: str | None = None):
+    """A peer's public key from the key message, checked (:class:`InputError` names the problem).
+    ``proof`` (Paillier): the key holder's n-th-root proof as the message carries it; given (even
+    empty), it must verify (:func:`crypto.keyproof.verify`): what a passive party asks of every key
+    before it computes on its ciphertexts. An OU key's bases are checked against small orders."""
     if check_scheme(scheme) == OU:
         if not g or not h:
             raise InputError("an OU public key needs g and h")
-        return ou.check_public_key(n, g, h)
+        key = ou.check_public_key(n, g, h)
+        keyproof.check_no_small_factors(key.n, "OU public key")
+        keyproof.check_base(key.g, key.n, "g", "OU public key")
+        keyproof.check_base(key.h, key.n, "h", "OU public key")
+        return key
     if g or h:
         raise InputError("a Paillier public key has no g or h (an OU key sent as Paillier?)")
+    if proof is not None:
+        keyproof.verify(n, keyproof.parse_proof(proof))
     return keys.public_key_from_n(n)
 
 
@@ -108,14 +123,16 @@ def encryptor(public_key, private_key=None, method: str = "fast"):
     return paillier.Encryptor(public_key, private_key, method)
 
 
-def reply_encryptor(public_key, hs: int | None = None):
+def reply_encryptor(public_key):
     """A passive party's encryptor of the key holder's public key, for re-randomising the ciphertexts
-    it returns (issue 22): Paillier with the key holder's published fixed base ``hs`` (the ``fast``
-    method; ``None``: the ``standard`` method, ``r^n``), OU with the key's own ``h`` (``h^r``). Its
-    ``rerandomize`` returns ``(ciphertexts, from stock, made on the spot)``."""
+    it returns (issues 22 and 31) with **its own** randomness only: Paillier ``r^n mod n^2`` and OU
+    ``y^n mod n`` for uniform ``r``, ``y`` drawn from the operating system (the ``standard`` and
+    ``uniform`` methods), never from a base the key holder chose, so no key holder can switch the
+    re-randomisation off (``hs = n^2 - 1``, ``g = h = n - 1``) or undo it with a short exponent.
+    Its ``rerandomize`` returns ``(ciphertexts, from stock, made on the spot)``."""
     if scheme_of(public_key) == OU:
-        return ou.Encryptor(public_key, None, "fast")
-    return paillier.Encryptor(public_key, None, "fast" if hs else "standard", _hs=hs)
+        return ou.Encryptor(public_key, None, "uniform")
+    return paillier.Encryptor(public_key, None, "standard")
 
 
 def decryptor(private_key):

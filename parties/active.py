@@ -20,7 +20,6 @@ import pandas as pd
 
 from crypto.executor import Executor
 from crypto.parallel import check_n_jobs
-from crypto.schemes import PAILLIER
 from datasets.errors import InputError
 from datasets.frames import party_data
 from datasets.loaders import DeferredColumns
@@ -383,12 +382,9 @@ class ActiveParty:
                           min(caps) if caps else None, passives=passives, link_mbps=self.link_mbps)
         if params.mode == Mode.HE:
             with self.channel.waiting():
-                # with the fast method's fixed base (Paillier): the passive parties re-randomise their replies
-                # with it (an OU key carries its own base h)
+                # the key with (Paillier) its n-th-root proof: the passive parties re-randomise their replies
+                # with their own r^n and require the proof first (issue 31)
                 key = self.channel.public_key_message()
-                enc = self.channel.encryptor
-                if key.scheme == PAILLIER and getattr(enc, "method", None) == "fast":
-                    key.hs = format(int(enc.hs), "x")
                 transport.call_many({p: key for p in passives})
 
     def _sources(self, transport: Transport, passives: list[str], infos: dict, params: TrainParams,

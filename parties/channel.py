@@ -169,7 +169,7 @@ class GradientChannel(RoundObserver):
 
     def public_key_message(self) -> m.PublicKey:
         """The key message every passive party receives (``he``)."""
-        return m.PublicKey(**schemes.public_key_fields(self.public_key))
+        return m.PublicKey(**schemes.public_key_fields(self.public_key, self.private_key))
 
     def waiting(self):
         """A context in which the party waits for its peers: the workers fill their obfuscator

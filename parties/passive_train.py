@@ -215,7 +215,8 @@ def public_key(s: PassiveState, req: m.PublicKey) -> m.Ack:
         raise ProtocolError(f"PublicKey: a {req.scheme!r} key for a training set up with scheme {t.scheme!r} "
                             "(TrainSetup.scheme) is refused")
     try:
-        pk = schemes.public_key_from_fields(req.scheme, *req.numbers())
+        pk = schemes.public_key_from_fields(req.scheme, *req.numbers(),
+                                            proof=req.proof if req.scheme == schemes.PAILLIER else None)
     except InputError as exc:
         raise ProtocolError(f"PublicKey from the active party: {exc}") from None
     t.public_key = pk
@@ -223,11 +224,10 @@ def public_key(s: PassiveState, req: m.PublicKey) -> m.Ack:
     t.nsquare = gmpy2.mpz(schemes.cipher_modulus(pk))
     if t.randomizer is not None:
         t.randomizer.close()
-    # every ciphertext this party returns is re-randomised with its own fresh obfuscators of this key
-    # (Paillier: the key holder's published base hs for the fast method, else r^n; OU: h^r), from a stock
-    # filled while it waits
-    hs = int(req.hs, 16) if req.hs else None
-    t.randomizer = ReplyRandomizer(schemes.reply_encryptor(pk, hs)).start()
+    # every ciphertext this party returns is re-randomised with fresh obfuscators of this key made from its
+    # own uniform randomness (Paillier r^n, OU y^n: no base the key holder chose), from a stock filled while
+    # it waits (issue 31)
+    t.randomizer = ReplyRandomizer(schemes.reply_encryptor(pk)).start()
     return m.Ack()
 
 

@@ -152,37 +152,34 @@ class PublicKey:
     """The key holder's public key (:func:`crypto.schemes.public_key_fields`): Paillier ``n``, or
     Okamoto-Uchiyama ``n = p^2 q`` with ``g`` and ``h``; hex. The receiver checks ``scheme``
     against its ``TrainSetup`` and the numbers with :func:`crypto.schemes.public_key_from_fields`.
-    ``hs`` (Paillier, the ``fast`` method) is the key holder's fixed base ``h^n mod n^2``: the passive
-    party re-randomises its replies with fresh ``hs^a`` of its own (an OU key's ``h`` serves the same)."""
+    ``proof`` (Paillier only, required by a passive party) is the key holder's proof that every unit
+    modulo ``n`` has an ``n``-th root (:mod:`crypto.keyproof`: the roots of challenges derived from
+    ``n``), so that replies re-randomised with the receiver's own ``r^n`` hide which of the key
+    holder's ciphertexts they multiply. No base of the key holder is ever used to re-randomise
+    (issue 31: an ``hs`` field once carried one, and ``hs = n^2 - 1`` switched re-randomisation off)."""
     n: str = text(4096, nonempty=True)    # the modulus, hex (at most 16,384 bits)
     scheme: str = text(16, default=PAILLIER)
     g: str = text(4096, default="")       # OU only
     h: str = text(4096, default="")       # OU only
-    hs: str = text(8192, default="")      # Paillier only ("": the standard method, obfuscators r^n)
+    proof: str = text(24600, default="")  # Paillier only: the n-th roots, hex, comma-separated
 
     def validate(self) -> None:
         if self.scheme not in SCHEMES:
             raise ProtocolError(f"PublicKey.scheme: {self.scheme!r} is not one of {', '.join(SCHEMES)}")
-        values = {}
         for name in ("n", "g", "h") if self.scheme == OU else ("n",):
             try:
-                values[name] = v = int(getattr(self, name), 16)
+                v = int(getattr(self, name), 16)
             except ValueError:
                 raise ProtocolError(f"PublicKey.{name}: not a hexadecimal number") from None
             if name == "n" and (v < 3 or v % 2 == 0):
                 raise ProtocolError(f"PublicKey.n: not a {self.scheme} modulus (must be an odd number above 2)")
         if self.scheme == PAILLIER and (self.g or self.h):
             raise ProtocolError("PublicKey: a Paillier key has no g or h (an OU key named paillier?)")
-        if self.hs:
+        if self.proof:
             if self.scheme != PAILLIER:
-                raise ProtocolError("PublicKey.hs: only a Paillier key carries a published base hs")
-            try:
-                hs = int(self.hs, 16)
-            except ValueError:
-                raise ProtocolError("PublicKey.hs: not a hexadecimal number") from None
-            n = values["n"]
-            if not 1 < hs < n * n:
-                raise ProtocolError("PublicKey.hs: not a unit modulo n^2")
+                raise ProtocolError("PublicKey.proof: only a Paillier key carries an n-th-root proof")
+            if not all(part and all(c in "0123456789abcdefABCDEF" for c in part) for part in self.proof.split(",")):
+                raise ProtocolError("PublicKey.proof: not comma-separated hexadecimal numbers")
 
     def numbers(self) -> tuple[int, int | None, int | None]:
         """``(n, g, h)`` as integers (``g``, ``h`` None for Paillier)."""

@@ -89,11 +89,11 @@ def test_gaussian_plan_recounts_the_unspent_sketch_with_dp_accounting():
                          "b": {"epsilon": plan.sketch_epsilon_per_party, "dp_features": 2, "public_features": 0}})
     # reference, written out with dp-accounting's own events and literal sensitivities (binary: g* = 1,
     # h* = 1/4): the spent sketch (base score + party b's share, pure eps -> eps^2/2 zCDP), then 5 trees
-    # of one feature choice (eps^2/8 zCDP) and the Gaussian leaf sums
+    # of one feature choice (pure eps -> eps^2/2 zCDP) and the Gaussian leaf sums
     spent_sketch = plan.base_epsilon + plan.sketch_epsilon_per_party
     tree = dp_event.ComposedDpEvent([dp_event.GaussianDpEvent(plan.leaf_gradients / 1.0),
                                      dp_event.GaussianDpEvent(plan.leaf_hessians / 0.25),
-                                     dp_event.ZCDpEvent(plan.select_epsilon ** 2 / 8)])
+                                     dp_event.ZCDpEvent(plan.select_epsilon ** 2 / 2)])
     acc = rdp_privacy_accountant.RdpAccountant()
     acc.compose(dp_event.ComposedDpEvent([dp_event.ZCDpEvent(spent_sketch ** 2 / 2),
                                           dp_event.SelfComposedDpEvent(tree, 5)]))

@@ -127,9 +127,9 @@ def _reference_rho(eps: float, delta: float, T: int, D: int, shares, trees: str,
         sg, sh = g_star / math.sqrt(2 * 0.8 * leaf), h_star / math.sqrt(2 * 0.2 * leaf)
         tree = [dp_event.GaussianDpEvent(sg / g_star), dp_event.GaussianDpEvent(sh / h_star)]
         if trees == "selected":
-            tree.append(dp_event.ZCDpEvent(8 * shares[1] * rho / T / 8))
+            tree.append(dp_event.ZCDpEvent(shares[1] * rho / T))
         else:
-            tree.append(dp_event.SelfComposedDpEvent(dp_event.ZCDpEvent(8 * shares[1] * rho / (T * D) / 8), D))
+            tree.append(dp_event.SelfComposedDpEvent(dp_event.ZCDpEvent(shares[1] * rho / (T * D)), D))
         return dp_event.ComposedDpEvent([dp_event.ZCDpEvent(shares[0] * rho),
                                          dp_event.SelfComposedDpEvent(dp_event.ComposedDpEvent(tree), T)]), sg, sh
 
@@ -213,11 +213,11 @@ def test_gaussian_path_matches_dp_accounting_figures():
     assert plan.mechanism == "gaussian" and plan.level_epsilon > 0
     assert 0.99 <= plan.reported_epsilon <= 1.0
     # reference: calibrated here with literal sensitivities (g* = 1, h* = 1/4, gain 4 g*^2/h* = 16 only
-    # enters through the exponential mechanism's zCDP eps^2/8, a sensitivity-free figure)
+    # enters through the split choices' zCDP eps^2/2, a sensitivity-free figure)
     rho, sg, sh = _reference_rho(1.0, 1e-5, 20, 3, (0.1, 0.3, 0.6), "exponential", 1.0, 0.25)
     assert plan.extra["rho"] == pytest.approx(rho, rel=1e-6)
     assert plan.leaf_gradients == pytest.approx(sg, rel=1e-6) and plan.leaf_hessians == pytest.approx(sh, rel=1e-6)
-    assert plan.level_epsilon == pytest.approx(math.sqrt(8 * 0.3 * rho / 60), rel=1e-6)
+    assert plan.level_epsilon == pytest.approx(math.sqrt(2 * 0.3 * rho / 60), rel=1e-6)
     assert plan.sketch_epsilon == pytest.approx(math.sqrt(2 * 0.1 * rho), rel=1e-6)
     assert account_gaussian(gaussian_plan_event(plan), 1e-5) == pytest.approx(plan.reported_epsilon, rel=1e-12)
     # a single Gaussian event: our accountant call is the library's

@@ -213,7 +213,7 @@ def test_selected_gaussian_path_matches_dp_accounting_figures():
     tree = dp_event.ComposedDpEvent([
         dp_event.GaussianDpEvent(plan.leaf_gradients / plan.g_star),
         dp_event.GaussianDpEvent(plan.leaf_hessians / plan.h_star),
-        dp_event.ZCDpEvent(plan.select_epsilon ** 2 / 8)])
+        dp_event.ZCDpEvent(plan.select_epsilon ** 2 / 2)])
     event = dp_event.ComposedDpEvent([dp_event.ZCDpEvent(plan.sketch_epsilon ** 2 / 2),
                                       dp_event.SelfComposedDpEvent(tree, 20)])
     acc = rdp_privacy_accountant.RdpAccountant()
@@ -222,4 +222,4 @@ def test_selected_gaussian_path_matches_dp_accounting_figures():
     assert account_gaussian(gaussian_plan_event(plan), 1e-5) == pytest.approx(plan.reported_epsilon, rel=1e-12)
     # the zCDP shares: rho of the feature choices = 0.2 of the total (default budget 0.1,0.2,0.7)
     rho = plan.extra["rho"]
-    assert 20 * plan.select_epsilon ** 2 / 8 == pytest.approx(0.2 * rho)
+    assert 20 * plan.select_epsilon ** 2 / 2 == pytest.approx(0.2 * rho)

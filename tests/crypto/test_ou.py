@@ -120,12 +120,21 @@ def test_the_key_holders_closed_form_message_part_is_in_gs_coset(crypt, oukey, m
     assert holder % priv.q == 1 and holder % priv.p ** 2 == (1 + (m * enc._s % priv.p) * priv.p) % priv.p ** 2
 
 
-def test_decryption_with_t_equals_the_textbook_decryption(crypt, oukey):
-    """Raising to t (Coron-Naccache-Paillier) or to p - 1 (textbook) decrypts the same plaintexts."""
+def test_decryption_raises_to_p_minus_1_whatever_t(crypt, oukey):
+    """Decryption raises to p - 1 for both key kinds (issue 31): a passive party's reply carries its
+    own y^n, whose (p-1)-part lies outside g's subgroup, so raising to t (Coron-Naccache-Paillier)
+    would not remove it; the key holder's own ciphertexts decrypt the same either way."""
     enc, dec = crypt
     pub, priv = oukey
     textbook = ou.Decryptor(ou.OUPrivateKey(pub, priv.p, priv.q))
-    assert textbook.e == priv.p - 1 and dec.e == priv.t
+    assert textbook.e == priv.p - 1 and dec.e == priv.p - 1 and priv.t and priv.t != priv.p - 1
+    c = enc.encrypt([41])[0]
+    y_n = gmpy2.powmod(gmpy2.mpz(987654321), pub.n, pub.n)
+    assert dec.decrypt_signed([c * y_n % pub.n]) == [41]
+    p2 = gmpy2.mpz(priv.p) ** 2
+    by_t = ((gmpy2.powmod(c * y_n % pub.n, priv.t, p2) - 1) // priv.p) * gmpy2.invert(
+        ((gmpy2.powmod(pub.g, priv.t, p2) - 1) // priv.p) % priv.p, priv.p) % priv.p
+    assert by_t != 41
     vals = [0, 5, -5, enc.max_int, -enc.max_int, 2 ** 200 + 3]
     cts = enc.encrypt(vals) + pub.encrypt(vals)
     assert textbook.decrypt_signed(cts) == dec.decrypt_signed(cts) == vals + vals

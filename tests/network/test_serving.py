@@ -310,14 +310,15 @@ def _training_party(n=60):
 def test_sizes_are_checked_against_the_session(trained):
     """Before: a Gradients message with 4,096-bit slots and 660 values per ciphertext, or a
     HistogramRequest naming 30,000 nodes, made the passive party work for minutes."""
+    from crypto import schemes
     from crypto.keys import generate_keypair
     from crypto.packing import PackingLayout
     from protocols.serialization import BigInts
     p = _training_party()
     n = p.n_aligned
     p.handle(m.TrainSetup("he", 8, "x"))
-    pk, _ = generate_keypair(KEY_BITS)
-    p.handle(m.PublicKey(format(pk.n, "x")))
+    pk, sk = generate_keypair(KEY_BITS)
+    p.handle(m.PublicKey(**schemes.public_key_fields(pk, sk)))
     huge = {"precision_bits": 20, "n_targets": 1, "max_rows": n, "g_max": 1, "h_max": 1, "g_bits": 2048,
             "h_bits": 2048}
     with pytest.raises(ProtocolError, match="Gradients.layout: 660 values of 4096 bits per ciphertext do not fit"):

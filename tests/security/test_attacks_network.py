@@ -23,6 +23,7 @@ from support import KEY_BITS
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 
+from crypto import schemes  # noqa: E402
 from crypto.keys import generate_keypair  # noqa: E402
 from crypto.packing import PackingLayout  # noqa: E402
 from crypto.paillier import Decryptor, Encryptor  # noqa: E402
@@ -250,7 +251,7 @@ def test_a_reply_is_not_the_product_of_the_active_partys_own_ciphertexts(fed):
         n = len(rows)
         info = t.call("insurer", m.TrainSetup("he", 8, "productattack", n_rounds=1, max_depth=1,
                                               min_node_rows=MIN_NODE_ROWS))
-        t.call("insurer", m.PublicKey(format(pk.n, "x"), hs=format(int(enc.hs), "x")))
+        t.call("insurer", m.PublicKey(**schemes.public_key_fields(pk, sk)))      # with its n-th-root proof
         cts = enc.encrypt([1] * n)
         layout = PackingLayout.for_bounds(1.0, 0.25, n)
         t.call("insurer", m.Gradients(0, True, layout.to_dict(), 1, BigInts(cts)))
@@ -268,6 +269,27 @@ def test_a_reply_is_not_the_product_of_the_active_partys_own_ciphertexts(fed):
         prod_rows = prod_rows * int(c) % n2
     assert prod_reply != prod_rows
     assert Decryptor(sk).decrypt([prod_reply]) == [n]       # the same sum: he == plain
+
+
+def test_degenerate_keys_are_refused_over_the_wire(fed):
+    """Issue 31 (finding 3): a Paillier key without its n-th-root proof, and an OU key whose bases are
+    g = h = n - 1 (h^r = +-1: re-randomising with it did nothing), were accepted; each is refused now,
+    and no base the key holder sends is used to re-randomise."""
+    bank = _bank(fed)
+    pk, _ = generate_keypair(KEY_BITS)
+    ou_pub, _ = schemes.generate_keypair(KEY_BITS, scheme=schemes.OU)
+    with transport(fed, "bank", peers=("insurer",)) as t:
+        bank.align(t, ["insurer"], alignment.new_salt(), "s-degenerate")
+        t.call("insurer", m.TrainSetup("he", 8, "degenerate", n_rounds=1, max_depth=1, min_node_rows=MIN_NODE_ROWS))
+        with pytest.raises(PeerError, match="n-th-root proof has 0 roots"):
+            t.call("insurer", m.PublicKey(format(pk.n, "x")))
+    with transport(fed, "bank", peers=("insurer",)) as t:
+        bank.align(t, ["insurer"], alignment.new_salt(), "s-degenerate-ou")
+        t.call("insurer", m.TrainSetup("he", 8, "degenerate-ou", n_rounds=1, max_depth=1,
+                                       min_node_rows=MIN_NODE_ROWS, scheme="ou"))
+        bad = format(ou_pub.n - 1, "x")
+        with pytest.raises(PeerError, match="h? ?has a small multiplicative order"):
+            t.call("insurer", m.PublicKey(format(ou_pub.n, "x"), "ou", bad, bad))
 
 
 # -- an honest federation, and prediction ----------------------------------------------------------

@@ -43,7 +43,9 @@ Mechanisms (see docs/dp.md, "DP on the released model"):
   composition, with amplification by Poisson row subsampling (``subsample < 1``:
   ``log(1 + q (e^eps - 1))`` per tree; the sample is drawn from secret randomness). With
   ``dp_delta``: Gaussian leaves, everything accounted by Google's ``dp-accounting`` RDP
-  accountant (exponential mechanism as ``eps^2/8``-zCDP, the pure-DP sketch as ``eps^2/2``-zCDP),
+  accountant (every pure-DP part as ``eps^2/2``-zCDP: the sketch and the selections, whose
+  report-noisy-max with exponential noise is only ``eps``-DP, Bun-Steinke's conversion; the
+  ``eps^2/8`` bound of Cesar-Rogers holds for the Gumbel form only, issue 31 finding 6),
   no subsampling amplification (the library amplifies Gaussian events only).
 
 ``dp_model = inf`` is exactly the non-private training (no clipping, exact bins, argmax splits).
@@ -268,9 +270,9 @@ def _gaussian_parts(plan: DPModelPlan, rho: float, shares) -> None:
     T, D = plan.n_trees, plan.depth
     plan.sketch_epsilon = math.sqrt(2.0 * shares[0] * rho)
     if plan.trees == "selected":
-        plan.select_epsilon = math.sqrt(8.0 * shares[1] * rho / T)
+        plan.select_epsilon = math.sqrt(2.0 * shares[1] * rho / T)
     else:
-        plan.level_epsilon = math.sqrt(8.0 * shares[1] * rho / (T * D))
+        plan.level_epsilon = math.sqrt(2.0 * shares[1] * rho / (T * D))
     leaf = shares[2] * rho / T
     rho_g, rho_h = LEAF_GRADIENT_SHARE * leaf, (1 - LEAF_GRADIENT_SHARE) * leaf
     plan.leaf_gradients = plan.g_star / math.sqrt(2.0 * rho_g)
