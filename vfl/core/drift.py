@@ -86,7 +86,8 @@ def check_reference(ref, source: str, field: str = "drift_reference") -> dict:
     """A drift reference read from a model file, checked (an InputError naming ``source`` and the field)."""
     def bad(why):
         return InputError(f"{source}: field {field!r}: {why} (a damaged model file)")
-    if not isinstance(ref, dict) or ref.get("version") != REFERENCE_VERSION or not isinstance(ref.get("features"), list):
+    if not isinstance(ref, dict) or ref.get("version") != REFERENCE_VERSION \
+            or not isinstance(ref.get("features"), list):
         raise bad(f"expected a version-{REFERENCE_VERSION} drift reference")
     for i, f in enumerate(ref["features"]):
         if not isinstance(f, dict) or not isinstance(f.get("name"), str):
