@@ -29,6 +29,8 @@ N_DECILES = 10
 N_CALIBRATION_BINS = 10
 #: points kept of a curve drawn in a report (ROC, KS): enough for a figure, small in JSON
 CURVE_POINTS = 201
+#: the most segments a report splits into (a segment column is a category: region, product, ...)
+MAX_SEGMENTS = 50
 
 
 def _num(x) -> float | None:
@@ -217,11 +219,43 @@ def credit_report(objective: str, y, output, classes=None, segments=None, segmen
         if seg.size != n:
             raise InputError(f"segment column {segment_name!r} has {seg.size} values for {n} rows")
         keys = ["(missing)" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in seg]
+        if len(set(keys)) > MAX_SEGMENTS:
+            raise InputError(f"segment column {segment_name!r} has {len(set(keys))} distinct values, more than "
+                             f"{MAX_SEGMENTS}: segments are categories (a region, a product); bin a numeric column")
         keys = np.asarray(keys, dtype=object)
         y_arr = np.asarray(y)
         out["segment"] = segment_name
         out["segments"] = {k: _report(objective, y_arr[keys == k], output[keys == k], classes, False)
                            for k in sorted(set(keys.tolist()))}
+    return out
+
+
+def encode_labels(objective: str, y, classes=None, where: str = "the labels") -> np.ndarray:
+    """The labels of rows to evaluate as :func:`credit_report` takes them: binary 0/1, multiclass
+    the class codes of ``classes`` (a label the model never saw: an InputError), regression floats."""
+    values = np.asarray(y).ravel()
+    if objective == "multiclass":
+        names = list(classes) if classes is not None else None
+        out = []
+        for v in values.tolist():
+            v = int(v) if isinstance(v, float) and v.is_integer() else v
+            if names is None:
+                code = v if isinstance(v, int) else -1
+            else:
+                code = names.index(v) if v in names else (names.index(str(v)) if str(v) in map(str, names) else -1)
+            if code < 0:
+                raise InputError(f"{where}: label {v!r} is not one of the model's classes {names}")
+            out.append(code)
+        return np.asarray(out, dtype=np.int64)
+    try:
+        out = values.astype(np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: labels must be numbers for a {objective} model") from None
+    if np.isnan(out).any():
+        raise InputError(f"{where}: {int(np.isnan(out).sum())} row(s) have no label; evaluation needs every "
+                         "row's label")
+    if objective == "binary" and not np.isin(out, (0.0, 1.0)).all():
+        raise InputError(f"{where}: a binary model's labels must be 0 or 1")
     return out
 
 
