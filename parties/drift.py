@@ -8,7 +8,7 @@ rows kept in its own model file (:mod:`vfl.core.drift`):
   run is answered with one PSI per feature: by position, or by name where the party's policy
   (its federation entry's ``drift``) says ``names``; ``decline`` answers nothing. A run is
   answered over at least :data:`DRIFT_MIN_ROWS` rows (the party's floor: PSI over a handful of
-  rows would tell which bin each row falls in), once, and then forgotten;
+  rows would tell which bin each row falls in; a smaller run is declined), once, and then forgotten;
 * active side, :class:`DriftRun`: its own features' and the score's counts, one ``DriftRequest``
   per passive party and batch, and the report (:meth:`DriftRun.report`).
 
@@ -62,9 +62,10 @@ def drift_request(s: PassiveState, req: m.DriftRequest) -> m.DriftReply:
         return m.DriftReply(m.DriftStatus.COUNTED, n_rows=counts.n_rows)
     del runs[req.drift_id]
     floor = max(DRIFT_MIN_ROWS, int(s.drift_min_rows or 0))
-    if counts.n_rows < floor:
-        raise ProtocolError(f"party {s.name!r} refuses DriftRequest: rule 'drift rows': a drift run covers at least "
-                            f"{floor} rows, this one {counts.n_rows}")
+    if counts.n_rows < floor:         # withheld, not an error: the scoring itself goes on
+        return m.DriftReply(m.DriftStatus.DECLINED, n_rows=counts.n_rows,
+                            reason=f"party {s.name!r} answers drift over at least {floor} rows (rule 'drift rows'), "
+                                   f"this batch has {counts.n_rows}")
     values = np.array([np.nan if v is None else v for v in counts.psi()], dtype=np.float64)
     names = [f["name"] for f in s.drift_reference["features"]] if s.drift_policy == "names" else []
     return m.DriftReply(m.DriftStatus.PSI, values, names, counts.n_rows)

@@ -451,6 +451,11 @@ def check_segment_column(frame: pd.DataFrame, segment: str, party: str) -> None:
         cols = [str(c) for c in frame.columns]
         raise InputError(f"segment column {segment!r} is not a column of the active party {party!r} (its columns: "
                          f"{', '.join(cols[:20])}{', ...' if len(cols) > 20 else ''})")
+    n = frame[segment].nunique(dropna=False)
+    if n > credit_metrics.MAX_SEGMENTS:         # refused before training, not after
+        raise InputError(f"segment column {segment!r} has {n} distinct values, more than "
+                         f"{credit_metrics.MAX_SEGMENTS}: segments are categories (a region, a product); "
+                         "bin a numeric column")
 
 
 def _test_metrics(model: BoostedModel, y_test, raw) -> dict:
