@@ -200,6 +200,30 @@ class Federation:
         raw = self.predict_raw(frames, prediction, align, batch_rows, drift)
         return self.active._need_model().output_to_prediction(raw)
 
+    def evaluate(self, frames: dict, label_col: str, segment: str | None = None, drift: bool = False,
+                 prediction: str | None = None, align: str | None = None, batch_rows: int | None = None) -> dict:
+        """Score labelled rows and report ``{"credit": ..., "drift": ...}``: the credit metrics
+        (:func:`vfl.core.credit_metrics.credit_report`) of the active party's DataFrame's column
+        ``label_col`` (not a feature), per value of its column ``segment`` too; with ``drift``
+        every party's PSI as in :meth:`predict_proba`. ``frames`` as in :meth:`predict_proba`."""
+        model = self.active._need_model()
+        if not isinstance(frames, dict) or not isinstance(frames.get(self.active.name), pd.DataFrame):
+            raise InputError(f"evaluate needs {{party: DataFrame}} with the active party {self.active.name!r}'s "
+                             "labelled rows as a DataFrame")
+        own = frames[self.active.name]
+        if label_col not in own.columns:
+            raise InputError(f"the active party's rows have no label column {label_col!r}: they cannot be evaluated")
+        if segment is not None:
+            check_segment_column(own, segment, self.active.name)
+        y = credit_metrics.encode_labels(model.objective, own[label_col].to_numpy(), model.classes,
+                                         f"column {label_col!r}")
+        output = self.predict_proba({**frames, self.active.name: own.drop(columns=[label_col])}, prediction, align,
+                                    batch_rows, drift)
+        return {"credit": credit_metrics.credit_report(model.objective, y, output, model.classes,
+                                                      segments=None if segment is None else own[segment].to_numpy(),
+                                                      segment_name=segment),
+                "drift": self.last_drift if drift else None}
+
     def share_split_gains(self) -> dict[str, int]:
         """The active party tells each passive party the gains of its own splits (opt-in leakage:
         label-derived; see docs/learner.md), so each can compute gain importance locally."""

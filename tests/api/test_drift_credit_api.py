@@ -11,10 +11,12 @@ import pytest
 from click.testing import CliRunner
 from credit_support import credit_frames
 from scipy.stats import ks_2samp
+from sklearn.metrics import roc_auc_score
 
 from cli import main
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.core import credit_metrics, drift
+from vfl.estimators import VerticalBoostingClassifier
 
 PARAMS = TrainParams(mode="plain", n_estimators=3, max_depth=3, learning_rate=0.5)
 
@@ -150,3 +152,27 @@ def test_simulate_bad_segment(tmp_path, args, message):
     r = _run(["simulate", "--active", tmp_path / "bank.csv", "--passive", tmp_path / "bureau.csv", "--mode", "plain",
               "--rounds", 2, "--quiet", *args])
     assert r.exit_code == 1 and message in r.output and "Traceback" not in r.output, r.output
+
+
+def test_federation_evaluate_and_the_estimators_credit_report():
+    bank, bureau = credit_frames(500)
+    fed = _fed(bank.drop(columns="w"), bureau)
+    rows = {"bank": bank.drop(columns="w").iloc[:200], "bureau": bureau.iloc[:200]}
+    ev = fed.evaluate(rows, "y", segment="segment", drift=True)
+    proba = fed.predict_proba({"bank": rows["bank"].drop(columns="y"), "bureau": rows["bureau"]})
+    expected = credit_metrics.credit_report("binary", rows["bank"]["y"].to_numpy(), proba,
+                                            segments=rows["bank"]["segment"].to_numpy(), segment_name="segment")
+    assert ev["credit"] == expected and ev["drift"]["n_rows"] == 200
+    with pytest.raises(Exception, match="no label column 'target'"):
+        fed.evaluate(rows, "target")
+    with pytest.raises(Exception, match="segment column 'nope'"):
+        fed.evaluate(rows, "y", segment="nope")
+    X = bank[["income"]].assign(days_late=bureau["days_late"])
+    labels = np.where(bank["y"] == 1, "bad", "good")
+    est = VerticalBoostingClassifier(n_estimators=3, max_depth=2, mode="plain", parties={"a": ["income"],
+                                                                                        "b": ["days_late"]})
+    est.fit(X, labels)
+    rep = est.credit_report(X, labels, segments=bank["segment"])
+    p_pos = est.predict_proba(X)[:, 1]
+    assert rep["overall"]["auc"] == pytest.approx(roc_auc_score(labels == est.classes_[1], p_pos))
+    assert set(rep["segments"]) == set(bank["segment"])
