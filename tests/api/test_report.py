@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from credit_support import credit_frames
 
 from cli import main
+from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.commands.report_doc import SECTIONS
 
 #: the figures each section shows (the others are tables and text)
@@ -182,3 +183,31 @@ def test_the_report_opens_in_a_headless_browser(trained, tmp_path):
     page.feed(dom.stdout)
     assert list(page.sections) == [i for i, _ in SECTIONS]     # the browser's DOM shows every section
     assert sum(len(s["images"]) for s in page.sections.values()) == sum(FIGURES.values())
+
+
+@pytest.mark.parametrize("objective, metric_figures", [("multiclass", 4), ("regression", 1)])
+def test_multiclass_and_regression_reports(tmp_path, objective, metric_figures):
+    bank, bureau = credit_frames(400)
+    bank = bank.drop(columns="w")
+    if objective == "multiclass":
+        bank = bank.assign(y=bank["segment"]).drop(columns="segment")
+    else:
+        bank = bank.assign(y=bank["income"]).drop(columns="income")
+    fed = Federation(ActiveParty("bank", bank), [PassiveParty("bureau", bureau)])
+    fed.fit(TrainParams(mode="plain", n_estimators=2, max_depth=2, objective=objective))
+    ev = fed.evaluate({"bank": bank, "bureau": bureau}, "y", drift=True)
+    fed.save(tmp_path / "model")
+    (tmp_path / "run.json").write_text(json.dumps(ev))
+    r = _run("report", "--model-dir", tmp_path / "model", "--evaluation", tmp_path / "run.json",
+             "--out", tmp_path / "r.html")
+    assert r.exit_code == 0, r.output
+    page = Page()
+    page.feed((tmp_path / "r.html").read_text())
+    assert list(page.sections) == [i for i, _ in SECTIONS]
+    assert len(page.sections["metrics"]["images"]) == metric_figures
+    assert len(page.sections["drift"]["images"]) == 1
+    if objective == "multiclass":
+        assert set(ev["credit"]["overall"]["per_class"]) == set(bank["y"])
+        assert "class region_east_Z3 (one vs rest)" in (tmp_path / "r.html").read_text()
+    else:
+        assert "Deciles of the prediction" in (tmp_path / "r.html").read_text()
