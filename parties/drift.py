@@ -28,7 +28,9 @@ from parties.passive_state import PassiveState
 from protocols import messages as m
 from protocols.transport import Transport
 from vfl.core import drift as core
+from vfl.core.dp_bins import DPBinner
 from vfl.core.objectives import get_objective
+from vfl.core.params import Mode
 
 #: the fewest rows a passive party answers a drift run over (a party may raise it)
 DRIFT_MIN_ROWS = 100
@@ -43,9 +45,11 @@ def drift_request(s: PassiveState, req: m.DriftRequest) -> m.DriftReply:
     X = s.session_rows(req.session_id)
     if s.drift_policy == "decline":
         return m.DriftReply(m.DriftStatus.DECLINED, reason=f"party {s.name!r} does not share drift")
+    if req.session_id == s.eval_session:
+        raise ProtocolError(f"party {s.name!r}: drift is asked of prediction sessions, not of the validation session")
     if s.drift_reference is None:
-        return m.DriftReply(m.DriftStatus.NO_REFERENCE,
-                            reason=f"party {s.name!r}: {core.NO_TRAINING_COUNTS} (its model file predates them)")
+        why = s.drift_withheld or "its model file predates them"
+        return m.DriftReply(m.DriftStatus.NO_REFERENCE, reason=f"party {s.name!r}: {core.NO_TRAINING_COUNTS} ({why})")
     runs: OrderedDict = s.drift_runs
     run = runs.get(req.drift_id)
     if run is None:
@@ -73,9 +77,15 @@ def drift_request(s: PassiveState, req: m.DriftRequest) -> m.DriftReply:
 
 def fit_training_reference(s: PassiveState) -> None:
     """At the end of a completed training: the bin counts of this party's features on its aligned
-    training rows (kept in its model file)."""
+    training rows (kept in its model file). A DP training (mode dp, or a DP released model) keeps
+    none: PSI against exact training counts would tell the active party about the training rows
+    beyond what the printed epsilon covers; such a model answers drift "no training counts"."""
     rows = s.train.rows
     if rows is None or s.X is None:
+        return
+    if s.train.mode == Mode.DP or isinstance(s.train.binner, DPBinner):
+        s.drift_reference = None
+        s.drift_withheld = "a DP training keeps no exact training counts (its epsilon would not hold)"
         return
     rows = np.asarray(rows)
     X = s.X[rows] if isinstance(s.X, np.ndarray) else np.asarray(s.X[rows], dtype=np.float64)

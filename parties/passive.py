@@ -427,7 +427,8 @@ class PassiveParty:
                 **({"trainer": self.trainer} if self.trainer is not None else {}),
                 **({"max_depth": self._state.max_depth} if self._state.max_depth is not None else {}),
                 **({"drift_reference": self._state.drift_reference}
-                   if self._state.drift_reference is not None else {})}
+                   if self._state.drift_reference is not None else {}),
+                **({"drift_withheld": self._state.drift_withheld} if self._state.drift_withheld else {})}
 
     def file_dict(self) -> dict:
         """What the model file holds: :meth:`model_dict` and its ``model_hash``."""
@@ -472,6 +473,8 @@ class PassiveParty:
             p._state.dp_training_ids = np.array(sorted(ids))
         if d.get("drift_reference") is not None:        # absent in files written before issue 34
             p._state.drift_reference = check_reference(d["drift_reference"], source)
+        if d.get("drift_withheld") is not None:
+            p._state.drift_withheld = need_str(d["drift_withheld"], source, "drift_withheld")
         return p
 
     @classmethod

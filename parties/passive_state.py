@@ -198,6 +198,7 @@ class PassiveState:
     dp_ledger: list = field(default_factory=list)     # every DP release, oldest first
     dp_training_ids: np.ndarray | None = None  # mode dp: digests of the released training ids (never routed)
     drift_reference: dict | None = None        # the training rows' bin counts per feature (vfl.core.drift)
+    drift_withheld: str | None = None          # why a model keeps no drift counts (a DP training)
     # sessions
     train: TrainingSession = field(default_factory=TrainingSession)
     sessions: dict = field(default_factory=dict)      # session id -> rows (prediction, validation)

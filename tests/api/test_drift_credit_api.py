@@ -31,7 +31,7 @@ def _fed(bank, bureau, **policy):
 
 
 def _new_rows(bank, bureau, n=300, shift=0.0):
-    b = bank.drop(columns=["y", "w"]).iloc[:n].copy()
+    b = bank.drop(columns=[c for c in ("y", "w") if c in bank]).iloc[:n].copy()
     b["income"] = b["income"] + shift
     return {"bank": b, "bureau": bureau.iloc[:n].assign(days_late=bureau["days_late"].iloc[:n] + 2 * shift)}
 
@@ -176,3 +176,25 @@ def test_federation_evaluate_and_the_estimators_credit_report():
     p_pos = est.predict_proba(X)[:, 1]
     assert rep["overall"]["auc"] == pytest.approx(roc_auc_score(labels == est.classes_[1], p_pos))
     assert set(rep["segments"]) == set(bank["segment"])
+
+
+@pytest.mark.parametrize("params", [
+    TrainParams(mode="dp", epsilon=2.0, n_estimators=2, max_depth=2),
+    TrainParams(mode="plain", dp_model=4.0, n_estimators=2, max_depth=2, min_node_rows=1),
+])
+def test_dp_trainings_keep_no_exact_training_counts(params):
+    """PSI against exact training counts would tell more than the printed epsilon covers."""
+    bank, bureau = credit_frames(400)
+    bank, bureau = bank.drop(columns=["w", "segment"]), bureau.drop(columns="education")     # numeric only
+    fed = Federation(ActiveParty("bank", bank.iloc[:250]), [PassiveParty("bureau", bureau.iloc[:250])])
+    fed.fit(params)
+    d = fed.passives["bureau"].model_dict()
+    assert "drift_reference" not in d and "DP training" in d["drift_withheld"]
+    fed.predict_proba({"bank": bank.iloc[250:].drop(columns="y"), "bureau": bureau.iloc[250:]}, drift=True)
+    sec = fed.last_drift["parties"]["bureau"]           # (mode dp never routes its released training rows)
+    assert sec["status"] == "no training counts" and "DP training" in sec["reason"]
+    if params.dp_model is not None:       # the released model holds no exact counts of the active party either
+        assert set(fed.model.drift) == {"withheld"}
+        assert fed.last_drift["score"]["status"] == "no training counts"
+    reloaded = PassiveParty.from_model_dict(d)
+    assert reloaded._state.drift_withheld == d["drift_withheld"]
