@@ -3,6 +3,7 @@ are those of vfl.core.credit_metrics on the same predictions; drift in every par
 a declining passive party, names shared only by choice, old model files without training counts."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -14,6 +15,8 @@ from scipy.stats import ks_2samp
 from sklearn.metrics import roc_auc_score
 
 from cli import main
+from protocols import messages as m
+from protocols.serialization import loads
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.core import credit_metrics, drift
 from vfl.estimators import VerticalBoostingClassifier
@@ -198,3 +201,22 @@ def test_dp_trainings_keep_no_exact_training_counts(params):
         assert fed.last_drift["score"]["status"] == "no training counts"
     reloaded = PassiveParty.from_model_dict(d)
     assert reloaded._state.drift_withheld == d["drift_withheld"]
+
+
+def test_what_the_active_party_receives_for_drift():
+    """Per scoring job: one DriftReply per batch and passive party; only the last holds numbers, one
+    PSI per feature (names only by the party's choice), never counts or bin edges."""
+    bank, bureau = credit_frames(500)
+    p = PassiveParty("bureau", bureau)
+    fed = Federation(ActiveParty("bank", bank.drop(columns="w")), [p], record=True)
+    fed.fit(PARAMS)
+    fed.transport.log.clear()
+    fed.predict_proba(_new_rows(bank, bureau), drift=True, batch_rows=100)
+    replies = [loads(frame) for sender, _, frame in fed.transport.log if sender == "bureau"]
+    drift_replies = [r for r in replies if isinstance(r, m.DriftReply)]
+    assert len(drift_replies) == 3
+    assert [r.status for r in drift_replies] == ["counted", "counted", "psi"]
+    assert all(r.psi.size == 0 and r.names == [] for r in drift_replies[:2])
+    last = drift_replies[-1]
+    assert last.psi.shape == (2,) and last.names == [] and last.n_rows == 300
+    assert set(dataclasses.asdict(last)) == {"status", "psi", "names", "n_rows", "reason"}
