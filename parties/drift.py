@@ -124,10 +124,10 @@ class DriftRun:
             out = get_objective(self.model.objective).transform(raw)
             self.score.add(core.score_columns(self.model.objective, out, self.model.classes)[0])
 
-    def _own_section(self, counts, what: str) -> dict:
+    def _own_section(self, counts, what: str, withheld: str | None = None) -> dict:
         if counts is None:
-            return {"status": "no training counts", "reason": self.withheld or f"{core.NO_TRAINING_COUNTS}: the "
-                    f"model file predates them ({what})"}
+            return {"status": "no training counts", "reason": withheld or self.withheld or
+                    f"{core.NO_TRAINING_COUNTS}: the model file predates them ({what})"}
         names = [f["name"] for f in counts.reference["features"]]
         return {"status": "ok", "features": core.entries(names, counts.psi())}
 
@@ -135,7 +135,8 @@ class DriftRun:
         """``{"n_rows", "thresholds", "score", "parties": {party: {...}}, "flagged"}``: the score's PSI
         and every party's per feature, each with its flag; a passive party that declined or keeps no
         training counts is reported so."""
-        parties = {self.model.active_party: self._own_section(self.own, "the active party's features")}
+        parties = {self.model.active_party: self._own_section(self.own, "the active party's features",
+                                                              (self.model.drift or {}).get("withheld_features"))}
         for p in self.model.passives:
             r = self.replies.get(p)
             if r is None:
