@@ -211,3 +211,24 @@ def test_multiclass_and_regression_reports(tmp_path, objective, metric_figures):
         assert "class region_east_Z3 (one vs rest)" in (tmp_path / "r.html").read_text()
     else:
         assert "Deciles of the prediction" in (tmp_path / "r.html").read_text()
+
+
+def test_privacy_section_with_dp_epsilon_and_the_ledger(tmp_path):
+    r = _run("simulate", "--dataset", "breast_cancer", "--mode", "dp", "--epsilon", 4, "--rounds", 2, "--depth", 2,
+             "--quiet", "--dp-ledger-dir", tmp_path / "ledgers", "--save-model", tmp_path / "model",
+             "--output-json", tmp_path / "run.json")
+    assert r.exit_code == 0, r.output
+    ledger = tmp_path / "ledgers" / "passive1.dp-ledger.json"
+    _run("report", "--model-dir", tmp_path / "model", "--evaluation", tmp_path / "run.json", "--dp-ledger", ledger,
+         "--out", tmp_path / "r.json", "--format", "json")
+    doc = json.loads((tmp_path / "r.json").read_text())
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert doc["privacy"]["mode"] == "dp" and doc["privacy"]["epsilon_per_party"] == run["epsilon_per_party"]
+    (spent,) = doc["privacy"]["ledgers"][str(ledger)].values()
+    assert spent["epsilon"] == pytest.approx(4.0) and spent["entries"] >= 1
+    assert "locally differentially private release" in doc["privacy"]["learned"]["active party"]
+    _report_html = _run("report", "--model-dir", tmp_path / "model", "--evaluation", tmp_path / "run.json",
+                        "--dp-ledger", ledger, "--out", tmp_path / "r.html")
+    assert _report_html.exit_code == 0, _report_html.output
+    html = (tmp_path / "r.html").read_text()
+    assert "DP epsilon per passive party" in html and str(ledger) in html
