@@ -16,10 +16,13 @@ from html.parser import HTMLParser
 import pytest
 from click.testing import CliRunner
 from credit_support import credit_frames
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cli import main
+from datasets.errors import InputError
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
-from vfl.commands.report_doc import SECTIONS
+from vfl.commands.report_doc import SECTIONS, read_scores
 
 #: the figures each section shows (the others are tables and text)
 FIGURES = {"metrics": 4, "importance": 1, "iv": 1, "explanations": 1, "drift": 1}
@@ -232,3 +235,18 @@ def test_privacy_section_with_dp_epsilon_and_the_ledger(tmp_path):
     assert _report_html.exit_code == 0, _report_html.output
     html = (tmp_path / "r.html").read_text()
     assert "DP epsilon per passive party" in html and str(ledger) in html
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+                    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+                    max_leaves=15))
+def test_iv_and_explanation_files_are_read_or_refused_clearly(tmp_path_factory, value):
+    path = tmp_path_factory.mktemp("scores") / "s.json"
+    path.write_text(json.dumps(value))
+    try:
+        scores = read_scores(path, "IV file")
+    except InputError as exc:
+        assert str(exc).startswith("IV file")
+        return
+    assert all(isinstance(v, float) for feats in scores.values() for v in feats.values())

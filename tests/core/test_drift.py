@@ -81,3 +81,28 @@ def test_flags_and_reference_checks():
     with pytest.raises(InputError, match="f.json.*counts"):
         drift.check_reference(bad, "f.json")
     assert drift.psi([0, 0], [1, 1]) is None
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 50) | st.floats(allow_nan=False) | st.text(max_size=5),
+                     lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+                     max_leaves=20)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(_JSON, st.fixed_dictionaries({"version": st.just(1), "n_rows": st.integers(0, 5),
+                                               "features": st.lists(st.fixed_dictionaries(
+                                                   {"name": st.text(max_size=3), "edges": st.lists(
+                                                       st.floats(allow_nan=False) | st.integers() | st.text(max_size=2),
+                                                       max_size=3),
+                                                    "counts": st.lists(st.integers(-1, 5) | st.booleans(),
+                                                                       max_size=5)}), max_size=3)})))
+def test_a_reference_read_from_a_file_is_checked_or_refused(value):
+    """What a model file holds under drift_reference: accepted whole (then usable), or an InputError."""
+    try:
+        ref = drift.check_reference(value, "m.json")
+    except InputError as exc:
+        assert "m.json" in str(exc)
+        return
+    counts = drift.DriftCounts(ref)
+    counts.add(np.zeros((2, len(ref["features"]))))
+    assert len(counts.psi()) == len(ref["features"])
