@@ -40,7 +40,7 @@ from vfl.commands.common import (
     security_from_options,
     setup_logging,
 )
-from vfl.commands.evaluation import drift_option, echo_evaluation, segment_option
+from vfl.commands.evaluation import drift_option, echo_evaluation, passive_drift_option, segment_option
 from vfl.commands.predict import predict
 from vfl.commands.report import report
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
@@ -606,11 +606,12 @@ def party():
 @net_options
 @dask_options
 @lambda f: _credit_options(f, active=False)
+@passive_drift_option
 def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_align, allow_prediction,
                   dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
                   validation_data=None, dask_scheduler=None, dask_tls_dir=None, dask_insecure=False,
                   dask_via_scheduler=False, categorical=(), monotone=(), dp_bins=None, dp_ledger=None,
-                  dp_lifetime_epsilon=None, federation_file=None):
+                  dp_lifetime_epsilon=None, federation_file=None, drift_answers=None):
     """Serve training sessions and prediction requests of an active party."""
     setup_logging(log_level)
     federation = load_federation(federation_file) if federation_file else None
@@ -626,7 +627,8 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
     policy = {k: v for k, v in (("allowed_align", tuple(allow_align)),
                                 ("allowed_prediction", tuple(allow_prediction)),
                                 ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature),
-                                ("dp_ledger_path", dp_ledger), ("dp_lifetime_epsilon", dp_lifetime_epsilon)) if v}
+                                ("dp_ledger_path", dp_ledger), ("dp_lifetime_epsilon", dp_lifetime_epsilon),
+                                ("drift_policy", drift_answers)) if v}
     if dp_lifetime_epsilon is not None and dp_ledger is None:
         raise click.UsageError("--dp-lifetime-epsilon needs --dp-ledger FILE (where the spending is counted)")
     executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive", dask_via_scheduler)

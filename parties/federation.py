@@ -51,6 +51,13 @@ _PARTY_KEYS = {"address", "hosts", "train", "predict", "drift"}
 #: what a passive party answers a drift request with (issue 34): PSI per feature by position (the
 #: default: its feature names are not shared), by name, or nothing (it declines)
 DRIFT_POLICIES = ("positions", "names", "decline")
+#: how much each drift policy shares (the stricter of two is the one sharing less)
+_DRIFT_SHARES = {"names": 2, "positions": 1, "decline": 0}
+
+
+def stricter_drift(a: str, b: str) -> str:
+    """The drift policy of ``a`` and ``b`` that shares less."""
+    return min(a, b, key=_DRIFT_SHARES.__getitem__)
 
 
 class FederationError(InputError):

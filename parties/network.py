@@ -29,7 +29,7 @@ from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
 from parties.drift import DriftRun, with_last
 from parties.evaluation import BatchEvaluation
-from parties.federation import Access
+from parties.federation import Access, stricter_drift
 from parties.server import PassiveServer
 from protocols.grpc_client import GrpcTransport
 from protocols.grpc_security import check_address
@@ -85,7 +85,9 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     policy = dict(policy or {})
     if federation is not None:
         policy.setdefault("min_node_rows", federation.min_node_rows)
-        policy.setdefault("drift_policy", federation.party(name).drift)
+        # the stricter of the party's own option and its federation entry
+        own = policy.get("drift_policy", federation.party(name).drift)
+        policy["drift_policy"] = stricter_drift(own, federation.party(name).drift)
     # a Parquet table of numeric features: ids and the piece plan here, rows read where they are used
     table = open_piece_table(data, name, id_col, categorical)
     table = table if table is not None else _read_csv(data, name, id_col, categorical=categorical).frame

@@ -58,8 +58,10 @@ def test_drift_over_mtls_equals_drift_in_process(tmp_path, children):
     fed_file.write_text(FEDERATION)
     _run("certs", "--out", tmp_path / "certs", "--federation", fed_file)
     tls = ["--tls-dir", tmp_path / "certs", "--federation", fed_file]
+    # telco's own --drift-answers names cannot loosen its federation entry's decline (the stricter wins)
+    own = {"bureau": [], "telco": ["--drift-answers", "names"]}
     addr = {p: start_passive(children, tmp_path, p, "--data", tmp_path / f"{p}.csv", "--model-dir", tmp_path / f"m_{p}",
-                             *tls) for p in ("bureau", "telco")}
+                             *tls, *own[p]) for p in ("bureau", "telco")}
     peers = [x for p in ("bureau", "telco") for x in ("--peer", f"{p}={addr[p]}")]
     _run("party", "active", "--data", tmp_path / "bank.csv", *peers, "--model-dir", tmp_path / "m_bank", *tls,
          "--mode", "plain", "--quiet", "--rounds", 3, "--depth", 3, "--learning-rate", 0.5,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from parties.drift import format_drift
+from parties.federation import DRIFT_POLICIES
 
 
 def segment_option(f):
@@ -19,6 +20,14 @@ def drift_option(f):
                         help="Every party computes the PSI of its own inputs on these rows against its training "
                              "counts (the active party also the score's); PSI >= 0.1 is flagged '!', >= 0.25 '!!'. "
                              "The exit code does not change.")(f)
+
+
+def passive_drift_option(f):
+    """`vfl party passive --drift-answers`: how this party answers drift requests."""
+    return click.option("--drift-answers", "drift_answers", type=click.Choice(DRIFT_POLICIES), default=None,
+                        help="How this party answers `vfl predict --drift`: one PSI per feature position, with its "
+                             "feature names, or not at all [default: its federation entry's drift, else positions; "
+                             "with both, the stricter].")(f)
 
 
 def predict_evaluation_options(f):
