@@ -22,11 +22,10 @@ from crypto.cluster import dask_executor
 from crypto.keys import WeakKeyWarning, check_key_bits
 from datasets import SHARED_TASKS, load_active_passive, load_named
 from datasets.errors import InputError, VFLError
-from datasets.loaders import DEFAULT_BATCH_ROWS
 from parties.dp_ledger import PrivacyLedger, summary
 from parties.federation import load_federation
 from parties.memory import return_freed_memory
-from parties.network import check_prediction, load_active_model, predict_active, serve_passive, train_active
+from parties.network import serve_passive, train_active
 from protocols.certs import make_certs
 from protocols.units import format_bytes
 from vfl.api import simulate as simulate_federation
@@ -41,6 +40,9 @@ from vfl.commands.common import (
     security_from_options,
     setup_logging,
 )
+from vfl.commands.evaluation import drift_option, echo_evaluation, passive_drift_option, segment_option
+from vfl.commands.predict import predict
+from vfl.commands.report import report
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
 from vfl.core.dp_bins_file import read_dp_bins
 from vfl.core.dp_budget import DP_TREES
@@ -355,10 +357,12 @@ def _training_options(f):
 @click.option("--dp-lifetime-epsilon", type=float, default=None,
               help="With --dp-ledger-dir: each passive party refuses what would take its dataset's total "
                    "epsilon above this.")
+@segment_option
+@drift_option
 def simulate(dataset, active, passives, id_col, label_col, parties, test_size, output_json, predictions,
              save_model, verbose, quiet, prediction, validation_size, jobs, categorical=(), weight_col=None,
              link_mbps=None, dask_spec=None, dask_tls_dir=None, dask_insecure=False, dp_ledger_dir=None,
-             dp_lifetime_epsilon=None, **train_options):
+             dp_lifetime_epsilon=None, segment=None, drift=False, **train_options):
     """Run a whole federation in one process and report time, test metric and bytes.
 
     --categorical, --monotone and --weight-col name columns of whichever party holds them
@@ -406,7 +410,8 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
                                                            executor_for=executor_for if dask_spec else None,
                                                            link_mbps=link_mbps, categorical=list(categorical),
                                                            weight_col=weight_col, dp_ledger_dir=dp_ledger_dir,
-                                                           dp_lifetime_epsilon=dp_lifetime_epsilon, n_jobs=jobs)
+                                                           dp_lifetime_epsilon=dp_lifetime_epsilon, n_jobs=jobs,
+                                                           segment=segment, drift=drift)
         if dask_spec:
             result["dask"] = {"spec": dask_spec, "workers": {ex.name: ex.worker_peaks() for ex in executors}}
     finally:
@@ -430,6 +435,7 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
                        ("test_rmse", "test RMSE"), ("test_mae", "test MAE")):
         if result.get(key) is not None:
             click.echo(f"{label}: {result[key]:.4f}")
+    echo_evaluation(result)
     if result.get("n_validation"):
         best = result["best_iteration"]
         click.echo(f"validation: {result['n_validation']} rows, {result['n_rounds']} rounds grown"
@@ -600,11 +606,12 @@ def party():
 @net_options
 @dask_options
 @lambda f: _credit_options(f, active=False)
+@passive_drift_option
 def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_align, allow_prediction,
                   dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
                   validation_data=None, dask_scheduler=None, dask_tls_dir=None, dask_insecure=False,
                   dask_via_scheduler=False, categorical=(), monotone=(), dp_bins=None, dp_ledger=None,
-                  dp_lifetime_epsilon=None, federation_file=None):
+                  dp_lifetime_epsilon=None, federation_file=None, drift_answers=None):
     """Serve training sessions and prediction requests of an active party."""
     setup_logging(log_level)
     federation = load_federation(federation_file) if federation_file else None
@@ -620,7 +627,8 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
     policy = {k: v for k, v in (("allowed_align", tuple(allow_align)),
                                 ("allowed_prediction", tuple(allow_prediction)),
                                 ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature),
-                                ("dp_ledger_path", dp_ledger), ("dp_lifetime_epsilon", dp_lifetime_epsilon)) if v}
+                                ("dp_ledger_path", dp_ledger), ("dp_lifetime_epsilon", dp_lifetime_epsilon),
+                                ("drift_policy", drift_answers)) if v}
     if dp_lifetime_epsilon is not None and dp_ledger is None:
         raise click.UsageError("--dp-lifetime-epsilon needs --dp-ledger FILE (where the spending is counted)")
     executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive", dask_via_scheduler)
@@ -716,44 +724,8 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
         _write_json(output_json, result)
 
 
-@main.command()
-@click.option("--model-dir", required=True, type=click.Path(file_okay=False), help="The active party's model.")
-@click.option("--data", required=True, type=click.Path(),
-              help="id and the active features: CSV, or a Parquet file or directory of Parquet files.")
-@click.option("--id-col", default="id", show_default=True)
-@click.option("--peer", "peer_specs", multiple=True, help="Passive party NAME=HOST:PORT; repeat for each.")
-@click.option("--federation", "federation_file", type=click.Path(dir_okay=False),
-              help="The federation file: the passive parties' addresses (docs/federation.md).")
-@click.option("--out", required=True, type=click.Path(dir_okay=False),
-              help="CSV of ids and probabilities (multiclass: prediction and proba_<class>; regression: prediction).")
-@click.option("--prediction", type=click.Choice(PREDICTIONS), default=DEFAULT_PREDICTION, show_default=True,
-              help="one-round: one batch of leaf masks per passive party; node: node-by-node routing.")
-@click.option("--align", type=click.Choice(ALIGNMENTS), default=None,
-              help="How the passive parties find the rows: salted hashes or PSI [default: as in training].")
-@click.option("--timeout", default=60.0, show_default=True, help="Seconds any single call may take.")
-@click.option("--connect-timeout", type=float, help="Seconds to wait for the peers [default: --timeout].")
-@click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
-@click.option("--batch-rows", type=click.IntRange(1), default=DEFAULT_BATCH_ROWS, show_default=True,
-              help="Rows read and scored at a time (bounded memory; the output is the same for any value).")
-@net_options
-def predict(model_dir, data, id_col, peer_specs, out, prediction, align, timeout, connect_timeout, output_json,
-            batch_rows, tls_dir, insecure, token_file, max_message_mb, log_level, federation_file=None):
-    """Score new rows with a model trained by `vfl party active` (passive parties must be serving)."""
-    setup_logging(log_level)
-    return_freed_memory()         # a long-lived driver: freed memory goes back to the system
-    check_prediction(prediction)
-    check_timeouts(timeout, connect_timeout)
-    federation = load_federation(federation_file) if federation_file else None
-    model = load_active_model(model_dir)
-    _, peers = federation_peers(federation, model.active_party, peer_specs, active=False)
-    sec = security_from_options(model.active_party, tls_dir, insecure, token_file)
-    ids, proba, summary = predict_active(model_dir, data, id_col, peers, sec, out, timeout=timeout,
-                                         prediction=prediction, max_frame_bytes=max_bytes(max_message_mb),
-                                         connect_timeout=connect_timeout, align=align, batch_rows=batch_rows)
-    if output_json:
-        _write_json(output_json, summary)
-    click.echo(f"predicted {summary['n_rows']} rows in {summary['predict_seconds']:.2f} s "
-               f"({summary['n_batches']} batch(es)); wrote {out}")
+main.add_command(predict)
+main.add_command(report)
 
 
 if __name__ == "__main__":

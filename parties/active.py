@@ -33,6 +33,7 @@ from parties.settings import Settings
 from protocols import alignment
 from protocols import messages as m
 from protocols.transport import Transport
+from vfl.core import drift
 from vfl.core.binning import feature_matrix
 from vfl.core.dp_bins_file import public_columns
 from vfl.core.dp_model import plan_dp_model
@@ -227,6 +228,7 @@ class ActiveParty:
                 # loop (which ends with TrainEnd whatever happens) releases it at once
             rows = self._align(transport, passives, params, salt)
             self._read_deferred()
+            drift_features = self._drift_features(rows)      # before a low_memory party lets go of its rows
             y = objective.check_labels(self.y_raw[rows], self.name, self.label_col, ids=self.ids[rows])
             if self.low_memory:
                 self.y_raw = None         # the aligned labels are all the training needs
@@ -297,7 +299,7 @@ class ActiveParty:
             w = None if weights is None else weights[rows]
             if w is not None and not w.sum() > 0:
                 raise InputError(f"sample weights of party {self.name!r} are all zero on the aligned rows")
-            base, rounds, _ = booster.fit(y, row_keys=rows, sample_weight=w,
+            base, rounds, train_raw = booster.fit(y, row_keys=rows, sample_weight=w,
                                           **(tracker.booster_kwargs() if tracker is not None else {}))
             completed = True
         finally:
@@ -326,7 +328,31 @@ class ActiveParty:
                 self.model.history.pop("train", None)
         self.model.classes = getattr(objective, "classes", None)
         self.label_mapping = dict(objective.mapping) if getattr(objective, "classes", None) else None
+        self.model.drift = self._drift_reference(drift_features, objective, train_raw)
         return self.model
+
+    def _drift_features(self, rows):
+        """The bin counts of this party's features on the aligned training rows (None: no features,
+        or a low_memory party, whose columns are never in memory whole)."""
+        if not self.feature_names or not isinstance(self.X, np.ndarray):
+            return None
+        return drift.fit_reference(self.X[rows], self.feature_names, self.categories)
+
+    def _drift_reference(self, features, objective, train_raw) -> dict:
+        """What the model file keeps for drift: the features' and the score's training counts; a DP
+        released model keeps none (they are not part of its private release)."""
+        if self.dp_plan is not None and self.dp_plan.private:
+            return {"withheld": "a DP released model keeps no training counts (they would not be private)"}
+        out = {}
+        if features is not None:
+            out["features"] = features
+        elif self.feature_names:
+            out["withheld_features"] = "a low_memory party keeps no training counts of its features"
+        if train_raw is not None:
+            output = objective.transform(np.asarray(train_raw))
+            cols, names = drift.score_columns(objective.name, output, getattr(objective, "classes", None))
+            out["score"] = drift.fit_reference(cols, names)
+        return out
 
     @staticmethod
     def _release_session(transport: Transport, passives: list[str], model_id: str) -> None:
@@ -442,9 +468,10 @@ class ActiveParty:
     # -- prediction ---------------------------------------------------------
     def predict_raw(self, transport: Transport, frame: pd.DataFrame | None = None,
                     source: str | None = None, prediction: str | None = None,
-                    align: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    align: str | None = None, drift_run=None, last: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Raw scores for the rows of ``frame`` (the active party's columns of new samples);
-        returns ``(ids, raw)``.
+        returns ``(ids, raw)``. ``drift_run`` (a :class:`parties.drift.DriftRun`): count this batch
+        into it, and ask every passive party to count its rows too (``last``: the run's last batch).
 
         ``prediction``: "one-round" (leaf masks, the default) or "node" (node-by-node
         routing); ``align``: how the passive parties find the rows, "hash" (salted hashes
@@ -486,22 +513,32 @@ class ActiveParty:
 
         open_at = set(model.passives)    # parties still holding the session's rows
         try:
-            if prediction == Prediction.ONE_ROUND:
-                fetch = leaf_mask_fetcher(transport, session_id)
-
-                def fetch_masks(owner, skeleton):      # a one-round session ends with its leaf masks
-                    masks = fetch(owner, skeleton)
-                    open_at.discard(owner)
-                    return masks
-
-                return ids, model.predict_raw_one_round(X, fetch_masks)
-
-            def route(owner, record_ids, rows):
-                return transport.call(owner, m.RouteRequest(session_id, record_ids, rows)).go_left
-
-            return ids, model.predict_raw(X, route)
+            if drift_run is not None:        # before the leaf masks end the session
+                drift_run.ask(transport, session_id, last)
+                ids, raw = self._predict_session(transport, model, X, ids, session_id, prediction, open_at)
+                drift_run.add(X, raw)
+                return ids, raw
+            return self._predict_session(transport, model, X, ids, session_id, prediction, open_at)
         finally:        # the passive parties free the session's rows (and its slot) at once
             end_prediction(transport, [p for p in model.passives if p in open_at], session_id)
+
+    @staticmethod
+    def _predict_session(transport, model, X, ids, session_id, prediction, open_at):
+        """Score the open session's rows ``X``: leaf masks (one round) or node-by-node routing."""
+        if prediction == Prediction.ONE_ROUND:
+            fetch = leaf_mask_fetcher(transport, session_id)
+
+            def fetch_masks(owner, skeleton):      # a one-round session ends with its leaf masks
+                masks = fetch(owner, skeleton)
+                open_at.discard(owner)
+                return masks
+
+            return ids, model.predict_raw_one_round(X, fetch_masks)
+
+        def route(owner, record_ids, rows):
+            return transport.call(owner, m.RouteRequest(session_id, record_ids, rows)).go_left
+
+        return ids, model.predict_raw(X, route)
 
     def predict_proba(self, transport, frame=None, source=None, prediction=None,
                       align=None) -> tuple[np.ndarray, np.ndarray]:

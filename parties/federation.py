@@ -47,7 +47,17 @@ DEFAULT_MIN_NODE_ROWS = 2
 MAX_MIN_NODE_ROWS = 1 << 20
 
 _FED_KEYS = {"active", "min_node_rows"}
-_PARTY_KEYS = {"address", "hosts", "train", "predict"}
+_PARTY_KEYS = {"address", "hosts", "train", "predict", "drift"}
+#: what a passive party answers a drift request with (issue 34): PSI per feature by position (the
+#: default: its feature names are not shared), by name, or nothing (it declines)
+DRIFT_POLICIES = ("positions", "names", "decline")
+#: how much each drift policy shares (the stricter of two is the one sharing less)
+_DRIFT_SHARES = {"names": 2, "positions": 1, "decline": 0}
+
+
+def stricter_drift(a: str, b: str) -> str:
+    """The drift policy of ``a`` and ``b`` that shares less."""
+    return min(a, b, key=_DRIFT_SHARES.__getitem__)
 
 
 class FederationError(InputError):
@@ -62,6 +72,7 @@ class PartyEntry:
     hosts: tuple[str, ...] = ()
     train: tuple[str, ...] | None = None        # None: the default (the active party)
     predict: tuple[str, ...] | None = None      # None: the default (the trainer of the model)
+    drift: str = "positions"                    # DRIFT_POLICIES: how a passive party answers drift requests
 
     @property
     def cert_names(self) -> frozenset[str]:
@@ -213,7 +224,13 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
         if name in lists.get("train", ()) or name in lists.get("predict", ()):
             raise _err(path, table, "train" if name in lists.get("train", ()) else "predict",
                        "a party cannot be its own client")
-        entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"))
+        drift = t.get("drift", "positions")
+        if drift not in DRIFT_POLICIES:
+            raise _err(path, table, "drift", f"expected one of {', '.join(DRIFT_POLICIES)}, got {drift!r}")
+        if name == active and "drift" in t:
+            raise _err(path, table, "drift", "the active party answers no drift requests (only a passive party's "
+                                             "table says how it answers them)")
+        entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"), drift)
     return Federation(str(path), active, entries, int(min_rows))
 
 

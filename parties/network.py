@@ -27,7 +27,9 @@ from datasets.loaders import DEFAULT_BATCH_ROWS, iter_party_batches, read_party_
 from datasets.pieces import open_piece_table
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
-from parties.federation import Access
+from parties.drift import DriftRun, with_last
+from parties.evaluation import BatchEvaluation
+from parties.federation import Access, stricter_drift
 from parties.server import PassiveServer
 from protocols.grpc_client import GrpcTransport
 from protocols.grpc_security import check_address
@@ -36,6 +38,7 @@ from protocols.grpc_wire import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT
 from vfl.core.files import atomic_text_writer, check_writable_dir, fsync_dir, write_json_atomic
 from vfl.core.leafmask import PREDICTIONS
 from vfl.core.model import BoostedModel, read_model_json
+from vfl.core.objectives import get_objective
 from vfl.core.params import ALIGNMENTS, Mode, TrainParams
 
 log = logging.getLogger("vfl.active")
@@ -82,6 +85,9 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     policy = dict(policy or {})
     if federation is not None:
         policy.setdefault("min_node_rows", federation.min_node_rows)
+        # the stricter of the party's own option and its federation entry
+        own = policy.get("drift_policy", federation.party(name).drift)
+        policy["drift_policy"] = stricter_drift(own, federation.party(name).drift)
     # a Parquet table of numeric features: ids and the piece plan here, rows read where they are used
     table = open_piece_table(data, name, id_col, categorical)
     table = table if table is not None else _read_csv(data, name, id_col, categorical=categorical).frame
@@ -317,10 +323,13 @@ def check_prediction(prediction: str) -> None:
         raise InputError(f"--prediction must be one of {PREDICTIONS}, got {prediction!r}")
 
 
-def _predict_proba(active: ActiveParty, transport, frame, source, prediction: str, align: str | None):
+def _predict_proba(active: ActiveParty, transport, frame, source, prediction: str, align: str | None,
+                   drift_run=None, last: bool = True):
     if align is not None and align not in ALIGNMENTS:
         raise InputError(f"--align must be one of {ALIGNMENTS}, got {align!r}")
-    return active.predict_proba(transport, frame, source, prediction=prediction, align=align)
+    ids, raw = active.predict_raw(transport, frame, source, prediction=prediction, align=align, drift_run=drift_run,
+                                  last=last)
+    return ids, get_objective(active.model.objective).transform(raw)
 
 
 def load_active_model(model_dir) -> BoostedModel:
@@ -343,7 +352,8 @@ def load_active_model(model_dir) -> BoostedModel:
 def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security, out=None,
                    timeout: float = DEFAULT_TIMEOUT, prediction: str = "one-round",
                    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, connect_timeout: float | None = None,
-                   align: str | None = None, batch_rows: int = DEFAULT_BATCH_ROWS, collect: bool | None = None):
+                   align: str | None = None, batch_rows: int = DEFAULT_BATCH_ROWS, collect: bool | None = None,
+                   drift: bool = False, label_col: str | None = None, segment: str | None = None):
     """Score the rows of ``data`` (the active party's columns: CSV, Parquet file or directory);
     returns ``(ids, proba, summary)``.
 
@@ -354,7 +364,9 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
     one batch of features and predictions at a time (plus the ids, checked for duplicates first);
     the output is the same as scoring all rows at once. ``collect`` (default: when ``out`` is None)
     keeps every batch's ids and predictions for the return value; without it ``ids`` and ``proba``
-    are None."""
+    are None. ``drift``: the summary's ``drift`` is every party's PSI of its own inputs on these rows
+    (:class:`parties.drift.DriftRun`); ``label_col``: a column of ``data`` holding the true labels,
+    the summary's ``credit`` their credit metrics (per value of the column ``segment`` too)."""
     check_prediction(prediction)
     collect = out is None if collect is None else collect
     model = load_active_model(model_dir)
@@ -370,6 +382,9 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
     batches = iter_party_batches(data, model.active_party, id_col, batch_rows=batch_rows,
                                  categorical=list(model.categories))
     first = next(batches)            # the whole id column is checked here, before connecting
+    evaluation = BatchEvaluation(model, first.frame, str(data), label_col, segment) \
+        if label_col is not None or segment is not None else None
+    run = DriftRun(model) if drift else None
     active = ActiveParty.from_model(model, id_col)
     used = {p: peers[p] for p in model.passives}
     transport = GrpcTransport(model.active_party, used, security, timeout=timeout, max_frame_bytes=max_frame_bytes)
@@ -378,8 +393,11 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
         transport.connect(timeout=connect_timeout if connect_timeout is not None else timeout)
         t0 = time.perf_counter()
         with atomic_text_writer(out) if out is not None else contextlib.nullcontext() as fh:
-            for pf in _chain(first, batches):
-                ids, proba = _predict_proba(active, transport, pf.frame, pf.source, prediction, align)
+            for pf, last in with_last(_chain(first, batches)):
+                frame = pf.frame if evaluation is None else evaluation.add(pf.frame)
+                ids, proba = _predict_proba(active, transport, frame, pf.source, prediction, align, run, last)
+                if evaluation is not None:
+                    evaluation.add_output(proba)
                 if fh is not None:
                     fh.write(model.prediction_table(ids, proba, id_col).to_csv(index=False, header=n_batches == 0))
                 if collect:
@@ -396,6 +414,10 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
                "prediction": prediction, "align": align or model.params.get("align", "hash"),
                "n_batches": n_batches, "batch_rows": batch_rows,
                "bytes_sent": transport.bytes_report(), "total_bytes": transport.total_bytes()}
+    if evaluation is not None:
+        summary["credit"] = evaluation.report()
+    if run is not None:
+        summary["drift"] = run.report()
     log.info("%s: predicted %d rows in %d batch(es) with model %s in %.2f s", model.active_party, n_rows,
              n_batches, model.model_id, seconds)
     return ids, proba, summary

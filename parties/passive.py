@@ -26,10 +26,12 @@ from datasets.frames import party_data
 from datasets.loaders import read_party_table
 from datasets.pieces import PieceTable, open_piece_table
 from parties import dp, passive_align, passive_predict, passive_train
+from parties import drift as drift_exchange
 from parties.passive_state import LookupTable, PassiveState
 from protocols import messages as m
 from protocols.serialization import check_message
 from vfl.core.dp_bins_file import check_dp_bins, public_columns
+from vfl.core.drift import check_reference
 from vfl.core.files import write_json_atomic
 from vfl.core.model import content_hash, read_model_json
 from vfl.core.params import check_monotone
@@ -74,6 +76,7 @@ HANDLERS = {
     m.SplitGains: passive_predict.split_gains,
     m.DPReleaseRequest: dp.release,
     m.DPSplitRegister: dp.register_splits,
+    m.DriftRequest: drift_exchange.drift_request,
 }
 
 
@@ -183,6 +186,8 @@ class PassiveParty:
     dp_lifetime_epsilon = _state_attr("dp_lifetime_epsilon", "the most epsilon the dataset may ever spend")
     min_node_rows = _state_attr("min_node_rows", "the least min_node_rows a training setup may agree")
     trainer = _state_attr("trainer", "the identity of the client that trained the model (None: not recorded)")
+    drift_policy = _state_attr("drift_policy", "drift requests: 'positions' (default), 'names' or 'decline'")
+    drift_min_rows = _state_attr("drift_min_rows", "raises the fewest rows a drift run is answered over")
     psi_pending_cap = _state_attr("psi_pending_cap", "pending PSI exchanges kept (older ones are forgotten)")
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
@@ -277,6 +282,7 @@ class PassiveParty:
             with randomizer.busy():
                 reply = handler(self._state, request)
         if isinstance(request, m.TrainEnd) and self.completed and isinstance(reply, m.Ack):
+            drift_exchange.fit_training_reference(self._state)      # its training rows' bin counts, kept
             reply.info["model_hash"] = self.model_hash()
         return reply
 
@@ -419,7 +425,10 @@ class PassiveParty:
                 **({"dp_training_ids": self._state.dp_training_ids.tolist()}
                    if self._state.dp_training_ids is not None else {}),
                 **({"trainer": self.trainer} if self.trainer is not None else {}),
-                **({"max_depth": self._state.max_depth} if self._state.max_depth is not None else {})}
+                **({"max_depth": self._state.max_depth} if self._state.max_depth is not None else {}),
+                **({"drift_reference": self._state.drift_reference}
+                   if self._state.drift_reference is not None else {}),
+                **({"drift_withheld": self._state.drift_withheld} if self._state.drift_withheld else {})}
 
     def file_dict(self) -> dict:
         """What the model file holds: :meth:`model_dict` and its ``model_hash``."""
@@ -462,6 +471,10 @@ class PassiveParty:
             if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):
                 raise damaged(source, "dp_training_ids", "must list id digests (strings)")
             p._state.dp_training_ids = np.array(sorted(ids))
+        if d.get("drift_reference") is not None:        # absent in files written before issue 34
+            p._state.drift_reference = check_reference(d["drift_reference"], source)
+        if d.get("drift_withheld") is not None:
+            p._state.drift_withheld = need_str(d["drift_withheld"], source, "drift_withheld")
         return p
 
     @classmethod

@@ -17,6 +17,7 @@ functions ``(state, request) -> reply`` over it; nothing else reaches into it.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -176,6 +177,8 @@ class PassiveState:
     min_node_rows: int = 1                     # the least min_node_rows a TrainSetup may agree (federation)
     trainer: str | None = None                 # who trained the model (bound into the model file, issue 22)
     max_depth: int | None = None               # the model's max_depth (agreed at setup): a row's route budget
+    drift_policy: str = "positions"            # drift requests: PSI by position, by name, or "decline"
+    drift_min_rows: int = 0                    # raises the fewest rows a drift run is answered over
     # own data
     ids: np.ndarray | None = None
     X: np.ndarray | None = None                # or a datasets.pieces.PieceTable: read where needed
@@ -194,11 +197,14 @@ class PassiveState:
     table: LookupTable = field(default_factory=LookupTable)
     dp_ledger: list = field(default_factory=list)     # every DP release, oldest first
     dp_training_ids: np.ndarray | None = None  # mode dp: digests of the released training ids (never routed)
+    drift_reference: dict | None = None        # the training rows' bin counts per feature (vfl.core.drift)
+    drift_withheld: str | None = None          # why a model keeps no drift counts (a DP training)
     # sessions
     train: TrainingSession = field(default_factory=TrainingSession)
     sessions: dict = field(default_factory=dict)      # session id -> rows (prediction, validation)
     psi_pending: dict = field(default_factory=dict)   # session id -> {purpose, perm, X}
     route_counts: dict = field(default_factory=dict)  # prediction session id -> (rows, trees) routes answered
+    drift_runs: OrderedDict = field(default_factory=OrderedDict)  # drift id -> (counts, sessions counted)
     eval_session: str | None = None                   # the validation session of the training under way
     psi_pending_cap: int = MAX_PSI_PENDING             # pending PSI exchanges kept (a server raises it: it
     #                                                    bounds its sessions itself and never evicts one in use)

@@ -488,6 +488,39 @@ class SplitGains:
     SAME_LENGTH: ClassVar = (("record_ids", "gains"),)
 
 
+# --- drift of the parties' own inputs on scoring batches (issue 34; parties/drift.py) -----------
+class DriftStatus(Vocabulary):
+    """What a :class:`DriftReply` holds."""
+    COUNTED = "counted"            # the session's rows were added to the drift run; more to come
+    PSI = "psi"                    # the run's PSI per feature
+    DECLINED = "declined"          # the receiver does not answer drift requests (its federation entry)
+    NO_REFERENCE = "no_reference"  # its model file holds no training counts (written before they existed)
+
+
+@register
+@dataclass
+class DriftRequest:
+    """Add the rows of prediction session ``session_id`` to the drift run ``drift_id`` (the
+    receiver counts its own features in its training bins, locally) and, when ``final``, answer
+    the run's PSI per feature. Sent before the session's leaf-mask request."""
+    model_id: str = text(ID_CHARS, nonempty=True)
+    session_id: str = text(ID_CHARS, nonempty=True)
+    drift_id: str = text(ID_CHARS, nonempty=True)
+    final: bool = field()
+
+
+@register
+@dataclass
+class DriftReply:
+    """One PSI per feature of the receiver (NaN: undefined), in its feature order; ``names`` only
+    where the receiver shares its feature names (else empty: positions)."""
+    status: DriftStatus = field()
+    psi: np.ndarray = array("float", 1, empty_default="float64")
+    names: list[str] = field(default_factory=list)
+    n_rows: int = count(default=0)
+    reason: str = text(512, default="")
+
+
 # --- declared request -> reply pairs (checked once, in the transport) ---------
 #: every request type and the reply types it expects (besides an :class:`ErrorReply`)
 REPLIES: dict[type, tuple[type, ...]] = {
@@ -512,4 +545,5 @@ REPLIES: dict[type, tuple[type, ...]] = {
     DPSplitRegister: (DPSplitRecords,),
     EvalStart: (Ack,),
     SplitGains: (Ack,),
+    DriftRequest: (DriftReply,),
 }

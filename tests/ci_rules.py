@@ -17,6 +17,9 @@ ALLOWED_SKIPS = (
     # scikit-learn's array-API estimator checks need SciPy's array-API mode (SCIPY_ARRAY_API=1 before
     # SciPy is imported): the estimators take numpy and pandas input only
     ("tests/api/test_sklearn_checks.py", "SCIPY_ARRAY_API is not set: not checking array_api input"),
+    # the report's headless-browser test needs Debian's chromium package: .ci/run installs it where apt is
+    # available (a failed install fails the run there); a CI machine without apt skips this one test
+    ("tests/api/test_report.py", "no chromium binary"),
     # glibc malloc settings exist on Linux only
     ("tests/parties/test_memory_settings.py", "glibc malloc settings"),
 )

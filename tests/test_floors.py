@@ -55,6 +55,10 @@ FUNCTION_IMPORT_ALLOWED = [
                                         "name, in the worker only"),
     ("vfl.core.dp_budget", "dp_accounting",
      "optional extra [dp]: Google's accountant only for --dp-model with dp_delta"),
+    ("vfl.commands.report_html", "jinja2", "optional extra [report]: the HTML model report only when one is "
+                                           "rendered (--format json needs neither)"),
+    ("vfl.commands.report_html", "matplotlib", "optional extra [report]: the report's figures only when an HTML "
+                                               "report is rendered"),
     ("vfl.core.dp_noise", "opendp",
      "optional extra [dp]: OpenDP's Laplace, Gaussian and noisy max only when a DP mechanism draws noise"),
 ]

@@ -35,9 +35,10 @@ from datasets.pieces import open_piece_table
 from datasets.split import _check_int, train_test_split_parties
 from parties.active import ActiveParty
 from parties.channel import ASSUMED_LINK_MBPS
+from parties.drift import DriftRun, with_last
 from parties.passive import PassiveParty
 from protocols.transport import InMemoryTransport, frame_handler
-from vfl.core import metrics
+from vfl.core import credit_metrics, metrics
 from vfl.core.dp_bins_file import check_dp_bins
 from vfl.core.files import check_writable_dir, json_bytes, write_files_atomic
 from vfl.core.model import BoostedModel, read_model_json
@@ -158,33 +159,70 @@ class Federation:
             yield data.iloc[start:start + batch_rows], None
 
     def predict_raw(self, frames: dict | None = None, prediction: str | None = None,
-                    align: str | None = None, batch_rows: int | None = None) -> np.ndarray:
+                    align: str | None = None, batch_rows: int | None = None, drift: bool = False) -> np.ndarray:
         """Raw scores (see :meth:`predict_proba`)."""
         data = self._load_frames(frames)
+        run = DriftRun(self.active._need_model()) if drift else None
         if data is None:
-            return self.active.predict_raw(self.transport, None, prediction=prediction, align=align)[1]
-        parts = [self.active.predict_raw(self.transport, frame, source, prediction=prediction, align=align)[1]
-                 for frame, source in self._active_batches(data, batch_rows)]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+            raw = self.active.predict_raw(self.transport, None, prediction=prediction, align=align, drift_run=run)[1]
+        else:
+            parts = [self.active.predict_raw(self.transport, frame, source, prediction=prediction, align=align,
+                                             drift_run=run, last=last)[1]
+                     for (frame, source), last in with_last(self._active_batches(data, batch_rows))]
+            raw = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if run is not None:
+            self.last_drift = run.report()
+        return raw
+
+    #: the drift report of the last prediction asked with ``drift=True`` (:meth:`predict_proba`)
+    last_drift: dict | None = None
 
     def predict_proba(self, frames: dict | None = None, prediction: str | None = None,
-                      align: str | None = None, batch_rows: int | None = None) -> np.ndarray:
+                      align: str | None = None, batch_rows: int | None = None, drift: bool = False) -> np.ndarray:
         """Probability of class 1 per row of the active party's frame (federated routing);
         ``(n, K)`` class probabilities for multiclass, predictions for regression.
+
+        ``drift``: every party also computes the PSI of its own inputs on these rows against its
+        training counts (the active party that of the score too); the report, per party and
+        feature with its flag, is then :attr:`last_drift` (see docs/model-report.md).
 
         ``frames``: ``{party: DataFrame or path}`` (a path: CSV, Parquet file or directory);
         ``prediction``: "one-round" (leaf masks; default) or "node" (node-by-node);
         ``align``: "hash" or "psi" (default: the training's alignment); ``batch_rows``: score the
         active party's rows that many at a time (one prediction session each; same result;
         default: all at once for a DataFrame, DEFAULT_BATCH_ROWS for a file)."""
-        raw = self.predict_raw(frames, prediction, align, batch_rows)
+        raw = self.predict_raw(frames, prediction, align, batch_rows, drift)
         return get_objective(self.active._need_model().objective).transform(raw)
 
     def predict(self, frames: dict | None = None, prediction: str | None = None,
-                align: str | None = None, batch_rows: int | None = None) -> np.ndarray:
+                align: str | None = None, batch_rows: int | None = None, drift: bool = False) -> np.ndarray:
         """Class labels (binary 0/1, multiclass the original labels) or regression values."""
-        raw = self.predict_raw(frames, prediction, align, batch_rows)
+        raw = self.predict_raw(frames, prediction, align, batch_rows, drift)
         return self.active._need_model().output_to_prediction(raw)
+
+    def evaluate(self, frames: dict, label_col: str, segment: str | None = None, drift: bool = False,
+                 prediction: str | None = None, align: str | None = None, batch_rows: int | None = None) -> dict:
+        """Score labelled rows and report ``{"credit": ..., "drift": ...}``: the credit metrics
+        (:func:`vfl.core.credit_metrics.credit_report`) of the active party's DataFrame's column
+        ``label_col`` (not a feature), per value of its column ``segment`` too; with ``drift``
+        every party's PSI as in :meth:`predict_proba`. ``frames`` as in :meth:`predict_proba`."""
+        model = self.active._need_model()
+        if not isinstance(frames, dict) or not isinstance(frames.get(self.active.name), pd.DataFrame):
+            raise InputError(f"evaluate needs {{party: DataFrame}} with the active party {self.active.name!r}'s "
+                             "labelled rows as a DataFrame")
+        own = frames[self.active.name]
+        if label_col not in own.columns:
+            raise InputError(f"the active party's rows have no label column {label_col!r}: they cannot be evaluated")
+        if segment is not None:
+            check_segment_column(own, segment, self.active.name)
+        y = credit_metrics.encode_labels(model.objective, own[label_col].to_numpy(), model.classes,
+                                         f"column {label_col!r}")
+        output = self.predict_proba({**frames, self.active.name: own.drop(columns=[label_col])}, prediction, align,
+                                    batch_rows, drift)
+        return {"credit": credit_metrics.credit_report(model.objective, y, output, model.classes,
+                                                      segments=None if segment is None else own[segment].to_numpy(),
+                                                      segment_name=segment),
+                "drift": self.last_drift if drift else None}
 
     def share_split_gains(self) -> dict[str, int]:
         """The active party tells each passive party the gains of its own splits (opt-in leakage:
@@ -431,6 +469,19 @@ def federation_from_files(active, passives, id_col: str = "id", label_col: str =
     return federation_from_frames(frames, record=record)
 
 
+def check_segment_column(frame: pd.DataFrame, segment: str, party: str) -> None:
+    """``segment`` must be a column of the active party's table (a clear error naming its columns)."""
+    if segment not in frame.columns:
+        cols = [str(c) for c in frame.columns]
+        raise InputError(f"segment column {segment!r} is not a column of the active party {party!r} (its columns: "
+                         f"{', '.join(cols[:20])}{', ...' if len(cols) > 20 else ''})")
+    n = frame[segment].nunique(dropna=False)
+    if n > credit_metrics.MAX_SEGMENTS:         # refused before training, not after
+        raise InputError(f"segment column {segment!r} has {n} distinct values, more than "
+                         f"{credit_metrics.MAX_SEGMENTS}: segments are categories (a region, a product); "
+                         "bin a numeric column")
+
+
 def _test_metrics(model: BoostedModel, y_test, raw) -> dict:
     """Test-set metrics of the objective (``test_auc`` / ``test_accuracy`` / ``test_logloss`` /
     ``test_rmse`` / ``test_mae``; the others None)."""
@@ -458,8 +509,14 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
              on_round=None, record: bool = False, prediction: str | None = None,
              validation_size: float | None = None, executor_for=None, link_mbps: float | None = None,
              categorical=None, weight_col: str | None = None, dp_ledger_dir=None,
-             dp_lifetime_epsilon: float | None = None, n_jobs: int | None = None):
+             dp_lifetime_epsilon: float | None = None, n_jobs: int | None = None, segment: str | None = None,
+             drift: bool = False):
     """Split rows into train/test by the active party's ids, train, predict the test rows.
+
+    The result's ``credit`` holds the credit metrics of the test rows
+    (:func:`vfl.core.credit_metrics.credit_report`: KS, Gini, deciles, calibration), also per
+    value of the active party's column ``segment`` when given; ``drift``: its ``drift`` is every
+    party's PSI of its own inputs on the test rows against its training counts.
 
     ``categorical``: columns (of any party) to treat as categorical; ``weight_col``: the active
     party's column of sample weights; ``params.monotone_constraints`` may name any party's
@@ -475,6 +532,8 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     where ``test_output`` is the probability of class 1 (binary), the class probabilities
     ``(n, K)`` (multiclass) or the predictions (regression).
     """
+    if segment is not None:
+        check_segment_column(party_frames[0].frame, segment, party_frames[0].name)
     train, test = train_test_split_parties(party_frames, test_size=test_size, seed=seed,
                                            what="test_size (--test-size, the share of rows held out for testing)")
     validation = None
@@ -516,7 +575,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     test_frames[test[0].name] = test[0].frame.drop(columns=[c for c in (test[0].label_col, weight_col)
                                                             if c is not None])   # (may hold class names)
     t0 = time.perf_counter()
-    raw = fed.predict_raw(test_frames, prediction=prediction)
+    raw = fed.predict_raw(test_frames, prediction=prediction, drift=drift)
     proba = get_objective(fed.model.objective).transform(raw)
     predict_seconds = time.perf_counter() - t0
     y_test = test[0].frame[test[0].label_col].to_numpy()
@@ -537,6 +596,11 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         align=params.align, prediction=prediction or DEFAULT_PREDICTION,
     )
     result["train_bytes"] = train_bytes
+    if drift:
+        result["drift"] = fed.last_drift
+    result["credit"] = credit_metrics.credit_report(
+        model.objective, credit_metrics.encode_labels(model.objective, y_test, model.classes, "test labels"), proba,
+        model.classes, segments=None if segment is None else test[0].frame[segment].to_numpy(), segment_name=segment)
     result["settings"] = dict(model.settings)         # the environment switches it trained with
     if weight_col is not None and model.objective != Objective.MULTICLASS:     # what the user weighted
         names = ("auc", "logloss", "error") if model.objective == Objective.BINARY else ("rmse", "mae")

@@ -46,6 +46,7 @@ from datasets.errors import InputError
 from datasets.split import join_parties, train_test_split_parties
 from protocols.units import format_bytes
 from vfl.api import simulate
+from vfl.core.credit_metrics import credit_report
 from vfl.core.dp import check_epsilon, json_epsilon
 from vfl.core.files import write_bytes_atomic, write_text_atomic
 from vfl.core.params import Mode, TrainParams, Vocabulary
@@ -82,7 +83,8 @@ DEFAULT_ARMS = tuple(a for a in ARMS if a != Arm.DP_MODEL)    # `vfl compare --d
 DP_MODEL_SETTINGS = {"max_depth": 3, "learning_rate": 0.5}     # dp_trees, dp_budget: TrainParams' defaults
 EPSILON_SCOPES = EpsilonScope.values()
 COMPARE_KEY_BITS = 1024     # the HE arm's keys: a benchmark of cost, not a deployment (TrainParams: 2048)
-CSV_COLUMNS = ["dataset", "mode", "epsilon", "epsilon_scope", "seed", "test_auc", "train_seconds",
+CSV_COLUMNS = ["dataset", "mode", "epsilon", "epsilon_scope", "seed", "test_auc", "test_gini", "test_ks",
+               "test_ks_threshold", "test_brier", "train_seconds",
                "predict_seconds", "train_bytes", "total_bytes", "n_train", "n_test", "n_rounds", "n_trees",
                "key_bits", "epsilon_per_feature", "epsilon_per_party"]
 
@@ -232,7 +234,7 @@ def _run_federated(frames, dataset, mode, epsilon, seed, cfg: CompareConfig) -> 
                                 test_size=cfg.test_size, seed=seed)
     return {"dataset": dataset, "mode": mode, "epsilon": epsilon,
             "epsilon_scope": cfg.epsilon_scope if dp_arm else None, "seed": seed,
-            "test_auc": res["test_auc"], "train_seconds": res["train_seconds"],
+            "test_auc": res["test_auc"], **_credit_columns(res["credit"]), "train_seconds": res["train_seconds"],
             "predict_seconds": res["predict_seconds"], "train_bytes": res["train_bytes"],
             "total_bytes": res["total_bytes"],
             "n_train": res["n_train"], "n_test": res["n_test"], "n_rounds": res["n_rounds"],
@@ -240,6 +242,13 @@ def _run_federated(frames, dataset, mode, epsilon, seed, cfg: CompareConfig) -> 
             "key_bits": cfg.key_bits if mode == "he" else None,
             "epsilon_per_feature": res.get("epsilon_per_feature"),
             "epsilon_per_party": res.get("epsilon_per_party")}
+
+
+def _credit_columns(credit: dict) -> dict:
+    """A run's credit metrics (binary models; None otherwise): Gini, KS and its threshold, Brier."""
+    o = credit.get("overall", {})
+    return {"test_gini": o.get("gini"), "test_ks": o.get("ks"), "test_ks_threshold": o.get("ks_threshold"),
+            "test_brier": o.get("brier")}
 
 
 def _centralized(parts):
@@ -264,9 +273,12 @@ def _run_xgboost(frames, dataset, seed, cfg: CompareConfig) -> dict:
     model.fit(Xtr, ytr)
     seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
-    auc = float(roc_auc_score(yte, model.predict_proba(Xte)[:, 1]))
+    proba = model.predict_proba(Xte)[:, 1]
+    predict_seconds = time.perf_counter() - t0
+    auc = float(roc_auc_score(yte, proba))
+    credit = credit_report("binary", yte, proba, curves=False)
     return {"dataset": dataset, "mode": "xgboost", "epsilon": None, "epsilon_scope": None, "seed": seed,
-            "test_auc": auc, "train_seconds": seconds, "predict_seconds": time.perf_counter() - t0,
+            "test_auc": auc, **_credit_columns(credit), "train_seconds": seconds, "predict_seconds": predict_seconds,
             "train_bytes": 0, "total_bytes": 0, "n_train": int(len(ytr)), "n_test": int(len(yte)),
             "n_rounds": int(model.get_booster().num_boosted_rounds()),
             "n_trees": len(model.get_booster().get_dump()),
@@ -283,6 +295,11 @@ def _per_feature(rs: list[dict]):
     auto``: the pilot picks how many features share a party's budget, seed by seed)."""
     values = [r["epsilon_per_feature"] for r in sorted(rs, key=lambda r: r["seed"])]
     return values[0] if all(v == values[0] for v in values) else values
+
+
+def _mean_of(runs: list[dict], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return float(np.mean(values)) if values else None
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -302,6 +319,8 @@ def summarize(runs: list[dict]) -> dict:
                 "auc_std": float(auc.std(ddof=1)) if auc.size > 1 else 0.0,
                 "auc_min": float(auc.min()) if auc.size else None,
                 "auc_max": float(auc.max()) if auc.size else None,
+                "gini_mean": _mean_of(rs, "test_gini"), "ks_mean": _mean_of(rs, "test_ks"),
+                "brier_mean": _mean_of(rs, "test_brier"),
                 "train_seconds_mean": float(np.mean([r["train_seconds"] for r in rs])),
                 "train_bytes_mean": float(np.mean([r["train_bytes"] for r in rs])),
                 "total_bytes_mean": float(np.mean([r["total_bytes"] for r in rs])),

@@ -86,6 +86,7 @@ from sklearn.utils.validation import _check_sample_weight, column_or_1d, validat
 from datasets.errors import InputError
 from datasets.frames import PartyFrame
 from vfl.api import Federation, federation_from_frames, split_constraints
+from vfl.core import credit_metrics
 from vfl.core.objectives import get_objective
 from vfl.core.params import Objective, TrainParams
 
@@ -484,6 +485,28 @@ class _VerticalBoosting(BaseEstimator):
     def _raw(self, X) -> np.ndarray:
         frames = self._predict_frames(X)        # checks fitted first
         return self.federation_.predict_raw(frames)
+
+    def credit_report(self, X, y, segments=None) -> dict:
+        """The credit metrics of the model on rows ``X`` with true labels ``y``
+        (:func:`vfl.core.credit_metrics.credit_report`: KS and its threshold, Gini, the decile table,
+        calibration and Brier; one-vs-rest per class for more than two classes; RMSE, MAE and the
+        deciles of the prediction for a regressor), also per value of ``segments`` (one per row)."""
+        raw = self._raw(X)
+        output = get_objective(self.model_.objective).transform(raw)
+        classes = getattr(self, "classes_", None)
+        if classes is not None:
+            index = {c: i for i, c in enumerate(classes.tolist())}
+            values = self._y_1d(y).tolist()
+            unknown = [v for v in values if v not in index]
+            if unknown:
+                raise InputError(f"y holds label {unknown[0]!r}, not one of the classes {classes.tolist()}")
+            y = np.array([index[v] for v in values], dtype=np.int64)
+            classes = classes.tolist()
+        else:
+            y = self._encode_y(y)
+        return credit_metrics.credit_report(self.model_.objective, y, output, classes,
+                                            segments=None if segments is None else np.asarray(segments, dtype=object),
+                                            segment_name="segments")
 
     @property
     def feature_importances_(self) -> np.ndarray:

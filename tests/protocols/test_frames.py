@@ -134,6 +134,9 @@ def _value(cls, f: dataclasses.Field, tp, n: int):
         if cls is m.HistogramResponse:
             return st.dictionaries(st.sampled_from(["histogram", "compress"]), st.integers(0, 10 ** 6), max_size=2)
         return st.dictionaries(st.text(max_size=6), _JSON, max_size=4)
+    if typing.get_origin(tp) is list:       # e.g. DriftReply.names
+        (inner,) = typing.get_args(tp)
+        return st.lists(_value(cls, f, inner, n), max_size=4) | st.lists(st.integers(), max_size=2)
     raise AssertionError(f"{cls.__name__}.{f.name}: no strategy for {tp} (extend this test)")
 
 

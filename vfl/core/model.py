@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from datasets.errors import InputError
+from vfl.core.drift import check_reference
 from vfl.core.files import write_json_atomic
 from vfl.core.leafmask import check_masks, leaf_masks, resolve_leaves, skeleton_of
 from vfl.core.objectives import get_objective
@@ -104,6 +105,9 @@ class BoostedModel:
     categories: dict = field(default_factory=dict)
     # the environment switches the active party trained with (parties.settings.Settings: n_jobs, overlap)
     settings: dict = field(default_factory=dict)
+    # drift (issue 34): the training rows' bin counts of the active features ("features") and of the
+    # score ("score", vfl.core.drift references), or {"withheld": why}; None: a file from before them
+    drift: dict | None = None
 
     @property
     def n_rounds(self) -> int:
@@ -121,7 +125,8 @@ class BoostedModel:
             **({"categories": {f: list(v) for f, v in self.categories.items()}} if self.categories else {}),
             **({"settings": dict(self.settings)} if self.settings else {}),
             "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds],
-        } | ({"dp_model": self.dp_model} if self.dp_model is not None else {})
+        } | ({"dp_model": self.dp_model} if self.dp_model is not None else {}) \
+            | ({"drift": self.drift} if self.drift is not None else {})
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "model") -> "BoostedModel":
@@ -208,8 +213,16 @@ class BoostedModel:
         for key, value in settings.items():
             if isinstance(value, (dict, list)):
                 raise damaged(source, f"settings.{key}", "expected a number, a string or a boolean")
+        drift = d.get("drift")
+        if drift is not None:
+            drift = need_dict(drift, source, "drift")
+            for key in ("features", "score"):
+                if drift.get(key) is not None:
+                    check_reference(drift[key], source, f"drift.{key}")
+            if drift.get("withheld") is not None:
+                need_str(drift["withheld"], source, "drift.withheld")
         return cls(objective, n_targets, base, lr, active, feats, passives, model_id, salt, rounds, params,
-                   history, best, classes, dict(hashes), dp_model, categories, dict(settings))
+                   history, best, classes, dict(hashes), dp_model, categories, dict(settings), drift)
 
     def save(self, path) -> None:
         write_json_atomic(path, self.file_dict())
