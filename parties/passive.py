@@ -9,7 +9,8 @@ answered by the handler :data:`HANDLERS` lists for its type, a function
 * alignment (:mod:`parties.passive_align`): salted id hashes and PSI;
 * training (:mod:`parties.passive_train`): setup, key, gradients, histograms, splits, end;
 * prediction (:mod:`parties.passive_predict`): sessions, routing, leaf masks, split gains;
-* DP mode (:mod:`parties.dp`): the one noisy release and split registration.
+* DP mode (:mod:`parties.dp`): the one noisy release and split registration;
+* screening (:mod:`parties.passive_screen`): per-bin event and row counts for WOE/IV, when granted.
 
 Its thresholds live in its own lookup table, saved to its own model file; the
 active party only ever learns ``(party, record_id)``.
@@ -25,7 +26,7 @@ from datasets.errors import InputError, ProtocolError
 from datasets.frames import party_data
 from datasets.loaders import read_party_table
 from datasets.pieces import PieceTable, open_piece_table
-from parties import dp, passive_align, passive_predict, passive_train
+from parties import dp, passive_align, passive_predict, passive_screen, passive_train
 from parties.passive_state import LookupTable, PassiveState
 from protocols import messages as m
 from protocols.serialization import check_message
@@ -74,6 +75,11 @@ HANDLERS = {
     m.SplitGains: passive_predict.split_gains,
     m.DPReleaseRequest: dp.release,
     m.DPSplitRegister: dp.register_splits,
+    m.ScreenSetup: passive_screen.setup,
+    m.ScreenRequest: passive_screen.request,
+    m.ScreenDPRequest: passive_screen.dp_release,
+    m.ScreenMerge: passive_screen.merge,
+    m.ScreenEnd: passive_screen.end,
 }
 
 
@@ -183,6 +189,9 @@ class PassiveParty:
     dp_lifetime_epsilon = _state_attr("dp_lifetime_epsilon", "the most epsilon the dataset may ever spend")
     min_node_rows = _state_attr("min_node_rows", "the least min_node_rows a training setup may agree")
     trainer = _state_attr("trainer", "the identity of the client that trained the model (None: not recorded)")
+    # screening (issue 33): whether this party grants it (default: nobody) and the DP noise on its counts
+    screen_allowed = _state_attr("screen_allowed", "whether this party answers a screening (default False)")
+    screen_epsilon = _state_attr("screen_epsilon", "DP epsilon of the noise on the screening counts (None: exact)")
     psi_pending_cap = _state_attr("psi_pending_cap", "pending PSI exchanges kept (older ones are forgotten)")
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
@@ -300,6 +309,11 @@ class PassiveParty:
             raise InputError(f"party {self.name!r}: its model {self.model_id!r} is not the one the active party "
                              "trained with (the content hash recorded at training end differs): its lookup table "
                              "file was modified or replaced; restore it or train again")
+
+    def screen_bins(self) -> dict[str, list[str]]:
+        """This party's own view of its last screening: per feature the value range of every bin the
+        active party reported (its pooled groups in this party's edges, missing last); never sent."""
+        return passive_screen.local_bins(self._state)
 
     # -- public accessors ---------------------------------------------------
     @property

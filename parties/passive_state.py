@@ -61,6 +61,9 @@ class TrainingSession:
     protocol: object = None                    # parties.passive_checks.TrainingProtocol: what is allowed
     randomizer: object = None                  # crypto.obfuscators.ReplyRandomizer: fresh randomness for replies
     settings: Settings = field(default_factory=Settings)   # read once, at TrainSetup
+    screen_mode: str | None = None             # a screening session (parties.passive_screen): its mode
+    screen_epsilon: float | None = None        # ... the DP noise on the counts it returns (inf: none)
+    screen_groups: dict = field(default_factory=dict)   # ... {feature: groups of bins the active party pooled}
     overlap: dict = field(default_factory=lambda: {"eager": 0, "fallback": 0, "partials": 0,
                                                    "partials_before_request": 0})   # root levels, for tests
 
@@ -175,6 +178,8 @@ class PassiveState:
     dp_lifetime_epsilon: float | None = None   # the most epsilon the dataset may spend, over all trainings
     min_node_rows: int = 1                     # the least min_node_rows a TrainSetup may agree (federation)
     trainer: str | None = None                 # who trained the model (bound into the model file, issue 22)
+    screen_allowed: bool = False               # screening granted to the caller (issue 33; default: nobody)
+    screen_epsilon: float | None = None        # DP noise on the screening counts it returns (None: exact)
     max_depth: int | None = None               # the model's max_depth (agreed at setup): a row's route budget
     # own data
     ids: np.ndarray | None = None

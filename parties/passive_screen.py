@@ -1,0 +1,325 @@
+"""The passive party's screening handlers (issue 33): one screening session.
+
+A screening is a training-type session (it starts with the alignment, under the same who-may-train
+rule) that the passive party must also have granted (``screen_allowed``: in a deployment, the
+``screen`` list of its federation entry; default nobody). After ``ScreenSetup`` -> ``ScreenBins``
+(the training binner's slots per feature, no edge) it takes the active party's public key
+(``PublicKey``) and one round of packed ``(event, 1)`` pairs (``GradientsStart`` and
+``GradientShard`` of round 0, the training handlers' intake), answers one ``ScreenRequest`` with the
+sums per slot of every feature (the batched-ciphertext histogram of :mod:`crypto.shards`, compressed
+and re-randomised like a training histogram), takes the groups of bins the active party pooled
+(``ScreenMerge``: bin indices; the party keeps what they mean in its values) and ends with
+``ScreenEnd``. In mode ``dp`` it answers one ``ScreenDPRequest`` instead: every row's bucket per
+feature under randomised response.
+
+:class:`ScreeningProtocol` stands where a training's :class:`parties.passive_checks.TrainingProtocol`
+does: a screening session answers no training request (histogram or split), a second round or a
+second histogram; a training session answers no screening request. A refusal ends the session.
+
+With ``screen_epsilon`` (the party's own setting) every count it returns carries two-sided geometric
+(discrete Laplace) noise: events and rows of every slot of every feature, scale ``2 F / epsilon`` for
+``F`` features (one row moves one row and at most one event per feature), charged to the party's DP
+ledger. The noise is added to the encrypted event sums (it never sees them) and the exact row counts
+in the ciphertexts are cancelled; the noisy row counts travel beside them.
+"""
+from __future__ import annotations
+
+import math
+
+import gmpy2
+import numpy as np
+
+from crypto import schemes
+from crypto.compress import compress, stride_for
+from crypto.shards import ShardSet, stream_rows
+from datasets.errors import InputError, ProtocolError
+from datasets.pieces import PieceTable
+from parties import dp
+from parties.passive_state import PassiveState, unsafe_seed
+from parties.settings import Settings
+from protocols import messages as m
+from protocols.serialization import BigInts
+from protocols.transport import check_deadline
+from vfl.core.binning import Binner, feature_matrix
+from vfl.core.dp import release_buckets
+from vfl.core.dp_noise import NOT_PRIVATE, noise_source
+from vfl.core.woe import check_group_labels
+
+#: the noise's tail the packing leaves room for: |noise| beyond this many scales is clipped (probability
+#: exp(-NOISE_TAIL) per count, the delta of the guarantee)
+NOISE_TAIL = 60.0
+
+
+def noise_headroom(n_rows: int, n_features: int, epsilon: float) -> int:
+    """The gradient bound (``g_bound``) the active party's layout must use so that an event sum plus
+    this party's noise (clipped at :data:`NOISE_TAIL` scales) still decodes: the signed digit holds
+    ``n_rows * g_bound``."""
+    if not math.isfinite(epsilon):
+        return 1
+    scale = 2.0 * n_features / epsilon
+    return 1 + math.ceil((NOISE_TAIL * scale + 1) / max(1, n_rows))
+
+
+class ScreeningProtocol:
+    """What a passive party allows in one screening: one gradient round (round 0), one screening
+    histogram, one merge, nothing of a training. A refusal ends the session (``refused``)."""
+
+    def __init__(self, party: str, mode: str):
+        self.party, self.mode = party, mode
+        self.refused: str | None = None
+        self.rounds = 0
+        self.answered = False
+        self.merged = False
+
+    def _refuse(self, what: str, rule: str, detail: str):
+        self.refused = f"rule {rule!r}: {detail}"
+        raise ProtocolError(f"party {self.party!r} refuses {what}: {self.refused}; the screening ends")
+
+    def check_open(self, what: str) -> None:
+        if self.refused is not None:
+            raise ProtocolError(f"party {self.party!r} refuses {what}: the screening ended after a refused request "
+                                f"({self.refused})")
+        if what in ("HistogramRequest", "SplitRequest"):
+            self._refuse(what, "screening session", "a screening session answers one screening histogram, no "
+                                                    "training histogram or split")
+        if what == "gradients":
+            if self.mode == "dp":
+                self._refuse("gradients", "screening session", "a screening in mode dp takes no gradients")
+            if self.rounds or self.answered:
+                self._refuse("a second gradient round", "screening session",
+                             "a screening takes one round of events (round 0)")
+            self.rounds += 1
+
+    def split_request(self, round_idx, tree_idx, node_ids) -> None:
+        self.check_open("SplitRequest")
+
+    def histogram_request(self, *args) -> None:
+        self.check_open("HistogramRequest")
+
+    def screen_request(self, what: str) -> None:
+        self.check_open(what)
+        if self.answered:
+            self._refuse(what, "screening session", "one screening histogram per feature set (already answered)")
+        self.answered = True
+
+
+def _screening(s: PassiveState, what: str) -> ScreeningProtocol:
+    proto = s.train.protocol
+    if isinstance(proto, ScreeningProtocol):
+        return proto
+    if proto is not None:       # a training session: the request ends it (TrainingProtocol.refused)
+        proto.refused = "rule 'training session': a training session answers no screening request"
+        raise ProtocolError(f"party {s.name!r} refuses {what}: {proto.refused}; the training ends")
+    raise ProtocolError(f"party {s.name!r} received {what} before ScreenSetup")
+
+
+def setup(s: PassiveState, req: m.ScreenSetup) -> m.ScreenBins:
+    if not s.screen_allowed:
+        raise ProtocolError(f"party {s.name!r} refuses ScreenSetup: rule 'who may screen': it has not granted "
+                            "screening (its federation entry's screen list, default nobody)")
+    rows = s.aligned_rows()
+    if len(rows) == 0:
+        raise InputError(f"party {s.name!r} has no rows in common with the active party: nothing to screen")
+    s.close_executor()
+    t = s.train
+    t.settings = Settings.from_environ().for_party(s.n_jobs)
+    t.mode = req.mode if req.mode != "dp" else None      # mode dp: no key, no gradients (t.mode stays unset:
+    t.scheme = req.scheme                                # the DP training handlers refuse this session)
+    t.nsquare = t.public_key = t.plain_bits = None
+    t.protocol = ScreeningProtocol(s.name, req.mode)
+    t.screen_mode = req.mode
+    t.screen_groups = {}
+    s.model_id = req.model_id
+    s.table.records = []
+    t.dp_domain, t.dp_X, t.dp_edges, t.data_digest = None, None, {}, None
+    X = feature_matrix(s.X, rows) if isinstance(s.X, PieceTable) else s.X[rows]
+    categorical = np.array([f in s.categories for f in s.feature_names], dtype=bool)
+    eps = s.screen_epsilon
+    if req.mode == "dp":
+        eps = None          # the release's own epsilon (ScreenDPRequest) is charged instead
+    else:
+        eps = float("inf") if eps is None else dp.check_epsilon(eps, "screen_epsilon")
+        dp.charge(s, eps, "screen", n_features=len(s.feature_names), n_rows=int(len(rows)))
+    t.screen_epsilon = eps
+    t.binner = Binner(req.max_bin, categorical if categorical.any() else None).fit(X)
+    t.bin_idx = t.binner.transform(X)
+    if req.mode != "dp":
+        executor = s.get_executor(work=len(rows) * X.shape[1] if req.mode == "he" else -1)
+        t.shards = ShardSet(executor, len(rows), prefix=f"screen-{req.model_id}/",
+                            max_rows=stream_rows(len(rows), executor.n_workers) if t.settings.overlap else None)
+        t.shards.place_array("bins", t.bin_idx)
+    return m.ScreenBins(t.binner.n_bins.astype(np.int64), float("inf") if eps is None else eps)
+
+
+def _slot_counts(s: PassiveState) -> np.ndarray:
+    """Exact rows per slot of every feature, flat (feature, slot) order."""
+    t = s.train
+    nb = t.binner.n_bins
+    return np.concatenate([np.bincount(t.bin_idx[:, j].astype(np.int64), minlength=int(nb[j]))
+                           for j in range(len(nb))]).astype(np.int64)
+
+
+def request(s: PassiveState, req: m.ScreenRequest) -> m.ScreenResponse:
+    proto = _screening(s, "ScreenRequest")
+    t = s.train
+    if req.model_id != s.model_id:
+        raise ProtocolError(f"party {s.name!r}: ScreenRequest for unknown screening {req.model_id!r}")
+    if proto.mode == "dp":
+        proto._refuse("ScreenRequest", "screening session", "a screening in mode dp answers its release only")
+    g = s.need("the events (GradientsStart)", t.grads)
+    proto.screen_request("ScreenRequest")
+    if t.intake is not None and t.intake.g is g:
+        t.intake.finish()
+    if not g.complete():
+        raise ProtocolError(f"party {s.name!r} received the events of only {int(g.received.sum())} of "
+                            f"{len(g.received)} rows")
+    if g.groups != 1 or g.layout.n_targets != 1:
+        raise ProtocolError("a screening's events are one target (one group)")
+    n = len(t.rows)
+    check_deadline("screening")
+    modulus = t.nsquare if t.mode == "he" else None
+    n_bins = t.binner.n_bins.tolist()
+    total = int(sum(n_bins))
+    a = np.zeros((1, n), dtype=np.int32)
+    intake = t.intake if t.intake is not None and t.intake.g is g else None
+    groups = intake.root_groups(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), a) \
+        if intake is not None else None
+    if groups is not None:
+        sums, _ = t.shards.root_histograms(g, groups, n_bins, modulus)
+    else:
+        sums, _ = t.shards.histograms(g, a, [0], [0], n_bins, modulus)
+    noisy_rows = np.zeros(0, dtype=np.int64)
+    eps = t.screen_epsilon
+    if eps is not None and math.isfinite(eps):
+        if g.shifts != 1:
+            raise ProtocolError(f"party {s.name!r} adds DP noise to its counts: it needs the events without "
+                                "pre-shifted copies (shifts 1)")
+        sums, noisy_rows = _add_noise(s, g, sums, n, eps)
+    if g.shifts < g.per:
+        packed = compress(sums, g.layout.value_bits, stride_for(g.per, g.shifts), modulus,
+                          executor=t.shards.executor)
+    else:
+        packed = sums
+    if t.mode == "he":
+        packed = s.need("the public key", t.randomizer).rerandomize(packed)
+    return m.ScreenResponse(total, BigInts(packed), noisy_rows)
+
+
+def _add_noise(s: PassiveState, g, sums: list, n: int, eps: float) -> tuple[list, np.ndarray]:
+    """Discrete Laplace noise (scale ``2 F / eps``) on every slot's event sum (added to the packed
+    sums, encrypted or not) and row count (sent beside them); the exact row counts in the packed sums
+    are cancelled. The noise is clipped where the layout's digit would overflow (see
+    :func:`noise_headroom`)."""
+    t = s.train
+    F = len(t.binner.n_bins)
+    scale = 2.0 * F / eps
+    counts = _slot_counts(s)
+    noise = noise_source(unsafe_seed(s, "screen"))
+    z_ev = noise.laplace_counts(np.zeros(len(counts), dtype=np.int64), scale).astype(object)
+    z_rows = noise.laplace_counts(counts, scale)
+    room = (1 << (g.layout.g_bits - 1)) - 1 - n         # |events + noise| must stay below 2^(g_bits-1)
+    if room < 1:
+        raise ProtocolError(f"party {s.name!r} adds DP noise to its counts: the events' layout leaves no room for "
+                            f"it (g_bits {g.layout.g_bits} for {n} rows); the active party must size it with "
+                            "parties.passive_screen.noise_headroom")
+    z_ev = [max(-room, min(room, int(z))) for z in z_ev]
+    hb = g.layout.h_bits
+    deltas = [(z << hb) - int(c) for z, c in zip(z_ev, counts.tolist())]
+    if t.mode == "he":
+        pk = s.need("the public key", t.public_key)
+        n2 = gmpy2.mpz(schemes.cipher_modulus(pk))
+        extra = schemes.reply_encryptor(pk).encrypt(deltas)        # signed plaintexts (the noise, minus the rows)
+        sums = [int(gmpy2.mpz(c) * gmpy2.mpz(e) % n2) for c, e in zip(sums, extra)]
+    else:
+        sums = [int(c) + d for c, d in zip(sums, deltas)]
+    rec = {"model_id": s.model_id, "kind": "screen", "epsilon": eps, "n_features": F,
+           "noise": noise.label(), **({} if noise.private else {"privacy": NOT_PRIVATE})}
+    s.dp_ledger.append(rec)
+    return sums, np.asarray(z_rows, dtype=np.int64)
+
+
+def dp_release(s: PassiveState, req: m.ScreenDPRequest) -> m.DPRelease:
+    """Mode dp: every aligned row's slot of every feature under randomised response at
+    ``epsilon_per_feature`` (charged: ``epsilon_per_feature x features``), its cap this party's
+    ``dp_max_epsilon_per_feature``; the edges stay here."""
+    proto = _screening(s, "ScreenDPRequest")
+    t = s.train
+    if req.model_id != s.model_id:
+        raise ProtocolError(f"party {s.name!r}: ScreenDPRequest for unknown screening {req.model_id!r}")
+    if proto.mode != "dp":
+        proto._refuse("ScreenDPRequest", "screening session", f"a screening in mode {proto.mode} has no release")
+    proto.screen_request("ScreenDPRequest")
+    eps = dp.check_epsilon(req.epsilon_per_feature, "epsilon_per_feature")
+    cap = s.dp_max_epsilon_per_feature
+    if cap is not None and eps > dp.check_epsilon(cap, "dp_max_epsilon_per_feature"):
+        raise InputError(f"party {s.name!r} releases at most epsilon_per_feature={cap}, asked for {eps}")
+    F = len(t.binner.n_bins)
+    dp.charge(s, eps * F if math.isfinite(eps) else eps, "screen-dp", n_rows=int(len(t.rows)), n_features=F,
+              epsilon_per_feature=dp.json_epsilon(eps))
+    noise = noise_source(unsafe_seed(s, "screen-release"))
+    n_bins = t.binner.n_bins.astype(np.int64)
+    has_missing = np.ones(F, dtype=bool)
+    order = np.argsort(t.rows, kind="stable")          # the noise in the party's own row order
+    noisy_own, domain = release_buckets(t.bin_idx[order], n_bins, eps, noise, has_missing)
+    noisy = np.empty_like(noisy_own)
+    noisy[order] = noisy_own
+    s.dp_ledger.append({"model_id": s.model_id, "kind": "screen-dp", "epsilon_per_feature": dp.json_epsilon(eps),
+                        "epsilon_per_party": dp.json_epsilon(eps * F), "n_samples": int(len(t.rows)),
+                        "n_features": F, "noise": noise.label(), **({} if noise.private else {"privacy": NOT_PRIVATE})})
+    return m.DPRelease(noisy, n_bins.astype(np.int32), domain, eps)
+
+
+def merge(s: PassiveState, req: m.ScreenMerge) -> m.Ack:
+    proto = _screening(s, "ScreenMerge")
+    proto.check_open("ScreenMerge")
+    if not proto.answered or proto.merged:
+        proto._refuse("ScreenMerge", "screening session", "one merge, after the screening's counts")
+    t = s.train
+    nb = t.binner.n_bins.astype(np.int64) - 1        # value bins per feature
+    labels = np.asarray(req.group_of_bin, dtype=np.int64)
+    if len(labels) != int(nb.sum()):
+        proto._refuse("ScreenMerge", "bin groups", f"{len(labels)} group labels for {int(nb.sum())} value bins")
+    pos = 0
+    groups = {}
+    for j, k in enumerate(nb.tolist()):
+        try:
+            groups[j] = check_group_labels(labels[pos:pos + k], k)
+        except ValueError as exc:
+            proto._refuse("ScreenMerge", "bin groups", f"feature {j}: {exc}")
+        pos += k
+    t.screen_groups = groups
+    proto.merged = True
+    return m.Ack({"n_groups": int(sum(len(v) for v in groups.values()))})
+
+
+def end(s: PassiveState, req: m.ScreenEnd) -> m.Ack:
+    if req.model_id != s.model_id:
+        raise ProtocolError(f"party {s.name!r}: ScreenEnd for unknown screening {req.model_id!r}")
+    _screening(s, "ScreenEnd")
+    s.close_executor()
+    s.train.grads = None
+    return m.Ack({"screened": True})
+
+
+def local_bins(s: PassiveState) -> dict[str, list[str]]:
+    """This party's own view of its last screening: per feature, the value range of every reported
+    bin (the groups the active party pooled, in its own edges; the missing bin last). Never sent."""
+    t = s.train
+    b = t.binner
+    if b is None or not isinstance(t.protocol, ScreeningProtocol):
+        raise InputError(f"party {s.name!r} has screened nothing")
+    out = {}
+    for j, f in enumerate(s.feature_names):
+        nv = int(b.n_bins[j]) - 1
+        groups = t.screen_groups.get(j) or [[i] for i in range(nv)]
+        out[f] = [_range(b, j, g) for g in groups] + ["missing"]
+    return out
+
+
+def _range(b: Binner, j: int, group: list[int]) -> str:
+    if b.is_categorical(j):
+        return "categories " + ",".join(str(i) for i in group)
+    thr = b.thresholds_[j]
+    lo = "-inf" if group[0] == 0 else f"{thr[group[0] - 1]:.6g}"
+    hi = "inf" if group[-1] >= len(thr) else f"{thr[group[-1]]:.6g}"
+    return f"({lo}, {hi}]"
