@@ -82,6 +82,8 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     policy = dict(policy or {})
     if federation is not None:
         policy.setdefault("min_node_rows", federation.min_node_rows)
+        if federation.party(name).screen_epsilon is not None:      # the DP noise on its screening counts
+            policy.setdefault("screen_epsilon", federation.party(name).screen_epsilon)
     # a Parquet table of numeric features: ids and the piece plan here, rows read where they are used
     table = open_piece_table(data, name, id_col, categorical)
     table = table if table is not None else _read_csv(data, name, id_col, categorical=categorical).frame

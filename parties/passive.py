@@ -80,6 +80,7 @@ HANDLERS = {
     m.ScreenDPRequest: passive_screen.dp_release,
     m.ScreenMerge: passive_screen.merge,
     m.ScreenEnd: passive_screen.end,
+    m.FeatureSelect: passive_screen.select_features,
 }
 
 
@@ -277,6 +278,11 @@ class PassiveParty:
             raise ProtocolError(f"party {self.name!r} does not accept {type(request).__name__}")
         check_message(request)      # what the decoder checks, also for a message handed over in memory
         dp.guard(self._state, request)
+        if isinstance(request, m.AlignRequest) or (isinstance(request, m.PsiRequest)
+                                                   and request.purpose == m.PsiPurpose.TRAIN):
+            passive_screen.restore_features(self._state)     # a new session: every feature (--min-iv)
+        elif isinstance(request, (m.TrainSetup, m.ScreenSetup)):
+            passive_screen.close_selection(self._state)
         if isinstance(request, (m.PredictStart, m.PsiRequest)) and request.model_hash:
             self.check_model_hash(request.model_hash)
         randomizer = self._state.train.randomizer

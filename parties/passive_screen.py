@@ -323,3 +323,39 @@ def _range(b: Binner, j: int, group: list[int]) -> str:
     lo = "-inf" if group[0] == 0 else f"{thr[group[0] - 1]:.6g}"
     hi = "inf" if group[-1] >= len(thr) else f"{thr[group[-1]]:.6g}"
     return f"({lo}, {hi}]"
+
+
+# --- --min-iv: the training uses the positions the active party keeps -----------------------------------
+def restore_features(s: PassiveState) -> None:
+    """A new training-type session (its alignment): every feature again, and a ``FeatureSelect`` may follow."""
+    full = s.full_features
+    if full is not None:
+        s.X, s.feature_names, s.dp_bins, s.full_features = full[0], list(full[1]), dict(full[2]), None
+    s.select_open = True
+
+
+def close_selection(s: PassiveState) -> None:
+    s.select_open = False
+
+
+def select_features(s: PassiveState, req: m.FeatureSelect) -> m.Ack:
+    """Train on the feature positions ``req.positions`` only (``--min-iv``): sent after the alignment,
+    before ``TrainSetup``. The names and the columns stay here; the model file lists the kept features."""
+    s.aligned_rows()
+    if not s.select_open:
+        raise ProtocolError(f"party {s.name!r} refuses FeatureSelect: it must follow the alignment, before the "
+                            "training's setup, once")
+    keep = np.asarray(req.positions, dtype=np.int64)
+    nf = len(s.feature_names)
+    if keep.size == 0 or keep.min() < 0 or keep.max() >= nf or np.any(np.diff(keep) <= 0):
+        raise ProtocolError(f"party {s.name!r}: FeatureSelect.positions must be increasing positions in [0, {nf})")
+    if isinstance(s.X, PieceTable):
+        raise InputError(f"party {s.name!r}: selecting features (--min-iv) needs its table read whole (a Parquet "
+                         "table read piece by piece cannot drop columns)")
+    names = [s.feature_names[i] for i in keep.tolist()]
+    s.full_features = (s.X, list(s.feature_names), dict(s.dp_bins))
+    s.X = np.asarray(s.X)[:, keep]
+    s.feature_names = names
+    s.dp_bins = {k: v for k, v in s.dp_bins.items() if k in names}
+    s.select_open = False
+    return m.Ack({"n_features": int(len(names))})

@@ -180,6 +180,8 @@ class PassiveState:
     trainer: str | None = None                 # who trained the model (bound into the model file, issue 22)
     screen_allowed: bool = False               # screening granted to the caller (issue 33; default: nobody)
     screen_epsilon: float | None = None        # DP noise on the screening counts it returns (None: exact)
+    full_features: tuple | None = None         # --min-iv: (X, names, dp_bins) before a FeatureSelect
+    select_open: bool = False                  # a FeatureSelect may come (after an alignment, before a setup)
     max_depth: int | None = None               # the model's max_depth (agreed at setup): a row's route budget
     # own data
     ids: np.ndarray | None = None

@@ -26,7 +26,6 @@ import pandas as pd
 
 from crypto.schemes import PAILLIER
 from datasets.errors import InputError, PeerError
-from parties.active import ActiveParty
 from parties.channel import GradientChannel
 from parties.passive_screen import noise_headroom
 from parties.psi_align import align_train
@@ -133,7 +132,7 @@ def _json_default(x):
     raise TypeError(f"not JSON: {type(x).__name__}")
 
 
-def _labels(active: ActiveParty, rows: np.ndarray) -> np.ndarray:
+def _labels(active, rows: np.ndarray) -> np.ndarray:
     if active.y_raw is None:
         raise InputError(f"party {active.name!r} holds no labels to screen with")
     y = active.y_raw[rows]
@@ -147,7 +146,7 @@ def _labels(active: ActiveParty, rows: np.ndarray) -> np.ndarray:
         raise InputError(str(exc)) from None
 
 
-def _align(active: ActiveParty, transport: Transport, passives: list[str], params: ScreenParams) -> np.ndarray:
+def _align(active, transport: Transport, passives: list[str], params: ScreenParams) -> np.ndarray:
     salt, session_id = alignment.new_salt(), secrets.token_hex(8)
     if params.align == Alignment.PSI:
         rows, active.alignment_report = align_train(transport, passives, active.name, active.ids, salt, session_id)
@@ -155,7 +154,7 @@ def _align(active: ActiveParty, transport: Transport, passives: list[str], param
     return active.align(transport, passives, salt, session_id)
 
 
-def screen(active: ActiveParty, transport: Transport, passives: list[str], params: ScreenParams | None = None,
+def screen(active, transport: Transport, passives: list[str], params: ScreenParams | None = None,
            names: dict | None = None) -> ScreenResult:
     """Screen every feature of the active party and of the passive parties ``passives``.
     ``names``: ``{passive party: its feature names}`` where the caller knows them (a simulation);
@@ -223,7 +222,7 @@ def screen(active: ActiveParty, transport: Transport, passives: list[str], param
     return ScreenResult(features, n, int(y.sum()), params_d, dict(active.alignment_report), party_info)
 
 
-def _own_features(active: ActiveParty, rows: np.ndarray, y: np.ndarray, params: ScreenParams) -> list[FeatureScreen]:
+def _own_features(active, rows: np.ndarray, y: np.ndarray, params: ScreenParams) -> list[FeatureScreen]:
     if not active.feature_names:
         return []
     X = feature_matrix(active.X, rows)
@@ -256,7 +255,7 @@ def _ranges(binner: Binner, j: int, groups: list) -> list[str]:
     return out + ["missing"]
 
 
-def _encrypted_counts(active: ActiveParty, transport: Transport, passives: list[str], infos: dict, y: np.ndarray,
+def _encrypted_counts(active, transport: Transport, passives: list[str], infos: dict, y: np.ndarray,
                       params: ScreenParams, screen_id: str):
     """The events and rows per slot of every passive party's features, from one packed round."""
     n = len(y)
@@ -352,3 +351,38 @@ def _dp_counts(transport: Transport, passives: list[str], infos: dict, y: np.nda
             events.append(ee)
         out[p] = (np.concatenate(rows), np.concatenate(events))
     return out
+
+
+
+def select_by_iv(active, transport: Transport, passives: list[str], params) -> tuple[list[str], dict]:
+    """``--min-iv`` (:class:`vfl.core.params.TrainParams` ``min_iv``): screen every feature as the
+    training will bin it (its mode, scheme, key size and ``max_bin``), keep the active party's own
+    features at or above the cut (its matrix and names restricted) and return the passive parties that
+    keep at least one feature with the positions each keeps (sent as ``FeatureSelect`` after the
+    training's alignment; a party keeping none takes no part). The screening is a session of its own,
+    granted by each passive party like any screening."""
+    restore_own_features(active)
+    sp = ScreenParams(mode=str(params.mode), scheme=str(params.scheme), key_bits=params.key_bits,
+                      encryption=str(params.encryption), max_bin=params.max_bin, align=str(params.align))
+    result = screen(active, transport, passives, sp)
+    kept = result.kept(params.min_iv)
+    own = kept.get(active.name, [])
+    if active.feature_names and len(own) < len(active.feature_names):
+        X = feature_matrix(active.X)
+        active.full_features = (active.X, list(active.feature_names))
+        active.X, active.feature_names = X[:, own], [active.feature_names[i] for i in own]
+    selection = {p: kept.get(p, []) for p in passives}
+    keep = [p for p in passives if selection[p]]
+    if not keep and not active.feature_names:
+        raise InputError(f"min_iv {params.min_iv}: no feature of any party reaches that information value "
+                         f"(the highest is {max((f.iv for f in result.features), default=0.0):.4g})")
+    active.screening = result
+    return keep, {p: selection[p] for p in keep}
+
+
+def restore_own_features(active) -> None:
+    """Every feature of the active party again (a training after one with ``min_iv``)."""
+    full = getattr(active, "full_features", None)
+    if full is not None:
+        active.X, active.feature_names = full[0], list(full[1])
+        active.full_features = None

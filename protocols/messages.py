@@ -571,6 +571,14 @@ class ScreenEnd:
     model_id: str = text(ID_CHARS, nonempty=True)
 
 
+@register
+@dataclass
+class FeatureSelect:
+    """``--min-iv`` (issue 33): train on these of the receiver's feature positions only (sent after the
+    alignment, before ``TrainSetup``); the names stay with their owner."""
+    positions: np.ndarray = array("int", 1, min=0, nonempty=True)     # int64, increasing
+
+
 # --- declared request -> reply pairs (checked once, in the transport) ---------
 #: every request type and the reply types it expects (besides an :class:`ErrorReply`)
 REPLIES: dict[type, tuple[type, ...]] = {
@@ -600,4 +608,5 @@ REPLIES: dict[type, tuple[type, ...]] = {
     ScreenDPRequest: (DPRelease,),
     ScreenMerge: (Ack,),
     ScreenEnd: (Ack,),
+    FeatureSelect: (Ack,),
 }
