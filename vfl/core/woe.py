@@ -263,10 +263,11 @@ def screen_feature(party: str, position: int, feature: str, rows, events, monoto
     elif nonempty_value <= 1:
         notes.append("constant feature apart from its missing values: one value bin")
     woe, iv_bins, iv, smoothed = woe_iv(grp_rows, grp_events)
-    for i in smoothed:
-        kind = "no events" if not grp_events[i] > 0 else "no non-events"
-        name = "the missing bin" if i == len(grp_rows) - 1 else f"bin {i}"
-        notes.append(f"{name} has {kind}: its WOE is smoothed (+{ZERO_SMOOTHING} to both counts)")
+    for kind, which in (("no events", [i for i in smoothed if not grp_events[i] > 0]),
+                        ("no non-events", [i for i in smoothed if grp_events[i] > 0])):
+        if which:
+            names = ", ".join("missing" if i == len(grp_rows) - 1 else str(i) for i in which)
+            notes.append(f"bin(s) {names} have {kind}: their WOE is smoothed (+{ZERO_SMOOTHING} to both counts)")
     full_groups = [list(g) for g in groups] + [[]]
     fs = FeatureScreen(party, int(position), str(feature), full_groups, grp_rows, grp_events, woe, iv_bins, iv,
                        float(rows[n_value] / total) if total > 0 else 0.0, total, notes)
