@@ -170,7 +170,10 @@ def screen(active, transport: Transport, passives: list[str], params: ScreenPara
     opened = False
     channel = None
     try:
-        rows = _align(active, transport, passives, params) if passives else np.arange(len(active.ids))
+        try:
+            rows = _align(active, transport, passives, params) if passives else np.arange(len(active.ids))
+        except InputError as exc:
+            raise InputError(str(exc).replace("nothing to train on", "nothing to screen")) from None
         opened = bool(passives)
         y = _labels(active, rows)
         n = len(rows)

@@ -47,9 +47,11 @@ def check_binary_labels(y, where: str = "the label column") -> np.ndarray:
     values = np.unique(y)
     if len(values) > 2 or not set(values.tolist()) <= {0, 1, True, False, 0.0, 1.0}:
         shown = ", ".join(map(str, values[:6].tolist())) + (", ..." if len(values) > 6 else "")
-        kind = "a multiclass" if len(values) <= 20 and y.dtype.kind in "iub" else "a non-binary"
-        raise WOEError(f"{where} is {kind} target (values {shown}): information value and weight of evidence are "
-                       "defined for binary targets only (label 0/1, 1 = event); screen a binary label")
+        integral = y.dtype.kind in "iub" or bool(np.all(np.asarray(values, dtype=np.float64) % 1 == 0))
+        kind = "a multiclass" if len(values) <= 20 and integral else "a non-binary"
+        what = "" if integral else "; a regression label"
+        raise WOEError(f"{where} is {kind} target (values {shown}{what}): information value and weight of evidence "
+                       "are defined for binary targets only (label 0/1, 1 = event); screen a binary label")
     if len(values) < 2:
         raise WOEError(f"{where} has only one value ({values[0]}): no events or no non-events, so no WOE; "
                        "screening needs both classes")
