@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 from support import KEY_BITS
 
-from datasets.errors import InputError, PeerError
+from datasets.errors import InputError, PeerError, ProtocolError
+from parties.federation import Access, FederationError, load_federation
 from parties.passive_screen import noise_headroom
 from protocols import messages as m
 from protocols.serialization import loads
@@ -235,3 +236,43 @@ def test_the_events_stream_under_a_small_frame_cap():
     frames_to = [frame for s, r, frame in fed.transport.log if s == "bank" and r == "telco"]
     shards = [f for f in frames_to if isinstance(loads(f), m.GradientShard)]
     assert len(shards) > 1 and max(len(f) for f in frames_to) < 40_000
+
+
+FED = """
+[federation]
+active = "bank"
+
+[parties.bank]
+
+[parties.telco]
+address = "10.0.0.7:50051"
+train = ["bank", "shop"]
+screen = ["bank"]
+screen_epsilon = 2.5
+
+[parties.shop]
+address = "10.0.0.8:50051"
+"""
+
+
+def test_the_federation_file_grants_screening_per_party(tmp_path):
+    path = tmp_path / "f.toml"
+    path.write_text(FED)
+    fed = load_federation(path)
+    assert fed.party("telco").screen == ("bank",) and fed.party("telco").screen_epsilon == 2.5
+    assert fed.party("shop").screen == () and fed.party("shop").screen_epsilon is None
+    telco = Access("telco", True, fed)
+    assert telco.check_screen("certificate bank") == "bank"
+    with pytest.raises(ProtocolError, match="rule 'who may screen'.*only \\['bank'\\]"):
+        telco.check_screen("certificate shop")              # may train, may not screen
+    with pytest.raises(ProtocolError, match="rule 'who may screen'"):
+        Access("shop", True, fed).check_screen("certificate bank")      # default: nobody
+    with pytest.raises(ProtocolError, match="rule 'who may screen'"):
+        Access("shop", False, fed).check_screen("bank")
+    assert Access("telco", False, fed).check_screen("bank") == "bank"
+    for bad, where in (('screen_epsilon = -1', "screen_epsilon"), ('screen_epsilon = "x"', "screen_epsilon"),
+                       ('screen = ["nobody"]', "screen")):
+        path.write_text(FED.replace("screen_epsilon = 2.5", bad).replace('screen = ["bank"]\n', "")
+                        if "screen =" in bad else FED.replace("screen_epsilon = 2.5", bad))
+        with pytest.raises(FederationError, match=f"\\[parties.telco\\] {where}"):
+            load_federation(path)

@@ -1,0 +1,81 @@
+"""`vfl screen` against running passive servers (issue 33): the federation file's screen list grants
+it (deny by default), the result equals the in-memory screening, the passive server keeps serving."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from support import cli_command, start_passive
+
+from vfl.api import ActiveParty, Federation, PassiveParty
+
+pytestmark = pytest.mark.slow   # real party processes
+pytest.importorskip("grpc")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FEDERATION = """
+[federation]
+active = "bank"
+
+[parties.bank]
+
+[parties.telco]
+address = "127.0.0.1:1"
+{grant}
+"""
+
+
+def _tables(tmp_path, n=400):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(n, 3))
+    y = (rng.random(n) < 1 / (1 + np.exp(-2 * x[:, 0]))).astype(int)
+    bank = pd.DataFrame({"id": np.arange(n), "y": y, "a0": x[:, 2]})
+    telco = pd.DataFrame({"id": np.arange(n)[::-1], "t0": x[::-1, 0], "t1": x[::-1, 1]})
+    bank.to_csv(tmp_path / "bank.csv", index=False)
+    telco.to_csv(tmp_path / "telco.csv", index=False)
+    return bank, telco
+
+
+def _screen(tmp_path, addr, fed, *extra):
+    return subprocess.run(cli_command("screen", "--data", tmp_path / "bank.csv", "--federation", fed,
+                                      "--peer", f"telco={addr}", "--insecure", "--mode", "he", "--key-bits", 1024,
+                                      "--out-dir", tmp_path / "out", "--no-plot", *extra),
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+
+
+def test_screening_over_the_network_is_granted_by_the_federation_file(tmp_path, children):
+    bank, telco = _tables(tmp_path)
+    fed = tmp_path / "fed.toml"
+    fed.write_text(FEDERATION.format(grant='screen = ["bank"]'))
+    addr = start_passive(children, tmp_path, "telco", "--data", tmp_path / "telco.csv", "--model-dir",
+                         tmp_path / "m", "--insecure", "--federation", fed)
+    r = _screen(tmp_path, addr, fed, "--monotone")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "out" / "screening.json").read_text())
+    assert [f["feature"] for f in doc["features"]] == ["a0", "#0", "#1"]      # passive names stay at home
+    t = PassiveParty("telco", telco)
+    t.screen_allowed = True
+    ref = Federation(ActiveParty("bank", bank), [t]).screen(mode="plain", monotone=True)
+    for got, want in zip(doc["features"], ref.features):
+        assert abs(got["iv"] - want.iv) < 1e-9
+    assert "IV" in r.stdout and "telco:#0" in r.stdout
+    assert not list((tmp_path / "m").glob("*.json"))          # a screening writes no model file
+    # the server serves a second screening (the session was closed)
+    r = _screen(tmp_path, addr, fed)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_party_that_grants_nothing_refuses(tmp_path, children):
+    _tables(tmp_path, 100)
+    fed = tmp_path / "fed.toml"
+    fed.write_text(FEDERATION.format(grant=""))
+    addr = start_passive(children, tmp_path, "telco", "--data", tmp_path / "telco.csv", "--model-dir",
+                         tmp_path / "m", "--insecure", "--federation", fed)
+    r = _screen(tmp_path, addr, fed)
+    assert r.returncode != 0
+    assert "rule 'who may screen'" in r.stderr and "Traceback" not in r.stderr
