@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import secrets
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,6 +85,7 @@ class ScreenResult:
     params: dict
     alignment: dict = field(default_factory=dict)
     parties: dict = field(default_factory=dict)    # party -> {"epsilon": the DP noise on its counts, ...}
+    seconds: dict = field(default_factory=dict)    # wall seconds by stage (align, own, setup, key, events, ...)
 
     def table(self) -> pd.DataFrame:
         """One row per feature: party, position, feature, IV, missing share, bins, notes."""
@@ -117,7 +119,7 @@ class ScreenResult:
 
     def to_dict(self) -> dict:
         return {"format": "vfl-boost-screening", "version": 1, "n_rows": self.n_rows, "n_events": self.n_events,
-                "params": self.params, "alignment": self.alignment, "parties": self.parties,
+                "params": self.params, "alignment": self.alignment, "parties": self.parties, "seconds": self.seconds,
                 "features": [f.to_dict() for f in self.features]}
 
     def to_json(self) -> str:
@@ -169,24 +171,29 @@ def screen(active, transport: Transport, passives: list[str], params: ScreenPara
     screen_id = "screen-" + secrets.token_hex(8)
     opened = False
     channel = None
+    clock = _Clock()
     try:
         try:
             rows = _align(active, transport, passives, params) if passives else np.arange(len(active.ids))
         except InputError as exc:
             raise InputError(str(exc).replace("nothing to train on", "nothing to screen")) from None
         opened = bool(passives)
+        clock.lap("align")
         y = _labels(active, rows)
         n = len(rows)
         if active._deferred is not None:
             active._read_deferred()
         features = _own_features(active, rows, y, params)
+        clock.lap("own_features")
         infos = transport.call_many({p: m.ScreenSetup(screen_id, params.mode, params.max_bin, params.scheme)
                                      for p in passives})
+        clock.lap("setup")
         counts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         if passives and params.mode != "dp":
-            channel, counts = _encrypted_counts(active, transport, passives, infos, y, params, screen_id)
+            channel, counts = _encrypted_counts(active, transport, passives, infos, y, params, screen_id, clock)
         elif passives:
             counts = _dp_counts(transport, passives, infos, y, params, screen_id)
+            clock.lap("release")
         party_info = {}
         for p in passives:
             nb = infos[p].n_bins.astype(np.int64)
@@ -211,6 +218,7 @@ def screen(active, transport: Transport, passives: list[str], params: ScreenPara
                              "epsilon": "inf" if not math.isfinite(eps) else eps,
                              **({"dp_epsilon_per_feature": params.dp_epsilon_per_feature} if params.mode == "dp"
                                 else {})}
+        clock.lap("woe")
     finally:
         if channel is not None:
             channel.close()
@@ -222,7 +230,22 @@ def screen(active, transport: Transport, passives: list[str], params: ScreenPara
                     pass
     params_d = {k: getattr(params, k) for k in ("mode", "scheme", "key_bits", "max_bin", "monotone", "min_share",
                                                 "align", "dp_epsilon_per_feature")}
-    return ScreenResult(features, n, int(y.sum()), params_d, dict(active.alignment_report), party_info)
+    clock.lap("end")
+    return ScreenResult(features, n, int(y.sum()), params_d, dict(active.alignment_report), party_info,
+                        clock.seconds)
+
+
+class _Clock:
+    """Wall seconds of consecutive stages."""
+
+    def __init__(self):
+        self.t = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self.t
+        self.t = now
 
 
 def _own_features(active, rows: np.ndarray, y: np.ndarray, params: ScreenParams) -> list[FeatureScreen]:
@@ -259,7 +282,7 @@ def _ranges(binner: Binner, j: int, groups: list) -> list[str]:
 
 
 def _encrypted_counts(active, transport: Transport, passives: list[str], infos: dict, y: np.ndarray,
-                      params: ScreenParams, screen_id: str):
+                      params: ScreenParams, screen_id: str, clock: _Clock):
     """The events and rows per slot of every passive party's features, from one packed round."""
     n = len(y)
     settings = Settings.from_environ().for_party(active.n_jobs)
@@ -281,6 +304,7 @@ def _encrypted_counts(active, transport: Transport, passives: list[str], infos: 
                 if key.scheme == PAILLIER and getattr(enc, "method", None) == "fast":
                     key.hs = format(int(enc.hs), "x")
                 transport.call_many({p: key for p in passives})
+        clock.lap("key")
         bound = max(noise_headroom(n, len(infos[p].n_bins), float(infos[p].epsilon)) for p in passives)
         rg = RoundGradients(0, y.astype(np.int64).reshape(-1, 1), np.ones((n, 1), dtype=np.int64), float(bound),
                             1.0, 0, None, RoundTiming())
@@ -288,10 +312,13 @@ def _encrypted_counts(active, transport: Transport, passives: list[str], infos: 
         for p in passives:
             for message in channel.messages(0):
                 transport.call(p, message)
+        clock.lap("events")             # encrypted (overlapped with sending) and sent
         counts = {}
         for p in passives:
             reply = transport.call(p, m.ScreenRequest(screen_id))
+            clock.lap("histograms")
             counts[p] = _decode(p, channel, reply, infos[p])
+            clock.lap("decrypt")
         return channel, counts
     except BaseException:
         channel.close()
