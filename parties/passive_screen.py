@@ -17,10 +17,11 @@ does: a screening session answers no training request (histogram or split), a se
 second histogram; a training session answers no screening request. A refusal ends the session.
 
 With ``screen_epsilon`` (the party's own setting) every count it returns carries two-sided geometric
-(discrete Laplace) noise: events and rows of every slot of every feature, scale ``2 F / epsilon`` for
-``F`` features (one row moves one row and at most one event per feature), charged to the party's DP
-ledger. The noise is added to the encrypted event sums (it never sees them) and the exact row counts
-in the ciphertexts are cancelled; the noisy row counts travel beside them.
+(discrete Laplace) noise, added to the encrypted sums (it never sees them): events and rows of every slot
+of every feature, scale ``F (g_max + h_max) / epsilon`` for ``F`` features, where ``g_max``/``h_max``
+are the largest values the active party's packing layout admits per row (an honest active party sends
+0/1 and 1; one that weights rows cannot go beyond the layout, and the noise covers that), charged to the
+party's DP ledger before it answers: epsilon-DP per row for whatever the active party sent.
 """
 from __future__ import annotations
 
@@ -45,19 +46,41 @@ from vfl.core.dp import release_buckets
 from vfl.core.dp_noise import NOT_PRIVATE, noise_source
 from vfl.core.woe import check_group_labels
 
-#: the noise's tail the packing leaves room for: |noise| beyond this many scales is clipped (probability
-#: exp(-NOISE_TAIL) per count, the delta of the guarantee)
-NOISE_TAIL = 60.0
+#: the noise's tail the packing leaves room for, in noise scales (only the decoding needs it: the noisy
+#: digits are what they are, a sum beyond its digit decodes wrong, it does not weaken the guarantee)
+NOISE_TAIL = 30.0
+
+
+def noise_scale(n_features: int, g_max: int, h_max: int, epsilon: float) -> float:
+    """The discrete Laplace scale of every screening count: one row moves, in each of the ``F``
+    features, one slot's event digit by at most ``g_max`` and its row digit by at most ``h_max`` (the
+    largest values the active party's layout admits: an honest party sends 0/1 and 1, a misbehaving
+    one cannot weight rows beyond them), so ``F (g_max + h_max) / epsilon`` gives epsilon-DP per row."""
+    return n_features * (g_max + h_max) / epsilon
+
+
+def noise_offset(n_features: int, g_max: int, h_max: int, epsilon: float) -> int:
+    """What the passive party adds to every row digit so that the noisy digit stays non-negative
+    (:data:`NOISE_TAIL` scales); the active party subtracts it (public: it depends on public values)."""
+    return math.ceil(NOISE_TAIL * noise_scale(n_features, g_max, h_max, epsilon))
 
 
 def noise_headroom(n_rows: int, n_features: int, epsilon: float) -> int:
-    """The gradient bound (``g_bound``) the active party's layout must use so that an event sum plus
-    this party's noise (clipped at :data:`NOISE_TAIL` scales) still decodes: the signed digit holds
-    ``n_rows * g_bound``."""
+    """The bound ``K`` (``g_bound`` = ``h_bound``) the active party's layout uses so that the noisy event
+    digit (``|events + noise| < n K``) and row digit (``0 <= rows + offset + noise < n K``) decode, the
+    noise at :data:`NOISE_TAIL` scales; 1 without noise. Refused (InputError) when no ``K`` does: the
+    noise at this epsilon swamps the rows."""
     if not math.isfinite(epsilon):
         return 1
-    scale = 2.0 * n_features / epsilon
-    return 1 + math.ceil((NOISE_TAIL * scale + 1) / max(1, n_rows))
+    k = 1
+    for _ in range(64):
+        need = 1 + math.ceil((2 * noise_offset(n_features, k, k, epsilon) + 1) / max(1, n_rows))
+        if need <= k:
+            return k
+        k = need
+    raise InputError(f"DP noise at screen_epsilon {epsilon} over {n_features} features swamps {n_rows} rows: the "
+                     f"noisy counts cannot be decoded (epsilon x rows must well exceed {4 * NOISE_TAIL:g} x features); "
+                     "a larger epsilon, fewer features or more rows")
 
 
 class ScreeningProtocol:
@@ -188,13 +211,12 @@ def request(s: PassiveState, req: m.ScreenRequest) -> m.ScreenResponse:
         sums, _ = t.shards.root_histograms(g, groups, n_bins, modulus)
     else:
         sums, _ = t.shards.histograms(g, a, [0], [0], n_bins, modulus)
-    noisy_rows = np.zeros(0, dtype=np.int64)
     eps = t.screen_epsilon
     if eps is not None and math.isfinite(eps):
         if g.shifts != 1:
             raise ProtocolError(f"party {s.name!r} adds DP noise to its counts: it needs the events without "
                                 "pre-shifted copies (shifts 1)")
-        sums, noisy_rows = _add_noise(s, g, sums, n, eps)
+        sums = _add_noise(s, g, sums, n, eps)
     if g.shifts < g.per:
         packed = compress(sums, g.layout.value_bits, stride_for(g.per, g.shifts), modulus,
                           executor=t.shards.executor)
@@ -202,40 +224,36 @@ def request(s: PassiveState, req: m.ScreenRequest) -> m.ScreenResponse:
         packed = sums
     if t.mode == "he":
         packed = s.need("the public key", t.randomizer).rerandomize(packed)
-    return m.ScreenResponse(total, BigInts(packed), noisy_rows)
+    return m.ScreenResponse(total, BigInts(packed))
 
 
-def _add_noise(s: PassiveState, g, sums: list, n: int, eps: float) -> tuple[list, np.ndarray]:
-    """Discrete Laplace noise (scale ``2 F / eps``) on every slot's event sum (added to the packed
-    sums, encrypted or not) and row count (sent beside them); the exact row counts in the packed sums
-    are cancelled. The noise is clipped where the layout's digit would overflow (see
-    :func:`noise_headroom`)."""
+def _add_noise(s: PassiveState, g, sums: list, n: int, eps: float) -> list:
+    """Discrete Laplace noise on every slot's event digit and row digit (:func:`noise_scale`: the largest
+    weights the layout admits, whatever the active party sent), added to the packed sums, encrypted or not;
+    the row digit also gets :func:`noise_offset` (non-negative). What leaves is a function of the noisy
+    counts only: a digit that overflows decodes wrong, it reveals nothing more."""
     t = s.train
     F = len(t.binner.n_bins)
-    scale = 2.0 * F / eps
-    counts = _slot_counts(s)
+    G, H = int(g.layout.g_max), int(g.layout.h_max)
+    scale = noise_scale(F, G, H, eps)
+    offset = noise_offset(F, G, H, eps)
+    total = int(t.binner.n_bins.sum())
     noise = noise_source(unsafe_seed(s, "screen"))
-    z_ev = noise.laplace_counts(np.zeros(len(counts), dtype=np.int64), scale).astype(object)
-    z_rows = noise.laplace_counts(counts, scale)
-    room = (1 << (g.layout.g_bits - 1)) - 1 - n         # |events + noise| must stay below 2^(g_bits-1)
-    if room < 1:
-        raise ProtocolError(f"party {s.name!r} adds DP noise to its counts: the events' layout leaves no room for "
-                            f"it (g_bits {g.layout.g_bits} for {n} rows); the active party must size it with "
-                            "parties.passive_screen.noise_headroom")
-    z_ev = [max(-room, min(room, int(z))) for z in z_ev]
+    z_ev = noise.laplace_counts(np.zeros(total, dtype=np.int64), scale)
+    z_rows = noise.laplace_counts(np.full(total, offset, dtype=np.int64), scale)
     hb = g.layout.h_bits
-    deltas = [(z << hb) - int(c) for z, c in zip(z_ev, counts.tolist())]
+    deltas = [(int(a) << hb) + int(b) for a, b in zip(z_ev.tolist(), z_rows.tolist())]
     if t.mode == "he":
         pk = s.need("the public key", t.public_key)
         n2 = gmpy2.mpz(schemes.cipher_modulus(pk))
-        extra = schemes.reply_encryptor(pk).encrypt(deltas)        # signed plaintexts (the noise, minus the rows)
+        extra = schemes.reply_encryptor(pk).encrypt(deltas)        # signed plaintexts
         sums = [int(gmpy2.mpz(c) * gmpy2.mpz(e) % n2) for c, e in zip(sums, extra)]
     else:
         sums = [int(c) + d for c, d in zip(sums, deltas)]
-    rec = {"model_id": s.model_id, "kind": "screen", "epsilon": eps, "n_features": F,
-           "noise": noise.label(), **({} if noise.private else {"privacy": NOT_PRIVATE})}
-    s.dp_ledger.append(rec)
-    return sums, np.asarray(z_rows, dtype=np.int64)
+    s.dp_ledger.append({"model_id": s.model_id, "kind": "screen", "epsilon": eps, "n_features": F,
+                        "noise_scale": scale, "noise": noise.label(),
+                        **({} if noise.private else {"privacy": NOT_PRIVATE})})
+    return sums
 
 
 def dp_release(s: PassiveState, req: m.ScreenDPRequest) -> m.DPRelease:

@@ -28,7 +28,7 @@ import pandas as pd
 from crypto.schemes import PAILLIER
 from datasets.errors import InputError, PeerError
 from parties.channel import GradientChannel
-from parties.passive_screen import noise_headroom
+from parties.passive_screen import noise_headroom, noise_offset
 from parties.psi_align import align_train
 from parties.settings import Settings
 from protocols import alignment
@@ -307,7 +307,7 @@ def _encrypted_counts(active, transport: Transport, passives: list[str], infos: 
         clock.lap("key")
         bound = max(noise_headroom(n, len(infos[p].n_bins), float(infos[p].epsilon)) for p in passives)
         rg = RoundGradients(0, y.astype(np.int64).reshape(-1, 1), np.ones((n, 1), dtype=np.int64), float(bound),
-                            1.0, 0, None, RoundTiming())
+                            float(bound), 0, None, RoundTiming())
         channel.round_started(rg)
         for p in passives:
             for message in channel.messages(0):
@@ -337,12 +337,13 @@ def _decode(p: str, channel: GradientChannel, reply: m.ScreenResponse, info: m.S
     except (OverflowError, ValueError) as exc:
         raise PeerError(f"party {p!r}: its screening sums do not decode ({exc})") from None
     events = np.array([int(v) for v in g[:, 0]], dtype=np.float64)
-    noisy = math.isfinite(float(info.epsilon))
-    if noisy:
-        if len(reply.rows) != total:
-            raise PeerError(f"party {p!r} adds DP noise but sent {len(reply.rows)} noisy row counts for {total} slots")
-        rows = reply.rows.astype(np.float64)
-        return np.maximum(rows, 0.0), np.clip(events, 0.0, np.maximum(rows, 0.0))
+    eps = float(info.epsilon)
+    if math.isfinite(eps):          # noisy digits: the row digit carries the public offset
+        lay = channel.current.layout
+        rows = np.array([int(v) for v in h[:, 0]], dtype=np.float64) - noise_offset(len(nb), lay.g_max, lay.h_max,
+                                                                                     eps)
+        rows = np.maximum(rows, 0.0)
+        return rows, np.clip(events, 0.0, rows)
     rows = np.array([int(v) for v in h[:, 0]], dtype=np.float64)
     n = channel.current.start.n_samples
     offs = np.concatenate([[0], np.cumsum(nb)])

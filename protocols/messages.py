@@ -534,11 +534,10 @@ class ScreenRequest:
 @dataclass
 class ScreenResponse:
     """Compressed (and re-randomised) slot sums in flat (feature, slot) order, as a
-    :class:`HistogramResponse`; with DP noise (``ScreenBins.epsilon`` finite) every slot's event sum
-    carries two-sided geometric noise and ``rows`` the slots' noisy row counts (else empty)."""
+    :class:`HistogramResponse`; with DP noise (``ScreenBins.epsilon`` finite) both digits of every slot
+    carry two-sided geometric noise, the row digit a public offset too (parties.passive_screen)."""
     n_values: int = count()
     values: BigInts = field()
-    rows: np.ndarray = array("int", 1, empty_default="int64")
 
 
 @register
