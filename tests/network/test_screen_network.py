@@ -68,6 +68,14 @@ def test_screening_over_the_network_is_granted_by_the_federation_file(tmp_path, 
     # the server serves a second screening (the session was closed)
     r = _screen(tmp_path, addr, fed)
     assert r.returncode == 0, r.stderr
+    # --min-iv: the training screens first and the passive server trains on the position it keeps
+    r = subprocess.run(cli_command("party", "active", "--data", tmp_path / "bank.csv", "--federation", fed,
+                                   "--peer", f"telco={addr}", "--insecure", "--mode", "plain", "--rounds", 2,
+                                   "--quiet", "--model-dir", tmp_path / "ma", "--min-iv", 0.5),
+                       cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    (model,) = list((tmp_path / "m").glob("*.json"))
+    assert json.loads(model.read_text())["features"] == ["t0"]
 
 
 def test_a_party_that_grants_nothing_refuses(tmp_path, children):
