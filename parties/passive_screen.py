@@ -41,7 +41,7 @@ from parties.settings import Settings
 from protocols import messages as m
 from protocols.serialization import BigInts
 from protocols.transport import check_deadline
-from vfl.core.binning import Binner, feature_matrix
+from vfl.core.binning import Binner
 from vfl.core.dp import release_buckets
 from vfl.core.dp_noise import NOT_PRIVATE, noise_source
 from vfl.core.woe import check_group_labels
@@ -155,7 +155,7 @@ def setup(s: PassiveState, req: m.ScreenSetup) -> m.ScreenBins:
     s.model_id = req.model_id
     s.table.records = []
     t.dp_domain, t.dp_X, t.dp_edges, t.data_digest = None, None, {}, None
-    X = feature_matrix(s.X, rows) if isinstance(s.X, PieceTable) else s.X[rows]
+    X = s.X[rows]           # a Parquet table read piece by piece: the aligned rows, read here
     categorical = np.array([f in s.categories for f in s.feature_names], dtype=bool)
     eps = s.screen_epsilon
     if req.mode == "dp":
@@ -367,12 +367,9 @@ def select_features(s: PassiveState, req: m.FeatureSelect) -> m.Ack:
     nf = len(s.feature_names)
     if keep.size == 0 or keep.min() < 0 or keep.max() >= nf or np.any(np.diff(keep) <= 0):
         raise ProtocolError(f"party {s.name!r}: FeatureSelect.positions must be increasing positions in [0, {nf})")
-    if isinstance(s.X, PieceTable):
-        raise InputError(f"party {s.name!r}: selecting features (--min-iv) needs its table read whole (a Parquet "
-                         "table read piece by piece cannot drop columns)")
     names = [s.feature_names[i] for i in keep.tolist()]
     s.full_features = (s.X, list(s.feature_names), dict(s.dp_bins))
-    s.X = np.asarray(s.X)[:, keep]
+    s.X = s.X.with_features(names) if isinstance(s.X, PieceTable) else np.asarray(s.X)[:, keep]
     s.feature_names = names
     s.dp_bins = {k: v for k, v in s.dp_bins.items() if k in names}
     s.select_open = False

@@ -278,3 +278,19 @@ def test_the_federation_file_grants_screening_per_party(tmp_path):
                         if "screen =" in bad else FED.replace("screen_epsilon = 2.5", bad))
         with pytest.raises(FederationError, match=f"\\[parties.telco\\] {where}"):
             load_federation(path)
+
+
+def test_a_parquet_table_read_piece_by_piece_screens_and_trains_on_its_kept_columns(tmp_path):
+    pytest.importorskip("pyarrow")
+    bank, telco = frames(400)
+    telco.to_parquet(tmp_path / "t.parquet")
+    t = PassiveParty.from_file("telco", tmp_path / "t.parquet")
+    t.screen_allowed = True
+    fed = Federation(ActiveParty("bank", bank), [t])
+    res = fed.screen(mode="plain")
+    ref = naive(bank, telco)
+    for f in res.features:
+        assert abs(f.iv - ref[(f.party, f.feature)].iv) < 1e-9
+    kept = res.kept(0.5)["telco"]
+    fed.fit(TrainParams(mode="plain", n_estimators=2, min_iv=0.5))
+    assert t.feature_names == [telco.columns[1 + j] for j in kept] and type(t._state.X).__name__ == "PieceTable"
