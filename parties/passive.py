@@ -316,6 +316,11 @@ class PassiveParty:
                              "trained with (the content hash recorded at training end differs): its lookup table "
                              "file was modified or replaced; restore it or train again")
 
+    def isolated_screening(self):
+        """A context in which an in-process screening runs beside this party's trained model (its
+        training session, salt and features are restored afterwards; ``Federation.screen``)."""
+        return passive_screen.isolated(self._state)
+
     def screen_bins(self) -> dict[str, list[str]]:
         """This party's own view of its last screening: per feature the value range of every bin the
         active party reported (its pooled groups in this party's edges, missing last); never sent."""

@@ -26,6 +26,7 @@ party's DP ledger before it answers: epsilon-DP per row for whatever the active 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import gmpy2
 import numpy as np
@@ -36,7 +37,7 @@ from crypto.shards import ShardSet, stream_rows
 from datasets.errors import InputError, ProtocolError
 from datasets.pieces import PieceTable
 from parties import dp
-from parties.passive_state import PassiveState, unsafe_seed
+from parties.passive_state import PassiveState, TrainingSession, unsafe_seed
 from parties.settings import Settings
 from protocols import messages as m
 from protocols.serialization import BigInts
@@ -152,8 +153,7 @@ def setup(s: PassiveState, req: m.ScreenSetup) -> m.ScreenBins:
     t.protocol = ScreeningProtocol(s.name, req.mode)
     t.screen_mode = req.mode
     t.screen_groups = {}
-    s.model_id = req.model_id
-    s.table.records = []
+    t.screen_id = req.model_id          # the party's model (id, lookup table) is not touched
     t.dp_domain, t.dp_X, t.dp_edges, t.data_digest = None, None, {}, None
     X = s.X[rows]           # a Parquet table read piece by piece: the aligned rows, read here
     categorical = np.array([f in s.categories for f in s.feature_names], dtype=bool)
@@ -185,7 +185,7 @@ def _slot_counts(s: PassiveState) -> np.ndarray:
 def request(s: PassiveState, req: m.ScreenRequest) -> m.ScreenResponse:
     proto = _screening(s, "ScreenRequest")
     t = s.train
-    if req.model_id != s.model_id:
+    if req.model_id != t.screen_id:
         raise ProtocolError(f"party {s.name!r}: ScreenRequest for unknown screening {req.model_id!r}")
     if proto.mode == "dp":
         proto._refuse("ScreenRequest", "screening session", "a screening in mode dp answers its release only")
@@ -262,7 +262,7 @@ def dp_release(s: PassiveState, req: m.ScreenDPRequest) -> m.DPRelease:
     ``dp_max_epsilon_per_feature``; the edges stay here."""
     proto = _screening(s, "ScreenDPRequest")
     t = s.train
-    if req.model_id != s.model_id:
+    if req.model_id != t.screen_id:
         raise ProtocolError(f"party {s.name!r}: ScreenDPRequest for unknown screening {req.model_id!r}")
     if proto.mode != "dp":
         proto._refuse("ScreenDPRequest", "screening session", f"a screening in mode {proto.mode} has no release")
@@ -311,7 +311,7 @@ def merge(s: PassiveState, req: m.ScreenMerge) -> m.Ack:
 
 
 def end(s: PassiveState, req: m.ScreenEnd) -> m.Ack:
-    if req.model_id != s.model_id:
+    if req.model_id != s.train.screen_id:
         raise ProtocolError(f"party {s.name!r}: ScreenEnd for unknown screening {req.model_id!r}")
     _screening(s, "ScreenEnd")
     s.close_executor()
@@ -319,10 +319,28 @@ def end(s: PassiveState, req: m.ScreenEnd) -> m.Ack:
     return m.Ack({"screened": True})
 
 
+@contextmanager
+def isolated(s: PassiveState):
+    """An in-process screening beside a trained model (``Federation.screen``): the screening's alignment
+    and session replace the training session's rows, salt and selected features only meanwhile; the
+    model keeps predicting afterwards. (A server opens a fresh party per session.)"""
+    saved = (s.train, s.salt, s.X, s.feature_names, s.dp_bins, s.full_features, s.select_open)
+    s.train = TrainingSession()
+    restore_features(s)         # every feature is screened, also after a --min-iv training
+    try:
+        yield
+    finally:
+        s.close_executor()
+        screened = s.train
+        s.train, s.salt, s.X, s.feature_names, s.dp_bins, s.full_features, s.select_open = saved
+        s.last_screening = screened
+
+
 def local_bins(s: PassiveState) -> dict[str, list[str]]:
     """This party's own view of its last screening: per feature, the value range of every reported
     bin (the groups the active party pooled, in its own edges; the missing bin last). Never sent."""
-    t = s.train
+    t = s.last_screening if s.last_screening is not None and not isinstance(s.train.protocol, ScreeningProtocol) \
+        else s.train
     b = t.binner
     if b is None or not isinstance(t.protocol, ScreeningProtocol):
         raise InputError(f"party {s.name!r} has screened nothing")

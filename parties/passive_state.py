@@ -64,6 +64,7 @@ class TrainingSession:
     screen_mode: str | None = None             # a screening session (parties.passive_screen): its mode
     screen_epsilon: float | None = None        # ... the DP noise on the counts it returns (inf: none)
     screen_groups: dict = field(default_factory=dict)   # ... {feature: groups of bins the active party pooled}
+    screen_id: str | None = None               # ... its id
     overlap: dict = field(default_factory=lambda: {"eager": 0, "fallback": 0, "partials": 0,
                                                    "partials_before_request": 0})   # root levels, for tests
 
@@ -182,6 +183,7 @@ class PassiveState:
     screen_epsilon: float | None = None        # DP noise on the screening counts it returns (None: exact)
     full_features: tuple | None = None         # --min-iv: (X, names, dp_bins) before a FeatureSelect
     select_open: bool = False                  # a FeatureSelect may come (after an alignment, before a setup)
+    last_screening: object = None              # the session of an in-process screening beside a model
     max_depth: int | None = None               # the model's max_depth (agreed at setup): a row's route budget
     # own data
     ids: np.ndarray | None = None

@@ -20,6 +20,7 @@ parties floor) for the networked commands, which wires gRPC transports.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -124,8 +125,11 @@ class Federation:
             params = ScreenParams(**kwargs)
         elif kwargs:
             raise InputError("give either params or keyword screening options, not both")
-        return screen(self.active, self.transport, list(self.passives), params,
-                      names={n: list(p.feature_names) for n, p in self.passives.items()})
+        with contextlib.ExitStack() as stack:       # the parties' trained model keeps predicting afterwards
+            for p in self.passives.values():
+                stack.enter_context(p.isolated_screening())
+            return screen(self.active, self.transport, list(self.passives), params,
+                          names={n: list(p.feature_names) for n, p in self.passives.items()})
 
     @classmethod
     def from_files(cls, active: tuple[str, str | os.PathLike], passives: dict[str, str | os.PathLike],

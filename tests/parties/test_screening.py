@@ -93,7 +93,7 @@ def test_monotone_and_min_share_merges_reach_the_passive_party_as_bin_indices_on
     # what the passive party sent: its slots per feature (integers), the encrypted sums, acks; no value of its
     thresholds = set()
     t = fed.passives["telco"]
-    b = t._state.train.binner
+    b = t._state.last_screening.binner
     for thr in b.thresholds_:
         thresholds |= {float(v) for v in thr}
     sent = [loads(frame) for sender, _, frame in fed.transport.log if sender == "telco"]
@@ -222,6 +222,12 @@ def test_min_iv_trains_the_same_model_as_the_kept_columns_only():
     ref = federation(bank[["id", "y", *bank_cols]], telco[["id", *tel_cols]])
     ref.fit(TrainParams(**prm))
     np.testing.assert_array_equal(p1, ref.predict_proba())
+    res2 = fed.screen(mode="plain")         # a screening beside the trained model: every feature, model intact
+    assert len(res2.features) == 6 and [f.feature for f in res2.features][2:] == ["t0", "t1", "t2", "t3"]
+    np.testing.assert_array_equal(fed.predict_proba(), p1)
+    np.testing.assert_array_equal(fed.predict_proba({"bank": bank.drop(columns="y"), "telco": telco}),
+                                  ref.predict_proba({"bank": bank.drop(columns="y")[["id", *bank_cols]],
+                                                     "telco": telco[["id", *tel_cols]]}))
     fed.fit(TrainParams(**prm))             # the next training: every feature again
     assert fed.passives["telco"].feature_names == ["t0", "t1", "t2", "t3"]
     assert fed.model.active_features == ["a0", "a1"]
