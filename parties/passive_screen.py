@@ -199,6 +199,7 @@ def request(s: PassiveState, req: m.ScreenRequest) -> m.ScreenResponse:
     if g.groups != 1 or g.layout.n_targets != 1:
         raise ProtocolError("a screening's events are one target (one group)")
     n = len(t.rows)
+    _check_weights(s, proto, g.layout, n)
     check_deadline("screening")
     modulus = t.nsquare if t.mode == "he" else None
     n_bins = t.binner.n_bins.tolist()
@@ -225,6 +226,20 @@ def request(s: PassiveState, req: m.ScreenRequest) -> m.ScreenResponse:
     if t.mode == "he":
         packed = s.need("the public key", t.randomizer).rerandomize(packed)
     return m.ScreenResponse(total, BigInts(packed))
+
+
+def _check_weights(s: PassiveState, proto: ScreeningProtocol, layout, n: int) -> None:
+    """What one row may weigh in the sums this party returns: integers (no fractional bits), the events
+    at most :func:`noise_headroom` (1 without noise) and the row counts the same. An honest active party
+    sends 0/1 and 1; larger weights would let one screening read more than counts (rows told apart by
+    weight). Within the bound a misbehaving party can still single out a few rows per screening (docs:
+    the threat model); the DP noise covers any weight within it."""
+    eps = s.train.screen_epsilon
+    cap = noise_headroom(n, len(s.train.binner.n_bins), float("inf") if eps is None else eps)
+    if layout.precision_bits != 0 or layout.g_max > cap or layout.h_max > cap:
+        proto._refuse("ScreenRequest", "event weights",
+                      f"the events' layout admits per-row values up to {layout.g_max} / {layout.h_max} with "
+                      f"{layout.precision_bits} fractional bits; a screening allows integers up to {cap}")
 
 
 def _add_noise(s: PassiveState, g, sums: list, n: int, eps: float) -> list:

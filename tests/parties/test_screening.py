@@ -12,12 +12,14 @@ import pytest
 from support import KEY_BITS
 
 from datasets.errors import InputError, PeerError, ProtocolError
+from parties.channel import GradientChannel
 from parties.federation import Access, FederationError, load_federation
 from parties.passive_screen import noise_headroom
 from protocols import messages as m
 from protocols.serialization import loads
 from vfl.api import ActiveParty, Federation, PassiveParty, ScreenParams, TrainParams
 from vfl.core.binning import Binner
+from vfl.core.rounds import RoundGradients, RoundTiming
 from vfl.core.woe import naive_counts, screen_feature
 
 
@@ -300,3 +302,25 @@ def test_a_parquet_table_read_piece_by_piece_screens_and_trains_on_its_kept_colu
     kept = res.kept(0.5)["telco"]
     fed.fit(TrainParams(mode="plain", n_estimators=2, min_iv=0.5))
     assert t.feature_names == [telco.columns[1 + j] for j in kept] and type(t._state.X).__name__ == "PieceTable"
+
+
+def test_events_weighted_beyond_counts_are_refused():
+    """An active party that packs rows with weights beyond 0/1 (a layout admitting them) would read more than
+    counts: the passive party refuses the histogram and the session ends."""
+    bank, telco = frames(200)
+    t = PassiveParty("telco", telco)
+    t.screen_allowed = True
+    fed = Federation(ActiveParty("bank", bank), [t])
+    tr = fed.transport
+    fed.active.align(tr, ["telco"], b"s" * 16, "sess1")
+    tr.call("telco", m.ScreenSetup("scr1", "plain", 8))
+    ch = GradientChannel("plain", KEY_BITS, "fast", n_samples=180)
+    ch.plan(40, 1, False, None, passives=["telco"])
+    w = (1 << np.arange(180) % 40).astype(np.int64).reshape(-1, 1)        # row i weighs 2^(i mod 40)
+    ch.round_started(RoundGradients(0, w, np.ones((180, 1), np.int64), float(w.max()), 1.0, 0, None, RoundTiming()))
+    for msg in ch.messages(0):
+        tr.call("telco", msg)
+    with pytest.raises(PeerError, match="rule 'event weights'"):
+        tr.call("telco", m.ScreenRequest("scr1"))
+    assert t.training_refused is not None
+    ch.close()
