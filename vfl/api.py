@@ -571,4 +571,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         result.update(fed.active.dp_report)
     if model.dp_model is not None:   # --dp-model: mechanism, epsilon (delta), the per-tree budget split
         result["dp_model"] = model.dp_model
+    screening = getattr(fed.active, "screening", None)
+    if params.min_iv is not None and screening is not None:     # --min-iv: what the screening kept
+        result["min_iv"] = {"cut": params.min_iv, "iv": screening.iv(), "kept": screening.kept(params.min_iv)}
     return fed, result, test[0].frame[test[0].id_col].to_numpy(), proba

@@ -61,6 +61,7 @@ def test_simulate_min_iv_drops_the_weak_features(tmp_path):
     assert r.exit_code == 0, r.output
     doc = json.loads(out.read_text())
     assert doc["params"]["min_iv"] == 0.8
+    assert doc["min_iv"]["kept"] == {"active": [], "passive1": [0]} and doc["min_iv"]["iv"]["passive1"]["#0"] > 0.8
     files = {p.name: json.loads(p.read_text()) for p in (tmp_path / "m").glob("*.json")}
     passive = next(d for d in files.values() if d.get("role") == "passive")
     assert passive["features"] == ["t0"]
