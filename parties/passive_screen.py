@@ -43,13 +43,16 @@ from protocols import messages as m
 from protocols.serialization import BigInts
 from protocols.transport import check_deadline
 from vfl.core.binning import Binner
-from vfl.core.dp import release_buckets
+from vfl.core.dp import ReleaseDomain, bucketize, release_buckets
+from vfl.core.dp_bins_file import public_columns
 from vfl.core.dp_noise import NOT_PRIVATE, noise_source
 from vfl.core.woe import check_group_labels
 
 #: the noise's tail the packing leaves room for, in noise scales (only the decoding needs it: the noisy
 #: digits are what they are, a sum beyond its digit decodes wrong, it does not weaken the guarantee)
 NOISE_TAIL = 30.0
+#: mode dp: the share of a feature's epsilon its DP bucket edges spend (the rest: its release)
+DP_EDGE_SHARE = 0.1
 
 
 def noise_scale(n_features: int, g_max: int, h_max: int, epsilon: float) -> float:
@@ -154,6 +157,7 @@ def setup(s: PassiveState, req: m.ScreenSetup) -> m.ScreenBins:
     t.screen_mode = req.mode
     t.screen_groups = {}
     t.screen_id = req.model_id          # the party's model (id, lookup table) is not touched
+    t.screen_max_bin = req.max_bin
     t.dp_domain, t.dp_X, t.dp_edges, t.data_digest = None, None, {}, None
     X = s.X[rows]           # a Parquet table read piece by piece: the aligned rows, read here
     categorical = np.array([f in s.categories for f in s.feature_names], dtype=bool)
@@ -164,8 +168,20 @@ def setup(s: PassiveState, req: m.ScreenSetup) -> m.ScreenBins:
         eps = float("inf") if eps is None else dp.check_epsilon(eps, "screen_epsilon")
         dp.charge(s, eps, "screen", n_features=len(s.feature_names), n_rows=int(len(rows)))
     t.screen_epsilon = eps
+    if req.mode == "dp":        # the release domain: its slots from the public schema only, its edges DP
+        if categorical.any():
+            raise InputError(f"party {s.name!r}: categorical features are not supported by a screening in mode dp "
+                             "(its release buckets every feature as numeric); use mode he")
+        t.dp_X = np.asarray(X, dtype=np.float64)
+        dom = ReleaseDomain(req.max_bin, 0.0, noise_source(None), public_columns(s.dp_bins, s.feature_names, s.name),
+                            s.name)
+        dom.n_features = X.shape[1]
+        t.binner = None
+        t.screen_n_bins = dom.n_bins.astype(np.int64)
+        return m.ScreenBins(t.screen_n_bins, float("inf"))
     t.binner = Binner(req.max_bin, categorical if categorical.any() else None).fit(X)
     t.bin_idx = t.binner.transform(X)
+    t.screen_n_bins = t.binner.n_bins.astype(np.int64)
     if req.mode != "dp":
         executor = s.get_executor(work=len(rows) * X.shape[1] if req.mode == "he" else -1)
         t.shards = ShardSet(executor, len(rows), prefix=f"screen-{req.model_id}/",
@@ -283,23 +299,42 @@ def dp_release(s: PassiveState, req: m.ScreenDPRequest) -> m.DPRelease:
         proto._refuse("ScreenDPRequest", "screening session", f"a screening in mode {proto.mode} has no release")
     proto.screen_request("ScreenDPRequest")
     eps = dp.check_epsilon(req.epsilon_per_feature, "epsilon_per_feature")
+    if not math.isfinite(eps):
+        proto._refuse("ScreenDPRequest", "screening in mode dp", "a release needs a finite epsilon")
     cap = s.dp_max_epsilon_per_feature
     if cap is not None and eps > dp.check_epsilon(cap, "dp_max_epsilon_per_feature"):
         raise InputError(f"party {s.name!r} releases at most epsilon_per_feature={cap}, asked for {eps}")
-    F = len(t.binner.n_bins)
-    dp.charge(s, eps * F if math.isfinite(eps) else eps, "screen-dp", n_rows=int(len(t.rows)), n_features=F,
-              epsilon_per_feature=dp.json_epsilon(eps))
+    X = s.need("ScreenSetup", t.dp_X)
+    F = X.shape[1]
+    public = public_columns(s.dp_bins, s.feature_names, s.name)
+    n_dp = F - len([j for j, e in public.items() if "edges" in e or "lo" in e])
+    edge_eps = DP_EDGE_SHARE * eps if n_dp else 0.0            # per DP-binned feature, for its DP histogram
+    release_eps = eps - edge_eps
+    dp.charge(s, eps * F, "screen-dp", n_rows=int(len(t.rows)), n_features=F,
+              epsilon_per_feature=dp.json_epsilon(eps), edge_share=DP_EDGE_SHARE if n_dp else 0.0)
     noise = noise_source(unsafe_seed(s, "screen-release"))
-    n_bins = t.binner.n_bins.astype(np.int64)
-    has_missing = np.ones(F, dtype=bool)
     order = np.argsort(t.rows, kind="stable")          # the noise in the party's own row order
-    noisy_own, domain = release_buckets(t.bin_idx[order], n_bins, eps, noise, has_missing)
+    dom = ReleaseDomain(t.screen_max_bin, edge_eps * n_dp, noise, public, s.name).fit(X[order])
+    cols, slots, has_missing = [], [], []
+    for j in range(F):
+        e = dom.edges(j, dom.max_buckets(j))
+        col = bucketize(X[order, j], e)
+        if not dom.missing_slot(j):
+            col[col == len(e) + 1] = 0
+        cols.append(col)
+        t.dp_edges[j] = e
+        slots.append(len(e) + 2)
+        has_missing.append(dom.missing_slot(j))
+    slots = np.array(slots, dtype=np.int64)
+    noisy_own, domain = release_buckets(np.column_stack(cols), slots, release_eps, noise, np.array(has_missing))
     noisy = np.empty_like(noisy_own)
     noisy[order] = noisy_own
-    s.dp_ledger.append({"model_id": s.model_id, "kind": "screen-dp", "epsilon_per_feature": dp.json_epsilon(eps),
-                        "epsilon_per_party": dp.json_epsilon(eps * F), "n_samples": int(len(t.rows)),
-                        "n_features": F, "noise": noise.label(), **({} if noise.private else {"privacy": NOT_PRIVATE})})
-    return m.DPRelease(noisy, n_bins.astype(np.int32), domain, eps)
+    t.dp_X = None
+    s.dp_ledger.append({"model_id": t.screen_id, "kind": "screen-dp", "epsilon_per_feature": dp.json_epsilon(eps),
+                        "epsilon_per_party": dp.json_epsilon(eps * F), "edge_epsilon_per_feature": edge_eps,
+                        "n_samples": int(len(t.rows)), "n_features": F, "noise": noise.label(),
+                        **({} if noise.private else {"privacy": NOT_PRIVATE})})
+    return m.DPRelease(noisy, slots.astype(np.int32), domain, release_eps)
 
 
 def merge(s: PassiveState, req: m.ScreenMerge) -> m.Ack:
@@ -308,7 +343,7 @@ def merge(s: PassiveState, req: m.ScreenMerge) -> m.Ack:
     if not proto.answered or proto.merged:
         proto._refuse("ScreenMerge", "screening session", "one merge, after the screening's counts")
     t = s.train
-    nb = t.binner.n_bins.astype(np.int64) - 1        # value bins per feature
+    nb = np.asarray(t.screen_n_bins, dtype=np.int64) - 1        # value bins per feature (as announced)
     labels = np.asarray(req.group_of_bin, dtype=np.int64)
     if len(labels) != int(nb.sum()):
         proto._refuse("ScreenMerge", "bin groups", f"{len(labels)} group labels for {int(nb.sum())} value bins")
@@ -357,20 +392,27 @@ def local_bins(s: PassiveState) -> dict[str, list[str]]:
     t = s.last_screening if s.last_screening is not None and not isinstance(s.train.protocol, ScreeningProtocol) \
         else s.train
     b = t.binner
-    if b is None or not isinstance(t.protocol, ScreeningProtocol):
+    if t.screen_n_bins is None or not isinstance(t.protocol, ScreeningProtocol):
         raise InputError(f"party {s.name!r} has screened nothing")
     out = {}
     for j, f in enumerate(s.feature_names):
-        nv = int(b.n_bins[j]) - 1
+        nv = int(t.screen_n_bins[j]) - 1
         groups = t.screen_groups.get(j) or [[i] for i in range(nv)]
-        out[f] = [_range(b, j, g) for g in groups] + ["missing"]
+        if b is None:           # mode dp: the release's DP edges (a group past them is empty)
+            thr = np.asarray(t.dp_edges.get(j, []), dtype=np.float64)
+            out[f] = [_interval(thr, g) for g in groups] + ["missing"]
+        else:
+            out[f] = [_range(b, j, g) for g in groups] + ["missing"]
     return out
 
 
 def _range(b: Binner, j: int, group: list[int]) -> str:
     if b.is_categorical(j):
         return "categories " + ",".join(str(i) for i in group)
-    thr = b.thresholds_[j]
+    return _interval(b.thresholds_[j], group)
+
+
+def _interval(thr, group: list[int]) -> str:
     lo = "-inf" if group[0] == 0 else f"{thr[group[0] - 1]:.6g}"
     hi = "inf" if group[-1] >= len(thr) else f"{thr[group[-1]]:.6g}"
     return f"({lo}, {hi}]"

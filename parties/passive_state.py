@@ -65,6 +65,8 @@ class TrainingSession:
     screen_epsilon: float | None = None        # ... the DP noise on the counts it returns (inf: none)
     screen_groups: dict = field(default_factory=dict)   # ... {feature: groups of bins the active party pooled}
     screen_id: str | None = None               # ... its id
+    screen_max_bin: int = 32                   # ... its bins per feature
+    screen_n_bins: np.ndarray | None = None    # ... the slots per feature it announced (ScreenBins)
     overlap: dict = field(default_factory=lambda: {"eager": 0, "fallback": 0, "partials": 0,
                                                    "partials_before_request": 0})   # root levels, for tests
 

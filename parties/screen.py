@@ -366,20 +366,23 @@ def _dp_counts(transport: Transport, passives: list[str], infos: dict, y: np.nda
         rel = transport.call(p, m.ScreenDPRequest(screen_id, eps))
         nb = infos[p].n_bins.astype(np.int64)
         B = np.asarray(rel.buckets)
-        if B.shape != (n, len(nb)) or not np.array_equal(np.asarray(rel.n_bins, dtype=np.int64), nb):
+        got = np.asarray(rel.n_bins, dtype=np.int64)
+        if B.shape != (n, len(nb)) or len(got) != len(nb) or np.any(got > nb) or np.any(got < 2):
             raise PeerError(f"party {p!r}: its release does not cover {n} rows x {len(nb)} features")
         rows, events = [], []
         for j in range(len(nb)):
             col = B[:, j].astype(np.int64)
-            if col.size and (col.min() < 0 or col.max() >= nb[j]):
+            k = int(got[j])
+            if col.size and (col.min() < 0 or col.max() >= k):
                 raise PeerError(f"party {p!r}: a released bucket is out of range")
-            _, r, lam = rr_channel(eps, int(rel.rr_domain[j]))
-            nr = np.bincount(col, minlength=int(nb[j])).astype(np.float64)
-            ne = np.bincount(col, weights=y.astype(np.float64), minlength=int(nb[j]))
+            _, r, lam = rr_channel(float(rel.epsilon_per_feature), int(rel.rr_domain[j]))
+            nr = np.bincount(col, minlength=k).astype(np.float64)
+            ne = np.bincount(col, weights=y.astype(np.float64), minlength=k)
             er = np.maximum(debias(nr, n, r, lam), 0.0)
             ee = np.clip(debias(ne, E, r, lam), 0.0, er)
-            rows.append(er)
-            events.append(ee)
+            pad = np.zeros(int(nb[j]) - k)        # fewer DP edges than announced: empty value bins, missing last
+            rows.append(np.concatenate([er[:-1], pad, er[-1:]]))
+            events.append(np.concatenate([ee[:-1], pad, ee[-1:]]))
         out[p] = (np.concatenate(rows), np.concatenate(events))
     return out
 
