@@ -3,6 +3,7 @@ it (deny by default), the result equals the in-memory screening, the passive ser
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 
@@ -87,3 +88,39 @@ def test_a_party_that_grants_nothing_refuses(tmp_path, children):
     r = _screen(tmp_path, addr, fed)
     assert r.returncode != 0
     assert "rule 'who may screen'" in r.stderr and "Traceback" not in r.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_over_mutual_tls_only_the_parties_in_the_screen_list_screen(tmp_path, children):
+    pytest.importorskip("cryptography")
+    _tables(tmp_path, 150)
+    port = _free_port()
+    fed = tmp_path / "fed.toml"
+    fed.write_text('[federation]\nactive = "bank"\n\n[parties.bank]\n\n[parties.shop]\naddress = "127.0.0.1:1"\n\n'
+                   f'[parties.telco]\naddress = "127.0.0.1:{port}"\nhosts = ["127.0.0.1"]\n'
+                   'train = ["bank", "shop"]\nscreen = ["bank"]\n')
+    certs = tmp_path / "certs"
+    r = subprocess.run(cli_command("certs", "--out", certs, "--federation", fed), cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    err = open(tmp_path / "telco.err", "w")
+    p = subprocess.Popen(cli_command("party", "passive", "--name", "telco", "--listen", f"127.0.0.1:{port}", "--data",
+                                     tmp_path / "telco.csv", "--model-dir", tmp_path / "m", "--federation", fed,
+                                     "--tls-dir", certs), cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
+    children.append(p)
+    assert "listening on" in p.stdout.readline(), (tmp_path / "telco.err").read_text()
+    r = subprocess.run(cli_command("screen", "--federation", fed, "--peer", f"telco=127.0.0.1:{port}", "--data",
+                                   tmp_path / "bank.csv", "--tls-dir", certs, "--mode", "he", "--key-bits", 1024),
+                       cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "telco:#0: IV" in r.stdout
+    r = subprocess.run(cli_command("screen", "--name", "shop", "--peer", f"telco=127.0.0.1:{port}", "--data",
+                                   tmp_path / "bank.csv", "--tls-dir", certs, "--mode", "plain"),
+                       cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 1 and "refuses to screen its features for 'shop'" in r.stderr, r.stderr
+    err.close()
