@@ -6,6 +6,7 @@ import stat
 
 import numpy as np
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from cli import main
@@ -23,6 +24,7 @@ def _run(*args):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
 
+@pytest.mark.slow      # matplotlib's import and a figure: seconds
 def test_screen_writes_csv_json_and_the_chart(tmp_path):
     _tables(tmp_path)
     out = tmp_path / "out"

@@ -90,7 +90,7 @@ def test_a_bin_without_events_is_smoothed_where_optbinning_gives_it_zero():
 counts = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60)), min_size=1, max_size=25)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(counts)
 def test_monotone_merging_gives_monotone_woe(pairs):
     events = np.array([e for e, _ in pairs], dtype=float)
@@ -110,7 +110,7 @@ def test_monotone_merging_gives_monotone_woe(pairs):
     assert (dw >= -1e-9).all() or (dw <= 1e-9).all()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(counts, st.floats(0.01, 0.4))
 def test_min_share_leaves_no_small_bin_and_keeps_monotone(pairs, share):
     events = np.array([e for e, _ in pairs], dtype=float)

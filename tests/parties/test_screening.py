@@ -165,6 +165,7 @@ def test_bad_inputs_get_clear_messages():
         federation(bank, other).screen(mode="plain")
 
 
+@pytest.mark.slow      # several 1024-bit Paillier rounds: seconds
 def test_dp_noise_on_the_counts_is_charged_to_the_ledger(tmp_path):
     bank, telco = frames()
     ledger = tmp_path / "telco.json"
@@ -208,6 +209,7 @@ def test_dp_only_mode_charges_epsilon_per_feature_and_estimates_the_counts(tmp_p
         ScreenParams(mode="dp")
 
 
+@pytest.mark.slow      # several 1024-bit Paillier rounds: seconds
 def test_min_iv_trains_the_same_model_as_the_kept_columns_only():
     bank, telco = frames(500)
     prm = dict(mode="he", key_bits=KEY_BITS, n_estimators=3, max_depth=3)
@@ -237,6 +239,7 @@ def test_min_iv_trains_the_same_model_as_the_kept_columns_only():
         TrainParams(min_iv=0.1, mode="dp")
 
 
+@pytest.mark.slow      # several 1024-bit Paillier rounds: seconds
 def test_the_events_stream_under_a_small_frame_cap():
     """Like training, the encrypted events travel as GradientShard messages under the frame cap."""
     bank, telco = frames(600)
