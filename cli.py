@@ -35,6 +35,7 @@ from vfl.commands.common import (
     dask_options,
     federation_peers,
     max_bytes,
+    min_iv_option,
     net_options,
     party_executor,
     security_from_options,
@@ -43,6 +44,7 @@ from vfl.commands.common import (
 from vfl.commands.evaluation import drift_option, echo_evaluation, passive_drift_option, segment_option
 from vfl.commands.predict import predict
 from vfl.commands.report import report
+from vfl.commands.screen import screen_command
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
 from vfl.core.dp_bins_file import read_dp_bins
 from vfl.core.dp_budget import DP_TREES
@@ -102,6 +104,9 @@ class VFLGroup(click.Group):
 @click.version_option(package_name="vfl-boost")
 def main():
     """Vertical federated gradient boosting (SecureBoost with Paillier; DP-only mode)."""
+
+
+main.add_command(screen_command)
 
 
 def _load_parties(dataset, active, passives, id_col, label_col, parties, allow_text_label=False,
@@ -341,6 +346,7 @@ def _training_options(f):
               help="Fraction of the training rows held out for metric history and early stopping.")
 @_learner_options
 @_credit_options
+@min_iv_option
 @click.option("--jobs", type=click.IntRange(0, 256), default=None,
               help="Worker processes per party for the ciphertext work (0: all cores; default: "
                    "$VFL_N_JOBS, else all cores).")
@@ -671,6 +677,7 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                    "pre-shifted gradient copies' bytes against computation (default: measured on each round's "
                    "gradient message; 100 Mbit/s until measured).")
 @_credit_options
+@min_iv_option
 @net_options
 @dask_options
 def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,

@@ -29,6 +29,7 @@ from parties.dp import booster_class, dp_only_binning, dp_sources
 from parties.monitor import TrainingMonitor
 from parties.psi_align import align_predict, align_train
 from parties.remote import RemoteSource, end_prediction, leaf_mask_fetcher, source_map
+from parties.screen import restore_own_features, select_by_iv
 from parties.settings import Settings
 from protocols import alignment
 from protocols import messages as m
@@ -216,6 +217,12 @@ class ActiveParty:
             raise InputError("early_stopping_rounds needs a validation set")
         weights = self.sample_weight if sample_weight is None else \
             check_sample_weight(sample_weight, len(self.ids), self.name)
+        restore_own_features(self)             # a training after one with min_iv: every own feature again
+        selection = None
+        if params.min_iv is not None:          # screen first, then train on the features at or above the cut
+            if resume is not None:
+                raise InputError("min_iv cannot be combined with resume (the checkpoint holds its own features)")
+            passives, selection = select_by_iv(self, transport, passives, params)
         self._feature_settings(params)         # bad constraints fail before any message
         val = self._validation_data(validation) if validation is not None else None
         if not passives and not self.feature_names:
@@ -227,6 +234,8 @@ class ActiveParty:
         try:    # the passive parties opened a session at the alignment: a failure before the training
                 # loop (which ends with TrainEnd whatever happens) releases it at once
             rows = self._align(transport, passives, params, salt)
+            if selection:                       # min_iv: each passive party trains on the positions it keeps
+                transport.call_many({p: m.FeatureSelect(np.asarray(selection[p], dtype=np.int64)) for p in passives})
             self._read_deferred()
             drift_features = self._drift_features(rows)      # before a low_memory party lets go of its rows
             y = objective.check_labels(self.y_raw[rows], self.name, self.label_col, ids=self.ids[rows])

@@ -14,6 +14,8 @@ A deployment starts from one file every party holds a copy of (see docs/federati
     hosts = ["10.0.0.7"]
     train = ["bank"]             # who may train against telco (default: the active party)
     predict = ["bank", "scorer"] # who may predict against telco (default: the party that trained the model)
+    screen = ["bank"]            # who may screen telco's features (WOE/IV, issue 33; default: nobody)
+    screen_epsilon = 1.0         # DP noise on the screening counts telco returns (optional; default: exact)
 
 :func:`load_federation` parses it with the standard library's ``tomllib`` and checks it; every
 mistake is an :class:`FederationError` naming the file, the table and the key.
@@ -47,7 +49,7 @@ DEFAULT_MIN_NODE_ROWS = 2
 MAX_MIN_NODE_ROWS = 1 << 20
 
 _FED_KEYS = {"active", "min_node_rows"}
-_PARTY_KEYS = {"address", "hosts", "train", "predict", "drift"}
+_PARTY_KEYS = {"address", "hosts", "train", "predict", "drift", "screen", "screen_epsilon"}
 #: what a passive party answers a drift request with (issue 34): PSI per feature by position (the
 #: default: its feature names are not shared), by name, or nothing (it declines)
 DRIFT_POLICIES = ("positions", "names", "decline")
@@ -73,6 +75,8 @@ class PartyEntry:
     train: tuple[str, ...] | None = None        # None: the default (the active party)
     predict: tuple[str, ...] | None = None      # None: the default (the trainer of the model)
     drift: str = "positions"                    # DRIFT_POLICIES: how a passive party answers drift requests
+    screen: tuple[str, ...] = ()                # who may screen this party's features (default: nobody)
+    screen_epsilon: float | None = None         # DP noise on the screening counts it returns (None: exact)
 
     @property
     def cert_names(self) -> frozenset[str]:
@@ -111,6 +115,10 @@ class Federation:
     def trainers(self, passive: str) -> tuple[str, ...]:
         p = self.party(passive)
         return p.train if p.train is not None else (self.active,)
+
+    def screeners(self, passive: str) -> tuple[str, ...]:
+        """The parties allowed to screen ``passive``'s features (WOE/IV; default: nobody)."""
+        return self.party(passive).screen
 
     def predictors(self, passive: str) -> tuple[str, ...] | None:
         """The parties allowed to predict against ``passive``; None: the trainer of each model."""
@@ -215,7 +223,7 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
                 raise _err(path, table, "hosts", f"{h!r} is already a certificate name of party {owner[h]!r}")
             owner[h] = name
         lists = {}
-        for key in ("train", "predict"):
+        for key in ("train", "predict", "screen"):
             if key in t:
                 if name == active:
                     raise _err(path, table, key, "the active party serves no training or prediction (only a "
@@ -230,7 +238,18 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
         if name == active and "drift" in t:
             raise _err(path, table, "drift", "the active party answers no drift requests (only a passive party's "
                                              "table says how it answers them)")
-        entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"), drift)
+        if name in lists.get("screen", ()):
+            raise _err(path, table, "screen", "a party cannot be its own client")
+        eps = t.get("screen_epsilon")
+        if eps is not None:
+            if name == active:
+                raise _err(path, table, "screen_epsilon", "the active party serves no screening")
+            if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < float("inf"):
+                raise _err(path, table, "screen_epsilon", f"expected a number > 0 (the DP epsilon of the screening "
+                                                          f"counts), got {eps!r}")
+            eps = float(eps)
+        entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"), drift,
+                                   lists.get("screen", ()), eps)
     return Federation(str(path), active, entries, int(min_rows))
 
 
@@ -303,6 +322,19 @@ class Access:
             if who not in allowed:
                 raise ProtocolError(f"party {self.party!r} refuses to train for {who!r}: rule 'who may train': "
                                     f"only {list(allowed)} may ({self.federation.path})")
+        return who
+
+    def check_screen(self, client: str) -> str:
+        """The caller's identity if it may screen this party's features (issue 33: a disclosure the
+        party grants in its federation entry's ``screen`` list; default nobody), else a ProtocolError.
+        Without TLS the caller's name is only claimed: the list must grant screening to someone."""
+        who = self.check_train(client)
+        allowed = self.federation.screeners(self.party) if self.federation is not None else ()
+        if (who not in allowed) if self.tls else not allowed:
+            raise ProtocolError(f"party {self.party!r} refuses to screen its features for {who!r}: rule 'who may "
+                                f"screen': only {list(allowed)} may"
+                                + (f" ({self.federation.path}, its [parties.{self.party}] screen list)"
+                                   if self.federation is not None else " (no federation file grants screening)"))
         return who
 
     def check_predict(self, client: str, trainer: str | None, model_id: str) -> str:

@@ -88,6 +88,8 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
         # the stricter of the party's own option and its federation entry
         own = policy.get("drift_policy", federation.party(name).drift)
         policy["drift_policy"] = stricter_drift(own, federation.party(name).drift)
+        if federation.party(name).screen_epsilon is not None:      # the DP noise on its screening counts
+            policy.setdefault("screen_epsilon", federation.party(name).screen_epsilon)
     # a Parquet table of numeric features: ids and the piece plan here, rows read where they are used
     table = open_piece_table(data, name, id_col, categorical)
     table = table if table is not None else _read_csv(data, name, id_col, categorical=categorical).frame

@@ -9,7 +9,8 @@ answered by the handler :data:`HANDLERS` lists for its type, a function
 * alignment (:mod:`parties.passive_align`): salted id hashes and PSI;
 * training (:mod:`parties.passive_train`): setup, key, gradients, histograms, splits, end;
 * prediction (:mod:`parties.passive_predict`): sessions, routing, leaf masks, split gains;
-* DP mode (:mod:`parties.dp`): the one noisy release and split registration.
+* DP mode (:mod:`parties.dp`): the one noisy release and split registration;
+* screening (:mod:`parties.passive_screen`): per-bin event and row counts for WOE/IV, when granted.
 
 Its thresholds live in its own lookup table, saved to its own model file; the
 active party only ever learns ``(party, record_id)``.
@@ -25,7 +26,7 @@ from datasets.errors import InputError, ProtocolError
 from datasets.frames import party_data
 from datasets.loaders import read_party_table
 from datasets.pieces import PieceTable, open_piece_table
-from parties import dp, passive_align, passive_predict, passive_train
+from parties import dp, passive_align, passive_predict, passive_screen, passive_train
 from parties import drift as drift_exchange
 from parties.passive_state import LookupTable, PassiveState
 from protocols import messages as m
@@ -77,6 +78,12 @@ HANDLERS = {
     m.DPReleaseRequest: dp.release,
     m.DPSplitRegister: dp.register_splits,
     m.DriftRequest: drift_exchange.drift_request,
+    m.ScreenSetup: passive_screen.setup,
+    m.ScreenRequest: passive_screen.request,
+    m.ScreenDPRequest: passive_screen.dp_release,
+    m.ScreenMerge: passive_screen.merge,
+    m.ScreenEnd: passive_screen.end,
+    m.FeatureSelect: passive_screen.select_features,
 }
 
 
@@ -188,6 +195,9 @@ class PassiveParty:
     trainer = _state_attr("trainer", "the identity of the client that trained the model (None: not recorded)")
     drift_policy = _state_attr("drift_policy", "drift requests: 'positions' (default), 'names' or 'decline'")
     drift_min_rows = _state_attr("drift_min_rows", "raises the fewest rows a drift run is answered over")
+    # screening (issue 33): whether this party grants it (default: nobody) and the DP noise on its counts
+    screen_allowed = _state_attr("screen_allowed", "whether this party answers a screening (default False)")
+    screen_epsilon = _state_attr("screen_epsilon", "DP epsilon of the noise on the screening counts (None: exact)")
     psi_pending_cap = _state_attr("psi_pending_cap", "pending PSI exchanges kept (older ones are forgotten)")
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
@@ -273,6 +283,11 @@ class PassiveParty:
             raise ProtocolError(f"party {self.name!r} does not accept {type(request).__name__}")
         check_message(request)      # what the decoder checks, also for a message handed over in memory
         dp.guard(self._state, request)
+        if isinstance(request, m.AlignRequest) or (isinstance(request, m.PsiRequest)
+                                                   and request.purpose == m.PsiPurpose.TRAIN):
+            passive_screen.restore_features(self._state)     # a new session: every feature (--min-iv)
+        elif isinstance(request, (m.TrainSetup, m.ScreenSetup)):
+            passive_screen.close_selection(self._state)
         if isinstance(request, (m.PredictStart, m.PsiRequest)) and request.model_hash:
             self.check_model_hash(request.model_hash)
         randomizer = self._state.train.randomizer
@@ -306,6 +321,16 @@ class PassiveParty:
             raise InputError(f"party {self.name!r}: its model {self.model_id!r} is not the one the active party "
                              "trained with (the content hash recorded at training end differs): its lookup table "
                              "file was modified or replaced; restore it or train again")
+
+    def isolated_screening(self):
+        """A context in which an in-process screening runs beside this party's trained model (its
+        training session, salt and features are restored afterwards; ``Federation.screen``)."""
+        return passive_screen.isolated(self._state)
+
+    def screen_bins(self) -> dict[str, list[str]]:
+        """This party's own view of its last screening: per feature the value range of every bin the
+        active party reported (its pooled groups in this party's edges, missing last); never sent."""
+        return passive_screen.local_bins(self._state)
 
     # -- public accessors ---------------------------------------------------
     @property

@@ -62,6 +62,12 @@ class TrainingSession:
     protocol: object = None                    # parties.passive_checks.TrainingProtocol: what is allowed
     randomizer: object = None                  # crypto.obfuscators.ReplyRandomizer: fresh randomness for replies
     settings: Settings = field(default_factory=Settings)   # read once, at TrainSetup
+    screen_mode: str | None = None             # a screening session (parties.passive_screen): its mode
+    screen_epsilon: float | None = None        # ... the DP noise on the counts it returns (inf: none)
+    screen_groups: dict = field(default_factory=dict)   # ... {feature: groups of bins the active party pooled}
+    screen_id: str | None = None               # ... its id
+    screen_max_bin: int = 32                   # ... its bins per feature
+    screen_n_bins: np.ndarray | None = None    # ... the slots per feature it announced (ScreenBins)
     overlap: dict = field(default_factory=lambda: {"eager": 0, "fallback": 0, "partials": 0,
                                                    "partials_before_request": 0})   # root levels, for tests
 
@@ -176,6 +182,11 @@ class PassiveState:
     dp_lifetime_epsilon: float | None = None   # the most epsilon the dataset may spend, over all trainings
     min_node_rows: int = 1                     # the least min_node_rows a TrainSetup may agree (federation)
     trainer: str | None = None                 # who trained the model (bound into the model file, issue 22)
+    screen_allowed: bool = False               # screening granted to the caller (issue 33; default: nobody)
+    screen_epsilon: float | None = None        # DP noise on the screening counts it returns (None: exact)
+    full_features: tuple | None = None         # --min-iv: (X, names, dp_bins) before a FeatureSelect
+    select_open: bool = False                  # a FeatureSelect may come (after an alignment, before a setup)
+    last_screening: object = None              # the session of an in-process screening beside a model
     max_depth: int | None = None               # the model's max_depth (agreed at setup): a row's route budget
     drift_policy: str = "positions"            # drift requests: PSI by position, by name, or "decline"
     drift_min_rows: int = 0                    # raises the fewest rows a drift run is answered over

@@ -108,7 +108,8 @@ class PassiveServer:
 
     #: policy attributes copied onto every :class:`PassiveParty` the server creates or loads
     POLICY = ("allowed_align", "allowed_prediction", "dp_max_epsilon_per_feature", "dp_ledger_path",
-              "dp_lifetime_epsilon", "min_node_rows", "drift_policy", "drift_min_rows")
+              "dp_lifetime_epsilon", "min_node_rows", "drift_policy", "drift_min_rows", "screen_allowed",
+              "screen_epsilon")
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
                  source: str | None = None, policy: dict | None = None,
@@ -262,6 +263,8 @@ class PassiveServer:
             raise ProtocolError(f"party {self.name!r} does not accept {kind}")
         with self._train_lock:
             p = self._need_training(kind, client)
+            if isinstance(request, (m.ScreenSetup, m.ScreenEnd)):
+                return self._on_screen(p, request, who, client)
             if isinstance(request, m.TrainSetup):
                 try:
                     return self._on_setup(request, who)
@@ -289,6 +292,37 @@ class PassiveServer:
                     with self._lock:
                         self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
                 raise
+
+    def _end_session(self, p: PassiveParty) -> None:
+        p.close_executor()
+        with self._lock:
+            if self.training is p:
+                self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
+                self._reopening = None
+
+    def _on_screen(self, p: PassiveParty, request, who: str, client: str):
+        """A screening session (issue 33): its setup needs the caller's grant (the federation entry's
+        ``screen`` list, :meth:`parties.federation.Access.check_screen`); its end, or a refused setup,
+        closes the session (no model file is written)."""
+        if isinstance(request, m.ScreenEnd):
+            try:
+                return p.handle(request)
+            finally:
+                self._end_session(p)
+                log.info("%s: screening %s for %s ended", self.name, request.model_id, who)
+        try:
+            if self.access is not None:
+                self.access.check_screen(client)
+                p.screen_allowed = True
+            reply = p.handle(request)
+        except VFLError as exc:
+            log.warning("%s: screening session of %s ends: its setup was refused (%s)", self.name, who, exc)
+            self._end_session(p)
+            raise
+        log.info("%s: screening %s for %s: %s mode, %d rows aligned, %d features, max_bin %d%s", self.name,
+                 request.model_id, who, request.mode, p.n_aligned, len(p.feature_names), request.max_bin,
+                 "" if p.screen_epsilon is None else f", DP noise epsilon {p.screen_epsilon}")
+        return reply
 
     def _on_training_message(self, p: PassiveParty, request, who: str):
         if isinstance(request, m.TrainEnd):

@@ -521,6 +521,92 @@ class DriftReply:
     reason: str = text(512, default="")
 
 
+# --- feature screening (issue 33): WOE/IV over the encrypted histogram -------
+@register
+@dataclass
+class ScreenSetup:
+    """Open a screening instead of a training, right after the alignment (the same who-may-train
+    rule; the passive party also requires its own grant to screen). The session then takes one
+    key, one round of packed (event, 1) pairs (``GradientsStart`` + ``GradientShard``, round 0) and
+    one :class:`ScreenRequest`: no training request. Mode ``dp``: no key and no gradients, one
+    :class:`ScreenDPRequest` instead."""
+    model_id: str = text(ID_CHARS, nonempty=True)       # the screening's id
+    mode: str = text(16)                                # "he", "plain" or "dp"
+    max_bin: int = count(2, MAX_BINS - 1)
+    scheme: str = text(16, default=PAILLIER)
+
+    def validate(self) -> None:
+        if self.mode not in ("he", "plain", "dp"):
+            raise ProtocolError(f"ScreenSetup.mode: {self.mode!r} is not one of he, plain, dp")
+        if self.scheme not in SCHEMES:
+            raise ProtocolError(f"ScreenSetup.scheme: {self.scheme!r} is not one of {', '.join(SCHEMES)}")
+
+
+@register
+@dataclass
+class ScreenBins:
+    """Slots per feature (value bins, the missing slot last) of the screening's bins; no edge.
+    ``epsilon``: the DP noise the party adds to every count it returns (inf: exact counts)."""
+    n_bins: np.ndarray = array("int", 1, min=2)
+    epsilon: float = number(min=0.0, finite=False, default=float("inf"))
+
+
+@register
+@dataclass
+class ScreenRequest:
+    """The screening's one histogram: per slot of every feature, the sum of the round's packed
+    (event, 1) pairs over the slot's rows."""
+    model_id: str = text(ID_CHARS, nonempty=True)
+
+
+@register
+@dataclass
+class ScreenResponse:
+    """Compressed (and re-randomised) slot sums in flat (feature, slot) order, as a
+    :class:`HistogramResponse`; with DP noise (``ScreenBins.epsilon`` finite) both digits of every slot
+    carry two-sided geometric noise, the row digit a public offset too (parties.passive_screen)."""
+    n_values: int = count()
+    values: BigInts = field()
+
+
+@register
+@dataclass
+class ScreenDPRequest:
+    """Mode dp: release every aligned row's bucket of every feature once, ``epsilon_per_feature``-LDP
+    (randomised response over the feature's slots)."""
+    model_id: str = text(ID_CHARS, nonempty=True)
+    epsilon_per_feature: float = number(min=0.0, finite=False)
+
+    def validate(self) -> None:
+        if not self.epsilon_per_feature > 0:
+            raise ProtocolError("ScreenDPRequest.epsilon_per_feature: must be positive")
+
+
+@register
+@dataclass
+class ScreenMerge:
+    """The bins the active party pooled (monotone WOE, minimum share): per feature its number of
+    value bins' groups, and for every value bin its group (consecutive runs 0, 1, ...): bin indices,
+    never a value. The passive party keeps what each group means in its own values."""
+    model_id: str = text(ID_CHARS, nonempty=True)
+    group_of_bin: np.ndarray = array("int", 1, min=0)     # int32, value bins of every feature, in order
+
+
+@register
+@dataclass
+class ScreenEnd:
+    """The screening is over: the passive party frees its rows and closes the session."""
+    model_id: str = text(ID_CHARS, nonempty=True)
+
+
+@register
+@dataclass
+class FeatureSelect:
+    """``--min-iv`` (issue 33): train on these of the receiver's feature positions only (sent after the
+    alignment, before ``TrainSetup``); the names stay with their owner."""
+    positions: np.ndarray = array("int", 1, min=0, nonempty=True)     # int64, increasing
+
+
 # --- declared request -> reply pairs (checked once, in the transport) ---------
 #: every request type and the reply types it expects (besides an :class:`ErrorReply`)
 REPLIES: dict[type, tuple[type, ...]] = {
@@ -546,4 +632,10 @@ REPLIES: dict[type, tuple[type, ...]] = {
     EvalStart: (Ack,),
     SplitGains: (Ack,),
     DriftRequest: (DriftReply,),
+    ScreenSetup: (ScreenBins,),
+    ScreenRequest: (ScreenResponse,),
+    ScreenDPRequest: (DPRelease,),
+    ScreenMerge: (Ack,),
+    ScreenEnd: (Ack,),
+    FeatureSelect: (Ack,),
 }

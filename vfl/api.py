@@ -20,6 +20,7 @@ parties floor) for the networked commands, which wires gRPC transports.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -37,6 +38,7 @@ from parties.active import ActiveParty
 from parties.channel import ASSUMED_LINK_MBPS
 from parties.drift import DriftRun, with_last
 from parties.passive import PassiveParty
+from parties.screen import ScreenParams, ScreenResult, screen
 from protocols.transport import InMemoryTransport, frame_handler
 from vfl.core import credit_metrics, metrics
 from vfl.core.dp_bins_file import check_dp_bins
@@ -45,8 +47,8 @@ from vfl.core.model import BoostedModel, read_model_json
 from vfl.core.objectives import check_sample_weight, get_objective
 from vfl.core.params import DEFAULT_PREDICTION, Mode, Objective, TrainParams, check_monotone
 
-__all__ = ["ActiveParty", "PassiveParty", "Federation", "TrainParams", "load_federation", "read_party_table",
-           "federation_from_files"]
+__all__ = ["ActiveParty", "PassiveParty", "Federation", "TrainParams", "ScreenParams", "ScreenResult",
+           "load_federation", "read_party_table", "federation_from_files"]
 
 
 def _is_path(data) -> bool:
@@ -110,6 +112,25 @@ class Federation:
             val_active = validation[self.active.name]
         return self.active.fit(self.transport, list(self.passives), params, on_round, validation=val_active,
                                observers=observers, sample_weight=sample_weight)
+
+    def screen(self, params: ScreenParams | None = None, **kwargs) -> ScreenResult:
+        """Screen every feature of every party before training (issue 33): per feature its bins, rows
+        and events per bin, WOE per bin, IV and the share of missing values
+        (:class:`parties.screen.ScreenResult`). Binary labels only. ``kwargs`` are
+        :class:`parties.screen.ScreenParams` fields (``mode``, ``scheme``, ``key_bits``, ``max_bin``,
+        ``monotone``, ``min_share``, ``dp_epsilon_per_feature``). Each passive party must grant it
+        (``party.screen_allowed = True``; its ``screen_epsilon`` adds DP noise to its counts). The
+        passive parties' feature names are filled in from the party objects this process holds; on
+        the wire they never travel."""
+        if params is None:
+            params = ScreenParams(**kwargs)
+        elif kwargs:
+            raise InputError("give either params or keyword screening options, not both")
+        with contextlib.ExitStack() as stack:       # the parties' trained model keeps predicting afterwards
+            for p in self.passives.values():
+                stack.enter_context(p.isolated_screening())
+            return screen(self.active, self.transport, list(self.passives), params,
+                          names={n: list(p.feature_names) for n, p in self.passives.items()})
 
     @classmethod
     def from_files(cls, active: tuple[str, str | os.PathLike], passives: dict[str, str | os.PathLike],
@@ -567,6 +588,9 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
             p.dp_lifetime_epsilon = dp_lifetime_epsilon
     elif dp_lifetime_epsilon is not None:
         raise InputError("dp_lifetime_epsilon needs dp_ledger_dir (where each party counts its spending)")
+    if params.min_iv is not None:       # the simulation holds every party: each grants the screening
+        for p in fed.passives.values():
+            p.screen_allowed = True
     t0 = time.perf_counter()
     fed.fit(params, on_round=on_round, validation=validation)
     train_seconds = time.perf_counter() - t0
@@ -611,4 +635,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         result.update(fed.active.dp_report)
     if model.dp_model is not None:   # --dp-model: mechanism, epsilon (delta), the per-tree budget split
         result["dp_model"] = model.dp_model
+    screening = getattr(fed.active, "screening", None)
+    if params.min_iv is not None and screening is not None:     # --min-iv: what the screening kept
+        result["min_iv"] = {"cut": params.min_iv, "iv": screening.iv(), "kept": screening.kept(params.min_iv)}
     return fed, result, test[0].frame[test[0].id_col].to_numpy(), proba

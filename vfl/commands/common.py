@@ -149,3 +149,11 @@ def check_timeouts(timeout: float, connect_timeout: float | None) -> None:
     check_seconds(timeout, "--timeout")
     if connect_timeout is not None:
         check_seconds(connect_timeout, "--connect-timeout")
+
+
+def min_iv_option(f):
+    """``--min-iv`` of `vfl simulate` and `vfl party active` (issue 33): TrainParams ``min_iv``."""
+    return click.option("--min-iv", "min_iv", type=click.FloatRange(0, 100), default=None,
+                        help="Screen every feature first (WOE/IV, docs/screening.md; each passive party must grant "
+                             "screening) and train only on those with an information value at least this (e.g. "
+                             "0.02); each passive party is told the positions it keeps, names stay private.")(f)

@@ -148,6 +148,9 @@ class TrainParams:
     # --- trust (issue 22): no histogram of a node with fewer (sampled) rows than this; agreed with the
     # passive parties at setup (a federation setting). 2: the smallest node ever split, so no model changes
     min_node_rows: int = 2
+    # --- screening (issue 33): drop every feature whose information value is below this before training
+    # (the passive parties screened as in parties/screen.py; each told the positions it keeps); None: keep all
+    min_iv: float | None = None
 
     @classmethod
     def default(cls, name: str):
@@ -184,6 +187,11 @@ class TrainParams:
         num("min_child_weight", 0, 1e12)
         num("gamma", 0, 1e12)
         num("min_node_rows", 1, 1 << 20, integer=True)
+        if self.min_iv is not None:
+            num("min_iv", 0.0, 100.0)
+            if self.mode == Mode.DP:
+                raise InputError("min_iv (drop features below an IV cut before training) screens with exact counts: "
+                                 "not in mode dp; screen with `vfl screen --mode dp` and train on the kept columns")
         num("key_bits", integer=True)
         num("precision_bits", 8, 48, integer=True)
         num("seed", 0, integer=True)
