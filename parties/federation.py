@@ -14,6 +14,8 @@ A deployment starts from one file every party holds a copy of (see docs/federati
     hosts = ["10.0.0.7"]
     train = ["bank"]             # who may train against telco (default: the active party)
     predict = ["bank", "scorer"] # who may predict against telco (default: the party that trained the model)
+    serve_requests_per_second = 50   # online scoring: each caller's rate limit at telco (optional)
+    serve_rows_per_day = 100000      # online scoring: each caller's applicants per UTC day (optional)
 
 :func:`load_federation` parses it with the standard library's ``tomllib`` and checks it; every
 mistake is an :class:`FederationError` naming the file, the table and the key.
@@ -47,7 +49,10 @@ DEFAULT_MIN_NODE_ROWS = 2
 MAX_MIN_NODE_ROWS = 1 << 20
 
 _FED_KEYS = {"active", "min_node_rows"}
-_PARTY_KEYS = {"address", "hosts", "train", "predict"}
+_PARTY_KEYS = {"address", "hosts", "train", "predict", "serve_requests_per_second", "serve_rows_per_day"}
+#: the largest online scoring limits a federation may set (beyond them: a typo)
+MAX_SERVE_RATE = 1e6
+MAX_SERVE_ROWS_PER_DAY = 10 ** 12
 
 
 class FederationError(InputError):
@@ -62,6 +67,8 @@ class PartyEntry:
     hosts: tuple[str, ...] = ()
     train: tuple[str, ...] | None = None        # None: the default (the active party)
     predict: tuple[str, ...] | None = None      # None: the default (the trainer of the model)
+    serve_requests_per_second: float | None = None  # online scoring: per-caller rate limit (None: none)
+    serve_rows_per_day: int | None = None           # online scoring: per-caller applicants per UTC day
 
     @property
     def cert_names(self) -> frozenset[str]:
@@ -139,6 +146,25 @@ def _host(path, table, value) -> str:
     return value
 
 
+def _serve_limits(path, table: str, t: dict, active: bool) -> dict:
+    """A passive party's online scoring limits (``serve_requests_per_second``, ``serve_rows_per_day``)."""
+    out = {}
+    for key, integer, top in (("serve_requests_per_second", False, MAX_SERVE_RATE),
+                              ("serve_rows_per_day", True, MAX_SERVE_ROWS_PER_DAY)):
+        if key not in t:
+            continue
+        if active:
+            raise _err(path, table, key, "the active party serves no online scoring (a passive party's table sets "
+                                         "the limits it applies)")
+        v = t[key]
+        ok = not isinstance(v, bool) and (isinstance(v, int) if integer else isinstance(v, (int, float)))
+        if not ok or not 0 < v <= top:
+            kind = "an integer" if integer else "a number"
+            raise _err(path, table, key, f"expected {kind} more than 0 and at most {top:g}, got {v!r}")
+        out[key] = int(v) if integer else float(v)
+    return out
+
+
 def parse_federation(data: dict, path="federation.toml") -> Federation:
     """Check a parsed federation file (a dict, as ``tomllib`` gives it)."""
     if not isinstance(data, dict):
@@ -213,7 +239,8 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
         if name in lists.get("train", ()) or name in lists.get("predict", ()):
             raise _err(path, table, "train" if name in lists.get("train", ()) else "predict",
                        "a party cannot be its own client")
-        entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"))
+        limits = _serve_limits(path, table, t, name == active)
+        entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"), **limits)
     return Federation(str(path), active, entries, int(min_rows))
 
 

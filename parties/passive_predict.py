@@ -18,7 +18,7 @@ import pandas as pd
 from datasets.errors import InputError, ProtocolError
 from datasets.frames import party_data
 from datasets.pieces import PieceTable
-from parties.dp import check_prediction_ids
+from parties.dp import check_prediction_ids, id_digests
 from parties.passive_state import PassiveState
 from protocols import alignment
 from protocols import messages as m
@@ -163,3 +163,45 @@ def split_gains(s: PassiveState, req: m.SplitGains) -> m.Ack:
     for r, gain in zip(rec.tolist(), np.asarray(req.gains, dtype=np.float64).tolist()):
         s.table.records[r]["gain"] = float(gain)
     return m.Ack({"n_records": int(rec.size)})
+
+
+# -- online scoring (vfl serve; the channels, quotas and audit: parties/passive_online.py) ------
+def serve_index(s: PassiveState) -> tuple[dict, object]:
+    """``({hashed id: row}, X)`` of the prediction rows under the model's salt: the id index of
+    online scoring. Rows released in a DP-only training (mode dp) are left out: online they are
+    answered as unknown applicants (by the default directions), never by their true values."""
+    ids, X = s.prediction_data()
+    hashes = alignment.hash_ids(ids, s.salt)
+    keep = np.ones(len(ids), dtype=bool)
+    if s.dp_training_ids is not None and len(ids):
+        keep = ~np.isin(id_digests(ids), s.dp_training_ids)
+    index = {}
+    for i in np.flatnonzero(keep).tolist():
+        key = hashes[i].tobytes()
+        if key in index:
+            raise InputError(f"party {s.name!r}: id {ids[i]!r} appears more than once in its table: online scoring "
+                             "needs unique ids")
+        index[key] = i
+    return index, X
+
+
+def serve_plan(s: PassiveState, req: m.ServeOpen) -> tuple[Skeleton, np.ndarray, np.ndarray, np.ndarray]:
+    """A scoring channel's skeleton, checked against this party's records, and what answering it
+    takes: ``(skeleton, own flat nodes, their record ids, their feature columns)``."""
+    s.check_allowed(Prediction.ONE_ROUND, s.allowed_prediction, "prediction")
+    s.check_model(req.model_id)
+    sk = Skeleton(req.tree_sizes, req.left, req.right, req.record_ids).validate(len(s.table))
+    own = np.flatnonzero(sk.record_ids >= 0)
+    rec = sk.record_ids[own]
+    return sk, own, rec, s.table.features(rec)
+
+
+def serve_masks(s: PassiveState, plan, X_rows: np.ndarray) -> np.ndarray:
+    """The leaf masks of ``X_rows`` (NaN rows: unknown applicants, by the default directions)."""
+    sk, own, rec, feats = plan
+    size = int(sk.mask_bytes().astype(object).sum()) * len(X_rows)
+    if size > MAX_MASK_BYTES:
+        raise ProtocolError(f"ScoreRequest: the masks of {len(X_rows)} rows would take {size} bytes, more than "
+                            f"party {s.name!r} builds ({MAX_MASK_BYTES})")
+    go_left = s.table.go_left(rec[None, :], X_rows[:, feats])
+    return leaf_masks(sk, own, go_left)
