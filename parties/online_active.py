@@ -34,7 +34,7 @@ from datasets.frames import party_data
 from parties.serve_metrics import ServeMetrics
 from protocols import alignment
 from protocols import messages as m
-from vfl.core.leafmask import leaf_masks
+from vfl.core.flat_trees import FlatTrees
 from vfl.core.model import BoostedModel
 from vfl.core.objectives import get_objective
 
@@ -69,7 +69,7 @@ class ModelVersion:
     loaded_at: float
     owners: list = field(default_factory=list)           # passive parties owning a split
     skeletons: dict = field(default_factory=dict)        # party -> Skeleton (what its ServeOpen carries)
-    defaults: dict = field(default_factory=dict)         # party -> (1, W) masks by its default directions
+    trees: FlatTrees | None = None                       # the trees as arrays (routing, default directions)
     channels: dict = field(default_factory=dict)         # party -> channel id
     opened: set = field(default_factory=set)             # parties whose channel is open
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -83,13 +83,10 @@ class ModelVersion:
         model = BoostedModel.load(path)
         v = cls(model, str(path), time.time())
         v.owners = model.node_owners()
-        sk_active = model.skeleton(model.active_party)
+        v.trees = FlatTrees(model)
         for p in v.owners:
-            sk = model.skeleton(p)
-            v.skeletons[p] = sk
-            v.defaults[p] = _default_masks(model, p, sk)
+            v.skeletons[p] = model.skeleton(p)
             v.channels[p] = secrets.token_hex(12)
-        v.active_skeleton = sk_active
         return v
 
     def features(self, ids: list, rows: list[dict], id_col: str = "id") -> np.ndarray:
@@ -154,22 +151,6 @@ class ModelVersion:
 
 def _jsonable(v):
     return v.item() if isinstance(v, np.generic) else v
-
-
-def _default_masks(model: BoostedModel, party: str, sk) -> np.ndarray:
-    """One row of ``party``'s masks when it knows nothing of the applicant: every one of its nodes
-    sends the row to its default (missing-value) side, as the party itself does for a missing value."""
-    trees = [t for rnd in model.rounds[:model.default_rounds] for t in rnd]     # as model.skeleton() has them
-    own, go = [], []
-    start = 0
-    for tree in trees:
-        for node in tree.nodes:
-            if not node.is_leaf and node.owner == party:
-                own.append(start + node.node_id)
-                go.append(bool(node.default_left))
-        start += len(tree.nodes)
-    go_left = np.array(go, dtype=bool).reshape(1, -1)
-    return leaf_masks(sk, np.array(own, dtype=np.int64), go_left)
 
 
 @dataclass
@@ -246,7 +227,9 @@ class OnlineScorer:
         n = len(ids)
         self.metrics.batch.observe(n)
         hashes = alignment.hash_ids(ids, bytes.fromhex(v.model.salt))
-        masks, unknown, degraded = {}, {}, {}
+        trees = v.trees
+        decisions = {v.model.active_party: trees.active_decisions(X)} if v.model.active_party in trees.nodes else {}
+        unknown, degraded = {}, {}
         if v.owners:
             pool_results = {}
             threads = []
@@ -270,18 +253,19 @@ class OnlineScorer:
                     self.metrics.errors.labels(kind, p).inc()
                     if self.require_all:
                         raise PartyUnavailable(p, why)
-                    masks[p] = np.repeat(v.defaults[p], n, axis=0)
+                    decisions[p] = np.repeat(trees.default_left[p][None, :], n, axis=0)
                     degraded[p] = why
                     self.metrics.fallback.labels(p, kind).inc(n)
                 else:
-                    resp = got
-                    masks[p] = resp.masks
+                    resp, k = got, len(trees.nodes[p])
+                    if resp.decisions.shape != (n, (k + 7) // 8) or resp.known.shape != (n,):
+                        raise PeerError(f"party {p!r} answered decisions of shape {resp.decisions.shape} and "
+                                        f"{resp.known.shape} known flags for {n} applicants and {k} nodes")
+                    decisions[p] = np.unpackbits(resp.decisions, axis=1, count=k).astype(bool)
                     unknown[p] = ~np.asarray(resp.known, dtype=bool)
-                    if len(unknown[p]) != n:
-                        raise PeerError(f"party {p!r} answered {len(unknown[p])} applicants for {n}")
                     if unknown[p].any():
                         self.metrics.fallback.labels(p, "unknown applicant").inc(int(unknown[p].sum()))
-        raw = v.model.predict_raw_one_round(X, lambda owner, _sk: masks[owner])
+        raw = trees.raw(decisions)
         self.metrics.rows.inc(n)
         return BatchResult(raw, unknown, degraded)
 

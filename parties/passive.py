@@ -375,8 +375,8 @@ class PassiveParty:
             self.check_model_hash(request.model_hash)
         return passive_predict.serve_plan(self._state, request)
 
-    def serve_masks(self, plan, X_rows):
-        return passive_predict.serve_masks(self._state, plan, X_rows)
+    def serve_decisions(self, plan, X_rows):
+        return passive_predict.serve_decisions(self._state, plan, X_rows)
 
     def clear_prediction_data(self) -> None:
         """Answer prediction queries about the training rows again."""

@@ -4,7 +4,7 @@ quotas and the audit log.
 * ``ServeOpen`` -> ``Ack``: a long-lived channel for one model; the skeleton is sent and checked
   against this party's records once (the rules of batch prediction apply: one-round prediction
   allowed, the caller may predict with the model, the model hash matches).
-* ``ScoreRequest`` -> ``ScoreResponse``: leaf masks for a few applicants, found by their hashed
+* ``ScoreRequest`` -> ``ScoreResponse``: this party's decisions at its nodes for a few applicants, found by their hashed
   ids in an index of the current table (built at start and after every reload); an applicant the
   table does not hold is answered by this party's default (missing-value) directions and flagged
   ``known = False``. Or ``ScoreRefused`` when the caller is past its limits.
@@ -234,7 +234,7 @@ class OnlineScoring:
                 rows[known] = X[pos[known]]
             with ch.lock:
                 ch.last_used = self.clock()
-            masks = party.serve_masks(ch.plan, rows)
+            decisions = party.serve_decisions(ch.plan, rows)
         except Exception as exc:
             self._record(entry, "error", type(exc).__name__)
             self.metrics.errors.labels(type(exc).__name__, client).inc()
@@ -248,7 +248,7 @@ class OnlineScoring:
             self.metrics.unknown.labels(client).inc(entry["unknown"])
         self.metrics.batch.observe(n)
         self.metrics.latency.observe(time.perf_counter() - t0)
-        return m.ScoreResponse(masks, known)
+        return m.ScoreResponse(decisions, known)
 
     def _charge(self, client: str, n: int):
         """None if ``client`` may have ``n`` more applicants scored now (they are counted), else

@@ -196,12 +196,12 @@ def serve_plan(s: PassiveState, req: m.ServeOpen) -> tuple[Skeleton, np.ndarray,
     return sk, own, rec, s.table.features(rec)
 
 
-def serve_masks(s: PassiveState, plan, X_rows: np.ndarray) -> np.ndarray:
-    """The leaf masks of ``X_rows`` (NaN rows: unknown applicants, by the default directions)."""
-    sk, own, rec, feats = plan
-    size = int(sk.mask_bytes().astype(object).sum()) * len(X_rows)
-    if size > MAX_MASK_BYTES:
-        raise ProtocolError(f"ScoreRequest: the masks of {len(X_rows)} rows would take {size} bytes, more than "
-                            f"party {s.name!r} builds ({MAX_MASK_BYTES})")
-    go_left = s.table.go_left(rec[None, :], X_rows[:, feats])
-    return leaf_masks(sk, own, go_left)
+def serve_decisions(s: PassiveState, plan, X_rows: np.ndarray) -> np.ndarray:
+    """This party's decisions at its own nodes of the channel (in node order) for ``X_rows``
+    (NaN rows: unknown applicants, by the default directions), packed along axis 1."""
+    _, _, rec, feats = plan
+    if len(rec) * len(X_rows) > MAX_MASK_BYTES * 8:
+        raise ProtocolError(f"ScoreRequest: {len(X_rows)} rows x {len(rec)} nodes is more than party {s.name!r} "
+                            "answers")
+    go_left = s.table.go_left(rec[None, :], X_rows[:, feats]) if len(rec) else np.zeros((len(X_rows), 0), bool)
+    return np.packbits(np.asarray(go_left, dtype=bool), axis=1)

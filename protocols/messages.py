@@ -443,8 +443,11 @@ class ScoreRequest:
 @register
 @dataclass
 class ScoreResponse:
-    """The leaf masks (as :class:`LeafMaskResponse`) and, per applicant, whether the sender knew it."""
-    masks: np.ndarray = array("uint8", 2)
+    """Per applicant, the sender's decision (goes left) at each of its own nodes of the channel's
+    skeleton, in node order, packed (``np.packbits`` along axis 1): the same information as its leaf
+    masks (a mask reveals the sender's decision at all of its nodes), fewer bytes and no mask
+    arithmetic on either side; and whether the sender knew the applicant."""
+    decisions: np.ndarray = array("uint8", 2)     # (n_rows, ceil(own nodes / 8))
     known: np.ndarray = array("bool", 1)
 
 
