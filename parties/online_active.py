@@ -321,8 +321,11 @@ class _Item:
 
 
 class MicroBatcher:
-    """Gathers concurrent requests into batches of at most ``max_rows`` rows, closed after
-    ``max_wait`` seconds, scored by ``scorer`` on ``workers`` threads. Each request's future gets
+    """Gathers concurrent requests into batches of at most ``max_rows`` rows, scored by ``scorer``
+    with at most ``workers`` batches in flight. A batch opens with its first request and closes at
+    ``max_rows`` rows, or ``max_wait`` seconds after it opened once a worker is free: while every
+    worker is busy, requests keep joining the waiting batch (under load, batches grow by themselves
+    instead of queueing one round trip per request). Each request's future gets
     ``(raw rows, {party: unknown flags}, {party: reason})`` or the batch's error."""
 
     def __init__(self, scorer: OnlineScorer, max_rows: int = 64, max_wait: float = 0.002, workers: int = 4):
@@ -331,6 +334,7 @@ class MicroBatcher:
         self.scorer, self.max_rows, self.max_wait = scorer, int(max_rows), float(max_wait)
         self._queue: queue.Queue = queue.Queue()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vfl-batch")
+        self._free = threading.Semaphore(workers)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vfl-batcher", daemon=True)
         self._thread.start()
@@ -355,12 +359,18 @@ class MicroBatcher:
                 return
             batch, rows = [first], len(first.ids)
             close_at = time.monotonic() + self.max_wait
+            free = False
             while rows < self.max_rows:
-                left = close_at - time.monotonic()
+                if not free:            # a free worker: from now on the batch closes at close_at
+                    free = self._free.acquire(blocking=False)
+                # every worker busy: take arrivals and look for a free worker again within a millisecond
+                left = close_at - time.monotonic() if free else 0.001
                 try:
                     nxt = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
                 except queue.Empty:
-                    break
+                    if free:
+                        break
+                    continue
                 if nxt is None:
                     self._stop.set()
                     break
@@ -369,11 +379,20 @@ class MicroBatcher:
                     break
                 batch.append(nxt)
                 rows += len(nxt.ids)
+            if not free:
+                self._free.acquire()
             self._pool.submit(self._score, batch)
         if carry is not None:
+            self._free.acquire()
             self._pool.submit(self._score, [carry])
 
     def _score(self, batch: list[_Item]) -> None:
+        try:
+            self._score_batch(batch)
+        finally:
+            self._free.release()
+
+    def _score_batch(self, batch: list[_Item]) -> None:
         now = time.monotonic()
         live = []
         for it in batch:
