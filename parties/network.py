@@ -125,6 +125,8 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     metrics = PassiveMetrics()
     audit = AuditLog(audit_log) if audit_log is not None else None
     gate = _Gate(name)
+    if hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)      # while the table loads: nothing to reload yet
     server = PartyServer(name, gate, listen, security, max_frame_bytes=max_frame_bytes)
     port = server.start()         # NOT_SERVING until the table is loaded
     stop = stop_event or threading.Event()
