@@ -123,15 +123,15 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     if federation is not None:
         policy.setdefault("min_node_rows", federation.min_node_rows)
     metrics = PassiveMetrics()
-    audit = AuditLog(audit_log) if audit_log is not None else None
     gate = _Gate(name)
     if hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGHUP, signal.SIG_IGN)      # while the table loads: nothing to reload yet
     server = PartyServer(name, gate, listen, security, max_frame_bytes=max_frame_bytes)
     port = server.start()         # NOT_SERVING until the table is loaded
     stop = stop_event or threading.Event()
-    watcher = None
+    watcher = audit = None
     try:
+        audit = AuditLog(audit_log) if audit_log is not None else None
         table = table_loader(data, name, id_col, categorical)
         vf = _read_csv(validation_data, name, id_col, categorical=categorical) if validation_data is not None \
             else None

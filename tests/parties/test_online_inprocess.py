@@ -250,3 +250,28 @@ def test_json_log_lines():
     doc = json.loads(JsonLinesFormatter().format(rec))
     assert doc["level"] == "warning" and doc["logger"] == "vfl.serve" and doc["message"] == "party 'telco': down"
     assert doc["time"].endswith("+00:00")
+
+
+@pytest.fixture
+def _restore_logging():
+    saved = {n: (list(lg.handlers), lg.level, lg.propagate) for n in ("vfl", "uvicorn")
+             for lg in [logging.getLogger(n)]}
+    yield
+    for n, (handlers, level, propagate) in saved.items():
+        lg = logging.getLogger(n)
+        lg.handlers[:], lg.level, lg.propagate = handlers, level, propagate
+
+
+def test_vfl_serve_refuses_bad_options_with_clear_errors(tmp_path, _restore_logging):
+    pytest.importorskip("fastapi")
+    from click.testing import CliRunner
+
+    from cli import main
+    runner = CliRunner()
+    r = runner.invoke(main, ["serve", "--model-dir", str(tmp_path / "none"), "--peer", "telco=127.0.0.1:1",
+                             "--insecure"])
+    assert r.exit_code == 1 and f"model directory {tmp_path / 'none'} does not exist" in r.output
+    r = runner.invoke(main, ["serve", "--model-dir", str(tmp_path), "--http-cert", "c.pem", "--insecure"])
+    assert r.exit_code == 2 and "--http-cert and --http-key go together" in r.output
+    r = runner.invoke(main, ["serve", "--model-dir", str(tmp_path), "--retry-seconds", "-1", "--insecure"])
+    assert r.exit_code == 1 and "--retry-seconds must be 0..3600 seconds, got -1.0" in r.output
