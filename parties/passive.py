@@ -364,9 +364,15 @@ class PassiveParty:
         passive_predict.load_prediction_data(self._state, frame, source)
 
     # -- online scoring (parties/passive_online.py) ---------------------------
-    def serve_index(self) -> tuple[dict, object]:
-        """``({hashed id: row}, X)`` of the prediction rows (:func:`passive_predict.serve_index`)."""
+    def serve_index(self):
+        """The id index of online scoring (:func:`passive_predict.serve_index`)."""
         return passive_predict.serve_index(self._state)
+
+    @staticmethod
+    def serve_rows(index, hashes):
+        """Table rows of hashed ids in an index of :meth:`serve_index` (-1: unknown)."""
+        sorted_hashes, rows, _ = index
+        return passive_predict.serve_rows(sorted_hashes, rows, hashes)
 
     def serve_plan(self, request):
         """A scoring channel's checked skeleton (:func:`passive_predict.serve_plan`)."""

@@ -162,11 +162,11 @@ class OnlineScoring:
             if have is not None and have[0] == self.server.table_version:
                 return have
             party, version = self.server.prediction_party(mid)
-            index, X = party.serve_index()
-            entry = (version, party, index, X)
+            index = party.serve_index()
+            entry = (version, party, index, index[2])
             self._indexes[mid] = entry
             log.info("%s: model %s: online id index of %d rows (table version %d)", self.server.name, mid,
-                     len(index), version)
+                     len(index[1]), version)
             return entry
 
     # -- requests -------------------------------------------------------------
@@ -227,7 +227,7 @@ class OnlineScoring:
             return m.ScoreRefused(rule, message, retry)
         try:
             _, party, index, X = self._index(ch.model_id)
-            pos = np.fromiter((index.get(h.tobytes(), -1) for h in req.hashes), dtype=np.int64, count=n)
+            pos = party.serve_rows(index, req.hashes)
             known = pos >= 0
             rows = np.full((n, len(party.feature_names)), np.nan)
             if known.any():

@@ -166,23 +166,27 @@ def split_gains(s: PassiveState, req: m.SplitGains) -> m.Ack:
 
 
 # -- online scoring (vfl serve; the channels, quotas and audit: parties/passive_online.py) ------
-def serve_index(s: PassiveState) -> tuple[dict, object]:
-    """``({hashed id: row}, X)`` of the prediction rows under the model's salt: the id index of
-    online scoring. Rows released in a DP-only training (mode dp) are left out: online they are
-    answered as unknown applicants (by the default directions), never by their true values."""
+def serve_index(s: PassiveState) -> tuple[object, np.ndarray, object]:
+    """``(sorted hashed ids, their rows, X)``: the id index of online scoring over the prediction
+    rows under the model's salt (:func:`serve_rows` looks applicants up in it; no Python object per
+    row). Rows released in a DP-only training (mode dp) are left out: online they are answered as
+    unknown applicants (by the default directions), never by their true values."""
     ids, X = s.prediction_data()
     hashes = alignment.hash_ids(ids, s.salt)
-    keep = np.ones(len(ids), dtype=bool)
+    rows = np.arange(len(ids), dtype=np.int64)
     if s.dp_training_ids is not None and len(ids):
-        keep = ~np.isin(id_digests(ids), s.dp_training_ids)
-    index = {}
-    for i in np.flatnonzero(keep).tolist():
-        key = hashes[i].tobytes()
-        if key in index:
-            raise InputError(f"party {s.name!r}: id {ids[i]!r} appears more than once in its table: online scoring "
-                             "needs unique ids")
-        index[key] = i
-    return index, X
+        rows = rows[~np.isin(id_digests(ids), s.dp_training_ids)]
+    try:
+        index = alignment.check_unique_hashes(hashes[rows], s.name, "ids in its table")
+    except InputError as exc:
+        raise InputError(f"{exc}: online scoring needs unique ids") from None
+    return index, rows, X
+
+
+def serve_rows(index, rows: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+    """The table row of every hashed id (-1: not in the table)."""
+    pos = alignment.find_rows(index, hashes)
+    return np.where(pos >= 0, rows[np.maximum(pos, 0)], -1) if len(rows) else pos
 
 
 def serve_plan(s: PassiveState, req: m.ServeOpen) -> tuple[Skeleton, np.ndarray, np.ndarray, np.ndarray]:

@@ -275,3 +275,16 @@ def test_vfl_serve_refuses_bad_options_with_clear_errors(tmp_path, _restore_logg
     assert r.exit_code == 2 and "--http-cert and --http-key go together" in r.output
     r = runner.invoke(main, ["serve", "--model-dir", str(tmp_path), "--retry-seconds", "-1", "--insecure"])
     assert r.exit_code == 1 and "--retry-seconds must be 0..3600 seconds, got -1.0" in r.output
+
+
+def test_find_rows_agrees_with_a_dictionary():
+    rng = np.random.default_rng(5)
+    own = rng.integers(0, 256, size=(500, 16), dtype=np.uint8)
+    own[10, :8] = own[11, :8]                       # equal first words: the second word decides
+    asked = np.concatenate([own[rng.permutation(500)[:50]], rng.integers(0, 256, size=(20, 16), dtype=np.uint8),
+                            own[[11, 10]]])
+    oracle = {h.tobytes(): i for i, h in enumerate(own)}
+    want = [oracle.get(h.tobytes(), -1) for h in asked]
+    got = alignment.find_rows(alignment.check_unique_hashes(own, "telco"), asked)
+    assert got.tolist() == want and want[-2:] == [11, 10] and want.count(-1) == 20
+    assert alignment.find_rows(alignment.check_unique_hashes(own[:0], "telco"), asked).tolist() == [-1] * len(asked)
