@@ -45,6 +45,7 @@ from vfl.commands.evaluation import drift_option, echo_evaluation, passive_drift
 from vfl.commands.predict import predict
 from vfl.commands.report import report
 from vfl.commands.screen import screen_command
+from vfl.commands.serve import passive_online_options, serve
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
 from vfl.core.dp_bins_file import read_dp_bins
 from vfl.core.dp_budget import DP_TREES
@@ -613,13 +614,15 @@ def party():
 @dask_options
 @lambda f: _credit_options(f, active=False)
 @passive_drift_option
+@passive_online_options
 def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_align, allow_prediction,
                   dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
                   validation_data=None, dask_scheduler=None, dask_tls_dir=None, dask_insecure=False,
                   dask_via_scheduler=False, categorical=(), monotone=(), dp_bins=None, dp_ledger=None,
-                  dp_lifetime_epsilon=None, federation_file=None, drift_answers=None):
-    """Serve training sessions and prediction requests of an active party."""
-    setup_logging(log_level)
+                  dp_lifetime_epsilon=None, federation_file=None, drift_answers=None, audit_log=None,
+                  metrics_listen=None, reload_interval=1.0, log_format="text"):
+    """Serve training sessions, prediction requests and online scoring of an active party."""
+    setup_logging(log_level, log_format)
     federation = load_federation(federation_file) if federation_file else None
     return_freed_memory()         # a long-lived driver: freed memory goes back to the system
     sec = security_from_options(name, tls_dir, insecure, token_file, allow_clients)
@@ -642,7 +645,8 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
         serve_passive(name, listen, data, id_col, model_dir, sec, max_bytes(max_message_mb), on_ready=ready,
                       policy=policy, validation_data=validation_data, executor=executor,
                       categorical=list(categorical), monotone=parse_monotone(monotone), dp_bins=dp_bins,
-                      federation=federation)
+                      federation=federation, metrics_listen=metrics_listen, reload_interval=reload_interval,
+                      audit_log=audit_log if audit_log is not None else Path(model_dir) / "online-audit.jsonl")
     finally:
         if executor is not None:
             executor.close()
@@ -734,6 +738,8 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
 main.add_command(predict)
 main.add_command(report)
 
+
+main.add_command(serve)
 
 if __name__ == "__main__":
     main()

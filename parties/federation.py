@@ -16,6 +16,8 @@ A deployment starts from one file every party holds a copy of (see docs/federati
     predict = ["bank", "scorer"] # who may predict against telco (default: the party that trained the model)
     screen = ["bank"]            # who may screen telco's features (WOE/IV, issue 33; default: nobody)
     screen_epsilon = 1.0         # DP noise on the screening counts telco returns (optional; default: exact)
+    serve_requests_per_second = 50   # online scoring: each caller's rate limit at telco (optional)
+    serve_rows_per_day = 100000      # online scoring: each caller's applicants per UTC day (optional)
 
 :func:`load_federation` parses it with the standard library's ``tomllib`` and checks it; every
 mistake is an :class:`FederationError` naming the file, the table and the key.
@@ -49,7 +51,8 @@ DEFAULT_MIN_NODE_ROWS = 2
 MAX_MIN_NODE_ROWS = 1 << 20
 
 _FED_KEYS = {"active", "min_node_rows"}
-_PARTY_KEYS = {"address", "hosts", "train", "predict", "drift", "screen", "screen_epsilon"}
+_PARTY_KEYS = {"address", "hosts", "train", "predict", "drift", "screen", "screen_epsilon",
+               "serve_requests_per_second", "serve_rows_per_day"}
 #: what a passive party answers a drift request with (issue 34): PSI per feature by position (the
 #: default: its feature names are not shared), by name, or nothing (it declines)
 DRIFT_POLICIES = ("positions", "names", "decline")
@@ -60,6 +63,11 @@ _DRIFT_SHARES = {"names": 2, "positions": 1, "decline": 0}
 def stricter_drift(a: str, b: str) -> str:
     """The drift policy of ``a`` and ``b`` that shares less."""
     return min(a, b, key=_DRIFT_SHARES.__getitem__)
+
+
+#: the largest online scoring limits a federation may set (beyond them: a typo)
+MAX_SERVE_RATE = 1e6
+MAX_SERVE_ROWS_PER_DAY = 10 ** 12
 
 
 class FederationError(InputError):
@@ -77,6 +85,8 @@ class PartyEntry:
     drift: str = "positions"                    # DRIFT_POLICIES: how a passive party answers drift requests
     screen: tuple[str, ...] = ()                # who may screen this party's features (default: nobody)
     screen_epsilon: float | None = None         # DP noise on the screening counts it returns (None: exact)
+    serve_requests_per_second: float | None = None  # online scoring: per-caller rate limit (None: none)
+    serve_rows_per_day: int | None = None           # online scoring: per-caller applicants per UTC day
 
     @property
     def cert_names(self) -> frozenset[str]:
@@ -156,6 +166,25 @@ def _host(path, table, value) -> str:
         except InputError:
             raise _err(path, table, "hosts", f"{value!r} is neither an IP address nor a DNS name") from None
     return value
+
+
+def _serve_limits(path, table: str, t: dict, active: bool) -> dict:
+    """A passive party's online scoring limits (``serve_requests_per_second``, ``serve_rows_per_day``)."""
+    out = {}
+    for key, integer, top in (("serve_requests_per_second", False, MAX_SERVE_RATE),
+                              ("serve_rows_per_day", True, MAX_SERVE_ROWS_PER_DAY)):
+        if key not in t:
+            continue
+        if active:
+            raise _err(path, table, key, "the active party serves no online scoring (a passive party's table sets "
+                                         "the limits it applies)")
+        v = t[key]
+        ok = not isinstance(v, bool) and (isinstance(v, int) if integer else isinstance(v, (int, float)))
+        if not ok or not 0 < v <= top:
+            kind = "an integer" if integer else "a number"
+            raise _err(path, table, key, f"expected {kind} more than 0 and at most {top:g}, got {v!r}")
+        out[key] = int(v) if integer else float(v)
+    return out
 
 
 def parse_federation(data: dict, path="federation.toml") -> Federation:
@@ -248,8 +277,9 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
                 raise _err(path, table, "screen_epsilon", f"expected a number > 0 (the DP epsilon of the screening "
                                                           f"counts), got {eps!r}")
             eps = float(eps)
+        limits = _serve_limits(path, table, t, name == active)
         entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"), drift,
-                                   lists.get("screen", ()), eps)
+                                   lists.get("screen", ()), eps, **limits)
     return Federation(str(path), active, entries, int(min_rows))
 
 

@@ -30,11 +30,16 @@ from parties.checkpoint import Checkpoint
 from parties.drift import DriftRun, with_last
 from parties.evaluation import BatchEvaluation
 from parties.federation import Access, stricter_drift
+from parties.passive_online import AuditLog, OnlineScoring, ServeLimits
+from parties.serve_metrics import PassiveMetrics, start_metrics_server
 from parties.server import PassiveServer
+from parties.table_reload import TableWatcher
 from protocols.grpc_client import GrpcTransport
 from protocols.grpc_security import check_address
 from protocols.grpc_server import PartyServer
 from protocols.grpc_wire import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT
+from protocols.transport import BusyError, frame_handler
+from protocols.units import check_seconds
 from vfl.core.files import atomic_text_writer, check_writable_dir, fsync_dir, write_json_atomic
 from vfl.core.leafmask import PREDICTIONS
 from vfl.core.model import BoostedModel, read_model_json
@@ -66,10 +71,36 @@ def passive_access(name: str, security, federation=None) -> Access:
     return Access(name, bool(security.tls), federation, tuple(security.allowed_clients))
 
 
+def _load_table(data, name: str, id_col: str, categorical=None):
+    """A passive party's table: a Parquet table of numeric features as ids and a piece plan (rows
+    read where they are used), else the whole table in memory."""
+    table = open_piece_table(data, name, id_col, categorical)
+    return table if table is not None else _read_csv(data, name, id_col, categorical=categorical).frame
+
+
+class _Gate:
+    """The server's handler while the table loads: every request is answered "busy, retry"
+    (the health service says NOT_SERVING), then the party's own handler."""
+
+    def __init__(self, name: str):
+        self.name, self.target = name, None
+
+    def __call__(self, frame: bytes, who):
+        target = self.target
+        if target is None:
+            return frame_handler(self._loading)(frame)
+        return target(frame, who)
+
+    def _loading(self, request):
+        raise BusyError(f"party {self.name!r} is loading its table; retry", retry_after=0.5)
+
+
 def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security,
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, on_ready=None, stop_event=None,
                   policy: dict | None = None, validation_data=None, executor=None, categorical=None,
-                  monotone: dict | None = None, dp_bins: dict | None = None, federation=None) -> None:
+                  monotone: dict | None = None, dp_bins: dict | None = None, federation=None,
+                  audit_log=None, metrics_listen: str | None = None, reload_interval: float = 1.0,
+                  table_loader=_load_table) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop_event``). ``on_ready(port)`` is called once listening;
     ``policy``: :class:`PassiveServer` policy attributes (``allowed_align``, ...);
     ``validation_data``: CSV of this party's features of the validation rows (if the active party
@@ -79,8 +110,17 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     ``{column: +1 | -1}``; ``dp_bins``: its public bounds/edges for a DP released model
     (:func:`vfl.core.dp_bins_file.check_dp_bins`); ``federation``: the federation file
     (:class:`parties.federation.Federation`): who may train and predict (deny by default under TLS;
-    without one, TLS needs ``security.allowed_clients``)."""
+    without one, TLS needs ``security.allowed_clients``).
+
+    Online scoring (``vfl serve``): ``audit_log`` is the append-only audit file of every scoring
+    request, ``metrics_listen`` HOST:PORT serves Prometheus metrics at ``/metrics``; the limits
+    come from the federation file. The table file is watched (every ``reload_interval`` s; 0: only
+    on SIGHUP) and reloaded when it changes (:mod:`parties.table_reload`). The server listens
+    before the table is loaded: its gRPC health service says NOT_SERVING (and requests are
+    answered "busy, retry") until it is, then SERVING."""
     check_address(listen, "--listen address")
+    if reload_interval != 0:
+        check_seconds(reload_interval, "--reload-interval")
     access = passive_access(name, security, federation)
     policy = dict(policy or {})
     if federation is not None:
@@ -90,30 +130,53 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
         policy["drift_policy"] = stricter_drift(own, federation.party(name).drift)
         if federation.party(name).screen_epsilon is not None:      # the DP noise on its screening counts
             policy.setdefault("screen_epsilon", federation.party(name).screen_epsilon)
-    # a Parquet table of numeric features: ids and the piece plan here, rows read where they are used
-    table = open_piece_table(data, name, id_col, categorical)
-    table = table if table is not None else _read_csv(data, name, id_col, categorical=categorical).frame
-    vf = _read_csv(validation_data, name, id_col, categorical=categorical) if validation_data is not None else None
-    service = PassiveServer(name, table, id_col, model_dir, source=str(data), policy=policy,
-                            validation_frame=vf.frame if vf is not None else None,
-                            validation_source=str(validation_data) if vf is not None else None,
-                            executor=executor, categorical=categorical, monotone=monotone, dp_bins=dp_bins,
-                            access=access)
-    server = PartyServer(name, service.handle_frame, listen, security, max_frame_bytes=max_frame_bytes)
-    port = server.start()
+    metrics = PassiveMetrics()
+    gate = _Gate(name)
+    if hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)      # while the table loads: nothing to reload yet
+    server = PartyServer(name, gate, listen, security, max_frame_bytes=max_frame_bytes)
+    port = server.start()         # NOT_SERVING until the table is loaded
     stop = stop_event or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-    if on_ready is not None:
-        on_ready(port)
+    watcher = audit = None
     try:
+        audit = AuditLog(audit_log) if audit_log is not None else None
+        table = table_loader(data, name, id_col, categorical)
+        vf = _read_csv(validation_data, name, id_col, categorical=categorical) if validation_data is not None \
+            else None
+        service = PassiveServer(name, table, id_col, model_dir, source=str(data), policy=policy,
+                                validation_frame=vf.frame if vf is not None else None,
+                                validation_source=str(validation_data) if vf is not None else None,
+                                executor=executor, categorical=categorical, monotone=monotone, dp_bins=dp_bins,
+                                access=access)
+        table = None
+        service.online = OnlineScoring(service, ServeLimits.from_federation(federation, name), audit, metrics)
+        service.online.warm()
+        gate.target = service.handle_frame
+        server.set_serving(True)
+        if metrics_listen is not None:
+            mport = start_metrics_server(metrics_listen, metrics)
+            log.info("%s: metrics at http://%s:%d/metrics", name, metrics_listen.rpartition(":")[0], mport)
+        watcher = TableWatcher(service, data, lambda: table_loader(data, name, id_col, categorical),
+                               interval=reload_interval, after=lambda _v: service.online.warm(), metrics=metrics)
+        watcher.start()
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.set())
+            if hasattr(signal, "SIGHUP"):
+                signal.signal(signal.SIGHUP, lambda *_: watcher.request())
+        if on_ready is not None:
+            on_ready(port)
         while not stop.wait(0.5):
             pass
     finally:
+        server.set_serving(False)
+        if watcher is not None:
+            watcher.stop()
         log.info("%s: shutting down (%d calls served, %d refused)", name, server.stats["calls"],
                  server.stats["refused"])
         server.stop(grace=2.0)
+        if audit is not None:
+            audit.close()
 
 
 # --------------------------------------------------------------------------- active: training
@@ -335,6 +398,11 @@ def _predict_proba(active: ActiveParty, transport, frame, source, prediction: st
 
 
 def load_active_model(model_dir) -> BoostedModel:
+    return BoostedModel.load(find_active_model_file(model_dir))
+
+
+def find_active_model_file(model_dir) -> Path:
+    """The active-party model file of ``model_dir`` (an :class:`InputError` saying why there is none)."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise InputError(f"model directory {model_dir} does not exist")
@@ -348,7 +416,7 @@ def load_active_model(model_dir) -> BoostedModel:
             raise InputError(f"{model_dir} holds only an unfinished training ({CHECKPOINT_FILE}): finish it with "
                              "`vfl party active ... --resume` before predicting")
         raise InputError(f"no active-party model in {model_dir}")
-    return BoostedModel.load(path)
+    return path
 
 
 def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security, out=None,

@@ -394,6 +394,27 @@ class PassiveParty:
         """Rows this party can answer prediction queries about (its features of new samples)."""
         passive_predict.load_prediction_data(self._state, frame, source)
 
+    # -- online scoring (parties/passive_online.py) ---------------------------
+    def serve_index(self):
+        """The id index of online scoring (:func:`passive_predict.serve_index`)."""
+        return passive_predict.serve_index(self._state)
+
+    @staticmethod
+    def serve_rows(index, hashes):
+        """Table rows of hashed ids in an index of :meth:`serve_index` (-1: unknown)."""
+        sorted_hashes, rows, _ = index
+        return passive_predict.serve_rows(sorted_hashes, rows, hashes)
+
+    def serve_plan(self, request):
+        """A scoring channel's checked skeleton (:func:`passive_predict.serve_plan`)."""
+        check_message(request)
+        if request.model_hash:
+            self.check_model_hash(request.model_hash)
+        return passive_predict.serve_plan(self._state, request)
+
+    def serve_decisions(self, plan, X_rows):
+        return passive_predict.serve_decisions(self._state, plan, X_rows)
+
     def clear_prediction_data(self) -> None:
         """Answer prediction queries about the training rows again."""
         self._state.pred_ids = self._state.pred_X = None

@@ -18,7 +18,7 @@ import pandas as pd
 from datasets.errors import InputError, ProtocolError
 from datasets.frames import party_data
 from datasets.pieces import PieceTable
-from parties.dp import check_prediction_ids
+from parties.dp import check_prediction_ids, id_digests
 from parties.passive_state import PassiveState
 from protocols import alignment
 from protocols import messages as m
@@ -163,3 +163,49 @@ def split_gains(s: PassiveState, req: m.SplitGains) -> m.Ack:
     for r, gain in zip(rec.tolist(), np.asarray(req.gains, dtype=np.float64).tolist()):
         s.table.records[r]["gain"] = float(gain)
     return m.Ack({"n_records": int(rec.size)})
+
+
+# -- online scoring (vfl serve; the channels, quotas and audit: parties/passive_online.py) ------
+def serve_index(s: PassiveState) -> tuple[object, np.ndarray, object]:
+    """``(sorted hashed ids, their rows, X)``: the id index of online scoring over the prediction
+    rows under the model's salt (:func:`serve_rows` looks applicants up in it; no Python object per
+    row). Rows released in a DP-only training (mode dp) are left out: online they are answered as
+    unknown applicants (by the default directions), never by their true values."""
+    ids, X = s.prediction_data()
+    hashes = alignment.hash_ids(ids, s.salt)
+    rows = np.arange(len(ids), dtype=np.int64)
+    if s.dp_training_ids is not None and len(ids):
+        rows = rows[~np.isin(id_digests(ids), s.dp_training_ids)]
+    try:
+        index = alignment.check_unique_hashes(hashes[rows], s.name, "ids in its table")
+    except InputError as exc:
+        raise InputError(f"{exc}: online scoring needs unique ids") from None
+    return index, rows, X
+
+
+def serve_rows(index, rows: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+    """The table row of every hashed id (-1: not in the table)."""
+    pos = alignment.find_rows(index, hashes)
+    return np.where(pos >= 0, rows[np.maximum(pos, 0)], -1) if len(rows) else pos
+
+
+def serve_plan(s: PassiveState, req: m.ServeOpen) -> tuple[Skeleton, np.ndarray, np.ndarray, np.ndarray]:
+    """A scoring channel's skeleton, checked against this party's records, and what answering it
+    takes: ``(skeleton, own flat nodes, their record ids, their feature columns)``."""
+    s.check_allowed(Prediction.ONE_ROUND, s.allowed_prediction, "prediction")
+    s.check_model(req.model_id)
+    sk = Skeleton(req.tree_sizes, req.left, req.right, req.record_ids).validate(len(s.table))
+    own = np.flatnonzero(sk.record_ids >= 0)
+    rec = sk.record_ids[own]
+    return sk, own, rec, s.table.features(rec)
+
+
+def serve_decisions(s: PassiveState, plan, X_rows: np.ndarray) -> np.ndarray:
+    """This party's decisions at its own nodes of the channel (in node order) for ``X_rows``
+    (NaN rows: unknown applicants, by the default directions), packed along axis 1."""
+    _, _, rec, feats = plan
+    if len(rec) * len(X_rows) > MAX_MASK_BYTES * 8:
+        raise ProtocolError(f"ScoreRequest: {len(X_rows)} rows x {len(rec)} nodes is more than party {s.name!r} "
+                            "answers")
+    go_left = s.table.go_left(rec[None, :], X_rows[:, feats]) if len(rec) else np.zeros((len(X_rows), 0), bool)
+    return np.packbits(np.asarray(go_left, dtype=bool), axis=1)

@@ -146,7 +146,12 @@ class PassiveServer:
         self._wrote = False         # the session wrote its model's file (a new model, or a resume accepted)
         self._reopening: str | None = None     # a finished model set up again: only TrainResume may follow
         self._sessions: dict[str, _PredictionSession] = {}
-        self._prediction_ready: set[str] = set()
+        # the table's version (1 at start, +1 at every reload) and, per model, the version its
+        # prediction rows were loaded from: a stale model is loaded again at its next session
+        self.table_version = 1
+        self._prediction_ready: dict[str, int] = {}
+        #: online scoring (``ServeOpen``/``ScoreRequest``): :class:`parties.passive_online.OnlineScoring`
+        self.online = None
         self._lock = threading.Lock()             # the registry (sessions, models, training pointer): held briefly
         self._train_lock = threading.RLock()      # the training session's work
         self._model_locks: dict[str, threading.Lock] = {}
@@ -240,6 +245,10 @@ class PassiveServer:
             return self._start_session(request, who, client)
         if isinstance(request, self.PREDICTION_START) or purpose == m.PsiPurpose.PREDICT:
             return self._on_predict_start(request, who, client)
+        if isinstance(request, (m.ServeOpen, m.ScoreRequest)):
+            if self.online is None:
+                raise ProtocolError(f"party {self.name!r} does not serve online scoring")
+            return self.online.handle(request, who, client)
         sid = getattr(request, "session_id", None)
         with self._lock:
             session = self._sessions.get(sid) if isinstance(sid, str) else None
@@ -476,7 +485,7 @@ class PassiveServer:
         if reopen:      # the active party completes the last step (it trains no further round)
             self._reopening = None
             self.models.pop(req.model_id, None)
-            self._prediction_ready.discard(req.model_id)
+            self._prediction_ready.pop(req.model_id, None)
             for sid in [k for k, v in self._sessions.items() if v.model_id == req.model_id]:
                 self._sessions.pop(sid).drop_session(sid)
             self.unfinished.add(req.model_id)
@@ -510,10 +519,7 @@ class PassiveServer:
             raise InputError(f"party {self.name!r} holds no model {mid!r} in {self.model_dir}")
         if self.access is not None:     # deny by default: the federation's list, else the model's trainer
             self.access.check_predict(client, party.trainer, mid)
-        with self._model_lock(mid):
-            if mid not in self._prediction_ready:
-                party.load_prediction_data(self.frame, self.source)
-                self._prediction_ready.add(mid)
+        party, _ = self.prediction_party(mid)
         session = self._open_session(req.session_id, mid, party, client)
         try:
             reply = self._in_session(session, req)
@@ -524,6 +530,51 @@ class PassiveServer:
         log.info("%s: prediction session %s for model %s from %s: %d rows (%s)", self.name, req.session_id, mid,
                  who, n, "PSI" if isinstance(req, m.PsiRequest) else "hashed ids")
         return reply
+
+    def prediction_party(self, mid: str) -> tuple[PassiveParty, int]:
+        """Model ``mid``'s party holding the prediction rows of the current table, and the table
+        version they come from. After a reload (:meth:`reload_table`) a fresh party is made from the
+        model and loaded with the new rows, then swapped in at once: sessions already open keep
+        the party (and the rows) they started with; new ones see the new rows."""
+        with self._model_lock(mid):
+            with self._lock:
+                party, version, frame, source = self.models.get(mid), self.table_version, self.frame, self.source
+                ready = self._prediction_ready.get(mid)
+            if party is None:
+                raise InputError(f"party {self.name!r} holds no model {mid!r} in {self.model_dir}")
+            if ready == version:
+                return party, version
+            if ready is not None:       # loaded from an older table: a fresh party for the new rows
+                party = self._configure(PassiveParty.from_model_dict(party.model_dict()))
+            party.load_prediction_data(frame, source)
+            with self._lock:
+                if mid in self.models:
+                    self.models[mid] = party
+                self._prediction_ready[mid] = version
+            return party, version
+
+    def reload_table(self, frame, source: str | None = None) -> int:
+        """Use ``frame`` (the party's table read again) from now on: for new prediction sessions,
+        online scoring and new training sessions; returns the new table version. The table is
+        checked first (this party's columns, every finished model's features): a table that does
+        not fit raises :class:`InputError` and the current one stays in use."""
+        probe = PassiveParty(self.name, frame, self.id_col, source, categorical=self.categorical,
+                             monotone=self.monotone, dp_bins=self.dp_bins)
+        names = set(probe.feature_names)
+        with self._lock:
+            models = dict(self.models)
+        for mid, party in models.items():
+            lacking = [f for f in party.feature_names if f not in names]
+            if lacking:
+                raise InputError(f"party {self.name!r}: the new table {source or ''} lacks feature column(s) "
+                                 f"{lacking} of model {mid!r}; the table in use is kept")
+        with self._lock:
+            self.frame, self.n_rows = frame, int(len(frame))
+            self.source = source if source is not None else self.source
+            self.table_version += 1
+            version = self.table_version
+        log.info("%s: table reloaded from %s: %d rows (version %d)", self.name, self.source, self.n_rows, version)
+        return version
 
     def _open_session(self, sid: str, mid: str, party: PassiveParty, client: str) -> _PredictionSession:
         """Reserve a session slot (in use at once) or refuse with "busy, retry"; idle sessions

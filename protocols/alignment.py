@@ -129,6 +129,14 @@ def check_unique_hashes(hashes, party: str, what: str = "ids") -> "_Sorted":
     return s
 
 
+def find_rows(own: "_Sorted", target_hashes) -> np.ndarray:
+    """The row (in the hashes ``own`` was made of, :func:`check_unique_hashes`) of every hash of
+    ``target_hashes``; -1 where it is absent (online scoring: an applicant a party does not know)."""
+    hi, lo = _words(target_hashes)
+    pos = own.find(hi, lo)
+    return np.where(pos >= 0, own.order[np.maximum(pos, 0)], -1) if len(own) else pos
+
+
 def _duplicates(n: int, party: str, what: str) -> None:
     raise InputError(f"party {party!r} has {n} duplicate {what}; every sample id must appear once")
 

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 from datasets.errors import InputError, PeerError
 from protocols.certs import check_party_name
@@ -211,6 +212,23 @@ class GrpcTransport(Transport):
             return super().call(peer, message)
         finally:
             self._deadline.at = outer
+
+    @contextmanager
+    def deadline(self, seconds: float):
+        """Calls made in this thread within the block end within ``seconds`` from now (instead of
+        ``timeout`` each): a request with its own deadline (online scoring) never waits past it."""
+        outer = getattr(self._deadline, "at", None)
+        self._deadline.at = time.monotonic() + max(0.0, float(seconds))
+        try:
+            yield
+        finally:
+            self._deadline.at = outer
+
+    def reset(self, peer: str) -> None:
+        """Forget that ``peer`` failed: the next call tries it again (a long-lived client whose
+        peer restarted)."""
+        with self._lock:
+            self.failed.pop(peer, None)
 
     def _time_left(self) -> float | None:
         at = getattr(self._deadline, "at", None)

@@ -132,6 +132,20 @@ class _StreamLimit:
             return self._open.get(client, 0)
 
 
+def _add_health(server):
+    """The standard gRPC health service on ``server`` (NOT_SERVING until told otherwise), or None
+    when grpcio-health-checking is not installed (extra [net])."""
+    try:
+        from grpc_health.v1 import health, health_pb2_grpc
+    except ImportError:
+        log.warning("grpcio-health-checking is not installed: no grpc.health.v1 service (pip install "
+                    "'vfl-boost[net]')")
+        return None
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    return servicer
+
+
 def _cancel(context, details: str) -> None:
     """Cancel a server-side call from another thread (wakes a handler blocked reading it)."""
     call = getattr(getattr(context, "_rpc_event", None), "call", None)
@@ -178,6 +192,8 @@ class PartyServer:
         self._server = None
         self.stats = {"calls": 0, "refused": 0, "bytes_in": 0, "bytes_out": 0}
         self._stats_lock = threading.Lock()
+        self.health = None          # the grpc.health.v1 servicer, once started (None: grpcio-health-checking missing)
+        self._serving = False
 
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> int:
@@ -192,6 +208,8 @@ class PartyServer:
             "Hello": grpc.unary_unary_rpc_method_handler(self._hello),
         })
         server.add_generic_rpc_handlers((handlers,))
+        self.health = _add_health(server)
+        self.set_serving(self._serving)
         try:
             if self.security.tls:
                 creds = grpc.ssl_server_credentials([(self.security.key_pem, self.security.cert_pem)],
@@ -215,11 +233,24 @@ class PartyServer:
                  self.listen.rsplit(":", 1)[0], port, self.security.describe(), format_bytes(self.max_frame_bytes))
         return port
 
+    def set_serving(self, serving: bool) -> None:
+        """What the standard health service (``grpc.health.v1.Health``) says, for the whole server
+        and for ``vfl.Party``: SERVING or NOT_SERVING (e.g. before the party's table is loaded)."""
+        self._serving = bool(serving)
+        if self.health is None:
+            return
+        from grpc_health.v1 import health_pb2
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for service in ("", SERVICE):
+            self.health.set(service, status)
+
     def wait(self, timeout: float | None = None) -> bool:
         return self._server.wait_for_termination(timeout)
 
     def stop(self, grace: float | None = 1.0) -> None:
         self._watch.stop()
+        if self.health is not None:
+            self.health.enter_graceful_shutdown()
         if self._server is not None:
             self._server.stop(grace).wait()
 

@@ -404,6 +404,60 @@ class LeafMaskResponse:
     masks: np.ndarray = array("uint8", 2)   # (n_rows, sum over trees of ceil(n_leaves / 8))
 
 
+# --- online scoring (vfl serve; parties/passive_online.py) ------------------
+@register
+@dataclass
+class ServeOpen:
+    """Opens a long-lived scoring channel for one model: the receiver's skeleton (as in
+    :class:`LeafMaskRequest`), sent once; every :class:`ScoreRequest` of the channel is answered
+    against it. ``model_hash`` as in :class:`PredictStart`."""
+    channel_id: str = text(ID_CHARS, nonempty=True)
+    model_id: str = text(ID_CHARS, nonempty=True)
+    tree_sizes: np.ndarray = array("int", 1, min=1)    # int32 (n_trees,)
+    left: np.ndarray = array("int", 1, min=-1)         # int32 (total nodes,)
+    right: np.ndarray = array("int", 1, min=-1)        # int32
+    record_ids: np.ndarray = array("int", 1, min=-1)   # int64
+    model_hash: str = text(64, default="")
+    SAME_LENGTH: ClassVar = (("left", "right", "record_ids"),)
+
+    def validate(self) -> None:
+        total = int(self.tree_sizes.astype(object).sum()) if self.tree_sizes.size else 0
+        if total != len(self.left):
+            raise ProtocolError(f"ServeOpen.tree_sizes: they add up to {total} nodes, the trees hold "
+                                f"{len(self.left)}")
+
+
+@register
+@dataclass
+class ScoreRequest:
+    """Leaf masks for a few applicants (salted hashed ids under the model's salt) on an open
+    scoring channel. Applicants the receiver does not know are answered with its default
+    (missing-value) directions and flagged in :attr:`ScoreResponse.known`."""
+    channel_id: str = text(ID_CHARS, nonempty=True)
+    hashes: np.ndarray = array("uint8", 2, width=16, nonempty=True)
+
+
+@register
+@dataclass
+class ScoreResponse:
+    """Per applicant, the sender's decision (goes left) at each of its own nodes of the channel's
+    skeleton, in node order, packed (``np.packbits`` along axis 1): the same information as its leaf
+    masks (a mask reveals the sender's decision at all of its nodes), fewer bytes and no mask
+    arithmetic on either side; and whether the sender knew the applicant."""
+    decisions: np.ndarray = array("uint8", 2)     # (n_rows, ceil(own nodes / 8))
+    known: np.ndarray = array("bool", 1)
+
+
+@register
+@dataclass
+class ScoreRefused:
+    """A scoring request refused by the receiver's own limits (its rate limit or daily row quota):
+    ``rule`` names the limit, ``retry_after`` says when a retry may pass (0: not today)."""
+    rule: str = text(64, nonempty=True)
+    message: str = text(1024)
+    retry_after: float = number(min=0.0, max=86400.0, default=0.0)
+
+
 # --- DP-only mode (vfl.core.dp): one noisy release, then split registration ------
 @register
 @dataclass
@@ -638,4 +692,6 @@ REPLIES: dict[type, tuple[type, ...]] = {
     ScreenMerge: (Ack,),
     ScreenEnd: (Ack,),
     FeatureSelect: (Ack,),
+    ServeOpen: (Ack,),
+    ScoreRequest: (ScoreResponse, ScoreRefused),
 }

@@ -36,6 +36,11 @@ FUNCTION_IMPORT_ALLOWED = [
                                     "must still import and say which extra to install"),
     ("protocols.grpc_server", "grpc._cython", "optional extra [net]: cancelling a stalled stream reaches into "
                                               "grpcio's core, only when a stream stalls"),
+    ("protocols.grpc_server", "grpc_health", "optional extra [net]: the standard gRPC health service, only when a "
+                                             "server starts (a server without it still serves, and says so)"),
+    ("vfl.commands.serve", "uvicorn", "optional extra [serve]: `vfl serve` only; the CLI works without it and "
+                                      "says which extra to install"),
+    ("vfl.commands.serve", "vfl.serving", "optional extra [serve]: the FastAPI app, imported by `vfl serve` only"),
     ("protocols.psi", "cryptography", "optional extra [net]: X25519 only for the PSI alignment"),
     ("datasets.catalogue", "sklearn.datasets", "bundled example data: loading it costs seconds, only on use"),
     ("vfl.compare", "matplotlib", "optional extra [plot]: plotting only when a figure is asked for"),

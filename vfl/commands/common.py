@@ -3,8 +3,10 @@ the network options and the objects built from them (security, peers, Dask execu
 timeouts) and the logging set-up. No command lives here."""
 from __future__ import annotations
 
+import json
 import logging
 import sys
+from datetime import datetime, timezone
 
 import click
 from tqdm import tqdm
@@ -50,13 +52,33 @@ class TqdmHandler(logging.StreamHandler):
             self.handleError(record)
 
 
-def setup_logging(level: str) -> None:
+class JsonLinesFormatter(logging.Formatter):
+    """One JSON object per line: ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message`` (and
+    ``error`` with the traceback of an exception), for log collectors (``--log-format json``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {"time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+               "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            doc["error"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False)
+
+
+def setup_logging(level: str, log_format: str = "text", loggers=("vfl",)) -> None:
+    """Logs of ``loggers`` to stderr: ``text`` (time, level, message) or ``json`` (JSON lines)."""
     handler = TqdmHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
-    root = logging.getLogger("vfl")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
+    handler.setFormatter(JsonLinesFormatter() if log_format == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+    for name in loggers:
+        root = logging.getLogger(name)
+        root.handlers[:] = [handler]
+        root.setLevel(level.upper())
+        root.propagate = False
+
+
+def log_format_option(f):
+    return click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+                        help="Logs on stderr as text lines or as JSON lines (time, level, logger, message).")(f)
 
 
 def security_from_options(party, tls_dir, insecure, token_file, allowed_clients=()):

@@ -1,0 +1,260 @@
+"""Online scoring under load: an open-loop load generator against `vfl serve` with two passive
+servers, all on 127.0.0.1 (issue 35).
+
+    python benchmarks/serve_load.py                 # default_credit, 100 rounds, depth 5, mutual TLS,
+                                                    # 50..400 req/s (several minutes on 2 cores)
+    python benchmarks/serve_load.py --rows 3000 --rounds 5 --depth 3 --rates 20,50 --duration 3 \\
+        --throughput-seconds 3                      # a quick check
+
+The data set's passive columns are split between two passive parties (``passive1``,
+``passive2``; default_credit has one passive file: its columns are cut in half). The model is
+trained by `vfl party active` against two `vfl party passive` processes (``--mode plain`` by
+default: he grows the same trees, and serving does not depend on how the model was trained).
+
+* **open loop**: for each rate, single-applicant requests are *scheduled* at fixed times (rate per
+  second, for ``--duration`` seconds) and sent by ``--clients`` concurrent client threads; a
+  request's latency runs from its scheduled time to its answer (a late start counts: no
+  coordinated omission). Reports p50/p95/p99 (ms), the achieved rate and errors per rate, and the
+  highest rate held with p99 under ``--target-p99-ms`` and no error.
+* **throughput** (the reference, measured in the same run): closed loop, ``--clients`` clients
+  sending back to back for ``--throughput-seconds``, against the micro-batching service and
+  against a second `vfl serve` with ``--batch-rows 1`` (one request per round trip); the ratio.
+
+Prints one JSON object. The load generator runs on the same machine (its CPU use counts).
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from datasets import load_shared, train_test_split_parties  # noqa: E402
+from datasets.frames import PartyFrame  # noqa: E402
+
+
+def cli(*args):
+    return [sys.executable, "-m", "cli", *map(str, args)]
+
+
+def run(cmd, what):
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{r.stderr[-4000:]}")
+    return r
+
+
+def start(args, log_path, ready_text, procs):
+    err = open(log_path, "w")
+    p = subprocess.Popen(cli(*args), cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
+    err.close()
+    procs.append(p)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            raise RuntimeError(f"{args[0]} exited: {Path(log_path).read_text()[-4000:]}")
+        if select.select([p.stdout], [], [], 0.2)[0]:
+            line = p.stdout.readline()
+            if ready_text in line:
+                return line.strip().rsplit(" ", 1)[1]
+    raise RuntimeError(f"{args[0]} did not start: {Path(log_path).read_text()[-4000:]}")
+
+
+def split_passives(parties):
+    """Two passive parties: the data set's own two, or its one passive party's columns cut in half."""
+    active, passives = parties[0], parties[1:]
+    if len(passives) >= 2:
+        return active, passives[:2]
+    (p,) = passives
+    feats = [c for c in p.frame.columns if c != p.id_col]
+    half = (len(feats) + 1) // 2
+    return active, [PartyFrame(name, p.frame[[p.id_col, *cols]].copy(), p.id_col, None)
+                    for name, cols in (("passive1", feats[:half]), ("passive2", feats[half:]))]
+
+
+def bodies(test_frame, id_col, label_col):
+    feats = [c for c in test_frame.columns if c not in (id_col, label_col)]
+    out = []
+    for row in test_frame.itertuples(index=False):
+        d = row._asdict()
+        out.append(json.dumps({"id": int(d[id_col]) if isinstance(d[id_col], (int, np.integer)) else str(d[id_col]),
+                               "features": {f: (None if d[f] != d[f] else float(d[f])) for f in feats}}).encode())
+    return out
+
+
+class Client:
+    """One keep-alive HTTP connection."""
+
+    def __init__(self, url):
+        host, port = url.split("//", 1)[1].rsplit(":", 1)
+        self.host, self.port = host, int(port)
+        self.conn = None
+
+    def post(self, body: bytes) -> int:
+        for attempt in (0, 1):
+            try:
+                if self.conn is None:
+                    self.conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+                self.conn.request("POST", "/v1/score", body, {"Content-Type": "application/json"})
+                r = self.conn.getresponse()
+                r.read()
+                return r.status
+            except (OSError, http.client.HTTPException):
+                self.conn = None
+                if attempt:
+                    return 599
+        return 599
+
+
+def open_loop(url, payloads, rate, duration, clients):
+    """Requests scheduled at ``rate`` per second for ``duration`` s; latency from the schedule."""
+    n = max(1, int(rate * duration))
+    t0 = time.perf_counter() + 0.2
+    lock, nxt = threading.Lock(), [0]
+    lat, status = np.full(n, np.nan), np.zeros(n, dtype=np.int64)
+
+    def worker():
+        c = Client(url)
+        while True:
+            with lock:
+                k = nxt[0]
+                nxt[0] += 1
+            if k >= n:
+                return
+            due = t0 + k / rate
+            wait = due - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            status[k] = c.post(payloads[k % len(payloads)])
+            lat[k] = time.perf_counter() - due
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    ok = status == 200
+    ms = lat[ok] * 1000
+    q = (lambda p: round(float(np.percentile(ms, p)), 2)) if ms.size else (lambda p: None)
+    return {"rate": rate, "requests": n, "achieved_rate": round(n / elapsed, 1), "errors": int((~ok).sum()),
+            "p50_ms": q(50), "p95_ms": q(95), "p99_ms": q(99), "max_ms": round(float(ms.max()), 2) if ms.size else None}
+
+
+def closed_loop(url, payloads, seconds, clients):
+    stop, counts = time.perf_counter() + seconds, [0] * clients
+    errors = [0] * clients
+
+    def worker(i):
+        c = Client(url)
+        k = i
+        while time.perf_counter() < stop:
+            if c.post(payloads[k % len(payloads)]) == 200:
+                counts[i] += 1
+            else:
+                errors[i] += 1
+            k += clients
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"requests_per_second": round(sum(counts) / (time.perf_counter() - t0), 1), "errors": sum(errors)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default="default_credit")
+    ap.add_argument("--rows", type=int, default=0, help="Use only the first N rows (0: all).")
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--depth", type=int, default=5)
+    ap.add_argument("--mode", default="plain")
+    ap.add_argument("--rates", default="50,100,200,300,400", help="Open-loop rates (requests per second).")
+    ap.add_argument("--duration", type=float, default=10.0, help="Seconds per rate.")
+    ap.add_argument("--clients", type=int, default=16, help="Concurrent client threads.")
+    ap.add_argument("--target-p99-ms", type=float, default=25.0)
+    ap.add_argument("--throughput-seconds", type=float, default=10.0)
+    ap.add_argument("--batch-rows", type=int, default=64)
+    ap.add_argument("--batch-wait-ms", type=float, default=2.0)
+    ap.add_argument("--deadline-ms", type=float, default=1000.0)
+    ap.add_argument("--insecure", action="store_true", help="Plaintext instead of mutual TLS.")
+    args = ap.parse_args()
+
+    parties = load_shared(args.dataset)
+    if args.rows:
+        keep = set(parties[0].frame[parties[0].id_col].iloc[: args.rows])
+        for pf in parties:
+            pf.frame = pf.frame[pf.frame[pf.id_col].isin(keep)].reset_index(drop=True)
+    active, passives = split_passives(parties)
+    train, test = train_test_split_parties([active, *passives], test_size=0.2, seed=0)
+    procs = []
+    out = {"dataset": args.dataset, "rows": int(len(active.frame)), "rounds": args.rounds, "depth": args.depth,
+           "mode": args.mode, "tls": not args.insecure, "clients": args.clients, "batch_rows": args.batch_rows,
+           "batch_wait_ms": args.batch_wait_ms, "target_p99_ms": args.target_p99_ms}
+    with tempfile.TemporaryDirectory(prefix="vfl-bench-serve-") as tmp:
+        tmp = Path(tmp)
+        try:
+            for pf in passives:
+                pf.frame.to_csv(tmp / f"{pf.name}.csv", index=False)
+            train[0].frame.to_csv(tmp / "train_active.csv", index=False)
+            if args.insecure:
+                sec = ["--insecure"]
+            else:
+                run(cli("certs", "--out", tmp / "certs", "--party", active.name,
+                        *sum([["--party", p.name] for p in passives], [])), "vfl certs")
+                sec = ["--tls-dir", tmp / "certs"]
+            peers = []
+            for pf in passives:
+                addr = start(["party", "passive", "--name", pf.name, "--listen", "127.0.0.1:0", "--data",
+                              tmp / f"{pf.name}.csv", "--model-dir", tmp / f"m_{pf.name}", *sec,
+                              *([] if args.insecure else ["--allow-client", active.name]), "--reload-interval", 0],
+                             tmp / f"{pf.name}.err", "listening on", procs)
+                peers += ["--peer", f"{pf.name}={addr}"]
+            t0 = time.perf_counter()
+            run(cli("party", "active", "--name", active.name, "--data", tmp / "train_active.csv", "--id-col",
+                    active.id_col, "--label-col", active.label_col, *peers, "--model-dir", tmp / "model", *sec,
+                    "--mode", args.mode, "--rounds", args.rounds, "--depth", args.depth, "--quiet", "--timeout",
+                    3600), "vfl party active")
+            out["train_seconds"] = round(time.perf_counter() - t0, 1)
+            serve = ["serve", "--model-dir", tmp / "model", "--id-col", active.id_col, *peers, *sec, "--listen",
+                     "127.0.0.1:0", "--deadline-ms", args.deadline_ms, "--log-level", "warning"]
+            url = start([*serve, "--batch-rows", args.batch_rows, "--batch-wait-ms", args.batch_wait_ms],
+                        tmp / "serve.err", "serving model", procs)
+            payloads = bodies(test[0].frame, active.id_col, active.label_col)
+            closed_loop(url, payloads, 1.0, 2)          # warm-up: connections, channels, first batches
+            out["open_loop"] = [open_loop(url, payloads, float(r), args.duration, args.clients)
+                                for r in args.rates.split(",")]
+            held = [x["rate"] for x in out["open_loop"]
+                    if x["errors"] == 0 and x["p99_ms"] is not None and x["p99_ms"] <= args.target_p99_ms]
+            out["highest_rate_p99_under_target"] = max(held) if held else None
+            batched = closed_loop(url, payloads, args.throughput_seconds, args.clients)
+            url1 = start([*serve, "--batch-rows", 1, "--batch-wait-ms", 0], tmp / "serve1.err", "serving model", procs)
+            closed_loop(url1, payloads, 1.0, 2)
+            single = closed_loop(url1, payloads, args.throughput_seconds, args.clients)
+            out["throughput"] = {"micro_batched": batched, "one_request_per_round_trip": single,
+                                 "ratio": round(batched["requests_per_second"] /
+                                                max(single["requests_per_second"], 1e-9), 2)}
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait(timeout=10)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,428 @@
+"""The active party's side of online scoring (``vfl serve``): long-lived scoring channels to the
+passive parties, micro-batches, deadlines, default routing and model versions.
+
+* :class:`ModelVersion`: one loaded model with everything a batch needs (skeletons per party, the
+  masks of each party's default directions, its channels).
+* :class:`OnlineScorer`: scores a batch of applicants with one ``ScoreRequest`` per passive party
+  (concurrently, all within the batch's deadline). A party that does not know an applicant
+  answers by its default (missing-value) directions and says so; a party that is down, refuses,
+  or is slower than the deadline is replaced by its default directions computed here (the model
+  holds every node's default side), or, with ``require_all``, the batch fails naming it
+  (:class:`PartyUnavailable`). A failed party is not called again for ``retry_seconds`` (then it
+  is tried again: a restarted partner is used again without restarting anything); a restarted
+  partner that no longer knows the channel gets it opened again.
+* :class:`MicroBatcher`: concurrent requests are gathered into one batch (closed at
+  ``max_rows`` rows or after ``max_wait`` seconds) and batches run on a few threads, so a batch
+  collects while another is in flight.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import secrets
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from datasets.errors import InputError, PeerError, VFLError
+from datasets.frames import party_data
+from parties.serve_metrics import ServeMetrics
+from protocols import alignment
+from protocols import messages as m
+from vfl.core.flat_trees import FlatTrees
+from vfl.core.model import BoostedModel
+from vfl.core.objectives import get_objective
+
+log = logging.getLogger("vfl.serve")
+
+
+class PartyUnavailable(VFLError):
+    """``require_all``: a passive party could not answer within the deadline (HTTP 503)."""
+
+    def __init__(self, party: str, reason: str):
+        super().__init__(f"passive party {party!r} could not score the applicant(s): {reason}")
+        self.party, self.reason = party, reason
+
+
+class QuotaRefused(VFLError):
+    """A passive party refused the batch by one of its limits (HTTP 429)."""
+
+    def __init__(self, party: str, rule: str, message: str, retry_after: float):
+        super().__init__(message)
+        self.party, self.rule, self.retry_after = party, rule, retry_after
+
+
+class DeadlinePassed(VFLError):
+    """The request's deadline passed before it could be scored (HTTP 504)."""
+
+
+@dataclass(eq=False)
+class ModelVersion:
+    """A loaded model, ready for online scoring."""
+    model: BoostedModel
+    path: str
+    loaded_at: float
+    owners: list = field(default_factory=list)           # passive parties owning a split
+    skeletons: dict = field(default_factory=dict)        # party -> Skeleton (what its ServeOpen carries)
+    trees: FlatTrees | None = None                       # the trees as arrays (routing, default directions)
+    channels: dict = field(default_factory=dict)         # party -> channel id
+    opened: set = field(default_factory=set)             # parties whose channel is open
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def version(self) -> str:
+        return self.model.model_id
+
+    @classmethod
+    def load(cls, path) -> "ModelVersion":
+        model = BoostedModel.load(path)
+        v = cls(model, str(path), time.time())
+        v.owners = model.node_owners()
+        v.trees = FlatTrees(model)
+        for p in v.owners:
+            v.skeletons[p] = model.skeleton(p)
+            v.channels[p] = secrets.token_hex(12)
+        return v
+
+    def features(self, ids: list, rows: list[dict], id_col: str = "id") -> np.ndarray:
+        """The active features of applicants (dicts feature -> value; None: missing), converted as
+        ``vfl predict`` converts its CSV rows (categorical values by the training vocabulary)."""
+        model = self.model
+        names = list(model.active_features)
+        known = set(names)
+        for i, r in enumerate(rows):
+            extra = [k for k in r if k not in known]
+            if extra:
+                raise InputError(f"applicant {ids[i]!r}: unknown feature(s) {extra[:5]} (the model's active "
+                                 f"features: {names})")
+            missing = [f for f in names if f not in r]
+            if missing:
+                raise InputError(f"applicant {ids[i]!r}: feature(s) {missing[:5]} not given (send null for a "
+                                 "missing value)")
+        if not model.categories:        # numeric features: float64 as the CSV reader makes them
+            X = np.empty((len(rows), len(names)))
+            for i, r in enumerate(rows):
+                for j, f in enumerate(names):
+                    val = r[f]
+                    if val is None:
+                        X[i, j] = np.nan
+                    elif isinstance(val, (int, float)) and not isinstance(val, bool):
+                        X[i, j] = float(val)
+                    else:
+                        raise InputError(f"applicant {ids[i]!r}: feature {f!r} must be a number or null, got {val!r}")
+            return X
+        cols = {id_col: ids}
+        for f in names:
+            cols[f] = [r[f] for r in rows]
+        frame = pd.DataFrame(cols)
+        for f in names:
+            if f not in model.categories and frame[f].dtype == object:
+                try:
+                    frame[f] = pd.to_numeric(frame[f])
+                except (TypeError, ValueError):
+                    raise InputError(f"feature {f!r} must be a number or null") from None
+        d = party_data(frame, model.active_party, id_col, None, "the request", require_features=False,
+                       categories=model.categories)
+        if not names:
+            return np.zeros((len(ids), 0))
+        return d.X[:, [d.feature_names.index(f) for f in names]]
+
+    def output(self, raw: np.ndarray) -> list[dict]:
+        """Per applicant: ``probability`` (binary), ``prediction`` and ``probabilities`` (multiclass),
+        or ``value`` (regression)."""
+        model = self.model
+        out = get_objective(model.objective).transform(raw)
+        if model.objective == "binary":
+            return [{"probability": float(p)} for p in np.asarray(out).reshape(-1)]
+        if model.objective == "multiclass":
+            classes = model.classes if model.classes is not None else list(range(model.n_targets))
+            res = []
+            for row in np.asarray(out):
+                res.append({"prediction": _jsonable(classes[int(np.argmax(row))]),
+                            "probabilities": {str(c): float(v) for c, v in zip(classes, row)}})
+            return res
+        return [{"value": float(v)} for v in np.asarray(out).reshape(-1)]
+
+
+def _jsonable(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
+@dataclass
+class BatchResult:
+    raw: np.ndarray
+    unknown: dict           # party -> bool per row (the party did not know the applicant)
+    degraded: dict          # party -> reason (its default directions were used for every row)
+
+
+class OnlineScorer:
+    """Scores applicants against the passive parties over ``transport`` (a
+    :class:`protocols.grpc_client.GrpcTransport` whose channels stay open)."""
+
+    def __init__(self, transport, require_all: bool = False, retry_seconds: float = 1.0,
+                 metrics: ServeMetrics | None = None, margin: float = 0.002):
+        self.transport, self.require_all = transport, bool(require_all)
+        self.retry_seconds, self.margin = float(retry_seconds), float(margin)
+        self.metrics = metrics or ServeMetrics()
+        self._down: dict[str, tuple[float, str]] = {}     # party -> (not before, why)
+        self._lock = threading.Lock()
+
+    # -- peers ------------------------------------------------------------------
+    def peer_state(self) -> dict[str, str]:
+        """``{party: "up" | reason}`` as last seen."""
+        now = time.monotonic()
+        with self._lock:
+            return {p: (why if until > now else f"retrying ({why})") for p, (until, why) in self._down.items()}
+
+    def _mark_down(self, party: str, why: str) -> None:
+        with self._lock:
+            self._down[party] = (time.monotonic() + self.retry_seconds, why)
+
+    def _skip(self, party: str) -> str | None:
+        with self._lock:
+            entry = self._down.get(party)
+        if entry is None:
+            return None
+        until, why = entry
+        if time.monotonic() < until:
+            return why
+        self.transport.reset(party)         # time to try it again
+        return None
+
+    def _mark_up(self, party: str) -> None:
+        with self._lock:
+            if self._down.pop(party, None) is not None:
+                log.info("passive party %r answers again", party)
+
+    def open(self, v: ModelVersion, party: str, deadline: float) -> None:
+        sk = v.skeletons[party]
+        req = m.ServeOpen(v.channels[party], v.model.model_id, sk.tree_sizes, sk.left, sk.right, sk.record_ids,
+                          v.model.party_hashes.get(party, ""))
+        with self.transport.deadline(deadline - time.monotonic()):
+            self.transport.call(party, req)
+        with v.lock:
+            v.opened.add(party)
+
+    def open_all(self, v: ModelVersion, timeout: float) -> dict[str, str]:
+        """Open ``v``'s channel at every party; ``{party: error}`` of those that could not."""
+        errors = {}
+        deadline = time.monotonic() + timeout
+        for p in v.owners:
+            try:
+                self.open(v, p, deadline)
+                self._mark_up(p)
+            except (VFLError, OSError) as exc:
+                errors[p] = str(exc)
+        return errors
+
+    # -- one batch ----------------------------------------------------------------
+    def score(self, v: ModelVersion, ids: list, X: np.ndarray, deadline: float) -> BatchResult:
+        """Raw scores of one batch, every passive party asked once, concurrently, by ``deadline``
+        (a ``time.monotonic()`` value)."""
+        n = len(ids)
+        self.metrics.batch.observe(n)
+        hashes = alignment.hash_ids(ids, bytes.fromhex(v.model.salt))
+        trees = v.trees
+        decisions = {v.model.active_party: trees.active_decisions(X)} if v.model.active_party in trees.nodes else {}
+        unknown, degraded = {}, {}
+        if v.owners:
+            pool_results = {}
+            threads = []
+            for p in v.owners:
+                t = threading.Thread(target=lambda p=p: pool_results.__setitem__(p, self._ask(v, p, hashes,
+                                                                                             deadline)),
+                                     name=f"vfl-score-{p}", daemon=True)
+                t.start()
+                threads.append(t)
+            for t in threads:
+                t.join(max(0.0, deadline - time.monotonic()) + 0.05)
+            for p in v.owners:
+                got = pool_results.get(p)
+                if got is None:
+                    got = ("deadline", f"no answer within the deadline ({max(0.0, deadline - time.monotonic()):.3f} s "
+                                       "left)")
+                if isinstance(got, tuple):
+                    kind, why = got
+                    if kind == "quota":
+                        raise why
+                    self.metrics.errors.labels(kind, p).inc()
+                    if self.require_all:
+                        raise PartyUnavailable(p, why)
+                    decisions[p] = np.repeat(trees.default_left[p][None, :], n, axis=0)
+                    degraded[p] = why
+                    self.metrics.fallback.labels(p, kind).inc(n)
+                else:
+                    resp, k = got, len(trees.nodes[p])
+                    if resp.decisions.shape != (n, (k + 7) // 8) or resp.known.shape != (n,):
+                        raise PeerError(f"party {p!r} answered decisions of shape {resp.decisions.shape} and "
+                                        f"{resp.known.shape} known flags for {n} applicants and {k} nodes")
+                    decisions[p] = np.unpackbits(resp.decisions, axis=1, count=k).astype(bool)
+                    unknown[p] = ~np.asarray(resp.known, dtype=bool)
+                    if unknown[p].any():
+                        self.metrics.fallback.labels(p, "unknown applicant").inc(int(unknown[p].sum()))
+        raw = trees.raw(decisions)
+        self.metrics.rows.inc(n)
+        return BatchResult(raw, unknown, degraded)
+
+    def _ask(self, v: ModelVersion, party: str, hashes: np.ndarray, deadline: float):
+        """A party's ``ScoreResponse``, or ``(cause, reason)``, or ``("quota", QuotaRefused)``."""
+        why = self._skip(party)
+        if why is not None:
+            return ("down", f"{why} (not retried for {self.retry_seconds:g} s)")
+        t0 = time.perf_counter()
+        try:
+            for attempt in (0, 1):
+                left = deadline - time.monotonic() - self.margin
+                if left <= 0:
+                    return ("deadline", "the deadline passed before it could be asked")
+                if party not in v.opened:
+                    self.open(v, party, deadline - self.margin)
+                try:
+                    with self.transport.deadline(deadline - time.monotonic() - self.margin):
+                        reply = self.transport.call(party, m.ScoreRequest(v.channels[party], hashes))
+                    break
+                except PeerError as exc:
+                    if attempt == 0 and "unknown scoring channel" in str(exc):   # the partner restarted
+                        with v.lock:
+                            v.opened.discard(party)
+                        continue
+                    raise
+        except InputError as exc:
+            self.metrics.errors.labels("refused", party).inc()
+            return ("refused", str(exc))
+        except (PeerError, VFLError, OSError) as exc:
+            text = str(exc)
+            cause = "deadline" if "did not answer within" in text else "unavailable"
+            self._mark_down(party, text)
+            log.warning("passive party %r: %s", party, text)
+            return (cause, text)
+        finally:
+            self.metrics.peer_latency.labels(party).observe(time.perf_counter() - t0)
+        if isinstance(reply, m.ScoreRefused):
+            self.metrics.quota.labels(party, reply.rule).inc()
+            return ("quota", QuotaRefused(party, reply.rule, reply.message, reply.retry_after))
+        self._mark_up(party)
+        return reply
+
+
+# --------------------------------------------------------------------------- micro-batching
+@dataclass(eq=False)
+class _Item:
+    version: ModelVersion
+    ids: list
+    X: np.ndarray
+    deadline: float
+    future: Future
+
+
+class MicroBatcher:
+    """Gathers concurrent requests into batches of at most ``max_rows`` rows, scored by ``scorer``
+    with at most ``workers`` batches in flight. A batch opens with its first request and closes at
+    ``max_rows`` rows, or ``max_wait`` seconds after it opened once a worker is free: while every
+    worker is busy, requests keep joining the waiting batch (under load, batches grow by themselves
+    instead of queueing one round trip per request). Each request's future gets
+    ``(raw rows, {party: unknown flags}, {party: reason})`` or the batch's error."""
+
+    def __init__(self, scorer: OnlineScorer, max_rows: int = 64, max_wait: float = 0.002, workers: int = 4):
+        if max_rows < 1:
+            raise InputError(f"--batch-rows must be at least 1, got {max_rows}")
+        self.scorer, self.max_rows, self.max_wait = scorer, int(max_rows), float(max_wait)
+        self._queue: queue.Queue = queue.Queue()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vfl-batch")
+        self._free = threading.Semaphore(workers)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="vfl-batcher", daemon=True)
+        self._thread.start()
+
+    def submit(self, version: ModelVersion, ids: list, X: np.ndarray, deadline: float) -> Future:
+        fut: Future = Future()
+        self._queue.put(_Item(version, list(ids), X, deadline, fut))
+        return fut
+
+    def close(self) -> None:
+        self._stop.set()
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+        self._pool.shutdown(wait=True)
+
+    def _run(self) -> None:
+        carry = None
+        while not self._stop.is_set():
+            first = carry if carry is not None else self._queue.get()
+            carry = None
+            if first is None:
+                return
+            batch, rows = [first], len(first.ids)
+            close_at = time.monotonic() + self.max_wait
+            free = False
+            while rows < self.max_rows:
+                if not free:            # a free worker: from now on the batch closes at close_at
+                    free = self._free.acquire(blocking=False)
+                # every worker busy: take arrivals and look for a free worker again within a millisecond
+                left = close_at - time.monotonic() if free else 0.001
+                try:
+                    nxt = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+                except queue.Empty:
+                    if free:
+                        break
+                    continue
+                if nxt is None:
+                    self._stop.set()
+                    break
+                if nxt.version is not first.version or rows + len(nxt.ids) > self.max_rows:
+                    carry = nxt            # another model version, or too many rows: the next batch
+                    break
+                batch.append(nxt)
+                rows += len(nxt.ids)
+            if not free:
+                self._free.acquire()
+            self._pool.submit(self._score, batch)
+        if carry is not None:
+            self._free.acquire()
+            self._pool.submit(self._score, [carry])
+
+    def _score(self, batch: list[_Item]) -> None:
+        try:
+            self._score_batch(batch)
+        finally:
+            self._free.release()
+
+    def _score_batch(self, batch: list[_Item]) -> None:
+        now = time.monotonic()
+        live = []
+        for it in batch:
+            if it.deadline <= now:
+                it.future.set_exception(DeadlinePassed("the request waited past its deadline before it was scored"))
+            else:
+                live.append(it)
+        if not live:
+            return
+        ids = [i for it in live for i in it.ids]
+        X = np.concatenate([it.X for it in live], axis=0)
+        deadline = min(it.deadline for it in live)
+        try:
+            res = self.scorer.score(live[0].version, ids, X, deadline)
+        except BaseException as exc:  # noqa: BLE001  (every request of the batch gets the error)
+            for it in live:
+                it.future.set_exception(exc)
+            return
+        start = 0
+        for it in live:
+            k = len(it.ids)
+            sl = slice(start, start + k)
+            it.future.set_result((res.raw[sl], {p: u[sl] for p, u in res.unknown.items()}, dict(res.degraded)))
+            start += k
+
+
+# --------------------------------------------------------------------------- model versions
+def model_signature(path) -> tuple | None:
+    try:
+        st = Path(path).stat()
+        return (st.st_mtime_ns, st.st_size)
+    except OSError:
+        return None

@@ -1,0 +1,291 @@
+"""Online scoring over HTTP (``vfl serve``, extra ``serve``): a FastAPI app on the active party.
+
+Endpoints:
+
+* ``POST /v1/score`` — one applicant ``{"id": ..., "features": {name: value or null}}``, a list of
+  them, or ``{"applicants": [...]}``; query ``explain=true`` (reason codes, when an explainer is
+  installed), ``deadline_ms`` (at most the server's ``--max-deadline-ms``). Answers the probability
+  (binary), the class probabilities and predicted class (multiclass) or the value (regression),
+  the model version, and per applicant the passive parties that did not know it (``unknown_at``);
+  ``default_routed`` names the parties that could not answer (down, slower than the deadline) and
+  whose default directions were used instead. Errors: 422 (a bad applicant), 429 (a passive
+  party's quota; ``Retry-After``), 503 (``--require-all`` and a party could not answer), 504 (the
+  deadline passed).
+* ``GET /healthz`` (the process answers), ``GET /readyz`` (a model is loaded and, with
+  ``--require-all``, every passive party answers), ``GET /metrics`` (Prometheus).
+
+:class:`ScoringService` holds the model version in use and swaps in a new one (SIGHUP, or the
+model directory watched) without dropping requests: a request is scored with the version it
+arrived under; the new version's channels are opened before it is used.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from datasets.errors import InputError, PeerError, VFLError
+from parties.network import find_active_model_file
+from parties.online_active import (
+    DeadlinePassed,
+    MicroBatcher,
+    ModelVersion,
+    OnlineScorer,
+    PartyUnavailable,
+    QuotaRefused,
+    model_signature,
+)
+from parties.serve_metrics import ServeMetrics
+
+log = logging.getLogger("vfl.serve")
+
+#: applicants in one HTTP request
+MAX_REQUEST_ROWS = 1000
+
+
+class ScoringService:
+    """The model in use, the scorer and the micro-batcher of ``vfl serve``.
+
+    ``explainer(version, ids, X, raw) -> [reason codes per applicant]`` is the hook of the
+    explanations (None: ``explain=true`` answers 501)."""
+
+    def __init__(self, model_dir, transport, *, id_col: str = "id", require_all: bool = False,
+                 deadline_ms: float = 200.0, max_deadline_ms: float = 10000.0, batch_rows: int = 64,
+                 batch_wait_ms: float = 2.0, workers: int = 4, retry_seconds: float = 1.0,
+                 watch_interval: float = 1.0, explainer=None, metrics: ServeMetrics | None = None):
+        for what, v in (("--deadline-ms", deadline_ms), ("--max-deadline-ms", max_deadline_ms)):
+            if not 0 < v <= 3_600_000:
+                raise InputError(f"{what} must be more than 0 and at most 3600000 (one hour), got {v}")
+        if deadline_ms > max_deadline_ms:
+            raise InputError(f"--deadline-ms {deadline_ms:g} is more than --max-deadline-ms {max_deadline_ms:g}")
+        if not 0 <= batch_wait_ms <= 1000:
+            raise InputError(f"--batch-wait-ms must be 0..1000, got {batch_wait_ms}")
+        self.model_dir, self.transport, self.id_col = Path(model_dir), transport, id_col
+        self.require_all = bool(require_all)
+        self.deadline_s, self.max_deadline_s = deadline_ms / 1000.0, max_deadline_ms / 1000.0
+        self.watch_interval, self.explainer = float(watch_interval), explainer
+        self.metrics = metrics or ServeMetrics()
+        self.scorer = OnlineScorer(transport, require_all=require_all, retry_seconds=retry_seconds,
+                                   metrics=self.metrics)
+        self.batcher = MicroBatcher(self.scorer, max_rows=batch_rows, max_wait=batch_wait_ms / 1000.0,
+                                    workers=workers)
+        self.current: ModelVersion | None = None
+        self._signature = None
+        self._reload_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    # -- model versions -------------------------------------------------------------
+    def load(self, open_timeout: float) -> ModelVersion:
+        """Load the model of ``model_dir`` and open its channels (a party that cannot be reached is
+        retried at the first request); the first model must load, or :class:`InputError`."""
+        path = find_active_model_file(self.model_dir)
+        v = ModelVersion.load(path)
+        self._check_peers(v)
+        errors = self.scorer.open_all(v, open_timeout)
+        for p, why in errors.items():
+            log.warning("model %s: the scoring channel to %r is not open yet: %s", v.version, p, why)
+        self._use(v, model_signature(path))
+        return v
+
+    def _check_peers(self, v: ModelVersion) -> None:
+        missing = [p for p in v.model.passives if p not in self.transport.peers]
+        if missing:
+            raise InputError(f"model {v.version} needs passive part{'y' if len(missing) == 1 else 'ies'} "
+                             f"{missing}: give --peer NAME=HOST:PORT or a federation file that names them")
+
+    def _use(self, v: ModelVersion, signature) -> None:
+        old, self.current, self._signature = self.current, v, signature
+        if old is not None:
+            self.metrics.model.labels(old.version).set(0)
+        self.metrics.model.labels(v.version).set(1)
+        log.info("serving model %s from %s (%d passive part%s owning splits)", v.version, v.path, len(v.owners),
+                 "y" if len(v.owners) == 1 else "ies")
+
+    def reload(self, open_timeout: float = 10.0) -> bool:
+        """Load the model file again if it changed; the new version is used once its channels are
+        open at every passive party that owns a split (a party without the model refuses: the
+        version in use stays). Requests already in flight finish on the old version."""
+        with self._reload_lock:
+            try:
+                path = find_active_model_file(self.model_dir)
+                sig = model_signature(path)
+                if sig == self._signature and self.current is not None and str(path) == self.current.path:
+                    return False
+                v = ModelVersion.load(path)
+                self._check_peers(v)
+                errors = self.scorer.open_all(v, open_timeout)
+                if errors:
+                    raise InputError("; ".join(f"party {p!r}: {why}" for p, why in errors.items()))
+            except (VFLError, OSError) as exc:
+                self.metrics.reloads.labels("failed").inc()
+                log.error("the model in %s could not be loaded; model %s stays in use: %s", self.model_dir,
+                          self.current.version if self.current else None, exc)
+                return False
+            self._use(v, sig)
+            self.metrics.reloads.labels("ok").inc()
+            return True
+
+    def request_reload(self) -> None:
+        """Reload soon (SIGHUP): on the watcher thread, never in a signal handler."""
+        self._signature = None
+        self._wake.set()
+
+    def start_watching(self) -> None:
+        self._watcher = threading.Thread(target=self._watch, name="vfl-model-watch", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.watch_interval if self.watch_interval > 0 else None)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                sig = model_signature(find_active_model_file(self.model_dir))
+            except (VFLError, OSError):
+                sig = None
+            if sig is not None and sig != self._signature:
+                time.sleep(0.05)      # a file being replaced: let it settle
+                self.reload()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self.batcher.close()
+        self.transport.close()
+
+    # -- readiness ------------------------------------------------------------------------
+    def readiness(self) -> tuple[bool, dict]:
+        v = self.current
+        peers = self.scorer.peer_state()
+        body = {"model_version": v.version if v else None,
+                "parties": {p: peers.get(p, "up") for p in (v.model.passives if v else [])}}
+        ready = v is not None and (not self.require_all or not peers)
+        return ready, body
+
+
+# --------------------------------------------------------------------------- the HTTP app
+def _applicants(body) -> tuple[list, list, bool]:
+    """``(ids, feature dicts, single)`` of a request body."""
+    single = isinstance(body, dict) and "applicants" not in body
+    items = [body] if single else (body["applicants"] if isinstance(body, dict) else body)
+    if not isinstance(items, list) or not items:
+        raise InputError("the body must be an applicant {\"id\": ..., \"features\": {...}}, a non-empty list of "
+                         "them, or {\"applicants\": [...]}")
+    if len(items) > MAX_REQUEST_ROWS:
+        raise InputError(f"{len(items)} applicants in one request, more than {MAX_REQUEST_ROWS}")
+    ids, feats = [], []
+    for i, a in enumerate(items):
+        where = "the applicant" if single else f"applicant {i}"
+        if not isinstance(a, dict) or set(a) - {"id", "features"} or "id" not in a:
+            raise InputError(f"{where}: expected {{\"id\": ..., \"features\": {{name: value}}}}")
+        aid = a["id"]
+        if isinstance(aid, bool) or not isinstance(aid, (str, int)) or aid == "":
+            raise InputError(f"{where}: the id must be a non-empty string or an integer, got {aid!r}")
+        f = a.get("features", {})
+        if not isinstance(f, dict):
+            raise InputError(f"{where}: features must be an object {{name: value}}")
+        for k, val in f.items():
+            if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float, str))):
+                raise InputError(f"{where}: feature {k!r} must be a number, a string or null, got {val!r}")
+        ids.append(aid)
+        feats.append(f)
+    return ids, feats, single
+
+
+def _error(status: int, message: str, **extra) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status,
+                        headers={"Retry-After": str(max(1, round(extra["retry_after"])))}
+                        if extra.get("retry_after") else None)
+
+
+def create_app(service: ScoringService) -> FastAPI:
+    """The FastAPI app of ``service``."""
+    app = FastAPI(title="vfl-boost online scoring", docs_url=None, redoc_url=None, openapi_url=None)
+    metrics = service.metrics
+
+    @app.get("/healthz")
+    async def healthz():
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz():
+        ready, body = service.readiness()
+        return JSONResponse({"ready": ready, **body}, status_code=200 if ready else 503)
+
+    @app.get("/metrics")
+    async def prometheus():
+        data, ctype = metrics.exposition()
+        return Response(content=data, media_type=ctype)
+
+    @app.post("/v1/score")
+    async def score(request: Request, explain: bool = False, deadline_ms: float | None = None):
+        t0 = time.perf_counter()
+        outcome = "error"
+        try:
+            response = await _score(request, explain, deadline_ms)
+            outcome = "ok" if response.status_code == 200 else str(response.status_code)
+            return response
+        finally:
+            metrics.requests.labels(outcome).inc()
+            metrics.latency.observe(time.perf_counter() - t0)
+
+    async def _score(request: Request, explain: bool, deadline_ms: float | None):
+        now = time.monotonic()
+        wait = service.deadline_s if deadline_ms is None else deadline_ms / 1000.0
+        if not 0 < wait <= service.max_deadline_s:
+            return _error(422, f"deadline_ms must be more than 0 and at most {service.max_deadline_s * 1000:g}")
+        deadline = now + wait
+        v = service.current
+        if v is None:
+            return _error(503, "no model is loaded yet")
+        if explain and service.explainer is None:
+            return _error(501, "explanations (explain=true) are not available in this build: no explainer is "
+                               "installed")
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError) as exc:
+            return _error(422, f"the body is not JSON: {exc}")
+        try:
+            ids, feats, single = _applicants(body)
+            X = v.features(ids, feats, service.id_col)
+        except InputError as exc:
+            return _error(422, str(exc))
+        fut = service.batcher.submit(v, ids, X, deadline)
+        try:
+            raw, unknown, degraded = await asyncio.wait_for(asyncio.wrap_future(fut),
+                                                            timeout=max(0.0, deadline - time.monotonic()) + 0.005)
+        except (asyncio.TimeoutError, DeadlinePassed):
+            fut.cancel()
+            metrics.errors.labels("deadline", "-").inc()
+            return _error(504, f"the deadline of {wait * 1000:g} ms passed before the applicant(s) were scored")
+        except QuotaRefused as exc:
+            return _error(429, str(exc), party=exc.party, rule=exc.rule, retry_after=exc.retry_after)
+        except PartyUnavailable as exc:
+            return _error(503, str(exc), party=exc.party)
+        except (PeerError, VFLError) as exc:
+            metrics.errors.labels("peer", "-").inc()
+            return _error(502, str(exc))
+        results = v.output(raw)
+        reasons = service.explainer(v, ids, X, raw) if explain else None
+        for i, r in enumerate(results):
+            r["id"] = ids[i]
+            r["unknown_at"] = [p for p, u in unknown.items() if u[i]]
+            if reasons is not None:
+                r["reasons"] = reasons[i]
+        doc = {"model_version": v.version}
+        if degraded:
+            doc["default_routed"] = degraded
+        if single:
+            return JSONResponse({**doc, **results[0]})
+        return JSONResponse({**doc, "results": results})
+
+    return app
