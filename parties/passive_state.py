@@ -60,6 +60,7 @@ class TrainingSession:
     intake: object = None                      # the round's parties.passive_train.RoundIntake (overlap)
     protocol: object = None                    # parties.passive_checks.TrainingProtocol: what is allowed
     randomizer: object = None                  # crypto.obfuscators.ReplyRandomizer: fresh randomness for replies
+    candidates: object = None                  # parties.passive_splits.CandidateExchange (None: per-bin sums)
     settings: Settings = field(default_factory=Settings)   # read once, at TrainSetup
     overlap: dict = field(default_factory=lambda: {"eager": 0, "fallback": 0, "partials": 0,
                                                    "partials_before_request": 0})   # root levels, for tests
@@ -174,6 +175,8 @@ class PassiveState:
     dp_ledger_path: str | None = None          # the lifetime privacy ledger file (parties.dp_ledger; None: none)
     dp_lifetime_epsilon: float | None = None   # the most epsilon the dataset may spend, over all trainings
     min_node_rows: int = 1                     # the least min_node_rows a TrainSetup may agree (federation)
+    require_active_only_rounds: int = 0        # the fewest active-only first rounds a TrainSetup may agree
+    categorical_ordered: bool = False          # strict: categorical features as ordered bins (shuffled too)
     trainer: str | None = None                 # who trained the model (bound into the model file, issue 22)
     max_depth: int | None = None               # the model's max_depth (agreed at setup): a row's route budget
     # own data

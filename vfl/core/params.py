@@ -148,6 +148,10 @@ class TrainParams:
     # --- trust (issue 22): no histogram of a node with fewer (sampled) rows than this; agreed with the
     # passive parties at setup (a federation setting). 2: the smallest node ever split, so no model changes
     min_node_rows: int = 2
+    # --- issue 31: the first rounds grow on the active party's own features only (FATE's complete_secure,
+    # SecretFlow's first_tree_with_label_holder_feature): no passive party takes part in them, so the
+    # first instance space a passive party sees is of residual gradients; a passive party may require it
+    active_only_rounds: int = 0
 
     @classmethod
     def default(cls, name: str):
@@ -184,6 +188,7 @@ class TrainParams:
         num("min_child_weight", 0, 1e12)
         num("gamma", 0, 1e12)
         num("min_node_rows", 1, 1 << 20, integer=True)
+        num("active_only_rounds", 0, 1 << 20, integer=True)
         num("key_bits", integer=True)
         num("precision_bits", 8, 48, integer=True)
         num("seed", 0, integer=True)
