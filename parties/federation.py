@@ -45,9 +45,11 @@ except ModuleNotFoundError:          # pragma: no cover - Python 3.10
 DEFAULT_MIN_NODE_ROWS = 2
 #: the most a federation may set (a larger floor stops most trees from growing)
 MAX_MIN_NODE_ROWS = 1 << 20
+#: the most active-only first rounds a passive party may require
+MAX_ROUNDS_SETTING = 1 << 20
 
 _FED_KEYS = {"active", "min_node_rows"}
-_PARTY_KEYS = {"address", "hosts", "train", "predict"}
+_PARTY_KEYS = {"address", "hosts", "train", "predict", "require_active_only_rounds", "categorical_ordered"}
 
 
 class FederationError(InputError):
@@ -62,6 +64,10 @@ class PartyEntry:
     hosts: tuple[str, ...] = ()
     train: tuple[str, ...] | None = None        # None: the default (the active party)
     predict: tuple[str, ...] | None = None      # None: the default (the trainer of the model)
+    # a passive party's own exchange settings (issue 31): the fewest first rounds on the active party's
+    # features only a training must agree, and categorical features as ordered bins (no per-category sums)
+    require_active_only_rounds: int = 0
+    categorical_ordered: bool = False
 
     @property
     def cert_names(self) -> frozenset[str]:
@@ -213,7 +219,17 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
         if name in lists.get("train", ()) or name in lists.get("predict", ()):
             raise _err(path, table, "train" if name in lists.get("train", ()) else "predict",
                        "a party cannot be its own client")
-        entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"))
+        rounds, ordered = t.get("require_active_only_rounds", 0), t.get("categorical_ordered", False)
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or not 0 <= rounds <= MAX_ROUNDS_SETTING:
+            raise _err(path, table, "require_active_only_rounds", f"expected an integer 0..{MAX_ROUNDS_SETTING}, "
+                                                                  f"got {rounds!r}")
+        if not isinstance(ordered, bool):
+            raise _err(path, table, "categorical_ordered", f"expected true or false, got {ordered!r}")
+        if name == active and (rounds or ordered):
+            raise _err(path, table, "require_active_only_rounds" if rounds else "categorical_ordered",
+                       "a passive party's setting (the active party answers no request)")
+        entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"), int(rounds),
+                                   ordered)
     return Federation(str(path), active, entries, int(min_rows))
 
 

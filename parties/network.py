@@ -82,6 +82,11 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     policy = dict(policy or {})
     if federation is not None:
         policy.setdefault("min_node_rows", federation.min_node_rows)
+        entry = federation.parties.get(name)
+        if entry is not None and entry.require_active_only_rounds:
+            policy.setdefault("require_active_only_rounds", entry.require_active_only_rounds)
+        if entry is not None and entry.categorical_ordered:
+            policy.setdefault("categorical_ordered", True)
     # a Parquet table of numeric features: ids and the piece plan here, rows read where they are used
     table = open_piece_table(data, name, id_col, categorical)
     table = table if table is not None else _read_csv(data, name, id_col, categorical=categorical).frame

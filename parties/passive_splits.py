@@ -206,6 +206,11 @@ class CandidateExchange:
         return f, int(self.cb[c]), int(self.cd[c])
 
 
+def shuffle_rng() -> np.random.Generator:
+    """A fresh generator for one request's orders, seeded from the operating system's CSPRNG (256 bits)."""
+    return np.random.default_rng(int.from_bytes(os.urandom(32), "little"))
+
+
 def _add(a, b, modulus):
     return a + b if modulus is None else a * b % modulus
 
@@ -277,7 +282,7 @@ def candidates(s: PassiveState, req: m.HistogramRequest, g, a, tree_idx, bin_sum
     keys = list(zip(tree_idx.tolist(), node_ids.tolist()))
     members = [np.flatnonzero(a[k] == nid) for k, nid in keys]      # sampled rows
     counts = dict(zip(keys, _counts(s, members)))
-    rng = np.random.default_rng(int.from_bytes(os.urandom(32), "little"))
+    rng = shuffle_rng()
     values, n_cand, mono = ex.answer(keys, sums, counts, modulus, rng)
     ex.level = {key: sums[key] for key in keys}
     ex.prev = leaf_positions(a)
