@@ -78,6 +78,10 @@ class TrainingProtocol:
         self.refused = f"rule {rule!r}: {detail}"
         raise ProtocolError(f"party {self.party!r} refuses {what}: {self.refused}; the training ends")
 
+    def refuse(self, what: str, rule: str, detail: str):
+        """Refuse a request under another module's rule (e.g. ``shuffled candidates``): the training ends."""
+        self._refuse(what, rule, detail)
+
     def check_open(self, what: str) -> None:
         if self.refused is not None:
             raise ProtocolError(f"party {self.party!r} refuses {what}: the training ended after a refused "

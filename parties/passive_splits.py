@@ -195,15 +195,19 @@ class CandidateExchange:
         (None: the categorical split ``cat_feature`` wins the tie, by feature order)."""
         perm = self.picks.get(key)
         if perm is None:
-            raise ProtocolError(f"{PICK_RULE}: node {key[1]} of tree {key[0]} has no candidates of the last answer")
+            raise _BadPick(f"node {key[1]} of tree {key[0]} has no candidates of the last answer")
         if positions.size and (positions.max() >= len(perm) or len(np.unique(positions)) != positions.size):
-            raise ProtocolError(f"{PICK_RULE}: positions {positions.tolist()[:8]} are not distinct candidates of "
-                                f"node {key[1]} of tree {key[0]} ({len(perm)} sent)")
+            raise _BadPick(f"positions {positions.tolist()[:8]} are not distinct candidates of node {key[1]} of "
+                           f"tree {key[0]} ({len(perm)} sent)")
         c = int(perm[positions].min())      # canonical order: the lowest index
         f = int(self.cf[c])
         if cat_feature >= 0 and cat_feature < f:
             return None
         return f, int(self.cb[c]), int(self.cd[c])
+
+
+class _BadPick(ProtocolError):
+    """A pick that names no candidate of the last answer (refused under :data:`PICK_RULE`)."""
 
 
 def shuffle_rng() -> np.random.Generator:
@@ -318,9 +322,9 @@ def resolve_picks(s: PassiveState, req: m.CandidatePick) -> list[tuple[int, int,
     for i, (t, nid, f) in enumerate(zip(req.tree_idx.tolist(), req.node_ids.tolist(), req.feature_idx.tolist())):
         positions = np.asarray(req.positions[starts[i]:starts[i + 1]], dtype=np.int64)
         if f >= 0 and (f not in cat_sent or n_left[i] < 0):
-            raise ProtocolError(f"{PICK_RULE}: feature {f} is not a categorical feature sent as per-category sums")
+            raise _BadPick(f"feature {f} is not a categorical feature sent as per-category sums")
         if f < 0 and not positions.size:
-            raise ProtocolError(f"{PICK_RULE}: node {nid} of tree {t}: no candidate named")
+            raise _BadPick(f"node {nid} of tree {t}: no candidate named")
         num = ex.resolve((t, nid), positions, f) if positions.size else None
         if num is None:
             out.append((f, -1, bool(req.default_left[i]), req.left_bins[lstarts[i]:lstarts[i + 1]].astype(np.int64)))
@@ -461,7 +465,13 @@ def candidate_pick(s: PassiveState, req: m.CandidatePick) -> m.SplitResponse:
     _check_nodes(req.tree_idx, req.node_ids, t.assignment.shape[0], "CandidatePick")
     if t.protocol is not None:
         t.protocol.split_request(int(req.round_idx), req.tree_idx, req.node_ids, "CandidatePick")
-    return _apply(s, req.round_idx, req.tree_idx, req.node_ids, resolve_picks(s, req), "CandidatePick")
+    try:
+        specs = resolve_picks(s, req)
+    except _BadPick as exc:
+        if t.protocol is None:
+            raise ProtocolError(f"party {s.name!r} refuses CandidatePick: rule {PICK_RULE!r}: {exc}") from None
+        t.protocol.refuse(f"CandidatePick of round {req.round_idx}", PICK_RULE, str(exc))
+    return _apply(s, req.round_idx, req.tree_idx, req.node_ids, specs, "CandidatePick")
 
 
 def _apply(s: PassiveState, round_idx, tree_idx, node_ids, specs, what: str) -> m.SplitResponse:
