@@ -109,7 +109,8 @@ def test_a_position_is_a_fresh_random_candidate_in_every_node():
     sent = hits > 0       # all but each feature's last threshold (it leaves no row on the right)
     assert sent.sum() == len(ex.cf) - 3 == len(ex.picks[(0, 0)])
     k = int(sent.sum())
-    assert hits[sent].min() > 3000 / k / 3 and hits.max() < 3 * 3000 / k    # about uniform: no position stands for a feature
+    # about uniform: no position stands for a feature
+    assert hits[sent].min() > 3000 / k / 3 and hits.max() < 3 * 3000 / k
 
 
 # -- the targeted split requests of the second review -------------------------------------------------
