@@ -7,6 +7,8 @@ served by the code before issue 31 (per-bin sums, splits named by (feature, bin)
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.base import clone
+from sklearn.datasets import load_breast_cancer
 from support import KEY_BITS, small_frames
 
 from parties import passive_splits
@@ -18,6 +20,7 @@ from protocols.transport import frame_handler
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.core.binning import Binner
 from vfl.core.errors import PeerError
+from vfl.estimators import VerticalBoostingClassifier
 
 PARAMS = dict(mode="plain", n_estimators=2, max_depth=3, learning_rate=0.5)
 
@@ -232,3 +235,13 @@ def test_gradients_of_an_active_only_round_are_refused():
         return req
     with pytest.raises(PeerError, match="telco.*rule 'active-only rounds'"):
         _fed(tamper).fit(TrainParams(**{**PARAMS, "n_estimators": 3, "active_only_rounds": 2}))
+
+
+def test_the_estimators_take_active_only_rounds():
+    X, y = load_breast_cancer(return_X_y=True)
+    est = VerticalBoostingClassifier(n_estimators=3, max_depth=2, mode="plain", n_parties=2, active_only_rounds=2)
+    assert clone(est).get_params()["active_only_rounds"] == 2
+    est.fit(X[:200], y[:200])
+    owners = [{n.owner for t in r for n in t.nodes if not n.is_leaf} for r in est.model_.rounds]
+    label_holder = est.model_.active_party
+    assert owners[0] <= {label_holder} and owners[1] <= {label_holder} and owners[2] - {label_holder}
