@@ -132,7 +132,7 @@ class CandidateExchange:
         """Which nodes to sum and which to derive: ``(build, derive)``, ``build`` a list of (tree, node)
         and ``derive`` of (tree, node, parent, built sibling). ``sizes[t]``: sampled rows per node."""
         if self.round != round_idx:
-            self.level, self.prev, self.round = {}, None, round_idx
+            self.level, self.prev, self.round, self.picks = {}, None, round_idx, {}
         pos = leaf_positions(a)
         build, derive, done = [], [], set()
         for t, nid in zip(tree_idx.tolist(), node_ids.tolist()):
@@ -160,10 +160,10 @@ class CandidateExchange:
 
     def answer(self, keys: list, sums: dict, counts: dict, modulus, rng: np.random.Generator):
         """Per node ``keys[i]``: its shuffled candidates (left sums) and the per-category sums of the
-        categorical features sent; returns ``(values, n_candidates, monotone)`` and remembers each
-        position."""
+        categorical features sent; returns ``(values, n_candidates, monotone, picks)``, ``picks[key]``
+        the candidate at each position (:meth:`commit` keeps them once the answer is sent)."""
         values, n_cand, mono = [], [], []
-        self.picks = {}
+        picks = {}
         for key in keys:
             v = sums[key]
             cnt = counts[key]
@@ -185,10 +185,17 @@ class CandidateExchange:
                 values.extend(v[int(self.offsets[f]):int(self.offsets[f + 1])])
             if self.monotone is not None:
                 mono.append(self.monotone[self.cf[perm]])
-            self.picks[key] = perm
+            picks[key] = perm
             n_cand.append(len(perm))
         return values, np.array(n_cand, dtype=np.int64), \
-            (np.concatenate(mono).astype(np.int8) if mono else np.zeros(0, dtype=np.int8))
+            (np.concatenate(mono).astype(np.int8) if mono else np.zeros(0, dtype=np.int8)), picks
+
+    def commit(self, picks: dict, sums: dict, keys: list, a: np.ndarray) -> None:
+        """The answer is made: its positions, its nodes' per-bin sums (the next level's parents) and
+        the rows' nodes are this party's state from now on."""
+        self.picks = picks
+        self.level = {key: sums[key] for key in keys}
+        self.prev = leaf_positions(a)
 
     def resolve(self, key, positions: np.ndarray, cat_feature: int) -> tuple[int, int, int] | None:
         """The canonical candidate ``(feature, bin, missing_left)`` among ``positions`` of node ``key``
@@ -287,9 +294,7 @@ def candidates(s: PassiveState, req: m.HistogramRequest, g, a, tree_idx, bin_sum
     members = [np.flatnonzero(a[k] == nid) for k, nid in keys]      # sampled rows
     counts = dict(zip(keys, _counts(s, members)))
     rng = shuffle_rng()
-    values, n_cand, mono = ex.answer(keys, sums, counts, modulus, rng)
-    ex.level = {key: sums[key] for key in keys}
-    ex.prev = leaf_positions(a)
+    values, n_cand, mono, picks = ex.answer(keys, sums, counts, modulus, rng)
     t1 = time.perf_counter()
     timing["candidates"] = int((t1 - t0) * 1e6)
     packed = compress(values, g.layout.value_bits, stride_for(g.per, 1), modulus, executor=t.shards.executor) \
@@ -300,6 +305,7 @@ def candidates(s: PassiveState, req: m.HistogramRequest, g, a, tree_idx, bin_sum
         packed = s.need("the public key", t.randomizer).rerandomize(packed)
         timing["rerandomize"] = int((time.perf_counter() - t2) * 1e6)
         timing["rerandomize_bg"] = int(t.randomizer.background_since_last() * 1e6)
+    ex.commit(picks, sums, keys, a)
     return m.CandidateResponse(n_cand, len(values), BigInts(packed), mono, ex.cat_sent, timing)
 
 

@@ -106,11 +106,11 @@ def test_a_position_is_a_fresh_random_candidate_in_every_node():
     sums = {(0, 0): list(range(1, n_flat + 1))}
     hits = np.zeros(len(ex.cf), dtype=np.int64)
     for _ in range(3000):
-        ex.answer([(0, 0)], sums, {(0, 0): counts}, None, passive_splits.shuffle_rng())
-        hits[ex.picks[(0, 0)][0]] += 1
+        picks = ex.answer([(0, 0)], sums, {(0, 0): counts}, None, passive_splits.shuffle_rng())[3]
+        hits[picks[(0, 0)][0]] += 1
     assert len(ex.cf) == int(np.sum(binner.n_bins - 1))     # every threshold of every feature (no missing values)
     sent = hits > 0       # all but each feature's last threshold (it leaves no row on the right)
-    assert sent.sum() == len(ex.cf) - 3 == len(ex.picks[(0, 0)])
+    assert sent.sum() == len(ex.cf) - 3 == len(picks[(0, 0)])
     k = int(sent.sum())
     # about uniform: no position stands for a feature
     assert hits[sent].min() > 3000 / k / 3 and hits.max() < 3 * 3000 / k
