@@ -12,6 +12,7 @@ from sklearn.datasets import load_breast_cancer
 from support import KEY_BITS, small_frames
 
 from parties import passive_splits
+from parties.federation import FederationError, load_federation
 from parties.passive_splits import CandidateExchange
 from parties.remote import RemoteSource
 from protocols import messages as m
@@ -245,3 +246,20 @@ def test_the_estimators_take_active_only_rounds():
     owners = [{n.owner for t in r for n in t.nodes if not n.is_leaf} for r in est.model_.rounds]
     label_holder = est.model_.active_party
     assert owners[0] <= {label_holder} and owners[1] <= {label_holder} and owners[2] - {label_holder}
+
+
+def test_a_federation_entry_may_require_active_only_rounds_and_ordered_categories(tmp_path):
+    path = tmp_path / "federation.toml"
+    body = ('[federation]\nactive = "bank"\n\n[parties.bank]\n\n[parties.telco]\naddress = "127.0.0.1:5000"\n'
+            'require_active_only_rounds = 3\ncategorical_ordered = true\n')
+    path.write_text(body)
+    entry = load_federation(path).parties["telco"]
+    assert entry.require_active_only_rounds == 3 and entry.categorical_ordered is True
+    for bad, key in (("require_active_only_rounds = -1", "require_active_only_rounds"),
+                     ('categorical_ordered = "yes"', "categorical_ordered")):
+        path.write_text(body.replace("require_active_only_rounds = 3\ncategorical_ordered = true\n", bad + "\n"))
+        with pytest.raises(FederationError, match=rf"\[parties.telco\] {key}"):
+            load_federation(path)
+    path.write_text(body.replace('[parties.bank]\n', '[parties.bank]\nrequire_active_only_rounds = 1\n'))
+    with pytest.raises(FederationError, match=r"\[parties.bank\] require_active_only_rounds: a passive party"):
+        load_federation(path)
