@@ -38,6 +38,8 @@ from vfl.commands.common import (
     min_iv_option,
     net_options,
     party_executor,
+    passive_exchange_options,
+    passive_exchange_policy,
     security_from_options,
     setup_logging,
 )
@@ -305,6 +307,9 @@ def _training_options(f):
         click.option("--min-node-rows", default=_default("min_node_rows"), show_default=True,
                      help="No passive party builds a histogram of a node with fewer rows (a federation file's "
                           "min_node_rows raises it)."),
+        click.option("--active-only-rounds", default=_default("active_only_rounds"), show_default=True,
+                     help="The first rounds grow on the active party's own features only (no passive party "
+                          "sees their instance space)."),
         click.option("--gamma", default=_default("gamma"), show_default=True),
         click.option("--key-bits", default=_default("key_bits"), show_default=True),
         click.option("--encryption", type=click.Choice(ENCRYPTIONS), default=_default("encryption"),
@@ -612,6 +617,7 @@ def party():
                    "epsilon above this (a training without DP counts as infinite).")
 @net_options
 @dask_options
+@passive_exchange_options
 @lambda f: _credit_options(f, active=False)
 @passive_drift_option
 @passive_online_options
@@ -620,7 +626,8 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                   validation_data=None, dask_scheduler=None, dask_tls_dir=None, dask_insecure=False,
                   dask_via_scheduler=False, categorical=(), monotone=(), dp_bins=None, dp_ledger=None,
                   dp_lifetime_epsilon=None, federation_file=None, drift_answers=None, audit_log=None,
-                  metrics_listen=None, reload_interval=1.0, log_format="text"):
+                  metrics_listen=None, reload_interval=1.0, log_format="text", require_active_only_rounds=0,
+                  categorical_ordered=False):
     """Serve training sessions, prediction requests and online scoring of an active party."""
     setup_logging(log_level, log_format)
     federation = load_federation(federation_file) if federation_file else None
@@ -637,7 +644,8 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                                 ("allowed_prediction", tuple(allow_prediction)),
                                 ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature),
                                 ("dp_ledger_path", dp_ledger), ("dp_lifetime_epsilon", dp_lifetime_epsilon),
-                                ("drift_policy", drift_answers)) if v}
+                                ("drift_policy", drift_answers)) if v} \
+        | passive_exchange_policy(require_active_only_rounds, categorical_ordered)
     if dp_lifetime_epsilon is not None and dp_ledger is None:
         raise click.UsageError("--dp-lifetime-epsilon needs --dp-ledger FILE (where the spending is counted)")
     executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive", dask_via_scheduler)

@@ -260,11 +260,18 @@ class ActiveParty:
                     # what each passive party will hold our requests to (parties.passive_checks); a DP released
                     # model grows every node whatever its rows (stopping on counts would leak): no row floor
                     floor = 1 if params.dp_model is not None else params.min_node_rows
+                    self._check_active_only(params, passives)
                     infos = transport.call_many({p: m.TrainSetup(params.mode, params.max_bin, model_id,
                                                                  binning, params.max_cat, params.scheme,
                                                                  n_rounds=params.n_estimators,
-                                                                 max_depth=params.max_depth, min_node_rows=floor)
+                                                                 max_depth=params.max_depth, min_node_rows=floor,
+                                                                 active_only_rounds=params.active_only_rounds)
                                                  for p in passives})
+                    # the passive parties answer shuffled split candidates unless a DP released model keeps
+                    # per-bin sums (parties.passive_splits)
+                    self._shuffled = params.mode != Mode.DP and binning is None
+                    self.channel.candidates = self._shuffled
+                    self.channel.active_only_rounds = params.active_only_rounds
                     if resume is not None:
                         acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds,
                                                                      resume.records.get(p, 0)) for p in passives})
@@ -447,8 +454,15 @@ class ActiveParty:
         for p in passives:
             nb = infos[p].n_bins
             sources.append(RemoteSource(transport, p, np.concatenate([[0], np.cumsum(nb)]), self.channel,
-                                        infos[p].categorical, infos[p].monotone))
+                                        infos[p].categorical, infos[p].monotone,
+                                        shuffled=getattr(self, "_shuffled", False)))
         return sources
+
+    def _check_active_only(self, params: TrainParams, passives: list[str]) -> None:
+        """``active_only_rounds`` needs own features (and is moot without passive parties)."""
+        if params.active_only_rounds and passives and not self.feature_names:
+            raise InputError(f"active_only_rounds={params.active_only_rounds}: party {self.name!r} has no feature "
+                             "columns of its own to grow the first rounds on")
 
     def _without_weights(self, frame):
         wc = getattr(self, "weight_col", None)

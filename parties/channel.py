@@ -125,6 +125,10 @@ class GradientChannel(RoundObserver):
         self.link_mbps: float | None = None           # given by the user: every peer's throughput
         self.measured: dict[str, float] = {}          # peer -> bytes per second of its last gradient message
         self._squaring: float | None = None
+        #: the passive parties answer shuffled candidates (running sums of their bins): no pre-shifted copies
+        self.candidates = False
+        #: rounds before this one use the active party's features only: nothing to encrypt
+        self.active_only_rounds = 0
 
     def group_size(self, layout: PackingLayout) -> int:
         """Targets packed per plaintext: all of them when they fit the key, else the most that fit."""
@@ -212,7 +216,7 @@ class GradientChannel(RoundObserver):
         values per copy and group (all rows: unsampled ones as full-width placeholders).
         ``preshift`` True/False: all ``per`` copies / none; an integer ``k``: the largest useful
         count (:func:`crypto.compress.shift_choices`) not above ``k``; "auto": the cost model."""
-        if self.mode != Mode.HE or per <= 1 or self.preshift is False:
+        if self.mode != Mode.HE or per <= 1 or self.preshift is False or self.candidates:
             return 1
         if self.preshift is True:
             return per
@@ -229,6 +233,9 @@ class GradientChannel(RoundObserver):
         passive party: with overlap (the settings' ``overlap``) shard by shard while the previous
         shards are on the wire (:class:`crypto.shards.EncryptionStream`), else all of it now."""
         self._end_stream()
+        if gradients.round_idx < self.active_only_rounds:     # no passive party takes part in this round
+            self.current = None
+            return
         self.current = self._encrypt_round(gradients)
 
     def messages(self, round_idx: int):

@@ -49,10 +49,13 @@ except ModuleNotFoundError:          # pragma: no cover - Python 3.10
 DEFAULT_MIN_NODE_ROWS = 2
 #: the most a federation may set (a larger floor stops most trees from growing)
 MAX_MIN_NODE_ROWS = 1 << 20
+#: the most active-only first rounds a passive party may require
+MAX_ROUNDS_SETTING = 1 << 20
 
 _FED_KEYS = {"active", "min_node_rows"}
 _PARTY_KEYS = {"address", "hosts", "train", "predict", "drift", "screen", "screen_epsilon",
-               "serve_requests_per_second", "serve_rows_per_day"}
+               "serve_requests_per_second", "serve_rows_per_day", "require_active_only_rounds",
+               "categorical_ordered"}
 #: what a passive party answers a drift request with (issue 34): PSI per feature by position (the
 #: default: its feature names are not shared), by name, or nothing (it declines)
 DRIFT_POLICIES = ("positions", "names", "decline")
@@ -87,6 +90,10 @@ class PartyEntry:
     screen_epsilon: float | None = None         # DP noise on the screening counts it returns (None: exact)
     serve_requests_per_second: float | None = None  # online scoring: per-caller rate limit (None: none)
     serve_rows_per_day: int | None = None           # online scoring: per-caller applicants per UTC day
+    # a passive party's own exchange settings (issue 31): the fewest first rounds on the active party's
+    # features only a training must agree, and categorical features as ordered bins (no per-category sums)
+    require_active_only_rounds: int = 0
+    categorical_ordered: bool = False
 
     @property
     def cert_names(self) -> frozenset[str]:
@@ -277,9 +284,19 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
                 raise _err(path, table, "screen_epsilon", f"expected a number > 0 (the DP epsilon of the screening "
                                                           f"counts), got {eps!r}")
             eps = float(eps)
+        rounds, ordered = t.get("require_active_only_rounds", 0), t.get("categorical_ordered", False)
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or not 0 <= rounds <= MAX_ROUNDS_SETTING:
+            raise _err(path, table, "require_active_only_rounds", f"expected an integer 0..{MAX_ROUNDS_SETTING}, "
+                                                                  f"got {rounds!r}")
+        if not isinstance(ordered, bool):
+            raise _err(path, table, "categorical_ordered", f"expected true or false, got {ordered!r}")
+        if name == active and (rounds or ordered):
+            raise _err(path, table, "require_active_only_rounds" if rounds else "categorical_ordered",
+                       "a passive party's setting (the active party answers no request)")
         limits = _serve_limits(path, table, t, name == active)
         entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"), drift,
-                                   lists.get("screen", ()), eps, **limits)
+                                   lists.get("screen", ()), eps, require_active_only_rounds=int(rounds),
+                                   categorical_ordered=ordered, **limits)
     return Federation(str(path), active, entries, int(min_rows))
 
 

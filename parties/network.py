@@ -130,6 +130,11 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
         policy["drift_policy"] = stricter_drift(own, federation.party(name).drift)
         if federation.party(name).screen_epsilon is not None:      # the DP noise on its screening counts
             policy.setdefault("screen_epsilon", federation.party(name).screen_epsilon)
+        entry = federation.parties.get(name)
+        if entry is not None and entry.require_active_only_rounds:
+            policy.setdefault("require_active_only_rounds", entry.require_active_only_rounds)
+        if entry is not None and entry.categorical_ordered:
+            policy.setdefault("categorical_ordered", True)
     metrics = PassiveMetrics()
     gate = _Gate(name)
     if hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread():

@@ -7,7 +7,8 @@ answered by the handler :data:`HANDLERS` lists for its type, a function
 :class:`~parties.passive_state.PassiveState`:
 
 * alignment (:mod:`parties.passive_align`): salted id hashes and PSI;
-* training (:mod:`parties.passive_train`): setup, key, gradients, histograms, splits, end;
+* training (:mod:`parties.passive_train`): setup, key, gradients, end; a level's candidates and splits
+  (:mod:`parties.passive_splits`);
 * prediction (:mod:`parties.passive_predict`): sessions, routing, leaf masks, split gains;
 * DP mode (:mod:`parties.dp`): the one noisy release and split registration;
 * screening (:mod:`parties.passive_screen`): per-bin event and row counts for WOE/IV, when granted.
@@ -26,7 +27,7 @@ from datasets.errors import InputError, ProtocolError
 from datasets.frames import party_data
 from datasets.loaders import read_party_table
 from datasets.pieces import PieceTable, open_piece_table
-from parties import dp, passive_align, passive_predict, passive_screen, passive_train
+from parties import dp, passive_align, passive_predict, passive_screen, passive_splits, passive_train
 from parties import drift as drift_exchange
 from parties.passive_state import LookupTable, PassiveState
 from protocols import messages as m
@@ -66,8 +67,9 @@ HANDLERS = {
     m.Gradients: passive_train.gradients,
     m.GradientsStart: passive_train.gradients_start,
     m.GradientShard: passive_train.gradient_shard,
-    m.HistogramRequest: passive_train.histogram_request,
-    m.SplitRequest: passive_train.split_request,
+    m.HistogramRequest: passive_splits.histogram_request,
+    m.SplitRequest: passive_splits.split_request,
+    m.CandidatePick: passive_splits.candidate_pick,
     m.TrainEnd: passive_train.train_end,
     m.PredictStart: passive_predict.predict_start,
     m.EvalStart: passive_predict.eval_start,
@@ -192,6 +194,11 @@ class PassiveParty:
     dp_ledger_path = _state_attr("dp_ledger_path", "lifetime privacy ledger file (None: none)")
     dp_lifetime_epsilon = _state_attr("dp_lifetime_epsilon", "the most epsilon the dataset may ever spend")
     min_node_rows = _state_attr("min_node_rows", "the least min_node_rows a training setup may agree")
+    require_active_only_rounds = _state_attr("require_active_only_rounds",
+                                             "the fewest first rounds on the active party's features only a "
+                                             "training setup may agree")
+    categorical_ordered = _state_attr("categorical_ordered", "categorical features as ordered bins: shuffled "
+                                                             "candidates, no per-category sums (strict)")
     trainer = _state_attr("trainer", "the identity of the client that trained the model (None: not recorded)")
     drift_policy = _state_attr("drift_policy", "drift requests: 'positions' (default), 'names' or 'decline'")
     drift_min_rows = _state_attr("drift_min_rows", "raises the fewest rows a drift run is answered over")
@@ -202,8 +209,12 @@ class PassiveParty:
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
                  source: str | None = None, n_jobs: int | None = None, executor: Executor | None = None,
-                 categorical=None, monotone: dict | None = None, dp_bins: dict | None = None):
+                 categorical=None, monotone: dict | None = None, dp_bins: dict | None = None,
+                 categorical_ordered: bool = False):
+        """``categorical_ordered``: treat categorical features as ordered bins (shuffled candidates like
+        any feature; the active party then gets no per-category sums), see :mod:`parties.passive_splits`."""
         self._state = PassiveState(str(name), id_col, source, check_n_jobs(n_jobs))
+        self._state.categorical_ordered = bool(categorical_ordered)
         self.executor = executor
         if isinstance(frame, PieceTable):       # a Parquet table read piece by piece where needed
             if categorical:

@@ -20,8 +20,16 @@ honest active party (:class:`vfl.core.grower.TreeGrower`) never sends:
 * ``splittable nodes``: a histogram is asked only for nodes of the level being grown, each at
   most once, at most one per sibling pair (the other is the parent's minus this one);
 * ``min_node_rows``: no histogram of a node holding fewer (sampled) rows than agreed at setup
-  (a node without rows tells nothing and is allowed: a DP released model grows them);
+  (a node without rows tells nothing and is allowed: a DP released model grows them); and every
+  split this party answers, and every division of a node by the active party's own splits, leaves
+  both children with at least that many (sampled) rows (issue 31: "parent minus a one-row child");
+  in a training of shuffled candidates a child without rows is refused too;
+* ``active-only rounds``: no gradients before the round the setup agreed the passive parties join at
+  (``TrainSetup.active_only_rounds``);
 * split requests name only nodes of the level being grown.
+
+With shuffled candidates (:mod:`parties.passive_splits`) both children of a node may be asked for:
+this party derives one from the parent itself, and the active party sees no per-bin sums.
 
 A refusal ends the training: every later training request is refused too (the server drops the
 session). The protocol does not stop what an honest-looking sequence reveals (see
@@ -53,8 +61,11 @@ class _Tree:
 class TrainingProtocol:
     """What a passive party allows in one training (see the module docstring)."""
 
-    def __init__(self, party: str, n_rounds: int, max_depth: int, min_node_rows: int):
+    def __init__(self, party: str, n_rounds: int, max_depth: int, min_node_rows: int, candidates: bool = False,
+                 first_round: int = 0):
         self.party = party
+        self.candidates = bool(candidates)
+        self.first_round = int(first_round)
         self.n_rounds, self.max_depth, self.min_node_rows = int(n_rounds), int(max_depth), int(min_node_rows)
         self.round: int | None = None
         self.requests = 0            # histogram requests of the current round
@@ -67,16 +78,36 @@ class TrainingProtocol:
         self.refused = f"rule {rule!r}: {detail}"
         raise ProtocolError(f"party {self.party!r} refuses {what}: {self.refused}; the training ends")
 
+    def refuse(self, what: str, rule: str, detail: str):
+        """Refuse a request under another module's rule (e.g. ``shuffled candidates``): the training ends."""
+        self._refuse(what, rule, detail)
+
     def check_open(self, what: str) -> None:
         if self.refused is not None:
             raise ProtocolError(f"party {self.party!r} refuses {what}: the training ended after a refused "
                                 f"request ({self.refused})")
+
+    def check_round_open(self, what: str, round_idx: int) -> None:
+        """Rounds before ``first_round`` are the active party's own (``active-only rounds``)."""
+        if round_idx < self.first_round:
+            self._refuse(f"{what} of round {round_idx}", "active-only rounds",
+                         f"the first {self.first_round} round(s) were agreed at setup to use the active party's "
+                         "features only")
+
+    def check_children(self, what: str, tree: int, node: int, n_left: int, n_right: int, strict: bool) -> None:
+        """A split this party answers leaves both children at ``min_node_rows`` (``strict``: an empty
+        child too is refused)."""
+        small = min(n_left, n_right)
+        if small < self.min_node_rows and (strict or small > 0):
+            self._refuse(what, "min_node_rows", f"tree {tree}: the split of node {node} leaves a child of {small} "
+                                                f"rows, fewer than the {self.min_node_rows} agreed at setup")
 
     # -- histogram requests ---------------------------------------------------
     def histogram_request(self, round_idx: int, assignment: np.ndarray, tree_idx: np.ndarray,
                           node_ids: np.ndarray) -> None:
         what = f"HistogramRequest of round {round_idx}"
         self.check_open(what)
+        self.check_round_open("HistogramRequest", round_idx)
         a = np.asarray(assignment)
         if self.round != round_idx:
             if self.round is not None and round_idx <= self.round:
@@ -132,7 +163,13 @@ class TrainingProtocol:
                 if len(image) > 2 or v in image:
                     self._refuse(what, "refinement", f"tree {t}: the rows of node {v} are spread over "
                                                      f"{len(image)} nodes (a split makes two children)")
+                sampled_image = new[(old == v) & tree.sampled]
                 for c in image:
+                    rows_c = int(np.sum(sampled_image == c))
+                    if 0 < rows_c < self.min_node_rows:
+                        self._refuse(what, "min_node_rows", f"tree {t}: node {v} is divided leaving child {c} with "
+                                                            f"{rows_c} rows, fewer than the {self.min_node_rows} "
+                                                            "agreed at setup")
                     if c >= (1 << (self.max_depth + 1)) - 1:
                         self._refuse(what, "refinement", f"tree {t}: node id {c} is beyond a tree of depth "
                                                          f"{self.max_depth}")
@@ -175,7 +212,7 @@ class TrainingProtocol:
                 self._refuse(what, "min_node_rows", f"tree {t}: node {nid} holds {n} rows, fewer than the "
                                                     f"{self.min_node_rows} agreed at setup")
             parent = tree.parent.get(nid)
-            if parent is not None and any(tree.parent.get(o) == parent for o in tree.asked):
+            if not self.candidates and parent is not None and any(tree.parent.get(o) == parent for o in tree.asked):
                 self._refuse(what, "splittable nodes", f"tree {t}: both children of node {parent} asked for (one "
                                                        "is the parent's histogram minus the other)")
             tree.asked.add(nid)
@@ -197,8 +234,8 @@ class TrainingProtocol:
             self.round, self.requests, self.total_requests, self.trees = snap
 
     # -- splits -------------------------------------------------------------------
-    def split_request(self, round_idx: int, tree_idx, node_ids) -> None:
-        what = f"SplitRequest of round {round_idx}"
+    def split_request(self, round_idx: int, tree_idx, node_ids, kind: str = "SplitRequest") -> None:
+        what = f"{kind} of round {round_idx}"
         self.check_open(what)
         if round_idx != self.round:
             self._refuse(what, "splittable nodes", f"round {round_idx} has no histogram request")

@@ -61,6 +61,7 @@ class TrainingSession:
     intake: object = None                      # the round's parties.passive_train.RoundIntake (overlap)
     protocol: object = None                    # parties.passive_checks.TrainingProtocol: what is allowed
     randomizer: object = None                  # crypto.obfuscators.ReplyRandomizer: fresh randomness for replies
+    candidates: object = None                  # parties.passive_splits.CandidateExchange (None: per-bin sums)
     settings: Settings = field(default_factory=Settings)   # read once, at TrainSetup
     screen_mode: str | None = None             # a screening session (parties.passive_screen): its mode
     screen_epsilon: float | None = None        # ... the DP noise on the counts it returns (inf: none)
@@ -181,6 +182,8 @@ class PassiveState:
     dp_ledger_path: str | None = None          # the lifetime privacy ledger file (parties.dp_ledger; None: none)
     dp_lifetime_epsilon: float | None = None   # the most epsilon the dataset may spend, over all trainings
     min_node_rows: int = 1                     # the least min_node_rows a TrainSetup may agree (federation)
+    require_active_only_rounds: int = 0        # the fewest active-only first rounds a TrainSetup may agree
+    categorical_ordered: bool = False          # strict: categorical features as ordered bins (shuffled too)
     trainer: str | None = None                 # who trained the model (bound into the model file, issue 22)
     screen_allowed: bool = False               # screening granted to the caller (issue 33; default: nobody)
     screen_epsilon: float | None = None        # DP noise on the screening counts it returns (None: exact)

@@ -22,7 +22,7 @@ import gmpy2
 import numpy as np
 
 from crypto import schemes
-from crypto.compress import check_shifts, compress, stride_for
+from crypto.compress import check_shifts
 from crypto.executor import WorkerError
 from crypto.intcodec import ints_to_bytes
 from crypto.obfuscators import ReplyRandomizer
@@ -32,20 +32,17 @@ from datasets.errors import InputError, ProtocolError
 from datasets.pieces import PieceTable
 from parties import dp
 from parties.passive_checks import TrainingProtocol
+from parties.passive_splits import _check_round, new_exchange
 from parties.passive_state import PassiveState, unsafe_seed
 from parties.settings import Settings
 from parties.shard_ops import ShardReader
 from protocols import messages as m
-from protocols.serialization import BigInts
-from protocols.transport import check_deadline
 from vfl.core.binning import Binner
 from vfl.core.dp import ReleaseDomain
 from vfl.core.dp_bins import DPBinner
 from vfl.core.dp_bins_file import public_columns
 from vfl.core.dp_noise import noise_source
 from vfl.core.params import Mode
-from vfl.core.sampling import leaf_positions
-from vfl.core.split import goes_left
 
 log = logging.getLogger("vfl.passive")
 
@@ -62,40 +59,6 @@ MAX_GROUPS = 1024
 #: a Parquet table read by the workers in mode plain: own worker processes (bounded driver) from this
 #: many aligned values (rows x features, 64 MB as float64), below it the party's own process
 PLAIN_WORKERS_FROM = 1 << 23
-#: nodes without rows one request may name (a DP released model's full levels; see _rows_by_node)
-MAX_EMPTY_NODES = 256
-
-
-def _group(assignment_row: np.ndarray, node_ids) -> list[np.ndarray]:
-    """Rows (increasing) whose entry equals each node id (one sort, not one scan per node)."""
-    order = np.argsort(assignment_row, kind="stable")
-    keys = assignment_row[order]
-    nids = np.asarray(node_ids, dtype=np.int64)
-    lo = np.searchsorted(keys, nids, side="left").tolist()
-    hi = np.searchsorted(keys, nids, side="right").tolist()
-    return [order[a:b] for a, b in zip(lo, hi)]
-
-
-def _rows_by_node(assignment_row: np.ndarray, node_ids, what: str, tree: int) -> list[np.ndarray]:
-    """Rows of each node of one tree, sampled and riding. A node may hold no row (a DP released
-    model grows every node to full depth, whatever the data), but at most
-    :data:`MAX_EMPTY_NODES` per request: the work and memory of a request stay bounded by the
-    rows plus that constant."""
-    groups = _group(leaf_positions(assignment_row), node_ids)
-    empty = [nid for nid, rows in zip(np.asarray(node_ids).tolist(), groups) if not len(rows)]
-    if len(empty) > MAX_EMPTY_NODES:
-        raise ProtocolError(f"{what}.node_ids: {len(empty)} nodes of tree {tree} hold no row of the round "
-                            f"(at most {MAX_EMPTY_NODES} may)")
-    return groups
-
-
-def _check_nodes(tree_idx: np.ndarray, node_ids: np.ndarray, trees_in_round: int, what: str) -> None:
-    if tree_idx.size and int(tree_idx.max()) >= trees_in_round:
-        raise ProtocolError(f"{what}.tree_idx: tree {int(tree_idx.max())} is out of range (the round has "
-                            f"{trees_in_round} tree(s))")
-    pairs = np.stack([tree_idx.astype(np.int64), node_ids.astype(np.int64)], axis=1)
-    if len(np.unique(pairs, axis=0)) != len(pairs):
-        raise ProtocolError(f"{what}.node_ids: a node is named twice")
 
 
 def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
@@ -106,13 +69,21 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
         raise ProtocolError(f"party {s.name!r} refuses TrainSetup: rule 'min_node_rows': the setup agrees "
                             f"{req.min_node_rows} rows per node, this party requires at least {s.min_node_rows} "
                             "(its federation's min_node_rows)")
+    if req.mode != Mode.DP and req.active_only_rounds < s.require_active_only_rounds:
+        raise ProtocolError(f"party {s.name!r} refuses TrainSetup: rule 'active-only rounds': the setup grows "
+                            f"{req.active_only_rounds} first round(s) on the active party's features only, this "
+                            f"party requires at least {s.require_active_only_rounds} (its federation entry's "
+                            "require_active_only_rounds; --active-only-rounds)")
     s.close_executor()                  # shards of an earlier session
     t = s.train
     t.settings = Settings.from_environ().for_party(s.n_jobs)      # once per training
     t.mode = req.mode
     t.scheme = req.scheme
     t.nsquare = t.public_key = t.plain_bits = None     # a new training waits for its own key
-    t.protocol = TrainingProtocol(s.name, req.n_rounds, req.max_depth, req.min_node_rows)
+    t.candidates = None
+    t.protocol = TrainingProtocol(s.name, req.n_rounds, req.max_depth, req.min_node_rows,
+                                  candidates=req.mode != Mode.DP and req.dp_binning is None,
+                                  first_round=req.active_only_rounds if req.mode != Mode.DP else 0)
     s.max_depth = int(req.max_depth)        # recorded in the model file: node-by-node prediction's budget
     s.model_id = req.model_id
     s.table.records = []
@@ -148,6 +119,7 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
         t.binner = reader.fit_binner(req.max_bin)
         reader.bin(t.binner)
         t.reader, t.bin_idx = reader, None
+        t.candidates = new_exchange(s, req, monotone)
         return m.BinningInfo(t.binner.n_bins, np.zeros(0, dtype=bool),
                              monotone if monotone.any() else np.zeros(0, dtype=np.int8))
     t.binner = (_binner(req, s) if req.dp_binning is not None else
@@ -159,6 +131,9 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
         t.shards = ShardSet(executor, len(rows), prefix=f"train-{req.model_id}/",
                             max_rows=stream_rows(len(rows), executor.n_workers) if t.settings.overlap else None)
         t.shards.place_array("bins", t.bin_idx)
+        t.candidates = new_exchange(s, req, monotone)
+        if t.candidates is not None and s.categorical_ordered:     # categorical features as ordered bins
+            categorical = np.zeros_like(categorical)
     return m.BinningInfo(t.binner.n_bins, categorical if categorical.any() else np.zeros(0, dtype=bool),
                          monotone if monotone.any() else np.zeros(0, dtype=np.int8),
                          t.binner.report() if isinstance(t.binner, DPBinner) else None)
@@ -239,6 +214,7 @@ def _start_round(s: PassiveState, round_idx: int, encrypted: bool, layout: dict,
     shards = s.need("setup", t.shards)
     if t.protocol is not None:
         t.protocol.check_open("gradients")
+        t.protocol.check_round_open("gradients", int(round_idx))
     t.end_intake()
     n = len(t.rows)
     if encrypted != (t.mode == Mode.HE):
@@ -252,6 +228,9 @@ def _start_round(s: PassiveState, round_idx: int, encrypted: bool, layout: dict,
     why = check_shifts(shifts, per)
     if why is not None:
         raise ProtocolError(why)
+    if shifts > 1 and t.candidates is not None:
+        raise ProtocolError(f"party {s.name!r}: gradients with {shifts} pre-shifted copies; its shuffled candidates "
+                            "are running sums of the bins, which need them without (shifts=1)")
     groups = n_values // (shifts * n) if groups is None else int(groups)
     if groups < 1:
         raise ProtocolError(f"the gradients must hold at least one target group, got {groups}")
@@ -527,140 +506,6 @@ def gradient_shard(s: PassiveState, req: m.GradientShard) -> m.Ack:
             raise ProtocolError("a ciphertext is out of range") from None
         raise
     return m.Ack()
-
-
-def _check_round(s: PassiveState, round_idx: int) -> None:
-    if round_idx != s.train.round_idx:
-        raise ProtocolError(f"party {s.name!r} holds the gradients of round {s.train.round_idx}, "
-                            f"not of round {round_idx}")
-
-
-def histogram_request(s: PassiveState, req: m.HistogramRequest) -> m.HistogramResponse:
-    t = s.train
-    if t.protocol is not None:
-        t.protocol.check_open("HistogramRequest")
-    g = s.need("gradients", t.grads)
-    _check_round(s, req.round_idx)
-    intake = t.intake if t.intake is not None and t.intake.g is g and not t.intake.used else None
-    if intake is not None:
-        ready = int(intake.partials.sum())        # partials computed before the request arrived
-        intake.events.append(("request", ready, time.perf_counter()))
-        intake.finish()
-    if not g.complete():
-        raise ProtocolError(f"party {s.name!r} received the gradients of only {int(g.received.sum())} of "
-                            f"{len(g.received)} samples of round {g.round_idx}")
-    a = req.assignment
-    if a.ndim != 2 or a.shape[1] != len(t.rows):
-        raise ProtocolError(f"assignment of shape {a.shape} does not cover {len(t.rows)} samples")
-    if not 1 <= a.shape[0] <= g.groups * g.layout.n_targets:
-        raise ProtocolError(f"HistogramRequest.assignment: {a.shape[0]} trees, the round's gradients hold "
-                            f"{g.groups * g.layout.n_targets}")
-    tree_idx = np.asarray(req.tree_idx, dtype=np.int64)      # >= 0 (the decoder checks)
-    _check_nodes(tree_idx, np.asarray(req.node_ids), a.shape[0], "HistogramRequest")
-    if g.groups > 1 and tree_idx.size and tree_idx.max() // g.layout.n_targets >= g.groups:
-        raise ProtocolError("tree index out of the range of the gradient groups")
-    for tree in np.unique(tree_idx).tolist():      # few nodes without rows: the work is bounded by the data
-        at = np.flatnonzero(tree_idx == tree)
-        _rows_by_node(a[tree], np.asarray(req.node_ids)[at], "HistogramRequest", tree)
-    snap = t.protocol.snapshot() if t.protocol is not None else None
-    if t.protocol is not None:      # the tree this party helps grow: refinement, levels, floor (passive_checks)
-        t.protocol.histogram_request(int(req.round_idx), a, tree_idx, np.asarray(req.node_ids))
-    try:
-        return _histograms(s, req, g, a, tree_idx, intake, ready if intake is not None else 0)
-    except BaseException:
-        if snap is not None:        # not answered: the same request may come again
-            t.protocol.restore(snap)
-        raise
-
-
-def _histograms(s: PassiveState, req: m.HistogramRequest, g, a, tree_idx, intake, ready):
-    t = s.train
-    t.assignment = a
-    check_deadline("histograms")
-    modulus = t.nsquare if t.mode == Mode.HE else None
-    offsets = t.binner.bin_offsets
-    n_bins = np.diff(offsets).tolist()
-    n_values = len(req.node_ids) * int(offsets[-1])
-    t0 = time.perf_counter()
-    groups = intake.root_groups(tree_idx, np.asarray(req.node_ids), a) if intake is not None else None
-    if groups is not None:         # the root level, summed while the gradients arrived
-        sums, _ = t.shards.root_histograms(g, groups, n_bins, modulus)
-        t.overlap["eager"] += 1
-        t.overlap["partials_before_request"] += ready
-        t.overlap["partials"] += len(t.shards)
-    else:
-        t.overlap["fallback"] += intake is not None
-        sums, _ = t.shards.histograms(g, a, tree_idx.tolist(), np.asarray(req.node_ids).tolist(), n_bins, modulus)
-    t1 = time.perf_counter()
-    check_deadline("histograms")
-    if g.shifts < g.per:    # Horner over the slots no pre-shifted copy reached (all of them when shifts == 1)
-        packed = compress(sums, g.layout.value_bits, stride_for(g.per, g.shifts), modulus,
-                          executor=t.shards.executor)
-    else:       # the key holder sent a copy per slot: the shards summed straight into the output slots
-        packed = sums
-    t2 = time.perf_counter()
-    timing = {"histogram": int((t1 - t0) * 1e6), "compress": int((t2 - t1) * 1e6)}
-    if t.mode == Mode.HE:       # not the product of the key holder's own ciphertexts (issue 22)
-        packed = s.need("the public key", t.randomizer).rerandomize(packed)
-        timing["rerandomize"] = int((time.perf_counter() - t2) * 1e6)
-        timing["rerandomize_bg"] = int(t.randomizer.background_since_last() * 1e6)   # its stock, made while waiting
-    return m.HistogramResponse(n_values, BigInts(packed), timing)
-
-
-def split_request(s: PassiveState, req: m.SplitRequest) -> m.SplitResponse:
-    t = s.train
-    a = s.need("a histogram request", t.assignment)
-    _check_round(s, req.round_idx)
-    binner = t.binner
-    _check_nodes(req.tree_idx, req.node_ids, a.shape[0], "SplitRequest")
-    if t.protocol is not None:
-        t.protocol.split_request(int(req.round_idx), req.tree_idx, req.node_ids)
-    members: list = [None] * len(req.node_ids)
-    for tree in np.unique(req.tree_idx).tolist():
-        at = np.flatnonzero(req.tree_idx == tree)
-        for i, rows in zip(at.tolist(), _rows_by_node(a[tree], req.node_ids[at], "SplitRequest", tree)):
-            members[i] = rows                          # sampled and riding rows
-    nf = len(s.feature_names)
-    bad = [(int(f), int(b)) for f, b in zip(req.feature_idx, req.bin_idx)
-           if not (int(f) < nf and int(b) < binner.missing_bin(int(f)))]
-    if bad:
-        raise ProtocolError(f"no feature {bad[0][0]} / bin {bad[0][1]} at party {s.name!r}")
-    record_ids, go_left, n_rows, rules = [], [], [], []
-    n_left = req.n_left_bins if len(req.n_left_bins) else np.full(len(req.node_ids), -1, dtype=np.int32)
-    if len(n_left) != len(req.node_ids) or int(np.sum(n_left[n_left > 0])) != len(req.left_bins):
-        raise ProtocolError("SplitRequest: n_left_bins does not match left_bins")
-    starts = np.concatenate([[0], np.cumsum(np.maximum(n_left, 0))])
-    for i, (ti, nid, f, b, dl) in enumerate(zip(req.tree_idx, req.node_ids, req.feature_idx, req.bin_idx,
-                                                req.default_left)):
-        f, b = int(f), int(b)
-        cats = None
-        if n_left[i] >= 0:          # categorical: the bins that go left
-            cats = req.left_bins[starts[i]:starts[i + 1]].astype(np.int64)
-            n_cat = len(s.categories.get(s.feature_names[f], [])) if 0 <= f < len(s.feature_names) else 0
-            rid = s.table.add_categorical(s.name, s.feature_names, binner, f, cats, dl, n_cat, int(t.round_idx),
-                                          int(ti), int(nid))
-        else:
-            if b < 0:
-                raise ProtocolError(f"SplitRequest.bin_idx: {b} for a numeric split (only a categorical split "
-                                    "has no bin)")
-            rid = s.table.add(s.name, s.feature_names, binner, f, b, dl, int(t.round_idx), int(ti), int(nid))
-        rows = members[i]
-        if t.bin_idx is None:       # the bins are on the shards' workers: they apply the rule
-            rules.append((f, b, bool(dl), binner.missing_bin(f), None if cats is None else cats.tolist()))
-        else:
-            bins = t.bin_idx[rows, f].astype(np.int64)
-            go_left.append(goes_left(bins, b, dl, missing=bins == binner.missing_bin(f),
-                                     categories=None if cats is None else cats.tolist()))
-        n_rows.append(len(rows))
-        record_ids.append(rid)
-    if t.bin_idx is None and rules:
-        go_left = t.reader.go_left(rules, members)
-    if t.protocol is not None:      # the next level must divide these nodes exactly so
-        for ti, nid, gl in zip(req.tree_idx.tolist(), req.node_ids.tolist(), go_left):
-            t.protocol.record_split(ti, nid, gl)
-    return m.SplitResponse(np.array(record_ids, dtype=np.int64),
-                           np.concatenate(go_left) if go_left else np.zeros(0, dtype=bool),
-                           np.array(n_rows, dtype=np.int64))
 
 
 def train_end(s: PassiveState, req: m.TrainEnd) -> m.Ack:

@@ -27,7 +27,7 @@ from protocols import messages as m
 from protocols.transport import Transport
 from vfl.core.fixedpoint import decode_fixed
 from vfl.core.rounds import RoundGradients
-from vfl.core.sources import HistogramSource, SplitRef
+from vfl.core.sources import HistogramSource, NodeCandidates, SplitRef
 
 log = logging.getLogger("vfl.active")
 
@@ -36,9 +36,11 @@ class RemoteSource(HistogramSource):
     """A passive party's features behind a transport."""
 
     def __init__(self, transport: Transport, party: str, bin_offsets: np.ndarray, channel: GradientChannel,
-                 categorical: np.ndarray | None = None, monotone: np.ndarray | None = None):
+                 categorical: np.ndarray | None = None, monotone: np.ndarray | None = None, shuffled: bool = False):
         """``categorical``/``monotone``: what the passive party declared per feature at setup (the feature's
-        position only: the active party never learns a name or a category)."""
+        position only: the active party never learns a name or a category); ``shuffled``: the party
+        answers shuffled split candidates (:mod:`parties.passive_splits`), not per-bin sums."""
+        self.shuffled = bool(shuffled)
         self.transport = transport
         self.party = party
         self.bin_offsets = np.asarray(bin_offsets, dtype=np.int64)
@@ -74,6 +76,8 @@ class RemoteSource(HistogramSource):
             reply = self.transport.call(self.party, m.HistogramRequest(
                 round_idx=round_idx, tree_idx=np.asarray(tree_idx, np.int32),
                 node_ids=np.asarray(node_ids, np.int32), assignment=np.asarray(assignment, np.int32)))
+        if self.shuffled:
+            return self._candidates(reply, tree_idx, node_ids)
         n_flat = int(self.bin_offsets[-1])
         total = len(node_ids) * n_flat
         if reply.n_values != total:
@@ -91,14 +95,73 @@ class RemoteSource(HistogramSource):
         sh = decode_fixed(h[sel, tgt], precision)
         return sg.reshape(len(node_ids), n_flat), sh.reshape(len(node_ids), n_flat)
 
+    def _candidates(self, reply, tree_idx, node_ids) -> list[NodeCandidates]:
+        """Decode a :class:`protocols.messages.CandidateResponse`: per node its shuffled candidates' left sums
+        and the per-category sums of the categorical features the party sent."""
+        if not isinstance(reply, m.CandidateResponse):
+            raise PeerError(f"party {self.party!r} answered per-bin sums where shuffled candidates were agreed")
+        n_cand = np.asarray(reply.n_candidates, dtype=np.int64)
+        cats = [int(f) for f in reply.cat_features]
+        declared = set(np.flatnonzero(self.categorical).tolist()) if self.categorical is not None else set()
+        if len(n_cand) != len(node_ids) or not set(cats) <= declared or cats != sorted(set(cats)):
+            raise PeerError(f"party {self.party!r} sent a malformed candidate response")
+        widths = [int(self.bin_offsets[f + 1] - self.bin_offsets[f]) for f in cats]
+        per_node_cat = sum(widths)
+        total = int(n_cand.sum()) + len(node_ids) * per_node_cat
+        mono = np.asarray(reply.monotone, dtype=np.int8)
+        if reply.n_values != total or (len(mono) and len(mono) != int(n_cand.sum())):
+            raise PeerError(f"party {self.party!r} returned {reply.n_values} candidate sums, expected {total}")
+        for stage in ("histogram", "candidates", "compress", "rerandomize", "rerandomize_bg"):
+            v = reply.compute_us.get(stage, 0)
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                self.channel.current.timing.add(stage, v / 1e6)
+        g, h = self.channel.decode(reply.values.values, total) if total else (np.zeros((0, 1)), np.zeros((0, 1)))
+        precision = self.channel.current.layout.precision_bits
+        group = self.channel.current.group_size
+        cat_offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+        out, pos, mpos = [], 0, 0
+        for i, t in enumerate(np.asarray(tree_idx, dtype=np.int64).tolist()):
+            k, tgt = int(n_cand[i]), t % group
+            gl = decode_fixed(g[pos:pos + k, tgt], precision)
+            hl = decode_fixed(h[pos:pos + k, tgt], precision)
+            cg = decode_fixed(g[pos + k:pos + k + per_node_cat, tgt], precision)
+            ch = decode_fixed(h[pos + k:pos + k + per_node_cat, tgt], precision)
+            out.append(NodeCandidates(np.asarray(gl, dtype=np.float64), np.asarray(hl, dtype=np.float64),
+                                      mono[mpos:mpos + k] if len(mono) else None, tuple(cats), cat_offsets,
+                                      np.asarray(cg, dtype=np.float64), np.asarray(ch, dtype=np.float64)))
+            pos += k + per_node_cat
+            mpos += k
+        return out
+
     def split(self, round_idx, tree_idx, node_ids, feature_idx, bin_idx, default_left, assignment,
-              categories=None):
+              categories=None, picks=None):
+        if picks is not None:
+            return self._pick(round_idx, tree_idx, node_ids, picks)
         categories = [None] * len(node_ids) if categories is None else list(categories)
         n_left = np.array([-1 if c is None else len(c) for c in categories], dtype=np.int32)
         left_bins = np.array([b for c in categories if c is not None for b in c], dtype=np.int32)
         with self.channel.waiting():
             reply = self.transport.call(self.party, m.SplitRequest(
                 round_idx, node_ids, tree_idx, feature_idx, bin_idx, default_left, n_left, left_bins))
+        return self._refs(reply, node_ids)
+
+    def _pick(self, round_idx, tree_idx, node_ids, picks) -> list:
+        """Name each chosen split by the positions of its best candidates (or a categorical split)."""
+        positions = [b.positions if b.positions is not None and (b.categories is None or b.tie_with_categorical)
+                     else () for b in picks]
+        cat = [b.categories is not None for b in picks]
+        with self.channel.waiting():
+            reply = self.transport.call(self.party, m.CandidatePick(
+                round_idx, np.asarray(node_ids, np.int32), np.asarray(tree_idx, np.int32),
+                np.array([len(p) for p in positions], dtype=np.int32),
+                np.array([x for p in positions for x in p], dtype=np.int32),
+                np.array([b.feature_idx if c else -1 for b, c in zip(picks, cat)], dtype=np.int32),
+                np.array([bool(b.default_left) for b in picks], dtype=bool),
+                np.array([len(b.categories) if c else -1 for b, c in zip(picks, cat)], dtype=np.int32),
+                np.array([x for b, c in zip(picks, cat) if c for x in b.categories], dtype=np.int32)))
+        return self._refs(reply, node_ids)
+
+    def _refs(self, reply, node_ids) -> list:
         if len(reply.record_ids) != len(node_ids) or len(reply.n_rows) != len(node_ids) \
                 or int(reply.n_rows.sum()) != len(reply.go_left):
             raise PeerError(f"party {self.party!r} sent a malformed split response")

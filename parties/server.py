@@ -109,7 +109,7 @@ class PassiveServer:
     #: policy attributes copied onto every :class:`PassiveParty` the server creates or loads
     POLICY = ("allowed_align", "allowed_prediction", "dp_max_epsilon_per_feature", "dp_ledger_path",
               "dp_lifetime_epsilon", "min_node_rows", "drift_policy", "drift_min_rows", "screen_allowed",
-              "screen_epsilon")
+              "screen_epsilon", "require_active_only_rounds", "categorical_ordered")
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
                  source: str | None = None, policy: dict | None = None,

@@ -102,6 +102,18 @@ def _go_left(req, blobs, st):
     return {"n": int(len(flat))}, [np.packbits(flat.astype(np.uint8)).tobytes()]
 
 
+def _bin_counts(req, blobs, st):
+    """Rows per (feature, bin) slot of each node's rows on this shard (flat, ``n_bins`` per feature)."""
+    bins = st[req["slot"]]
+    n_bins = [int(x) for x in req["n_bins"]]
+    out = []
+    for blob in blobs:
+        rows = np.frombuffer(blob, dtype=np.int64)
+        out.append(np.concatenate([np.bincount(bins[rows, f].astype(np.intp), minlength=nb)[:nb]
+                                   for f, nb in enumerate(n_bins)]).astype(np.int64))
+    return {}, [np.concatenate(out).tobytes() if out else b""]
+
+
 _M = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -135,6 +147,7 @@ def _fingerprint(req, blobs, st):
 
 #: the operations ``crypto.worker``'s ``ext`` runs for this module
 WORKER_OPS = {"read": _read, "summarize": _summarize, "edge_query": _edge_query, "bin": _bin, "go_left": _go_left,
+              "bin_counts": _bin_counts,
               "fingerprint": _fingerprint}
 
 
@@ -238,3 +251,21 @@ class ShardReader:
                 parts[i].append(flat[pos:pos + n])
                 pos += n
         return [np.concatenate(p) if p else np.zeros(0, dtype=bool) for p in parts]
+
+    def bin_counts(self, members: list[np.ndarray], n_bins) -> np.ndarray:
+        """Rows per flat (feature, bin) slot of each node (its rows ``members[i]``, increasing aligned
+        rows), summed over the shards: ``(len(members), sum(n_bins))`` int64."""
+        n_bins = [int(x) for x in n_bins]
+        total = sum(n_bins)
+        out = np.zeros((len(members), total), dtype=np.int64)
+        bounds = self.shards.bounds
+        cuts = [np.searchsorted(rows, [a for a, _ in bounds] + [bounds[-1][1]]) for rows in members]
+        reqs = []
+        for k, (a, _) in enumerate(bounds):
+            blobs = [(np.asarray(rows[cuts[i][k]:cuts[i][k + 1]], dtype=np.int64) - a).tobytes()
+                     for i, rows in enumerate(members)]
+            reqs.append((self.shards.workers[k], _request("bin_counts", {"slot": self.shards.slot("bins", k),
+                                                                         "n_bins": n_bins}, blobs)))
+        for _, blobs in self._run(reqs):
+            out += np.frombuffer(blobs[0], dtype=np.int64).reshape(len(members), total)
+        return out

@@ -120,6 +120,9 @@ class TrainSetup:
     n_rounds: int = count(1, 1 << 20, default=10)
     max_depth: int = count(1, 30, default=4)
     min_node_rows: int = count(1, 1 << 20, default=1)
+    # the first rounds grown on the active party's own features only (no request of this party's before
+    # round ``active_only_rounds``): a passive party may require at least so many (its federation entry)
+    active_only_rounds: int = count(0, 1 << 20, default=0)
 
     def validate(self) -> None:
         if self.scheme not in SCHEMES:
@@ -288,6 +291,44 @@ class SplitRequest:
     n_left_bins: np.ndarray = array("int", 1, min=-1, empty_default="int32")
     left_bins: np.ndarray = array("int", 1, min=0, empty_default="int32")   # the bins going left, split after split
     SAME_LENGTH: ClassVar = (("node_ids", "tree_idx", "feature_idx", "bin_idx", "default_left"),)
+
+
+@register
+@dataclass
+class CandidateResponse:
+    """The answer to a :class:`HistogramRequest` in a training without a DP released model
+    (:mod:`parties.passive_splits`): per request node (in order), the left child's sums of each of
+    the sender's candidate splits (every feature, every threshold, both sides for missing values),
+    in a fresh random order of its own, then the per-category sums of the features named in
+    ``cat_features`` (their bins in feature order). ``n_candidates[i]``: node i's candidates;
+    ``monotone``: per candidate (all nodes in order), the constraint of its feature (empty: none).
+    Values are compressed like :class:`HistogramResponse`'s."""
+    n_candidates: np.ndarray = array("int", 1, min=0)      # int64 per node
+    n_values: int = count()
+    values: BigInts = field()
+    monotone: np.ndarray = array("int", 1, min=-1, empty_default="int8")
+    cat_features: np.ndarray = array("int", 1, min=0, empty_default="int32")
+    compute_us: dict = field(default_factory=dict)   # the sender's compute time by stage, integer µs
+
+
+@register
+@dataclass
+class CandidatePick:
+    """Split these nodes on the sender's pick among the receiver's candidates: ``positions`` (node
+    after node, ``n_positions`` each) are the opaque positions in the node's :class:`CandidateResponse`
+    of every candidate with the best gain (the receiver takes its canonical one), or, for a
+    categorical split (``feature_idx`` >= 0), the bins that go left as in :class:`SplitRequest`
+    (with positions too when they tie: the receiver decides by feature order)."""
+    round_idx: int = count(0, MAX_ROUNDS - 1)
+    node_ids: np.ndarray = array("int", 1, min=0)      # int32
+    tree_idx: np.ndarray = array("int", 1, min=0)      # int32
+    n_positions: np.ndarray = array("int", 1, min=0)   # int32 per node
+    positions: np.ndarray = array("int", 1, min=0)     # int32, node after node
+    feature_idx: np.ndarray = array("int", 1, min=-1)  # int32 per node: a categorical split's feature, else -1
+    default_left: np.ndarray = array("bool", 1)        # bool per node: a categorical split's missing side
+    n_left_bins: np.ndarray = array("int", 1, min=-1, empty_default="int32")
+    left_bins: np.ndarray = array("int", 1, min=0, empty_default="int32")
+    SAME_LENGTH: ClassVar = (("node_ids", "tree_idx", "n_positions", "feature_idx", "default_left"),)
 
 
 @register
@@ -672,8 +713,9 @@ REPLIES: dict[type, tuple[type, ...]] = {
     Gradients: (Ack,),
     GradientsStart: (Ack,),
     GradientShard: (Ack,),
-    HistogramRequest: (HistogramResponse,),
+    HistogramRequest: (HistogramResponse, CandidateResponse),
     SplitRequest: (SplitResponse,),
+    CandidatePick: (SplitResponse,),
     TrainEnd: (Ack,),
     PredictStart: (Ack,),
     RouteRequest: (RouteResponse,),

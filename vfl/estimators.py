@@ -98,7 +98,7 @@ _ROW_ID = "__vfl_row__"         # the id column of the single-table form (row po
 _COMMON = ("n_estimators", "max_depth", "learning_rate", "max_bin", "reg_lambda", "min_child_weight", "gamma",
            "subsample", "goss", "top_rate", "other_rate", "early_stopping_rounds", "eval_metric", "mode",
            "key_bits", "encryption", "scheme", "precision_bits", "seed", "align", "epsilon", "epsilon_per_feature",
-           "dp_unsafe_noise_seed")
+           "dp_unsafe_noise_seed", "active_only_rounds", "min_node_rows")
 _SHOWN = 8                      # column names an error message lists at most
 
 def _show(values) -> str:
@@ -140,7 +140,10 @@ class _VerticalBoosting(BaseEstimator):
                  precision_bits=_D("precision_bits"), seed=_D("seed"), id_col="id", importance_type="gain",
                  align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature"),
                  parties=None, n_parties=2, label_party=None, random_state=None, categorical=None,
-                 monotone_constraints=None, dp_unsafe_noise_seed=_D("dp_unsafe_noise_seed")):
+                 monotone_constraints=None, dp_unsafe_noise_seed=_D("dp_unsafe_noise_seed"),
+                 active_only_rounds=_D("active_only_rounds"), min_node_rows=_D("min_node_rows")):
+        self.active_only_rounds = active_only_rounds     # first rounds on the label holder's features only
+        self.min_node_rows = min_node_rows               # rows of every node and both children of every split
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
@@ -620,8 +623,10 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                  align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature"),
                  parties=None, n_parties=2, label_party=None, random_state=None, categorical=None,
                  monotone_constraints=None, objective=Objective.REGRESSION.value, huber_slope=_D("huber_slope"),
-                 dp_unsafe_noise_seed=_D("dp_unsafe_noise_seed")):
-        super().__init__(n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate,
+                 dp_unsafe_noise_seed=_D("dp_unsafe_noise_seed"), active_only_rounds=_D("active_only_rounds"),
+                 min_node_rows=_D("min_node_rows")):
+        super().__init__(active_only_rounds=active_only_rounds, min_node_rows=min_node_rows,
+                         n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate,
                          max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight, gamma=gamma,
                          subsample=subsample, goss=goss, top_rate=top_rate, other_rate=other_rate,
                          early_stopping_rounds=early_stopping_rounds, eval_metric=eval_metric, mode=mode,

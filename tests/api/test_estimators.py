@@ -349,11 +349,13 @@ def test_sample_weight_ones_equal_unweighted_and_bad_weights_are_refused():
             clone(plain).fit(X, y, sample_weight=w)
     w = np.where(y == 2, 3.0, 1.0)
     # weighted training (issue 15 item 2): integer weights equal duplicated rows (at most 10 distinct values
-    # per column, fewer than max_bin: the same bins either way)
+    # per column, fewer than max_bin: the same bins either way); min_node_rows 1: both children of a split
+    # hold at least min_node_rows *rows* (issue 31), and a row of weight 3 is one row, not three
     Xr = X.apply(lambda col: pd.qcut(col, 10, labels=False, duplicates="drop")).astype(float)
-    weighted = clone(plain).fit(Xr, y, sample_weight=w)
+    one = clone(plain).set_params(min_node_rows=1)
+    weighted = clone(one).fit(Xr, y, sample_weight=w)
     dup = np.repeat(np.arange(len(y)), w.astype(int))
-    repeated = clone(plain).fit(Xr.iloc[dup], y[dup])
+    repeated = clone(one).fit(Xr.iloc[dup], y[dup])
     assert np.allclose(weighted.predict_proba(Xr), repeated.predict_proba(Xr))
     assert not np.allclose(weighted.predict_proba(Xr), clone(plain).fit(Xr, y).predict_proba(Xr))
 

@@ -38,8 +38,10 @@ def test_weighted_training_equals_training_on_duplicated_rows(objective):
     if objective == "regression":
         a["y"] = a["a0"] * 2 + b["b0"] + 0.1 * np.arange(200) % 3
     w = np.random.default_rng(1).integers(1, 4, size=len(a))
+    # min_node_rows 1: both children of a split hold at least min_node_rows *rows* (issue 31), and a row of
+    # weight 3 is one row, not three
     params = TrainParams(mode="plain", n_estimators=4, max_depth=3, objective=objective, min_child_weight=0.5,
-                         max_bin=256)
+                         max_bin=256, min_node_rows=1)
     weighted = Federation(ActiveParty("bank", a), [PassiveParty("telco", b)])
     weighted.fit(params, sample_weight=w)
     a2, b2 = _duplicated(a, b, w)

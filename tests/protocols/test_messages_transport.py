@@ -185,6 +185,6 @@ def test_stale_round_requests_are_refused():
     with pytest.raises(ProtocolError, match="gradients of round 1, not of round 0"):
         telco.handle(m.HistogramRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32),
                                         np.zeros((1, 60), np.int32)))
-    with pytest.raises(ProtocolError, match="not of round 0"):
-        telco.handle(m.SplitRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros(1, np.int32),
-                                    np.zeros(1, np.int32), np.zeros(1, bool)))
+    with pytest.raises(ProtocolError, match="not of round 0"):       # a split names a position (issue 31)
+        telco.handle(m.CandidatePick(0, np.zeros(1, np.int32), np.zeros(1, np.int32), np.ones(1, np.int32),
+                                     np.zeros(1, np.int32), np.full(1, -1, np.int32), np.zeros(1, bool)))

@@ -1,6 +1,6 @@
-"""The attacks of issue 22, each a real client over real gRPC + mutual TLS against passive-party
+"""The attacks of issues 22 and 31, each a real client over real gRPC + mutual TLS against passive-party
 processes started from a federation file (`vfl party passive --federation`), each refused naming
-the rule (on the code before issue 22 every one of them was served).
+the rule (on the code before issue 22, resp. 31, every one of them was served).
 
 The federation: bank (active), telco and insurer (passive), min_node_rows = 10; certificates from
 `vfl certs --federation`. One honest training (`vfl party active --federation`) and prediction
@@ -123,10 +123,14 @@ class Tampering(GrpcTransport):
         super().__init__(*args, **kwargs)
         self.tamper, self.target = tamper, target
         self.n_hist = 0
+        self.replies: list = []         # (request type, reply) from the target
 
     def call(self, peer, message):
-        if isinstance(message, m.SplitRequest) and peer == self.target:     # nodes insurer splits itself
+        if isinstance(message, m.CandidatePick) and peer == self.target:     # nodes insurer splits itself
             self.own = getattr(self, "own", set()) | set(zip(message.tree_idx.tolist(), message.node_ids.tolist()))
+            out = self.tamper(self, message, -1)
+            if out is not message:
+                return super().call(peer, out)
         if isinstance(message, m.HistogramRequest) and peer == self.target:
             self.n_hist += 1
             out = self.tamper(self, message, self.n_hist)
@@ -136,7 +140,10 @@ class Tampering(GrpcTransport):
                     super().call(peer, extra)
                 return reply
             message = out
-        return super().call(peer, message)
+        reply = super().call(peer, message)
+        if peer == self.target:
+            self.replies.append((type(message).__name__, reply))
+        return reply
 
 
 def _bank(fed):
@@ -156,6 +163,11 @@ def _fit_tampered(fed, tamper, target="insurer", **params):
 
 def _level(req):
     return not np.all(req.node_ids == 0)
+
+
+def _hist_only(tamper):
+    """A tamper of histogram requests only (picks pass)."""
+    return lambda t, req, i: req if i < 0 else tamper(t, req, i)
 
 
 # -- who may ask ----------------------------------------------------------------------------------
@@ -190,7 +202,7 @@ def test_one_row_per_node_is_refused(fed):
         a[0] = np.arange(a.shape[1])
         return m.HistogramRequest(req.round_idx, np.zeros(8, np.int32), np.arange(1, 9, dtype=np.int32), a)
     with pytest.raises(PeerError, match="insurer.*rule 'refinement'"):
-        _fit_tampered(fed, tamper)
+        _fit_tampered(fed, _hist_only(tamper))
 
 
 def test_an_assignment_not_refining_the_previous_level_is_refused(fed):
@@ -201,7 +213,7 @@ def test_an_assignment_not_refining_the_previous_level_is_refused(fed):
         a[0, np.flatnonzero(a[0] > 0)[:5]] = 0     # rows back at the root after it was split
         return m.HistogramRequest(req.round_idx, req.tree_idx, req.node_ids, a)
     with pytest.raises(PeerError, match="insurer.*rule 'refinement'"):
-        _fit_tampered(fed, tamper)
+        _fit_tampered(fed, _hist_only(tamper))
 
 
 def test_more_histogram_requests_than_trees_times_depth_are_refused(fed):
@@ -212,7 +224,7 @@ def test_more_histogram_requests_than_trees_times_depth_are_refused(fed):
         a[0, :a.shape[1] // 2], a[0, a.shape[1] // 2:] = 1, 2      # a refinement, but past max_depth 1
         return [m.HistogramRequest(req.round_idx, np.zeros(1, np.int32), np.array([1], np.int32), a)]
     with pytest.raises(PeerError, match="insurer.*rule 'requests per round'"):
-        _fit_tampered(fed, tamper, max_depth=1)
+        _fit_tampered(fed, _hist_only(tamper), max_depth=1)
 
 
 def test_a_node_below_min_node_rows_is_refused(fed):
@@ -232,25 +244,27 @@ def test_a_node_below_min_node_rows_is_refused(fed):
             a[0, rows[:MIN_NODE_ROWS - 1]], a[0, rows[MIN_NODE_ROWS - 1:]] = kids[0], kids[1]
             return m.HistogramRequest(req.round_idx, np.zeros(1, np.int32), np.array([kids[0]], np.int32), a)
         raise AssertionError("no level-1 node split by another party: the attack needs one")
-    with pytest.raises(PeerError, match=f"telco.*rule 'min_node_rows'.*holds {MIN_NODE_ROWS - 1} rows"):
-        _fit_tampered(fed, tamper, target="telco")      # insurer makes every split of this tree
+    # issue 31: the division itself is refused now (a child below the floor), before the histogram
+    with pytest.raises(PeerError, match=f"telco.*rule 'min_node_rows'.*with {MIN_NODE_ROWS - 1} rows"):
+        _fit_tampered(fed, _hist_only(tamper), target="telco")      # insurer makes every split of this tree
     with pytest.raises(PeerError, match="rule 'min_node_rows': the setup agrees 2 rows per node, this party "
                                         "requires at least 10"):
         _fit_tampered(fed, lambda t, req, i: req, min_node_rows=2)      # below the federation's floor
 
 
 def test_a_reply_is_not_the_product_of_the_active_partys_own_ciphertexts(fed):
-    """Issue 22 (3.): the reply was the product of the bank's ciphertexts over each bin's rows, so
-    the product over all bins of a feature equalled the product over every row. Now each reply
-    ciphertext is re-randomised: it differs, and still decrypts to the same sum."""
+    """Issue 22 (3.): the reply was the product of the bank's ciphertexts over each bin's rows. Now
+    (issue 31) a reply holds shuffled running sums, each re-randomised: every ciphertext differs from
+    every other and from the bank's own, and each decrypts to a left child's row count (gradients of
+    1), both children at the federation's floor."""
     bank = _bank(fed)
     pk, sk = generate_keypair(KEY_BITS)
     enc = Encryptor(pk, sk, "fast")
     with transport(fed, "bank", peers=("insurer",)) as t:
         rows = bank.align(t, ["insurer"], alignment.new_salt(), "s-product")
         n = len(rows)
-        info = t.call("insurer", m.TrainSetup("he", 8, "productattack", n_rounds=1, max_depth=1,
-                                              min_node_rows=MIN_NODE_ROWS))
+        t.call("insurer", m.TrainSetup("he", 8, "productattack", n_rounds=1, max_depth=1,
+                                       min_node_rows=MIN_NODE_ROWS))
         t.call("insurer", m.PublicKey(**schemes.public_key_fields(pk, sk)))      # with its n-th-root proof
         cts = enc.encrypt([1] * n)
         layout = PackingLayout.for_bounds(1.0, 0.25, n)
@@ -258,17 +272,60 @@ def test_a_reply_is_not_the_product_of_the_active_partys_own_ciphertexts(fed):
         reply = t.call("insurer", m.HistogramRequest(0, np.zeros(1, np.int32), np.zeros(1, np.int32),
                                                      np.zeros((1, n), np.int32)))
         t.call("insurer", m.TrainEnd("productattack", False))
-    n2 = pk.nsquare
-    k = int(info.n_bins[0])
-    first = reply.values.values[:k]           # feature 0: every row falls in exactly one of its bins
-    prod_reply = 1
-    for c in first:
-        prod_reply = prod_reply * int(c) % n2
-    prod_rows = 1
-    for c in cts:
-        prod_rows = prod_rows * int(c) % n2
-    assert prod_reply != prod_rows
-    assert Decryptor(sk).decrypt([prod_reply]) == [n]       # the same sum: he == plain
+    assert isinstance(reply, m.CandidateResponse) and int(reply.n_candidates[0]) == reply.n_values > 10
+    values = [int(v) for v in reply.values.values]
+    assert len(set(values)) == len(values) and not set(values) & {int(c) for c in cts}
+    counts = Decryptor(sk).decrypt(values)
+    assert all(MIN_NODE_ROWS <= c <= n - MIN_NODE_ROWS for c in counts)
+
+
+# -- issue 31: targeted splits ---------------------------------------------------------------------
+def test_a_targeted_split_request_is_refused(fed):
+    """Issue 31 (1.): the bank binary-searched one insurer feature with its own split requests
+    ((feature 0, bin b) at each node, levels advanced with empty requests) and read every row's exact
+    bin. Now insurer names its splits by opaque positions only: a (feature, bin) request is refused."""
+    def tamper(t, req, i):
+        if isinstance(req, m.CandidatePick):
+            k = len(req.node_ids)
+            return m.SplitRequest(req.round_idx, req.node_ids, req.tree_idx, np.zeros(k, np.int32),
+                                  np.full(k, 3, np.int32), np.zeros(k, bool))
+        return req
+    with pytest.raises(PeerError, match="insurer.*refuses SplitRequest: rule 'shuffled candidates'"):
+        _fit_tampered(fed, tamper)
+    assert "rule 'shuffled candidates'" in (fed["dir"] / "insurer.err").read_text()
+
+
+def test_parent_minus_a_one_row_child_is_refused(fed):
+    """Issue 31 (1.): split {row 7} | rest on the bank's own features, ask only for "rest": root minus
+    rest was row 7's bins. Now no division may leave a child below min_node_rows."""
+    def tamper(t, req, i):
+        if i < 0 or not _level(req):
+            return req
+        a = req.assignment.copy()
+        a[0] = np.where(a[0] >= 0, 2, -4)
+        a[0, 7] = 1
+        return m.HistogramRequest(req.round_idx, np.zeros(1, np.int32), np.array([2], np.int32), a)
+    with pytest.raises(PeerError, match="insurer.*rule 'min_node_rows': tree 0: node 0 is divided leaving child 1 "
+                                        "with 1 rows"):
+        _fit_tampered(fed, tamper)
+
+
+def test_what_the_active_party_receives_per_node_over_the_wire(fed):
+    """An honest training: for every level insurer sends a CandidateResponse (shuffled running sums, no
+    feature id, no per-bin sums) and answers picks by position."""
+    t = Tampering("bank", {p: FED_ADDR[p] for p in ("telco", "insurer")},
+                  Security.from_options("bank", fed["certs"]), timeout=30, tamper=lambda t, req, i: req)
+    try:
+        _bank(fed).fit(t, ["telco", "insurer"], TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=2,
+                                                              max_depth=3, min_node_rows=MIN_NODE_ROWS))
+    finally:
+        t.close()
+    levels = [r for kind, r in t.replies if kind == "HistogramRequest"]
+    assert levels and all(isinstance(r, m.CandidateResponse) for r in levels)
+    assert all(len(r.cat_features) == 0 and len(r.monotone) == 0 and r.n_values == int(r.n_candidates.sum())
+               for r in levels)
+    assert {kind for kind, _ in t.replies} >= {"HistogramRequest", "CandidatePick"}
+    assert "SplitRequest" not in {kind for kind, _ in t.replies}
 
 
 def test_degenerate_keys_are_refused_over_the_wire(fed):

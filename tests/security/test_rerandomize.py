@@ -7,6 +7,7 @@ import dataclasses
 import time
 
 import gmpy2
+import numpy as np
 import pytest
 from support import KEY_BITS, small_frames
 
@@ -16,6 +17,7 @@ from crypto.obfuscators import ReplyRandomizer
 from crypto.paillier import Decryptor, Encryptor
 from datasets.errors import InputError
 from parties.active import ActiveParty as NetActiveParty
+from parties import passive_splits
 from parties.passive import PassiveParty
 from protocols import messages as m
 from protocols.serialization import dumps, loads
@@ -82,16 +84,20 @@ def test_a_reply_is_not_the_product_of_the_key_holders_ciphertexts(monkeypatch):
     code), the other returns the raw products (the operation made the identity). Every reply value
     differs, and both decrypt to the same sums."""
     a, b = _pair()
+    # the party and its twins put their candidates in the same order (issue 31: a fresh random order per
+    # request), so that the recorded picks name the same candidates
+    monkeypatch.setattr(passive_splits, "shuffle_rng", lambda: np.random.default_rng(3))
     fed = Federation(ActiveParty("bank", a), [PassiveParty("telco", b)], record=True)
     fed.fit(TrainParams(mode="he", key_bits=KEY_BITS, n_estimators=1, max_depth=2))
     sent = [loads(f) for _, r, f in fed.transport.log if r == "telco"]
     twin = PassiveParty("telco", b)
     raw = PassiveParty("telco", b)
+    real_rerandomize = Encryptor.rerandomize
     monkeypatch.setattr(Encryptor, "rerandomize", lambda self, cts: (list(cts), 0, len(cts)), raising=True)
     replies_raw = [raw.handle(req) for req in sent if not isinstance(req, m.TrainEnd)]
-    monkeypatch.undo()
+    monkeypatch.setattr(Encryptor, "rerandomize", real_rerandomize)
     replies = [twin.handle(req) for req in sent if not isinstance(req, m.TrainEnd)]
-    pairs = [(x, y) for x, y in zip(replies, replies_raw) if isinstance(x, m.HistogramResponse)]
+    pairs = [(x, y) for x, y in zip(replies, replies_raw) if isinstance(x, m.CandidateResponse)]
     assert len(pairs) >= 2
     dec = Decryptor(fed.active.channel.private_key)
     for x, y in pairs:

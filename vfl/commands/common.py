@@ -179,3 +179,19 @@ def min_iv_option(f):
                         help="Screen every feature first (WOE/IV, docs/screening.md; each passive party must grant "
                              "screening) and train only on those with an information value at least this (e.g. "
                              "0.02); each passive party is told the positions it keeps, names stay private.")(f)
+
+
+def passive_exchange_options(f):
+    """A passive party's own exchange settings (issue 31; also its federation entry's keys)."""
+    f = click.option("--require-active-only-rounds", type=click.IntRange(0, 1 << 20), default=0, show_default=True,
+                     help="Refuse a training whose first rounds on the active party's features only "
+                          "(--active-only-rounds) are fewer than this.")(f)
+    return click.option("--categorical-ordered", is_flag=True, default=False,
+                        help="Strict: treat categorical features as ordered bins (shuffled candidates like any "
+                             "feature); the active party then gets no per-category sums.")(f)
+
+
+def passive_exchange_policy(require_active_only_rounds: int, categorical_ordered: bool) -> dict:
+    """The policy entries of :func:`passive_exchange_options` (only those set)."""
+    return {k: v for k, v in (("require_active_only_rounds", int(require_active_only_rounds)),
+                              ("categorical_ordered", bool(categorical_ordered))) if v}

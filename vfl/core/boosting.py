@@ -54,6 +54,7 @@ class Booster:
         self.sampler = RowSampler(params) if self.dp is None else self.dp.sampler()
         self._mechanisms = None if self.dp is None else self.dp.tree_mechanisms(params)
         self.sample_weight: np.ndarray | None = None
+        self.round_sources = list(sources)      # the sources of the round being grown
 
     def fit(self, y: np.ndarray, raw: np.ndarray | None = None, start_round: int = 0,
             rounds: list[list[Tree]] | None = None, row_keys: np.ndarray | None = None,
@@ -90,7 +91,11 @@ class Booster:
         gradients, in_sample = self._gradients(r, y, raw, timing)
         for observer in self.observers:
             observer.round_started(gradients)
-        self._map(lambda s: s.start_round(gradients), self.sources)
+        # the first active_only_rounds rounds grow on the active party's own features only: the other
+        # parties receive nothing of them (no gradients, no instance space)
+        only_own = r < int(getattr(self.params, "active_only_rounds", 0) or 0)
+        self.round_sources = [s for s in self.sources if s.own_features] if only_own else list(self.sources)
+        self._map(lambda s: s.start_round(gradients), self.round_sources)
         timing.add("gradients", time.perf_counter() - t0)
         gq, hq = gradients.as_float()
         grower = self._grower(timing)
@@ -102,7 +107,7 @@ class Booster:
 
     def _grower(self, timing: RoundTiming) -> TreeGrower:
         """The round's tree grower (subclasses grow differently, e.g. over debiased sources)."""
-        return TreeGrower(self.sources, self.params, self._map, timing, dp=self._mechanisms)
+        return TreeGrower(self.round_sources, self.params, self._map, timing, dp=self._mechanisms)
 
     def _update_scores(self, grower: TreeGrower, trees: list[Tree], leaf_pos: np.ndarray, raw: np.ndarray) -> None:
         """Move every row's training score by its leaf value in each new tree."""

@@ -303,6 +303,9 @@ class BucketSource(LocalSource):
     values at prediction time, exactly as in HE mode.
     """
 
+    own_features = False      # a passive party's (released) features
+    counts_rows = False
+
     def __init__(self, party: str, buckets: np.ndarray, n_bins: np.ndarray, register: SplitRegistrar):
         buckets = np.asarray(buckets)
         n_bins = np.asarray(n_bins, dtype=np.int64)

@@ -437,7 +437,7 @@ class DPBooster(Booster):
     row's expected leaf value (its true leaf is unknown to the active party)."""
 
     def _grower(self, timing: RoundTiming) -> "DPGrower":
-        return DPGrower(self.sources, self.params, self._map, timing)
+        return DPGrower(self.round_sources, self.params, self._map, timing)
 
     def _update_scores(self, grower: "DPGrower", trees, leaf_pos, raw: np.ndarray) -> None:
         raw += grower.expected.T

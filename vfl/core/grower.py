@@ -35,8 +35,16 @@ import numpy as np
 from datasets.errors import InputError
 from vfl.core.rounds import RoundTiming
 from vfl.core.sampling import leaf_positions, node_members, riding
-from vfl.core.sources import HistogramSource, SplitRef
-from vfl.core.split import MIN_GAIN, CategoricalParams, Constraints, SplitInfo, find_best_split
+from vfl.core.sources import HistogramSource, NodeCandidates, SplitRef
+from vfl.core.split import (
+    MIN_GAIN,
+    CategoricalParams,
+    Constraints,
+    SplitInfo,
+    best_categorical,
+    find_best_candidate,
+    find_best_split,
+)
 from vfl.core.tree import Node, Tree
 
 Key = tuple[int, int]      # (tree index within the round, node id)
@@ -68,6 +76,11 @@ class TreeGrower:
         # the passive parties serve no histogram of a node with 0 < rows < this (a DP released model
         # grows every node whatever its rows: it agrees 1, see parties.active)
         self._floor = 1 if dp is not None else int(getattr(params, "min_node_rows", 1))
+        # a passive party that answers shuffled candidates sees every partition of the instance space and
+        # refuses one with a child of fewer than min_node_rows rows (parties.passive_checks): the own
+        # sources' splits keep both children at the floor too
+        self._both_children = self._floor if any(s.shuffled for s in sources) else 1
+        self._counts: dict[Key, list] = {}
         if dp is not None and (self.constrained or any(getattr(s, "categorical", None) is not None
                                                        for s in sources)):
             raise InputError("dp_model does not support categorical features or monotone constraints (its split "
@@ -90,8 +103,9 @@ class TreeGrower:
             if not nodes:
                 break
             plan = self._plan_histograms(nodes)
-            hist = self._build_histograms(plan.build)
+            hist = self._build_histograms(plan.build, nodes)
             self._derive_siblings(hist, plan.derive, parent_hist)
+            self._count_rows(nodes)
             chosen = self._find_splits(nodes, hist)
             parent_hist = {(k, nid): hist[(k, nid)] for k, nid, _ in chosen}
             frontier = self._split_chosen(chosen)
@@ -137,24 +151,53 @@ class TreeGrower:
                 plan.derive.append((k, large.node_id, small.node_id, parent.node_id))
         return plan
 
-    def _build_histograms(self, build: list[Key]) -> dict[Key, list]:
-        """``{node: [(sum_gradients, sum_hessians) of every source]}``."""
-        hist: dict[Key, list] = {key: [] for key in build}
-        tree_idx = np.array([k for k, _ in build], dtype=np.int32)
-        node_ids = np.array([nid for _, nid in build], dtype=np.int32)
+    def _build_histograms(self, build: list[Key], nodes: list[Key] | None = None) -> dict[Key, list]:
+        """``{node: [(sum_gradients, sum_hessians) of every source]}``; a source of shuffled candidates
+        (``shuffled``) is asked for every node of the level (``nodes``) and gives a
+        :class:`vfl.core.sources.NodeCandidates` per node (it derives siblings itself)."""
+        nodes = list(build) if nodes is None else list(nodes)
+        keys = list(dict.fromkeys(build + nodes))
+        hist: dict[Key, list] = {key: [None] * len(self.sources) for key in keys}
         t0 = time.perf_counter()
         r = self.round_idx
-        for sg, sh in self._map(lambda s: s.build(r, tree_idx, node_ids, self.assignment), self.sources):
-            for i, key in enumerate(build):
-                hist[key].append((sg[i], sh[i]))
+
+        def one(s):
+            asked = nodes if s.shuffled else build
+            tree_idx = np.array([k for k, _ in asked], dtype=np.int32)
+            node_ids = np.array([nid for _, nid in asked], dtype=np.int32)
+            return asked, s.build(r, tree_idx, node_ids, self.assignment)
+
+        for si, (asked, out) in enumerate(self._map(one, self.sources)):
+            if self.sources[si].shuffled:
+                for key, cands in zip(asked, out):
+                    hist[key][si] = cands
+            else:
+                sg, sh = out
+                for i, key in enumerate(asked):
+                    hist[key][si] = (sg[i], sh[i])
         self.timing.add("histograms", time.perf_counter() - t0)
         return hist
 
-    @staticmethod
-    def _derive_siblings(hist: dict[Key, list], derive, parent_hist: dict[Key, list]) -> None:
+    def _derive_siblings(self, hist: dict[Key, list], derive, parent_hist: dict[Key, list]) -> None:
+        """Parent minus the built sibling, for the sources of per-bin sums (a source of shuffled
+        candidates derives its own siblings: it was asked for every node)."""
         for k, nid, small, parent in derive:
-            hist[(k, nid)] = [(pg - cg, ph - ch) for (pg, ph), (cg, ch)
-                              in zip(parent_hist[(k, parent)], hist[(k, small)])]
+            own = hist.get((k, nid), [None] * len(self.sources))
+            hist[(k, nid)] = [own[si] if src.shuffled else (p[0] - c[0], p[1] - c[1])
+                              for si, (src, p, c) in enumerate(zip(self.sources, parent_hist[(k, parent)],
+                                                                   hist[(k, small)]))]
+
+    def _count_rows(self, nodes: list[Key]) -> None:
+        """Rows per bin of each node for the sources that keep both children at the floor."""
+        self._counts = {}
+        if self._both_children <= 1 or self.dp is not None:
+            return
+        tree_idx = np.array([k for k, _ in nodes], dtype=np.int32)
+        node_ids = np.array([nid for _, nid in nodes], dtype=np.int32)
+        for si, src in enumerate(self.sources):
+            if src.counts_rows:
+                for key, cnt in zip(nodes, src.counts(tree_idx, node_ids, self.assignment)):
+                    self._counts.setdefault(key, [None] * len(self.sources))[si] = cnt
 
     def _node_constraints(self, k: int, nid: int) -> Constraints:
         lower, upper = self.bounds.get((k, nid), (-np.inf, np.inf))
@@ -173,8 +216,11 @@ class TreeGrower:
                 continue
             best = None
             cons = self._node_constraints(k, nid)
-            for si, (sg, sh) in enumerate(hist[(k, nid)]):
-                info = self._source_split(k, nid, node, si, sg, sh, cons)
+            for si, entry in enumerate(hist[(k, nid)]):
+                if isinstance(entry, NodeCandidates):
+                    info = self._candidate_split(node, si, entry, cons)
+                else:
+                    info = self._source_split(k, nid, node, si, entry[0], entry[1], cons)
                 if info is not None and (best is None or info.gain > best.gain):
                     best = info
             if best is not None and best.gain > max(p.gamma, MIN_GAIN):
@@ -185,10 +231,30 @@ class TreeGrower:
     def _source_split(self, k: int, nid: int, node, si: int, sg, sh, cons: Constraints) -> SplitInfo | None:
         """The best split of node ``(k, nid)`` among source ``si``'s bins (histogram ``sg``/``sh``)."""
         p, src = self.params, self.sources[si]
+        counts = self._counts.get((k, nid), [None] * len(self.sources))[si]
         return find_best_split(sg, sh, src.bin_offsets, node.sum_gradients, node.sum_hessians, p.reg_lambda,
                                p.min_child_weight, si, categorical=getattr(src, "categorical", None),
                                monotone=getattr(src, "monotone", None), constraints=cons,
-                               n_samples=node.n_samples, cat_params=self.cat_params)
+                               n_samples=node.n_samples, cat_params=self.cat_params, counts=counts,
+                               min_rows=self._both_children)
+
+    def _candidate_split(self, node, si: int, c: NodeCandidates, cons: Constraints) -> SplitInfo | None:
+        """The best of a passive party's shuffled candidates (all positions of the best gain: the party
+        breaks the tie) and of its categorical features' partitions; on an exact tie between the two
+        the party decides (``tie_with_categorical``), as :func:`vfl.core.split.find_best_split` would
+        by feature order."""
+        p = self.params
+        G, H = node.sum_gradients, node.sum_hessians
+        best = find_best_candidate(c.gl, c.hl, G, H, p.reg_lambda, p.min_child_weight, si, c.monotone, cons)
+        if c.cat_features:
+            cat = best_categorical(c.cat_g, c.cat_h, c.cat_offsets, c.cat_features, G, H, p.reg_lambda,
+                                   p.min_child_weight, si, cons, node.n_samples, self.cat_params)
+            if cat is not None and (best is None or cat.gain > best.gain):
+                return cat
+            if cat is not None and cat.gain == best.gain:
+                cat.positions, cat.tie_with_categorical = best.positions, True
+                return cat
+        return best
 
     def _split_chosen(self, chosen: list[tuple[int, int, SplitInfo]]) -> list[Key]:
         """Apply the chosen splits at their owners and add the children; the next frontier."""
@@ -207,12 +273,13 @@ class TreeGrower:
             mine = [(k, nid, b) for k, nid, b in chosen if b.source_idx == si]
             if not mine:
                 continue
+            extra = {"picks": [b for _, _, b in mine]} if source.shuffled else {}
             out = source.split(self.round_idx, np.array([k for k, _, _ in mine], dtype=np.int32),
                                np.array([nid for _, nid, _ in mine], dtype=np.int32),
                                np.array([b.feature_idx for _, _, b in mine], dtype=np.int32),
                                np.array([b.bin_idx for _, _, b in mine], dtype=np.int32),
                                np.array([b.default_left for _, _, b in mine], dtype=bool),
-                               self.assignment, categories=[b.categories for _, _, b in mine])
+                               self.assignment, categories=[b.categories for _, _, b in mine], **extra)
             results.update({(k, nid): res for (k, nid, _), res in zip(mine, out)})
         return results
 

@@ -151,6 +151,10 @@ class TrainParams:
     # --- screening (issue 33): drop every feature whose information value is below this before training
     # (the passive parties screened as in parties/screen.py; each told the positions it keeps); None: keep all
     min_iv: float | None = None
+    # --- issue 31: the first rounds grow on the active party's own features only (FATE's complete_secure,
+    # SecretFlow's first_tree_with_label_holder_feature): no passive party takes part in them, so the
+    # first instance space a passive party sees is of residual gradients; a passive party may require it
+    active_only_rounds: int = 0
 
     @classmethod
     def default(cls, name: str):
@@ -192,6 +196,7 @@ class TrainParams:
             if self.mode == Mode.DP:
                 raise InputError("min_iv (drop features below an IV cut before training) screens with exact counts: "
                                  "not in mode dp; screen with `vfl screen --mode dp` and train on the kept columns")
+        num("active_only_rounds", 0, 1 << 20, integer=True)
         num("key_bits", integer=True)
         num("precision_bits", 8, 48, integer=True)
         num("seed", 0, integer=True)

@@ -31,6 +31,22 @@ class SplitRef:
     categories: list[int] | None = None     # categorical split: the category codes that go left
 
 
+@dataclass
+class NodeCandidates:
+    """What a source of shuffled split candidates (a passive party, :mod:`parties.passive_splits`)
+    gives for one node: the left child's sums of every candidate split, in the party's own random
+    order (``gl``/``hl``, float64), the monotone constraint of each candidate's feature (None: no
+    constraint anywhere), and per-category sums of its categorical features (``cat_features``: their
+    positions, ``cat_offsets`` over ``cat_g``/``cat_h``; empty when the party sends none)."""
+    gl: np.ndarray
+    hl: np.ndarray
+    monotone: np.ndarray | None = None
+    cat_features: tuple = ()
+    cat_offsets: np.ndarray | None = None
+    cat_g: np.ndarray | None = None
+    cat_h: np.ndarray | None = None
+
+
 class HistogramSource(ABC):
     """One party's features, seen through histograms."""
 
@@ -38,6 +54,14 @@ class HistogramSource(ABC):
     bin_offsets: np.ndarray
     categorical: np.ndarray | None = None    # bool per feature: searched as category partitions
     monotone: np.ndarray | None = None       # -1/0/+1 per feature: monotone constraints
+    #: True: :meth:`build` returns a :class:`NodeCandidates` per node (every node of the level asked for,
+    #: the source derives siblings itself) instead of per-bin sums
+    shuffled: bool = False
+    #: True: :meth:`counts` gives the rows per bin, so that every split of this source leaves at least
+    #: ``min_node_rows`` rows on both sides (what a passive party enforces on the partitions it sees)
+    counts_rows: bool = False
+    #: True: the active party's own features (the only sources of the first ``active_only_rounds``)
+    own_features: bool = False
 
     @abstractmethod
     def start_round(self, gradients: RoundGradients) -> None:
@@ -61,6 +85,9 @@ class HistogramSource(ABC):
 
 class LocalSource(HistogramSource):
     """The active party's own features, in plaintext."""
+
+    counts_rows = True
+    own_features = True
 
     def __init__(self, party: str, X: np.ndarray, feature_names: list[str], max_bin: int,
                  categorical: np.ndarray | None = None, monotone: np.ndarray | None = None,
@@ -126,6 +153,16 @@ class LocalSource(HistogramSource):
             member = None
             sg[i], sh[i] = self._bin_sums(rows, [self._g[rows, t], self._h[rows, t]])
         return sg, sh
+
+    def counts(self, tree_idx, node_ids, assignment) -> np.ndarray:
+        """Sampled rows per flat (feature, bin) slot of each node, ``(len(node_ids), n_flat)`` int64."""
+        out = np.zeros((len(node_ids), int(self.bin_offsets[-1])), dtype=np.int64)
+        for i, (t, nid) in enumerate(zip(tree_idx, node_ids)):
+            rows = np.flatnonzero(assignment[t] == nid)
+            for f in range(self.bin_idx.shape[1]):
+                lo, hi = int(self.bin_offsets[f]), int(self.bin_offsets[f + 1])
+                out[i, lo:hi] = np.bincount(self.bin_idx[rows, f].astype(np.intp), minlength=hi - lo)
+        return out
 
     def _refs(self, feature_idx, bin_idx, default_left, categories=None) -> list[SplitRef]:
         """What the tree keeps of each split: the feature and its raw threshold, or for a

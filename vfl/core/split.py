@@ -88,6 +88,11 @@ class SplitInfo:
     monotone: int = field(default=0, compare=False)
     weight_left: float = field(default=0.0, compare=False)
     weight_right: float = field(default=0.0, compare=False)
+    # a passive party's shuffled candidates (:func:`find_best_candidate`): the opaque positions of every
+    # candidate with the best gain (the owner picks its canonical one), None otherwise
+    positions: tuple | None = field(default=None, compare=False)
+    # the categorical split above ties with ``positions``: the owner picks
+    tie_with_categorical: bool = field(default=False, compare=False)
 
 
 def _weight(g, h, reg_lambda, c: Constraints):
@@ -121,15 +126,19 @@ def find_best_split(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_off
                     source_idx: int = 0, categorical: np.ndarray | None = None,
                     monotone: np.ndarray | None = None, constraints: Constraints | None = None,
                     n_samples: int | None = None,
-                    cat_params: CategoricalParams | None = None) -> SplitInfo | None:
+                    cat_params: CategoricalParams | None = None, counts: np.ndarray | None = None,
+                    min_rows: int = 1) -> SplitInfo | None:
     """Best split of one node over one party's flat histogram (None if no valid candidate).
 
     ``categorical``: bool per feature (those are searched as category partitions);
     ``monotone``: -1/0/+1 per feature; ``constraints``: the node's weight bounds;
-    ``n_samples``: the node's rows (to estimate bin counts for ``min_data_per_group``)."""
+    ``n_samples``: the node's rows (to estimate bin counts for ``min_data_per_group``);
+    ``counts``: the node's rows per bin (flat, like the sums): with them a candidate is valid only
+    when both children hold at least ``min_rows`` rows (what a passive party enforces on every
+    split it answers, :mod:`parties.passive_checks`)."""
     c = constraints or Constraints()
     numeric = _numeric_split(sum_gradients, sum_hessians, bin_offsets, G, H, reg_lambda, min_child_weight,
-                             source_idx, categorical, monotone, c)
+                             source_idx, categorical, monotone, c, counts, min_rows)
     if categorical is None or not np.any(categorical):
         return numeric
     best = numeric
@@ -138,7 +147,8 @@ def find_best_split(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_off
     for f in np.flatnonzero(categorical).tolist():
         a, b = int(offsets[f]), int(offsets[f + 1])
         info = _categorical_split(sg[a:b], sh[a:b], G, H, reg_lambda, min_child_weight, c,
-                                  n_samples, cat_params or CategoricalParams())
+                                  n_samples, cat_params or CategoricalParams(),
+                                  None if counts is None else np.asarray(counts)[a:b], min_rows)
         if info is None:
             continue
         gain, left, wl, wr, GL, HL = info
@@ -151,7 +161,7 @@ def find_best_split(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_off
 
 
 def _categorical_split(g: np.ndarray, h: np.ndarray, G, H, reg_lambda, min_child_weight, c: Constraints,
-                       n_samples, p: CategoricalParams):
+                       n_samples, p: CategoricalParams, counts: np.ndarray | None = None, min_rows: int = 1):
     """``(gain, left bins, w_left, w_right, G_left, H_left)`` of the best category partition of one
     feature's bins (the missing bin included, as the last one), or None."""
     cnt_factor = (n_samples / H) if n_samples and H > 0 else 1.0
@@ -163,14 +173,17 @@ def _categorical_split(g: np.ndarray, h: np.ndarray, G, H, reg_lambda, min_child
     max_num_cat = min(p.max_cat_threshold, (used.size + 1) // 2)
     parent = _score(G, H, reg_lambda)
     best = None
+    n_rows = None if counts is None else int(np.sum(counts))
     for direction in (order, order[::-1]):
         GL = HL = 0.0
         group = 0.0
         left_cnt = 0.0
+        left_rows = 0
         for i in range(min(used.size - 1, max_num_cat)):
             bin_ = direction[i]
             GL += g[bin_]
             HL += h[bin_]
+            left_rows += 0 if counts is None else int(counts[bin_])
             cnt = h[bin_] * cnt_factor
             left_cnt += cnt
             group += cnt
@@ -190,6 +203,8 @@ def _categorical_split(g: np.ndarray, h: np.ndarray, G, H, reg_lambda, min_child
                 with np.errstate(divide="ignore", invalid="ignore"):
                     gain = float(_score(GL, HL, reg_lambda) + _score(GR, HR, reg_lambda) - parent)
                 wl, wr = float(_weight(GL, HL, reg_lambda, c)), float(_weight(GR, HR, reg_lambda, c))
+            if n_rows is not None and min(left_rows, n_rows - left_rows) < min_rows:
+                continue
             if np.isfinite(gain) and gain > MIN_GAIN and (best is None or gain > best[0]):
                 best = (gain, set(direction[:i + 1].tolist()), wl, wr, GL, HL)
     return best
@@ -211,7 +226,8 @@ def best_cell(scores: np.ndarray, gl, hl, gm, hm) -> tuple[float, int, int, bool
 
 
 def _numeric_split(sum_gradients, sum_hessians, bin_offsets, G, H, reg_lambda, min_child_weight,
-                   source_idx, categorical, monotone, c: Constraints) -> SplitInfo | None:
+                   source_idx, categorical, monotone, c: Constraints, counts=None,
+                   min_rows: int = 1) -> SplitInfo | None:
     offsets = np.asarray(bin_offsets, dtype=np.int64)
     n_flat = int(offsets[-1])
     if n_flat == 0:
@@ -228,6 +244,13 @@ def _numeric_split(sum_gradients, sum_hessians, bin_offsets, G, H, reg_lambda, m
     # per-feature running sums over ordinary bins (the missing bin is last);
     # values are fixed-point multiples, so these sums are exact
     gl, hl = np.cumsum(mg, axis=1), np.cumsum(mh, axis=1)
+    rows_ok = (True, True)
+    if counts is not None:      # both children hold at least min_rows rows
+        mc = np.zeros((n_features, width), dtype=np.int64)
+        mc[present] = np.asarray(counts, dtype=np.int64)
+        cl, cm = np.cumsum(mc, axis=1), mc[rows, nb - 1][:, None]
+        n_node = cl[:, -1:]
+        rows_ok = tuple(np.minimum(left, n_node - left) >= max(1, min_rows) for left in (cl, cl + cm))
     j = np.arange(width)[None, :]
     parent = _score(G, H, reg_lambda)
     gains = np.full((n_features, width, 2), -np.inf)
@@ -237,7 +260,7 @@ def _numeric_split(sum_gradients, sum_hessians, bin_offsets, G, H, reg_lambda, m
     for d, (GL, HL, ok) in enumerate(((gl, hl, j < nb[:, None] - 1),
                                       (gl + gm, hl + hm, j < nb[:, None] - 2))):
         GR, HR = G - GL, H - HL
-        valid = ok & ~skip & (HL >= min_child_weight) & (HR >= min_child_weight)
+        valid = ok & ~skip & (HL >= min_child_weight) & (HR >= min_child_weight) & rows_ok[d]
         if c.active:
             gain = _constrained_gains(GL, HL, G, H, reg_lambda, c, mono)[0]
         else:
@@ -250,3 +273,68 @@ def _numeric_split(sum_gradients, sum_hessians, bin_offsets, G, H, reg_lambda, m
     best_gain, f, b, d, GL, HL = cell
     wl, wr = float(_weight(GL, HL, reg_lambda, c)), float(_weight(G - GL, H - HL, reg_lambda, c))
     return SplitInfo(best_gain, source_idx, f, b, d, GL, HL, None, int(mono[f, 0]), wl, wr)
+
+
+def candidate_gains(GL: np.ndarray, HL: np.ndarray, G: float, H: float, reg_lambda: float, min_child_weight: float,
+                    monotone: np.ndarray | None, c: Constraints) -> np.ndarray:
+    """The gain of every candidate whose left child sums are ``GL``/``HL`` (one value per candidate,
+    the same formula, element by element, as :func:`_numeric_split`); -inf where invalid."""
+    GL, HL = np.asarray(GL, dtype=np.float64), np.asarray(HL, dtype=np.float64)
+    GR, HR = G - GL, H - HL
+    valid = (HL >= min_child_weight) & (HR >= min_child_weight)
+    if c.active:
+        mono = np.zeros(len(GL)) if monotone is None else np.asarray(monotone, dtype=np.float64)
+        gain = _constrained_gains(GL, HL, G, H, reg_lambda, c, mono)[0]
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gain = _score(GL, HL, reg_lambda) + _score(GR, HR, reg_lambda) - _score(G, H, reg_lambda)
+    return np.where(valid & np.isfinite(gain), gain, -np.inf)
+
+
+def find_best_candidate(GL: np.ndarray, HL: np.ndarray, G: float, H: float, reg_lambda: float,
+                        min_child_weight: float, source_idx: int, monotone: np.ndarray | None = None,
+                        constraints: Constraints | None = None) -> SplitInfo | None:
+    """Best of a passive party's shuffled candidates (their left child sums ``GL``/``HL``, in the
+    party's random order): a :class:`SplitInfo` naming *every* position with the best gain
+    (``positions``), so that the owner, which alone knows what each position is, breaks the tie
+    canonically (lowest feature, bin, missing-right first: the order :func:`_numeric_split` uses)
+    and the shuffle never changes the model. None if no candidate beats :data:`MIN_GAIN`."""
+    c = constraints or Constraints()
+    if len(GL) == 0:
+        return None
+    gains = candidate_gains(GL, HL, G, H, reg_lambda, min_child_weight, monotone, c)
+    best = float(np.max(gains))
+    if not best > MIN_GAIN:
+        return None
+    tied = np.flatnonzero(gains == best)
+    p = int(tied[0])
+    gl, hl = float(GL[p]), float(HL[p])
+    mono = 0 if monotone is None else int(monotone[p])
+    wl, wr = float(_weight(gl, hl, reg_lambda, c)), float(_weight(G - gl, H - hl, reg_lambda, c))
+    return SplitInfo(best, source_idx, -1, -1, False, gl, hl, None, mono, wl, wr,
+                     positions=tuple(int(x) for x in tied))
+
+
+def best_categorical(sum_gradients: np.ndarray, sum_hessians: np.ndarray, bin_offsets: np.ndarray,
+                     categorical_features, G: float, H: float, reg_lambda: float, min_child_weight: float,
+                     source_idx: int, constraints: Constraints | None, n_samples: int | None,
+                     cat_params: CategoricalParams | None) -> SplitInfo | None:
+    """The best categorical split over the per-category sums of ``categorical_features`` (flat, those
+    features' bins one after another, ``bin_offsets`` over them): ties go to the lowest feature."""
+    c = constraints or Constraints()
+    best = None
+    offsets = np.asarray(bin_offsets, dtype=np.int64)
+    sg, sh = np.asarray(sum_gradients, dtype=np.float64), np.asarray(sum_hessians, dtype=np.float64)
+    for i, f in enumerate(categorical_features):
+        a, b = int(offsets[i]), int(offsets[i + 1])
+        info = _categorical_split(sg[a:b], sh[a:b], G, H, reg_lambda, min_child_weight, c, n_samples,
+                                  cat_params or CategoricalParams())
+        if info is None:
+            continue
+        gain, left, wl, wr, GL, HL = info
+        missing = b - a - 1
+        cand = SplitInfo(gain, source_idx, int(f), -1, missing in left, GL, HL,
+                         tuple(sorted(x for x in left if x != missing)), 0, wl, wr)
+        if best is None or cand.gain > best.gain:
+            best = cand
+    return best
