@@ -16,8 +16,8 @@ from crypto.keys import generate_keypair
 from crypto.obfuscators import ReplyRandomizer
 from crypto.paillier import Decryptor, Encryptor
 from datasets.errors import InputError
-from parties.active import ActiveParty as NetActiveParty
 from parties import passive_splits
+from parties.active import ActiveParty as NetActiveParty
 from parties.passive import PassiveParty
 from protocols import messages as m
 from protocols.serialization import dumps, loads
