@@ -117,6 +117,12 @@ class ScreeningProtocol:
                              "a screening takes one round of events (round 0)")
             self.rounds += 1
 
+    def check_round_open(self, what: str, round_idx: int) -> None:
+        """A screening's one round of events is round 0."""
+        if round_idx != 0:
+            self._refuse(f"{what} of round {round_idx}", "screening session",
+                         "a screening takes one round of events (round 0)")
+
     def split_request(self, round_idx, tree_idx, node_ids) -> None:
         self.check_open("SplitRequest")
 
