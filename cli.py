@@ -593,10 +593,14 @@ def party():
                    "{\"edges\": [...]}} of this party's public bounds or bin edges (no budget spent on them).")
 @click.option("--dp-ledger", type=click.Path(dir_okay=False), default=None,
               help="Lifetime privacy ledger file: every DP release and training of this party's dataset is "
-                   "charged there (vfl dp-ledger show FILE).")
+                   "charged there (vfl dp-ledger show FILE) [default: MODEL_DIR/ledgers/dp-ledger.json].")
 @click.option("--dp-lifetime-epsilon", type=float, default=None,
-              help="With --dp-ledger: refuse any release or training that would take the dataset's total "
-                   "epsilon above this (a training without DP counts as infinite).")
+              help="Refuse any release or training that would take the dataset's total epsilon above this (a "
+                   "training without DP counts as infinite) [default: DP releases capped by the federation "
+                   "entry's dp_lifetime_epsilon, 10].")
+@click.option("--reveal-budget", type=click.Path(dir_okay=False), default=None,
+              help="Lifetime reveal budget file (trainings, split answers per row, prediction decisions; "
+                   "docs/federation.md) [default: MODEL_DIR/ledgers/reveal-budget.json].")
 @net_options
 @dask_options
 @lambda f: _credit_options(f, active=False)
@@ -604,7 +608,7 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                   dp_max_epsilon_per_feature, tls_dir, insecure, token_file, max_message_mb, log_level,
                   validation_data=None, dask_scheduler=None, dask_tls_dir=None, dask_insecure=False,
                   dask_via_scheduler=False, categorical=(), monotone=(), dp_bins=None, dp_ledger=None,
-                  dp_lifetime_epsilon=None, federation_file=None):
+                  dp_lifetime_epsilon=None, federation_file=None, reveal_budget=None):
     """Serve training sessions and prediction requests of an active party."""
     setup_logging(log_level)
     federation = load_federation(federation_file) if federation_file else None
@@ -620,9 +624,8 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
     policy = {k: v for k, v in (("allowed_align", tuple(allow_align)),
                                 ("allowed_prediction", tuple(allow_prediction)),
                                 ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature),
-                                ("dp_ledger_path", dp_ledger), ("dp_lifetime_epsilon", dp_lifetime_epsilon)) if v}
-    if dp_lifetime_epsilon is not None and dp_ledger is None:
-        raise click.UsageError("--dp-lifetime-epsilon needs --dp-ledger FILE (where the spending is counted)")
+                                ("dp_ledger_path", dp_ledger), ("dp_lifetime_epsilon", dp_lifetime_epsilon),
+                                ("reveal_budget_path", reveal_budget)) if v}
     executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive", dask_via_scheduler)
     try:
         serve_passive(name, listen, data, id_col, model_dir, sec, max_bytes(max_message_mb), on_ready=ready,

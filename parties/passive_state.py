@@ -176,6 +176,8 @@ class PassiveState:
     min_node_rows: int = 1                     # the least min_node_rows a TrainSetup may agree (federation)
     trainer: str | None = None                 # who trained the model (bound into the model file, issue 22)
     max_depth: int | None = None               # the model's max_depth (agreed at setup): a row's route budget
+    limits: object = None                      # parties.passive_limits.Limits: own caps (None: a library party)
+    reveal_budget_path: str | None = None      # the lifetime reveal budget file (parties.reveal_budget; None: none)
     # own data
     ids: np.ndarray | None = None
     X: np.ndarray | None = None                # or a datasets.pieces.PieceTable: read where needed
@@ -200,6 +202,10 @@ class PassiveState:
     psi_pending: dict = field(default_factory=dict)   # session id -> {purpose, perm, X}
     route_counts: dict = field(default_factory=dict)  # prediction session id -> (rows, trees) routes answered
     eval_session: str | None = None                   # the validation session of the training under way
+    session_owner: dict = field(default_factory=dict)  # prediction session id -> client (the server sets it)
+    session_ids: dict = field(default_factory=dict)    # prediction session id -> its rows' ids
+    training_rows: np.ndarray | None = None    # digests of the rows a model was trained on (prediction refuses them)
+    fingerprint: str | None = None             # the dataset's fingerprint (parties.dp_ledger), once computed
     psi_pending_cap: int = MAX_PSI_PENDING             # pending PSI exchanges kept (a server raises it: it
     #                                                    bounds its sessions itself and never evicts one in use)
     executor: Executor | None = None
@@ -290,6 +296,8 @@ class PassiveState:
     def drop_session(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
         self.route_counts.pop(session_id, None)
+        self.session_owner.pop(session_id, None)
+        self.session_ids.pop(session_id, None)
         self.psi_pending.pop(session_id, None)
 
 
