@@ -164,9 +164,10 @@ def _budget(s) -> RevealBudget | None:
 
 
 def _fp(s) -> tuple[str, int]:
+    ids, X = (s.ids, s.X) if s.ids is not None else (s.pred_ids, s.pred_X)    # a served model: its rows
     if s.fingerprint is None:
-        s.fingerprint = dataset_fingerprint(s.ids if s.ids is not None else [], s.X, s.feature_names)
-    return s.fingerprint, 0 if s.ids is None else len(s.ids)
+        s.fingerprint = dataset_fingerprint(ids if ids is not None else [], X, s.feature_names)
+    return s.fingerprint, 0 if ids is None else len(ids)
 
 
 def on_setup(s, req) -> None:
