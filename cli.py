@@ -626,7 +626,8 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                                 ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature),
                                 ("dp_ledger_path", dp_ledger), ("dp_lifetime_epsilon", dp_lifetime_epsilon),
                                 ("reveal_budget_path", reveal_budget)) if v}
-    executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive", dask_via_scheduler)
+    executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive", dask_via_scheduler,
+                              sec.ca_pem)
     try:
         serve_passive(name, listen, data, id_col, model_dir, sec, max_bytes(max_message_mb), on_ready=ready,
                       policy=policy, validation_data=validation_data, executor=executor,
@@ -690,7 +691,8 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
             bar.n = r + 1
             bar.refresh()
 
-        executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "active", dask_via_scheduler)
+        executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "active", dask_via_scheduler,
+                                  sec.ca_pem)
         try:
             result = train_active(data, id_col, label_col, name, peers, params, model_dir, sec, timeout=timeout,
                                   resume=resume, force=force, align=params.align,
