@@ -48,7 +48,7 @@ DEFAULT_MIN_NODE_ROWS = 2
 #: the most a federation may set (a larger floor stops most trees from growing)
 MAX_MIN_NODE_ROWS = 1 << 20
 
-_FED_KEYS = {"active", "min_node_rows"}
+_FED_KEYS = {"active", "min_node_rows", "dp_model_min_node_rows"}
 _PARTY_KEYS = {"address", "hosts", "train", "predict", *LIMIT_KEYS}
 
 
@@ -79,6 +79,9 @@ class Federation:
     active: str
     parties: dict = field(default_factory=dict)     # name -> PartyEntry, in file order
     min_node_rows: int = DEFAULT_MIN_NODE_ROWS
+    #: the floor of a training labelled a DP released model (--dp-model grows every node, whatever its
+    #: rows); None: min_node_rows (such a training is then refused unless min_node_rows is 1)
+    dp_model_min_node_rows: int | None = None
 
     @property
     def passives(self) -> dict[str, str]:
@@ -184,6 +187,11 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
     if isinstance(min_rows, bool) or not isinstance(min_rows, int) or not 1 <= min_rows <= MAX_MIN_NODE_ROWS:
         raise _err(path, "federation", "min_node_rows", f"expected an integer 1..{MAX_MIN_NODE_ROWS}, "
                                                         f"got {min_rows!r}")
+    dp_rows = fed.get("dp_model_min_node_rows")
+    if dp_rows is not None and (isinstance(dp_rows, bool) or not isinstance(dp_rows, int)
+                                or not 1 <= dp_rows <= MAX_MIN_NODE_ROWS):
+        raise _err(path, "federation", "dp_model_min_node_rows", f"expected an integer 1..{MAX_MIN_NODE_ROWS}, "
+                                                                 f"got {dp_rows!r}")
     entries: dict[str, PartyEntry] = {}
     owner: dict[str, str] = {}          # certificate name -> party
     for name in names:
@@ -229,7 +237,7 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
             raise _err(path, table, sorted(given)[0], "a passive party's limit: the active party serves nothing")
         limits = parse_limits(given, lambda key, msg, table=table: _err(path, table, key, msg))
         entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"), limits)
-    return Federation(str(path), active, entries, int(min_rows))
+    return Federation(str(path), active, entries, int(min_rows), None if dp_rows is None else int(dp_rows))
 
 
 def load_federation(path) -> Federation:

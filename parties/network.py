@@ -83,6 +83,8 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     policy = dict(policy or {})
     if federation is not None:
         policy.setdefault("min_node_rows", federation.min_node_rows)
+        if federation.dp_model_min_node_rows is not None:
+            policy.setdefault("dp_model_min_node_rows", federation.dp_model_min_node_rows)
     # its own limits and lifetime ledgers, on by default (issue 31): MODEL_DIR/ledgers/ unless given
     reveal_path, dp_path = default_paths(model_dir)
     policy.setdefault("limits", access.limits)

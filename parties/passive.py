@@ -182,6 +182,7 @@ class PassiveParty:
     dp_ledger_path = _state_attr("dp_ledger_path", "lifetime privacy ledger file (None: none)")
     dp_lifetime_epsilon = _state_attr("dp_lifetime_epsilon", "the most epsilon the dataset may ever spend")
     min_node_rows = _state_attr("min_node_rows", "the least min_node_rows a training setup may agree")
+    dp_model_min_node_rows = _state_attr("dp_model_min_node_rows", "the least min_node_rows of a DP model's training")
     limits = _state_attr("limits", "own limits (parties.passive_limits.Limits; None: none, a library party)")
     reveal_budget_path = _state_attr("reveal_budget_path", "lifetime reveal budget file (parties.reveal_budget)")
     trainer = _state_attr("trainer", "the identity of the client that trained the model (None: not recorded)")

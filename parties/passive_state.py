@@ -174,6 +174,7 @@ class PassiveState:
     dp_ledger_path: str | None = None          # the lifetime privacy ledger file (parties.dp_ledger; None: none)
     dp_lifetime_epsilon: float | None = None   # the most epsilon the dataset may spend, over all trainings
     min_node_rows: int = 1                     # the least min_node_rows a TrainSetup may agree (federation)
+    dp_model_min_node_rows: int | None = None  # ... for a training labelled a DP model (None: min_node_rows)
     trainer: str | None = None                 # who trained the model (bound into the model file, issue 22)
     max_depth: int | None = None               # the model's max_depth (agreed at setup): a row's route budget
     limits: object = None                      # parties.passive_limits.Limits: own caps (None: a library party)

@@ -102,10 +102,13 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     rows = s.aligned_rows()
     if req.mode not in Mode.values():
         raise ProtocolError(f"unknown mode {req.mode!r}")
-    if req.mode != Mode.DP and req.min_node_rows < s.min_node_rows:
+    floor, key = s.min_node_rows, "min_node_rows"      # a DP model's own floor never lowers the others' (issue 31)
+    if req.dp_binning is not None and s.dp_model_min_node_rows is not None:
+        floor, key = s.dp_model_min_node_rows, "dp_model_min_node_rows"
+    if req.mode != Mode.DP and req.min_node_rows < floor:
         raise ProtocolError(f"party {s.name!r} refuses TrainSetup: rule 'min_node_rows': the setup agrees "
-                            f"{req.min_node_rows} rows per node, this party requires at least {s.min_node_rows} "
-                            "(its federation's min_node_rows)")
+                            f"{req.min_node_rows} rows per node, this party requires at least {floor} "
+                            f"(its federation's {key})")
     reveal_budget.on_setup(s, req)      # its own limits and lifetime budget (issue 31)
     s.close_executor()                  # shards of an earlier session
     t = s.train
