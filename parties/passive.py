@@ -184,6 +184,7 @@ class PassiveParty:
     min_node_rows = _state_attr("min_node_rows", "the least min_node_rows a training setup may agree")
     dp_model_min_node_rows = _state_attr("dp_model_min_node_rows", "the least min_node_rows of a DP model's training")
     limits = _state_attr("limits", "own limits (parties.passive_limits.Limits; None: none, a library party)")
+    training_rows = _state_attr("training_rows", "digests of the ids the model was trained on (refused in prediction)")
     reveal_budget_path = _state_attr("reveal_budget_path", "lifetime reveal budget file (parties.reveal_budget)")
     trainer = _state_attr("trainer", "the identity of the client that trained the model (None: not recorded)")
     psi_pending_cap = _state_attr("psi_pending_cap", "pending PSI exchanges kept (older ones are forgotten)")
@@ -282,6 +283,15 @@ class PassiveParty:
         if isinstance(request, m.TrainEnd) and self.completed and isinstance(reply, m.Ack):
             reply.info["model_hash"] = self.model_hash()
         return reply
+
+    def trained_ids(self):
+        """The ids of the rows the training aligned (None before alignment)."""
+        s = self._state
+        return None if s.ids is None or s.train.rows is None else np.asarray(s.ids)[s.train.rows]
+
+    def own_session(self, session_id: str, client: str) -> None:
+        """Prediction session ``session_id`` belongs to ``client``: its decisions are charged to it."""
+        self._state.session_owner[session_id] = client
 
     @property
     def training_refused(self) -> str | None:

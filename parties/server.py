@@ -36,7 +36,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from datasets.errors import InputError, ProtocolError, VFLError
@@ -197,7 +196,7 @@ class PassiveServer:
                 continue
             try:
                 self.models[mid] = self._configure(PassiveParty.from_model_dict(d, str(path)))
-                self.models[mid]._state.training_rows = load_training_rows(rows_path(self.model_dir, mid))
+                self.models[mid].training_rows = load_training_rows(rows_path(self.model_dir, mid))
             except (InputError, KeyError, TypeError, ValueError) as exc:
                 log.warning("%s: ignoring model file %s: %s", self.name, path, exc)
                 continue
@@ -340,10 +339,9 @@ class PassiveServer:
                 raise
             if p.completed:
                 finished = self._configure(PassiveParty.from_model_dict(p.model_dict()))
-                st = p._state         # the rows it was trained on: prediction refuses them (issue 31)
-                if st.ids is not None and st.train.rows is not None:
-                    finished._state.training_rows = save_training_rows(rows_path(self.model_dir, mid),
-                                                                       np.asarray(st.ids)[st.train.rows])
+                ids = p.trained_ids()     # the rows it was trained on: prediction refuses them (issue 31)
+                if ids is not None:
+                    finished.training_rows = save_training_rows(rows_path(self.model_dir, mid), ids)
                 with self._lock:
                     self.models[mid] = finished
                     self.unfinished.discard(mid)
@@ -522,7 +520,7 @@ class PassiveServer:
                 old.party.drop_session(old.session_id)
             session = _PredictionSession(sid, mid, party, client, now, in_flight=1)
             self._sessions[sid] = session
-            party._state.session_owner[sid] = client     # its decisions are charged to this client
+            party.own_session(sid, client)     # its decisions are charged to this client
             return session
 
     def _in_session(self, session: _PredictionSession, request):
