@@ -37,7 +37,7 @@ DEFAULT_LIFETIME_PREDICTION_DECISIONS_PER_ROW = 1_000_000
 DEFAULT_DP_LIFETIME_EPSILON = 10.0
 
 _INTS = {"max_rounds": 1 << 20, "max_depth": 30, "max_rounds_x_depth": 30 << 20, "lifetime_trainings": 1 << 40,
-         "lifetime_split_answers_per_row": 1 << 40, "lifetime_prediction_decisions_per_row": 1 << 40}
+         "lifetime_split_answers_per_row": (1 << 32) - 1, "lifetime_prediction_decisions_per_row": 1 << 40}
 _BOOLS = ("predict_training_rows", "dp_allow_unbounded")
 KEYS = frozenset({*_INTS, *_BOOLS, "dp_lifetime_epsilon"})
 

@@ -20,7 +20,7 @@ counted. The file (atomic, 0600)::
     {"format": "vfl-reveal-budget", "version": 1,
      "datasets": {FINGERPRINT: {"n_rows": N,
                                 "trainings": [{"time": ..., "model_id": ..., "client": ...}, ...],
-                                "split_answers": [count of row 0, ..., count of row N-1],
+                                "split_answers": base64 of N little-endian uint32 counts, one per row,
                                 "predictions": {CLIENT: {MODEL: {ROW_DIGEST: count}}}}}}
 
 ``vfl party passive`` keeps it in ``--reveal-budget FILE``, by default
@@ -28,6 +28,8 @@ counted. The file (atomic, 0600)::
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import time
@@ -53,6 +55,23 @@ def default_paths(model_dir) -> tuple[Path, Path]:
     """``(reveal budget, DP ledger)`` files of a party serving from ``model_dir``."""
     d = Path(model_dir) / LEDGER_DIR
     return d / REVEAL_FILE, d / DP_LEDGER_FILE
+
+
+def _counts(text: str) -> np.ndarray:
+    """The per-row counts of a ``split_answers`` field (base64 of little-endian uint32)."""
+    raw = base64.b64decode(text.encode("ascii"), validate=True)
+    if len(raw) % 4:
+        raise ValueError("not a whole number of uint32")
+    return np.frombuffer(raw, dtype="<u4")
+
+
+def _encode(counts: np.ndarray) -> str:
+    return base64.b64encode(np.asarray(counts, dtype="<u4").tobytes()).decode("ascii")
+
+
+def split_answers(doc: dict, fingerprint: str) -> np.ndarray:
+    """The split answers per row of one dataset of a budget file (for reports and tests)."""
+    return _counts(doc["datasets"][fingerprint]["split_answers"]).astype(np.int64)
 
 
 def row_digests(ids) -> list[str]:
@@ -82,16 +101,20 @@ class RevealBudget:
             raise InputError(f"{self.where} is not a {BUDGET_FORMAT} version {BUDGET_VERSION} file")
         for fp, d in doc["datasets"].items():
             ok = isinstance(d, dict) and isinstance(d.get("n_rows"), int) and isinstance(d.get("trainings"), list) \
-                and isinstance(d.get("split_answers"), list) and len(d["split_answers"]) == d["n_rows"] \
-                and isinstance(d.get("predictions"), dict)
+                and isinstance(d.get("split_answers"), str) and isinstance(d.get("predictions"), dict)
+            if ok:
+                try:
+                    ok = len(_counts(d["split_answers"])) == d["n_rows"]
+                except (ValueError, binascii.Error, UnicodeEncodeError):
+                    ok = False
             if not ok:
-                raise InputError(f"{self.where}: dataset {fp!r} must hold n_rows, trainings, split_answers (one "
-                                 "count per row) and predictions")
+                raise InputError(f"{self.where}: dataset {fp!r} must hold n_rows, trainings, split_answers (base64 "
+                                 "of one little-endian uint32 count per row) and predictions")
         return doc
 
     def _dataset(self, doc: dict, fp: str, n_rows: int) -> dict:
-        d = doc["datasets"].setdefault(fp, {"n_rows": int(n_rows), "trainings": [], "split_answers": [0] * n_rows,
-                                            "predictions": {}})
+        d = doc["datasets"].setdefault(fp, {"n_rows": int(n_rows), "trainings": [],
+                                            "split_answers": _encode(np.zeros(n_rows, np.int64)), "predictions": {}})
         if d["n_rows"] != n_rows:
             raise InputError(f"{self.where}: dataset {fp[:16]} has {d['n_rows']} rows there, {n_rows} here")
         return d
@@ -111,7 +134,7 @@ class RevealBudget:
                                                                  f"times, at most {cap} (lifetime_trainings)")
             d["trainings"].append({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                    "model_id": model_id, "client": client})
-            write_json_atomic(self.path, doc)
+            write_json_atomic(self.path, doc, indent=None)
             return len(d["trainings"])
 
     def charge_splits(self, fp: str, n_rows: int, rows: np.ndarray) -> None:
@@ -123,13 +146,13 @@ class RevealBudget:
         with locked(self.path, self.where):
             doc = self.read()
             d = self._dataset(doc, fp, n_rows)
-            counts = np.asarray(d["split_answers"], dtype=np.int64) + np.bincount(rows, minlength=n_rows)
+            counts = _counts(d["split_answers"]).astype(np.int64) + np.bincount(rows, minlength=n_rows)
             if counts.size and int(counts.max()) > cap:
                 self._refuse("SplitRequest", "lifetime split answers",
                              f"row {int(counts.argmax())} of its data would get {int(counts.max())} split answers, at "
                              f"most {cap} (lifetime_split_answers_per_row); the training ends")
-            d["split_answers"] = counts.tolist()
-            write_json_atomic(self.path, doc)
+            d["split_answers"] = _encode(counts)
+            write_json_atomic(self.path, doc, indent=None)
 
     def charge_predictions(self, fp: str, n_rows: int, client: str, model_id: str, digests: list[str],
                            decisions: np.ndarray, what: str) -> None:
@@ -153,7 +176,7 @@ class RevealBudget:
                              f"a row would have {worst} split decisions of model {model_id!r} revealed to "
                              f"{client!r}, at most {cap} (lifetime_prediction_decisions_per_row)")
             seen.update(new)
-            write_json_atomic(self.path, doc)
+            write_json_atomic(self.path, doc, indent=None)
 
 
 # -- the passive party's side: charge before the answer leaves ------------------------------------------
