@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -53,6 +54,7 @@ def main(argv=None) -> dict:
            "charge_splits_s": round(charge, 5), "model_file_write_s": round(reference, 5),
            "ratio_to_model_file_write": round(charge / reference, 3) if reference else None,
            "budget_file_bytes": (d / "ledgers" / "reveal-budget.json").stat().st_size}
+    shutil.rmtree(d, ignore_errors=True)
     print(json.dumps(out))
     return out
 

@@ -27,6 +27,7 @@ from parties.active import ActiveParty  # noqa: E402
 from parties.reveal_budget import split_answers  # noqa: E402
 from protocols import alignment  # noqa: E402
 from protocols import messages as m  # noqa: E402
+from protocols.certs import _load_ca, issue_party_cert  # noqa: E402
 from protocols.grpc_client import GrpcTransport  # noqa: E402
 from protocols.grpc_security import Security  # noqa: E402
 from vfl.core.errors import PeerError  # noqa: E402
@@ -218,3 +219,32 @@ def test_party_names_differing_in_case_are_refused(tmp_path):
     r = subprocess.run(cli("certs", "--out", tmp_path / "c", "--federation", fed), capture_output=True, text=True,
                        timeout=120)
     assert r.returncode != 0 and "'Telco' and 'telco' differ only in case" in r.stderr
+
+
+def test_allow_client_refuses_a_certificate_carrying_several_names(fed, tmp_path):
+    """Finding 8: `--allow-client bank` (no federation file) passed a certificate carrying the names
+    "bank" and "telco" as bank. The CA signed it, so TLS accepts it; the own-names rule does not."""
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    ca_cert, ca_key = _load_ca(fed["certs"])
+    issue_party_cert(forged, "telco", ca_cert, ca_key, hosts=("bank",))
+    (forged / "ca.pem").write_bytes((fed["certs"] / "ca.pem").read_bytes())
+    port = free_port()
+    err = open(tmp_path / "alone.err", "w")
+    p = subprocess.Popen(cli("party", "passive", "--name", "insurer", "--data", fed["files"]["insurer"],
+                             "--model-dir", tmp_path / "m", "--tls-dir", fed["certs"], "--allow-client", "bank",
+                             "--listen", f"127.0.0.1:{port}"), stdout=subprocess.PIPE, stderr=err, text=True)
+    err.close()
+    try:
+        assert "listening on" in p.stdout.readline()
+        sec = Security.from_options("telco", forged)
+        with GrpcTransport("telco", {"insurer": f"127.0.0.1:{port}"}, sec, timeout=30) as t:
+            with pytest.raises(PeerError, match="rule 'own names'"):
+                t.call("insurer", m.AlignRequest("forged", b"\0" * 16))
+        with GrpcTransport("bank", {"insurer": f"127.0.0.1:{port}"}, Security.from_options("bank", fed["certs"]),
+                           timeout=30) as t:
+            t.call("insurer", m.AlignRequest("honest", b"\0" * 16))      # the bank's own certificate: served
+    finally:
+        p.kill()
+        p.wait(timeout=10)
+        p.stdout.close()
