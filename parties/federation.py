@@ -300,8 +300,12 @@ class Access:
 
     @property
     def limits(self) -> Limits:
-        """This party's own limits: its federation entry's, else the defaults."""
-        return self.federation.party(self.party).limits if self.federation is not None else Limits()
+        """This party's own limits: its federation entry's, else the defaults; without a federation file
+        (``--allow-client``, ``--insecure``) prediction over training rows stays allowed, as there is no
+        file to allow it in (every other default applies)."""
+        if self.federation is None:
+            return Limits(predict_training_rows=True)
+        return self.federation.party(self.party).limits
 
     def identity(self, client: str) -> str:
         """The caller as a model file records its trainer: the federation party its certificate
