@@ -611,10 +611,14 @@ def party():
                    "{\"edges\": [...]}} of this party's public bounds or bin edges (no budget spent on them).")
 @click.option("--dp-ledger", type=click.Path(dir_okay=False), default=None,
               help="Lifetime privacy ledger file: every DP release and training of this party's dataset is "
-                   "charged there (vfl dp-ledger show FILE).")
+                   "charged there (vfl dp-ledger show FILE) [default: MODEL_DIR/ledgers/dp-ledger.json].")
 @click.option("--dp-lifetime-epsilon", type=float, default=None,
-              help="With --dp-ledger: refuse any release or training that would take the dataset's total "
-                   "epsilon above this (a training without DP counts as infinite).")
+              help="Refuse any release or training that would take the dataset's total epsilon above this (a "
+                   "training without DP counts as infinite) [default: DP releases capped by the federation "
+                   "entry's dp_lifetime_epsilon, 10].")
+@click.option("--reveal-budget", type=click.Path(dir_okay=False), default=None,
+              help="Lifetime reveal budget file (trainings, split answers per row, prediction decisions; "
+                   "docs/federation.md) [default: MODEL_DIR/ledgers/reveal-budget.json].")
 @net_options
 @dask_options
 @passive_exchange_options
@@ -627,7 +631,7 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                   dask_via_scheduler=False, categorical=(), monotone=(), dp_bins=None, dp_ledger=None,
                   dp_lifetime_epsilon=None, federation_file=None, drift_answers=None, audit_log=None,
                   metrics_listen=None, reload_interval=1.0, log_format="text", require_active_only_rounds=0,
-                  categorical_ordered=False):
+                  categorical_ordered=False, reveal_budget=None):
     """Serve training sessions, prediction requests and online scoring of an active party."""
     setup_logging(log_level, log_format)
     federation = load_federation(federation_file) if federation_file else None
@@ -644,11 +648,10 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
                                 ("allowed_prediction", tuple(allow_prediction)),
                                 ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature),
                                 ("dp_ledger_path", dp_ledger), ("dp_lifetime_epsilon", dp_lifetime_epsilon),
-                                ("drift_policy", drift_answers)) if v} \
+                                ("drift_policy", drift_answers), ("reveal_budget_path", reveal_budget)) if v} \
         | passive_exchange_policy(require_active_only_rounds, categorical_ordered)
-    if dp_lifetime_epsilon is not None and dp_ledger is None:
-        raise click.UsageError("--dp-lifetime-epsilon needs --dp-ledger FILE (where the spending is counted)")
-    executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive", dask_via_scheduler)
+    executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive", dask_via_scheduler,
+                              sec.ca_pem)
     try:
         serve_passive(name, listen, data, id_col, model_dir, sec, max_bytes(max_message_mb), on_ready=ready,
                       policy=policy, validation_data=validation_data, executor=executor,
@@ -714,7 +717,8 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
             bar.n = r + 1
             bar.refresh()
 
-        executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "active", dask_via_scheduler)
+        executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "active", dask_via_scheduler,
+                                  sec.ca_pem)
         try:
             result = train_active(data, id_col, label_col, name, peers, params, model_dir, sec, timeout=timeout,
                                   resume=resume, force=force, align=params.align,

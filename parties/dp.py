@@ -95,7 +95,8 @@ def ledger(s: PassiveState) -> PrivacyLedger | None:
             raise InputError(f"party {s.name!r}: dp_lifetime_epsilon needs a ledger file (dp_ledger_path, "
                              "--dp-ledger) to count what every training spent")
         return None
-    return PrivacyLedger(s.dp_ledger_path, s.dp_lifetime_epsilon, s.name)
+    cap = getattr(s.limits, "dp_lifetime_epsilon", None) if s.limits is not None else None
+    return PrivacyLedger(s.dp_ledger_path, s.dp_lifetime_epsilon, s.name, dp_cap=cap)
 
 
 def charge(s: PassiveState, epsilon: float, kind: str, planned: float | None = None, **detail) -> None:
@@ -106,9 +107,7 @@ def charge(s: PassiveState, epsilon: float, kind: str, planned: float | None = N
     if book is None:
         return
     fp = dataset_fingerprint(s.ids if s.ids is not None else [], s.X, s.feature_names)
-    if planned is not None:
-        book.check(fp, planned, f"a training at epsilon {planned:.6g}")
-    book.charge(fp, epsilon, kind, s.model_id, **detail)
+    book.charge(fp, epsilon, kind, s.model_id, planned, **detail)
 
 
 def id_digests(ids) -> np.ndarray:
@@ -203,6 +202,11 @@ def release(s: PassiveState, req: m.DPReleaseRequest) -> m.DPRelease:
         raise InputError(f"party {s.name!r} releases at most epsilon_per_feature={cap}, "
                          f"asked for {eps}")
     dom = s.train.dp_domain
+    if dom is None and eps != float("inf"):
+        raise ProtocolError(f"party {s.name!r} refuses DPReleaseRequest: rule 'dp domain': a release at epsilon "
+                            f"{eps:g} needs a data-independent domain (TrainSetup.dp_binning: DP edges or public "
+                            "bins); this training's bins are the data's quantiles, and which features have missing "
+                            "values would show in rr_domain")
     n_rows, n_feat = s.train.bin_idx.shape if dom is None else s.train.dp_X.shape
     rows = _indices(s.name, req.rows, n_rows, "rows")
     features = _indices(s.name, req.features, n_feat, "features")

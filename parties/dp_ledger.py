@@ -33,6 +33,7 @@ import numpy as np
 
 from datasets.errors import InputError, ProtocolError
 from datasets.files import write_json_atomic
+from parties.ledger_lock import locked
 
 LEDGER_FORMAT = "vfl-dp-ledger"
 LEDGER_VERSION = 1
@@ -68,9 +69,13 @@ def check_lifetime(value, what: str = "dp_lifetime_epsilon"):
 class PrivacyLedger:
     """The ledger file at ``path``; ``lifetime``: the most epsilon any dataset may spend (None: no cap)."""
 
-    def __init__(self, path, lifetime: float | None = None, party: str = ""):
+    def __init__(self, path, lifetime: float | None = None, party: str = "", dp_cap: float | None = None):
+        """``dp_cap``: the default cap (:data:`parties.passive_limits.DEFAULT_DP_LIFETIME_EPSILON`) on what
+        the dataset's DP releases spend (its finite charges); a training without DP is recorded (inf)
+        but refused only under an explicit ``lifetime``."""
         self.path = Path(path)
         self.lifetime = check_lifetime(lifetime)
+        self.dp_cap = check_lifetime(dp_cap, "dp_lifetime_epsilon (default cap)")
         self.party = party
 
     def read(self) -> dict:
@@ -103,29 +108,44 @@ class PrivacyLedger:
 
     def check(self, fingerprint: str, epsilon: float, what: str) -> None:
         """Refuse (ProtocolError) if spending ``epsilon`` more would exceed the lifetime limit."""
-        total = self.spent(fingerprint)
-        if self.lifetime is not None and total + epsilon > self.lifetime * (1 + 1e-12):
-            raise ProtocolError(f"party {self.party!r} refuses {what}: its dataset has spent epsilon {total:.6g} "
-                                f"of its lifetime budget {self.lifetime:.6g} (DP ledger {str(self.path)!r})")
+        self._refuse_above(self.spent(fingerprint), epsilon, what)
 
-    def charge(self, fingerprint: str, epsilon: float, kind: str, model_id: str | None, **detail) -> float:
+    def charge(self, fingerprint: str, epsilon: float, kind: str, model_id: str | None, planned: float | None = None,
+               **detail) -> float:
         """Record ``epsilon`` spent on the dataset, first refusing it if the total would exceed the
-        lifetime limit (then nothing is written and the mechanism must not run). Returns the new total."""
+        lifetime limit (then nothing is written and the mechanism must not run), or if ``planned``
+        (the whole training's cost, of which this is the first part) would. The read, the check and
+        the write hold the ledger's file lock (:func:`parties.ledger_lock.locked`): two trainings
+        charging at once are both counted. Returns the new total."""
         eps = INF if epsilon == INF else float(epsilon)
         if not eps >= 0:
             raise InputError(f"a DP charge must be >= 0, got {epsilon!r}")
-        doc = self.read()
-        entries = doc["datasets"].setdefault(fingerprint, [])
-        total = float(sum(self._eps(e) for e in entries))
-        if self.lifetime is not None and total + eps > self.lifetime * (1 + 1e-12):
+        with locked(self.path, f"DP ledger {str(self.path)!r}"):
+            doc = self.read()
+            entries = doc["datasets"].setdefault(fingerprint, [])
+            total = float(sum(self._eps(e) for e in entries))
+            if planned is not None:
+                self._refuse_above(total, planned, f"a training at epsilon {planned:.6g}")
             what = "a training without differential privacy (unbounded epsilon)" if eps == INF else \
                 f"{kind} at epsilon {eps:.6g}"
+            self._refuse_above(total, eps, what)
+            if self.lifetime is None and self.dp_cap is not None and eps != INF:
+                spent = float(sum(v for v in map(self._eps, entries) if v != INF))
+                for amount, about in ((planned, f"a training at epsilon {planned or 0:.6g}"), (eps, what)):
+                    if amount is not None and spent + amount > self.dp_cap * (1 + 1e-12):
+                        raise ProtocolError(
+                            f"party {self.party!r} refuses {about}: its dataset's DP releases have spent epsilon "
+                            f"{spent:.6g} of the default lifetime cap {self.dp_cap:.6g} (dp_lifetime_epsilon; DP "
+                            f"ledger {str(self.path)!r})")
+            entries.append({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "kind": kind,
+                            "model_id": model_id, "epsilon": _num(eps), **detail})
+            write_json_atomic(self.path, doc)
+        return total + eps
+
+    def _refuse_above(self, total: float, eps: float, what: str) -> None:
+        if self.lifetime is not None and total + eps > self.lifetime * (1 + 1e-12):
             raise ProtocolError(f"party {self.party!r} refuses {what}: its dataset has spent epsilon {total:.6g} "
                                 f"of its lifetime budget {self.lifetime:.6g} (DP ledger {str(self.path)!r})")
-        entries.append({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "kind": kind,
-                        "model_id": model_id, "epsilon": _num(eps), **detail})
-        write_json_atomic(self.path, doc)
-        return total + eps
 
 
 def summary(doc: dict) -> dict:

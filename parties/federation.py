@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from datasets.errors import InputError, ProtocolError
+from parties.passive_limits import KEYS as LIMIT_KEYS
+from parties.passive_limits import Limits, parse_limits
 from protocols.certs import check_party_name
 from protocols.grpc_security import check_address
 
@@ -52,10 +54,10 @@ MAX_MIN_NODE_ROWS = 1 << 20
 #: the most active-only first rounds a passive party may require
 MAX_ROUNDS_SETTING = 1 << 20
 
-_FED_KEYS = {"active", "min_node_rows"}
+_FED_KEYS = {"active", "min_node_rows", "dp_model_min_node_rows"}
 _PARTY_KEYS = {"address", "hosts", "train", "predict", "drift", "screen", "screen_epsilon",
                "serve_requests_per_second", "serve_rows_per_day", "require_active_only_rounds",
-               "categorical_ordered"}
+               "categorical_ordered", *LIMIT_KEYS}
 #: what a passive party answers a drift request with (issue 34): PSI per feature by position (the
 #: default: its feature names are not shared), by name, or nothing (it declines)
 DRIFT_POLICIES = ("positions", "names", "decline")
@@ -94,6 +96,7 @@ class PartyEntry:
     # features only a training must agree, and categorical features as ordered bins (no per-category sums)
     require_active_only_rounds: int = 0
     categorical_ordered: bool = False
+    limits: Limits = field(default_factory=Limits)   # a passive party's own caps (parties.passive_limits)
 
     @property
     def cert_names(self) -> frozenset[str]:
@@ -108,6 +111,9 @@ class Federation:
     active: str
     parties: dict = field(default_factory=dict)     # name -> PartyEntry, in file order
     min_node_rows: int = DEFAULT_MIN_NODE_ROWS
+    #: the floor of a training labelled a DP released model (--dp-model grows every node, whatever its
+    #: rows); None: min_node_rows (such a training is then refused unless min_node_rows is 1)
+    dp_model_min_node_rows: int | None = None
 
     @property
     def passives(self) -> dict[str, str]:
@@ -123,9 +129,10 @@ class Federation:
     def party_of(self, cert_names) -> str | None:
         """The federation party a certificate identifies, or None: it must carry that party's name
         and no name outside that party's own (its name and hosts)."""
-        names = set(cert_names)
+        names = {str(n).casefold() for n in cert_names}
         for p in self.parties.values():
-            if p.name in names and names <= p.cert_names:
+            own = {n.casefold() for n in p.cert_names}
+            if p.name.casefold() in names and names <= own:
                 return p.name
         return None
 
@@ -212,11 +219,16 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
     if not isinstance(tables, dict) or not tables:
         raise _err(path, "parties", None, "missing: give one [parties.NAME] table per party")
     names = list(tables)
+    folded: dict[str, str] = {}
     for name in names:
         try:
             check_party_name(name)
         except InputError as exc:
             raise _err(path, f"parties.{name}", None, str(exc)) from None
+        if name.casefold() in folded:       # certificate names (DNS) do not tell case apart
+            raise _err(path, f"parties.{name}", None, f"{name!r} and {folded[name.casefold()]!r} differ only in case: "
+                                                      "certificate names do not tell them apart")
+        folded[name.casefold()] = name
         if name == "ca":
             raise _err(path, f"parties.{name}", None, "'ca' is reserved for the CA's own files")
         if not isinstance(tables[name], dict):
@@ -230,6 +242,11 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
     if isinstance(min_rows, bool) or not isinstance(min_rows, int) or not 1 <= min_rows <= MAX_MIN_NODE_ROWS:
         raise _err(path, "federation", "min_node_rows", f"expected an integer 1..{MAX_MIN_NODE_ROWS}, "
                                                         f"got {min_rows!r}")
+    dp_rows = fed.get("dp_model_min_node_rows")
+    if dp_rows is not None and (isinstance(dp_rows, bool) or not isinstance(dp_rows, int)
+                                or not 1 <= dp_rows <= MAX_MIN_NODE_ROWS):
+        raise _err(path, "federation", "dp_model_min_node_rows", f"expected an integer 1..{MAX_MIN_NODE_ROWS}, "
+                                                                 f"got {dp_rows!r}")
     entries: dict[str, PartyEntry] = {}
     owner: dict[str, str] = {}          # certificate name -> party
     for name in names:
@@ -252,12 +269,14 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
             raise _err(path, table, "hosts", f"expected a list of DNS names or IP addresses, got {hosts!r}")
         hosts = tuple(_host(path, table, h) for h in hosts)
         for h in (name, *hosts):
-            if h in tables and h != name:
-                raise _err(path, table, "hosts", f"{h!r} is the name of party {h!r}: a certificate valid for "
+            other = folded.get(h.casefold())
+            if other is not None and other != name:
+                raise _err(path, table, "hosts", f"{h!r} is the name of party {other!r}: a certificate valid for "
                                                  "another party's name would let this party pass as it")
-            if owner.get(h, name) != name:
-                raise _err(path, table, "hosts", f"{h!r} is already a certificate name of party {owner[h]!r}")
-            owner[h] = name
+            if owner.get(h.casefold(), name) != name:
+                raise _err(path, table, "hosts", f"{h!r} is already a certificate name of party "
+                                                 f"{owner[h.casefold()]!r} (names are compared ignoring case)")
+            owner[h.casefold()] = name
         lists = {}
         for key in ("train", "predict", "screen"):
             if key in t:
@@ -293,11 +312,15 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
         if name == active and (rounds or ordered):
             raise _err(path, table, "require_active_only_rounds" if rounds else "categorical_ordered",
                        "a passive party's setting (the active party answers no request)")
-        limits = _serve_limits(path, table, t, name == active)
+        given = {k: t[k] for k in LIMIT_KEYS if k in t}
+        if given and name == active:
+            raise _err(path, table, sorted(given)[0], "a passive party's limit: the active party serves nothing")
+        limits = parse_limits(given, lambda key, msg, table=table: _err(path, table, key, msg))
+        serve_limits = _serve_limits(path, table, t, name == active)
         entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"), drift,
                                    lists.get("screen", ()), eps, require_active_only_rounds=int(rounds),
-                                   categorical_ordered=ordered, **limits)
-    return Federation(str(path), active, entries, int(min_rows))
+                                   categorical_ordered=ordered, limits=limits, **serve_limits)
+    return Federation(str(path), active, entries, int(min_rows), None if dp_rows is None else int(dp_rows))
 
 
 def load_federation(path) -> Federation:
@@ -320,6 +343,17 @@ def load_federation(path) -> Federation:
 
 # --------------------------------------------------------------------------- access
 CERT_PREFIX = "certificate "
+
+
+def _party_like(name: str) -> bool:
+    """A certificate name that could be a party's name: a single DNS label (not ``localhost``, not an
+    IP address, not a dotted host name)."""
+    try:
+        ipaddress.ip_address(name)
+        return False
+    except ValueError:
+        pass
+    return "." not in name and name.casefold() != "localhost"
 
 
 def cert_names_of(client: str) -> set[str] | None:
@@ -347,12 +381,23 @@ class Access:
     def min_node_rows(self) -> int:
         return self.federation.min_node_rows if self.federation is not None else DEFAULT_MIN_NODE_ROWS
 
+    @property
+    def limits(self) -> Limits:
+        """This party's own limits: its federation entry's, else the defaults; without a federation file
+        (``--allow-client``, ``--insecure``) prediction over training rows stays allowed, as there is no
+        file to allow it in (every other default applies)."""
+        if self.federation is None:
+            return Limits(predict_training_rows=True)
+        return self.federation.party(self.party).limits
+
     def identity(self, client: str) -> str:
         """The caller as a model file records its trainer: the federation party its certificate
         identifies (or ``client`` itself without a federation)."""
-        if self.federation is None or not self.tls:
+        if not self.tls:
             return str(client)
         names = cert_names_of(client)
+        if self.federation is None:
+            return self._allowed_identity(client, names)
         party = self.federation.party_of(names or ())
         if party is None:
             raise ProtocolError(f"party {self.party!r} refuses a caller with certificate names "
@@ -360,6 +405,23 @@ class Access:
                                 "carry one federation party's name and only that party's own names "
                                 f"({self.federation.path})")
         return party
+
+    def _allowed_identity(self, client: str, names) -> str:
+        """Without a federation file, ``--allow-client`` under the own-names rule: the certificate carries
+        exactly one allowed name and no other party-like name (a single DNS label other than
+        ``localhost``); IP addresses and dotted host names are a party's hosts. The identity stays the
+        certificate's names (as model files record their trainer); one without an allowed name is
+        refused by the transport."""
+        if names is None or not self.allowed_clients:
+            return str(client)
+        allowed = {a.casefold(): a for a in self.allowed_clients}
+        mine = [allowed[n.casefold()] for n in names if n.casefold() in allowed]
+        others = sorted(n for n in names if n.casefold() not in allowed and _party_like(n))
+        if len(mine) > 1 or mine and others:
+            raise ProtocolError(f"party {self.party!r} refuses a caller with certificate names {sorted(names)}: rule "
+                                "'own names': an allowed client's certificate carries its one name (of "
+                                f"{list(self.allowed_clients)}) and no other party's name")
+        return str(client)
 
     def check_train(self, client: str) -> str:
         """The caller's identity if it may train against this party, else a ProtocolError."""

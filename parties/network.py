@@ -31,6 +31,7 @@ from parties.drift import DriftRun, with_last
 from parties.evaluation import BatchEvaluation
 from parties.federation import Access, stricter_drift
 from parties.passive_online import AuditLog, OnlineScoring, ServeLimits
+from parties.reveal_budget import default_paths
 from parties.serve_metrics import PassiveMetrics, start_metrics_server
 from parties.server import PassiveServer
 from parties.table_reload import TableWatcher
@@ -135,6 +136,13 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
             policy.setdefault("require_active_only_rounds", entry.require_active_only_rounds)
         if entry is not None and entry.categorical_ordered:
             policy.setdefault("categorical_ordered", True)
+        if federation.dp_model_min_node_rows is not None:
+            policy.setdefault("dp_model_min_node_rows", federation.dp_model_min_node_rows)
+    # its own limits and lifetime ledgers, on by default (issue 31): MODEL_DIR/ledgers/ unless given
+    reveal_path, dp_path = default_paths(model_dir)
+    policy.setdefault("limits", access.limits)
+    policy.setdefault("reveal_budget_path", str(reveal_path))
+    policy.setdefault("dp_ledger_path", str(dp_path))
     metrics = PassiveMetrics()
     gate = _Gate(name)
     if hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread():

@@ -199,6 +199,10 @@ class PassiveParty:
                                              "training setup may agree")
     categorical_ordered = _state_attr("categorical_ordered", "categorical features as ordered bins: shuffled "
                                                              "candidates, no per-category sums (strict)")
+    dp_model_min_node_rows = _state_attr("dp_model_min_node_rows", "the least min_node_rows of a DP model's training")
+    limits = _state_attr("limits", "own limits (parties.passive_limits.Limits; None: none, a library party)")
+    training_rows = _state_attr("training_rows", "digests of the ids the model was trained on (refused in prediction)")
+    reveal_budget_path = _state_attr("reveal_budget_path", "lifetime reveal budget file (parties.reveal_budget)")
     trainer = _state_attr("trainer", "the identity of the client that trained the model (None: not recorded)")
     drift_policy = _state_attr("drift_policy", "drift requests: 'positions' (default), 'names' or 'decline'")
     drift_min_rows = _state_attr("drift_min_rows", "raises the fewest rows a drift run is answered over")
@@ -312,6 +316,15 @@ class PassiveParty:
             reply.info["model_hash"] = self.model_hash()
         return reply
 
+    def trained_ids(self):
+        """The ids of the rows the training aligned (None before alignment)."""
+        s = self._state
+        return None if s.ids is None or s.train.rows is None else np.asarray(s.ids)[s.train.rows]
+
+    def own_session(self, session_id: str, client: str) -> None:
+        """Prediction session ``session_id`` belongs to ``client``: its decisions are charged to it."""
+        self._state.session_owner[session_id] = client
+
     @property
     def training_refused(self) -> str | None:
         """The rule a training request broke (the training is then over), or None."""
@@ -422,6 +435,10 @@ class PassiveParty:
         if request.model_hash:
             self.check_model_hash(request.model_hash)
         return passive_predict.serve_plan(self._state, request)
+
+    def serve_charge(self, client, plan, rows):
+        """The prediction limits of an online answer (:func:`passive_predict.serve_charge`)."""
+        passive_predict.serve_charge(self._state, client, plan, rows)
 
     def serve_decisions(self, plan, X_rows):
         return passive_predict.serve_decisions(self._state, plan, X_rows)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from datasets.errors import ProtocolError
+from parties import prediction_limits
 from parties.dp import check_prediction_ids
 from parties.passive_state import PassiveState
 from protocols import alignment, psi
@@ -82,6 +83,8 @@ def psi_result(s: PassiveState, req: m.PsiResult) -> m.AlignAck:
     else:
         if state["purpose"] == m.PsiPurpose.PREDICT:
             check_prediction_ids(s, np.asarray(state["ids"])[rows])
+            prediction_limits.check_training_rows(s, np.asarray(state["ids"])[rows])
+            s.session_ids[req.session_id] = np.asarray(state["ids"])[rows]
         s.sessions[req.session_id] = state["X"][rows]
         if state["purpose"] == m.PsiPurpose.VALIDATE:
             s.eval_session = req.session_id

@@ -234,6 +234,7 @@ class OnlineScoring:
                 rows[known] = X[pos[known]]
             with ch.lock:
                 ch.last_used = self.clock()
+            party.serve_charge(client, ch.plan, pos[known])     # training rows refused; the lifetime budget
             decisions = party.serve_decisions(ch.plan, rows)
         except Exception as exc:
             self._record(entry, "error", type(exc).__name__)

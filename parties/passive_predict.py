@@ -18,6 +18,7 @@ import pandas as pd
 from datasets.errors import InputError, ProtocolError
 from datasets.frames import party_data
 from datasets.pieces import PieceTable
+from parties import prediction_limits, reveal_budget
 from parties.dp import check_prediction_ids, id_digests
 from parties.passive_state import PassiveState
 from protocols import alignment
@@ -74,7 +75,9 @@ def predict_start(s: PassiveState, req: m.PredictStart) -> m.Ack:
     own = alignment.hash_ids(ids, s.salt)
     rows = alignment.positions(own, req.hashes, s.name)
     check_prediction_ids(s, np.asarray(ids)[rows])
+    prediction_limits.check_training_rows(s, np.asarray(ids)[rows])
     s.sessions[req.session_id] = X[rows]
+    s.session_ids[req.session_id] = np.asarray(ids)[rows]
     return m.Ack({"n_rows": int(len(rows))})
 
 
@@ -102,31 +105,9 @@ def route(s: PassiveState, req: m.RouteRequest) -> m.RouteResponse:
     if req.rows.size and (req.rows.min() < 0 or req.rows.max() >= len(X)):
         raise ProtocolError("row index out of range")
     if req.session_id != s.eval_session:
-        _charge_routes(s, req.session_id, rec, req.rows)
+        prediction_limits.charge_routes(s, req.session_id, rec, req.rows)   # path budget, lifetime decisions
     x = X[req.rows, s.table.features(rec)] if rec.size else np.zeros(0)
     return m.RouteResponse(s.table.go_left(rec, x))
-
-
-def _charge_routes(s: PassiveState, session_id: str, rec: np.ndarray, rows: np.ndarray) -> None:
-    """A row's path through a tree meets at most ``max_depth`` nodes: a prediction session may ask
-    about a row at most that many of this party's records of one tree (rule 'path budget'; the
-    model's max_depth is recorded from its training setup; a model file without it: no budget)."""
-    if s.max_depth is None or not rec.size:
-        return
-    keys = s.table.tree_keys()
-    known = keys[rec] >= 0          # records of a known tree (mode dp's have none: no budget)
-    if not known.any():
-        return
-    # (row, tree) pairs answered so far, sparse: memory follows the questions, not rows x trees
-    pair = rows.astype(np.int64)[known] * (int(keys.max()) + 1) + keys[rec][known]
-    seen, counts = s.route_counts.get(session_id, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
-    merged, inverse = np.unique(np.concatenate([seen, pair]), return_inverse=True)
-    total = np.bincount(inverse, weights=np.concatenate([counts, np.ones(len(pair), np.int64)])).astype(np.int64)
-    if int(total.max()) > s.max_depth:
-        raise ProtocolError(f"party {s.name!r} refuses RouteRequest: rule 'path budget': a row's path through a "
-                            f"tree meets at most {s.max_depth} nodes (the model's max_depth), more of this party's "
-                            "records of one tree were asked for a row")
-    s.route_counts[session_id] = (merged, total)
 
 
 def leaf_mask(s: PassiveState, req: m.LeafMaskRequest) -> m.LeafMaskResponse:
@@ -134,6 +115,7 @@ def leaf_mask(s: PassiveState, req: m.LeafMaskRequest) -> m.LeafMaskResponse:
     s.check_allowed(Prediction.ONE_ROUND, s.allowed_prediction, "prediction")
     X = s.session_rows(req.session_id)
     sk = Skeleton(req.tree_sizes, req.left, req.right, req.record_ids).validate(len(s.table))
+    prediction_limits.check_skeleton(s, sk)     # each record once, at its own (round, tree, node)
     size = int(sk.mask_bytes().astype(object).sum()) * len(X)
     if size > MAX_MASK_BYTES:
         raise ProtocolError(f"LeafMaskRequest: the masks of {len(X)} rows would take {size} bytes, more than "
@@ -142,6 +124,7 @@ def leaf_mask(s: PassiveState, req: m.LeafMaskRequest) -> m.LeafMaskResponse:
     rec = sk.record_ids[own]
     go_left = s.table.go_left(rec[None, :], X[:, s.table.features(rec)])
     if req.session_id != s.eval_session:             # (validation: one request per round)
+        prediction_limits.charge_leaf_mask(s, req.session_id, len(X), len(own))
         del s.sessions[req.session_id]              # a one-round session is complete
     return m.LeafMaskResponse(leaf_masks(sk, own, go_left))
 
@@ -195,9 +178,21 @@ def serve_plan(s: PassiveState, req: m.ServeOpen) -> tuple[Skeleton, np.ndarray,
     s.check_allowed(Prediction.ONE_ROUND, s.allowed_prediction, "prediction")
     s.check_model(req.model_id)
     sk = Skeleton(req.tree_sizes, req.left, req.right, req.record_ids).validate(len(s.table))
+    prediction_limits.check_skeleton(s, sk)     # each record once, at its own (round, tree, node) (issue 31)
     own = np.flatnonzero(sk.record_ids >= 0)
     rec = sk.record_ids[own]
     return sk, own, rec, s.table.features(rec)
+
+
+def serve_charge(s: PassiveState, client: str, plan, rows: np.ndarray) -> None:
+    """Before an online answer: the known applicants' table ``rows`` must not be training rows of
+    the model (rule 'training rows'), and each is charged this party's decisions at every node of the
+    channel to the lifetime budget per (client, model, row) (issue 31), as batch prediction is."""
+    if not len(rows):
+        return
+    ids = np.asarray(s.prediction_data()[0])[np.asarray(rows, dtype=np.int64)]
+    prediction_limits.check_training_rows(s, ids)
+    reveal_budget.on_online(s, client, ids, np.full(len(ids), len(plan[2]), dtype=np.int64))
 
 
 def serve_decisions(s: PassiveState, plan, X_rows: np.ndarray) -> np.ndarray:

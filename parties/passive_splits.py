@@ -42,6 +42,7 @@ import numpy as np
 
 from crypto.compress import compress, stride_for
 from datasets.errors import ProtocolError
+from parties import reveal_budget
 from parties.passive_state import PassiveState
 from protocols import messages as m
 from protocols.serialization import BigInts
@@ -507,6 +508,7 @@ def _apply(s: PassiveState, round_idx, tree_idx, node_ids, specs, what: str) -> 
             sampled = a[ti][rows] >= 0
             t.protocol.check_children(what, ti, nid, int(np.sum(gl & sampled)), int(np.sum(~gl & sampled)),
                                       strict=t.candidates is not None)
+    reveal_budget.on_split(s, members)      # the lifetime budget of split answers per row (issue 31), before any record
     record_ids = []
     for (f, b, dl, cats), ti, nid in zip(specs, tree_idx.tolist(), node_ids.tolist()):
         if cats is not None:

@@ -184,6 +184,7 @@ class PassiveState:
     min_node_rows: int = 1                     # the least min_node_rows a TrainSetup may agree (federation)
     require_active_only_rounds: int = 0        # the fewest active-only first rounds a TrainSetup may agree
     categorical_ordered: bool = False          # strict: categorical features as ordered bins (shuffled too)
+    dp_model_min_node_rows: int | None = None  # ... for a training labelled a DP model (None: min_node_rows)
     trainer: str | None = None                 # who trained the model (bound into the model file, issue 22)
     screen_allowed: bool = False               # screening granted to the caller (issue 33; default: nobody)
     screen_epsilon: float | None = None        # DP noise on the screening counts it returns (None: exact)
@@ -193,6 +194,8 @@ class PassiveState:
     max_depth: int | None = None               # the model's max_depth (agreed at setup): a row's route budget
     drift_policy: str = "positions"            # drift requests: PSI by position, by name, or "decline"
     drift_min_rows: int = 0                    # raises the fewest rows a drift run is answered over
+    limits: object = None                      # parties.passive_limits.Limits: own caps (None: a library party)
+    reveal_budget_path: str | None = None      # the lifetime reveal budget file (parties.reveal_budget; None: none)
     # own data
     ids: np.ndarray | None = None
     X: np.ndarray | None = None                # or a datasets.pieces.PieceTable: read where needed
@@ -220,6 +223,10 @@ class PassiveState:
     route_counts: dict = field(default_factory=dict)  # prediction session id -> (rows, trees) routes answered
     drift_runs: OrderedDict = field(default_factory=OrderedDict)  # drift id -> (counts, sessions counted)
     eval_session: str | None = None                   # the validation session of the training under way
+    session_owner: dict = field(default_factory=dict)  # prediction session id -> client (the server sets it)
+    session_ids: dict = field(default_factory=dict)    # prediction session id -> its rows' ids
+    training_rows: np.ndarray | None = None    # digests of the rows a model was trained on (prediction refuses them)
+    fingerprint: str | None = None             # the dataset's fingerprint (parties.dp_ledger), once computed
     psi_pending_cap: int = MAX_PSI_PENDING             # pending PSI exchanges kept (a server raises it: it
     #                                                    bounds its sessions itself and never evicts one in use)
     executor: Executor | None = None
@@ -310,6 +317,8 @@ class PassiveState:
     def drop_session(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
         self.route_counts.pop(session_id, None)
+        self.session_owner.pop(session_id, None)
+        self.session_ids.pop(session_id, None)
         self.psi_pending.pop(session_id, None)
 
 

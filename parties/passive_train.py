@@ -30,7 +30,7 @@ from crypto.packing import PackingLayout
 from crypto.shards import ShardedGradients, ShardSet, stream_rows, value_width
 from datasets.errors import InputError, ProtocolError
 from datasets.pieces import PieceTable
-from parties import dp
+from parties import dp, reveal_budget
 from parties.passive_checks import TrainingProtocol
 from parties.passive_splits import _check_round, new_exchange
 from parties.passive_state import PassiveState, unsafe_seed
@@ -65,15 +65,19 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     rows = s.aligned_rows()
     if req.mode not in Mode.values():
         raise ProtocolError(f"unknown mode {req.mode!r}")
-    if req.mode != Mode.DP and req.min_node_rows < s.min_node_rows:
+    floor, key = s.min_node_rows, "min_node_rows"      # a DP model's own floor never lowers the others' (issue 31)
+    if req.dp_binning is not None and s.dp_model_min_node_rows is not None:
+        floor, key = s.dp_model_min_node_rows, "dp_model_min_node_rows"
+    if req.mode != Mode.DP and req.min_node_rows < floor:
         raise ProtocolError(f"party {s.name!r} refuses TrainSetup: rule 'min_node_rows': the setup agrees "
-                            f"{req.min_node_rows} rows per node, this party requires at least {s.min_node_rows} "
-                            "(its federation's min_node_rows)")
+                            f"{req.min_node_rows} rows per node, this party requires at least {floor} "
+                            f"(its federation's {key})")
     if req.mode != Mode.DP and req.active_only_rounds < s.require_active_only_rounds:
         raise ProtocolError(f"party {s.name!r} refuses TrainSetup: rule 'active-only rounds': the setup grows "
                             f"{req.active_only_rounds} first round(s) on the active party's features only, this "
                             f"party requires at least {s.require_active_only_rounds} (its federation entry's "
                             "require_active_only_rounds; --active-only-rounds)")
+    reveal_budget.on_setup(s, req)      # its own limits and lifetime budget (issue 31)
     s.close_executor()                  # shards of an earlier session
     t = s.train
     t.settings = Settings.from_environ().for_party(s.n_jobs)      # once per training
@@ -103,12 +107,9 @@ def setup(s: PassiveState, req: m.TrainSetup) -> m.BinningInfo:
     s.dp_training_ids = None
     if req.mode == Mode.DP and req.dp_binning is not None:
         return _dp_domain(s, req, X)
-    if req.mode != Mode.DP:     # the ledger: a DP released model's total, else an unbounded training
-        spec = req.dp_binning or {}
-        total = spec.get("training_epsilon", float("inf")) if req.dp_binning is not None else float("inf")
-        if isinstance(total, bool) or not isinstance(total, (int, float)) or not total > 0:
-            raise ProtocolError(f"dp_binning.training_epsilon must be a number > 0, got {total!r}")
-        dp.charge(s, float(total), "dp-model" if req.dp_binning is not None else "no-dp", mode=req.mode)
+    if req.mode != Mode.DP:     # the ledger: the active party sees exact sums and split answers in modes he and
+        # plain, whatever the released model's DP (it protects the model, not the exchange): unbounded (issue 31)
+        dp.charge(s, float("inf"), "no-dp", mode=req.mode, **({"labelled": "dp-model"} if req.dp_binning else {}))
     if pieces is not None:              # bounded driver: rows, edges and bins stay on the workers
         values = len(rows) * len(s.feature_names)     # mode plain: own workers only for a large table
         executor = s.get_executor(work=values if t.mode == Mode.HE or values >= PLAIN_WORKERS_FROM else -1)

@@ -41,6 +41,7 @@ import pandas as pd
 from datasets.errors import InputError, ProtocolError, VFLError
 from parties.checkpoint import data_digest
 from parties.passive import PASSIVE_FORMAT, PassiveParty, check_model_dict, record_from_json
+from parties.prediction_limits import load_training_rows, rows_path, save_training_rows
 from protocols import messages as m
 from protocols.transport import BusyError, frame_handler
 from vfl.core.files import check_writable_dir, write_json_atomic
@@ -109,7 +110,8 @@ class PassiveServer:
     #: policy attributes copied onto every :class:`PassiveParty` the server creates or loads
     POLICY = ("allowed_align", "allowed_prediction", "dp_max_epsilon_per_feature", "dp_ledger_path",
               "dp_lifetime_epsilon", "min_node_rows", "drift_policy", "drift_min_rows", "screen_allowed",
-              "screen_epsilon", "require_active_only_rounds", "categorical_ordered")
+              "screen_epsilon", "require_active_only_rounds", "categorical_ordered", "limits", "reveal_budget_path",
+              "dp_model_min_node_rows")
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
                  source: str | None = None, policy: dict | None = None,
@@ -200,6 +202,7 @@ class PassiveServer:
                 continue
             try:
                 self.models[mid] = self._configure(PassiveParty.from_model_dict(d, str(path)))
+                self.models[mid].training_rows = load_training_rows(rows_path(self.model_dir, mid))
             except (InputError, KeyError, TypeError, ValueError) as exc:
                 log.warning("%s: ignoring model file %s: %s", self.name, path, exc)
                 continue
@@ -379,6 +382,9 @@ class PassiveServer:
                 raise
             if p.completed:
                 finished = self._configure(PassiveParty.from_model_dict(p.model_dict()))
+                ids = p.trained_ids()     # the rows it was trained on: prediction refuses them (issue 31)
+                if ids is not None:
+                    finished.training_rows = save_training_rows(rows_path(self.model_dir, mid), ids)
                 with self._lock:
                     self.models[mid] = finished
                     self.unfinished.discard(mid)
@@ -599,6 +605,7 @@ class PassiveServer:
                 old.party.drop_session(old.session_id)
             session = _PredictionSession(sid, mid, party, client, now, in_flight=1)
             self._sessions[sid] = session
+            party.own_session(sid, client)     # its decisions are charged to this client
             return session
 
     def _in_session(self, session: _PredictionSession, request):

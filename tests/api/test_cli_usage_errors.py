@@ -55,7 +55,6 @@ def test_certs_needs_parties(tmp_path):
 def test_passive_party_option_mistakes(tmp_path):
     base = ("party", "passive", "--name", "telco", "--data", tmp_path / "b.csv", "--model-dir", tmp_path / "m",
             "--insecure", "--listen", "127.0.0.1:0")
-    _refused(_run(*base, "--dp-lifetime-epsilon", "1"), "--dp-lifetime-epsilon needs --dp-ledger FILE")
     _refused(_run(*base, "--dask-insecure"), "--dask-tls-dir, --dask-insecure and --dask-via-scheduler need "
                                              "--dask-scheduler")
     _refused(_run(*base, "--dask-scheduler", "local:2"), "--dask-scheduler takes a scheduler address; for a local "

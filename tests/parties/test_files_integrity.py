@@ -150,13 +150,23 @@ def test_an_unwritable_model_dir_is_refused_before_training(world):
         PassiveServer("b", small_frames()[1], "id", tmp / "blocker" / "sub")
 
 
+def _model_id(tmp):
+    return json.loads((tmp / "models-a" / "a.json").read_text())["model_id"]
+
+
 def test_every_file_a_network_training_writes_is_private(world):
     tmp, a_csv, ps = world
     _train(tmp, a_csv, ps)
     _predict(tmp, a_csv, ps, out=tmp / "pred.csv")
-    written = [*(tmp / "models-a").iterdir(), *(tmp / "models-b").iterdir(), *(tmp / "models-c").iterdir(),
+    written = [*(tmp / "models-a").iterdir(), *(tmp / "models-b").glob("*.json"), *(tmp / "models-c").glob("*.json"),
                tmp / "pred.csv"]
     assert len(written) == 4
+    for party in ("b", "c"):        # the lifetime ledgers, on by default (issue 31), beside the lookup table
+        ledgers = sorted(f.name for f in (tmp / f"models-{party}" / "ledgers").iterdir())
+        assert ledgers == sorted(["dp-ledger.json", "dp-ledger.json.lock", "reveal-budget.json",
+                                  "reveal-budget.json.lock", f"{_model_id(tmp)}.training-rows.json"])
+        written += [*(tmp / f"models-{party}" / "ledgers").iterdir()]
+        assert {f.name for f in (tmp / f"models-{party}").iterdir()} == {f"{_model_id(tmp)}.json", "ledgers"}
     for p in written:
         assert _mode(p) == 0o600, p
 

@@ -93,8 +93,8 @@ def fed(tmp_path_factory):
         files[n] = d / f"{n}.csv"
     FED_ADDR.update({"telco": f"127.0.0.1:{free_port()}", "insurer": f"127.0.0.1:{free_port()}"})
     text = (f'[federation]\nactive = "bank"\nmin_node_rows = {MIN_NODE_ROWS}\n\n[parties.bank]\n\n'
-            f'[parties.telco]\naddress = "{FED_ADDR["telco"]}"\nhosts = ["127.0.0.1"]\n\n'
-            f'[parties.insurer]\naddress = "{FED_ADDR["insurer"]}"\n')
+            f'[parties.telco]\naddress = "{FED_ADDR["telco"]}"\nhosts = ["127.0.0.1"]\npredict_training_rows = true\n\n'
+            f'[parties.insurer]\naddress = "{FED_ADDR["insurer"]}"\npredict_training_rows = true\n')
     (d / "federation.toml").write_text(text)
     certs = d / "certs"
     r = run_cli("certs", "--out", certs, "--federation", d / "federation.toml")
@@ -377,8 +377,13 @@ def test_the_federation_trains_and_predicts_and_only_the_trainer_predicts(fed, t
         with pytest.raises(PeerError, match="unknown record id"):
             t.call("insurer", m.RouteRequest("route", np.array([10_000], np.int64), np.zeros(1, np.int64)))
         # issue 22 (6.): any (record, row) pair was answered; a row now meets at most max_depth (3) of
-        # insurer's records of one tree, as on a path
-        t.call("insurer", m.RouteRequest("route", np.zeros(3, np.int64), np.zeros(3, np.int64)))
+        # insurer's distinct records of one tree, as on a path (issue 31: over all the client's sessions)
+        recs = json.loads((fed["dir"] / "m_insurer" / f"{model.model_id}.json").read_text())["records"]
+        trees = pd.Series([(r["round"], r["tree"]) for r in recs])
+        rec = np.flatnonzero(trees == trees.value_counts().index[0])
+        assert len(rec) > 3, "the attack needs a tree with more of insurer's records than a path meets"
+        t.call("insurer", m.RouteRequest("route", rec[:3], np.zeros(3, np.int64)))
+        t.call("insurer", m.RouteRequest("route", rec[:3], np.zeros(3, np.int64)))    # asked before: nothing new
         with pytest.raises(PeerError, match="rule 'path budget'"):
-            t.call("insurer", m.RouteRequest("route", np.zeros(1, np.int64), np.zeros(1, np.int64)))
+            t.call("insurer", m.RouteRequest("route", rec[3:4], np.zeros(1, np.int64)))
         t.call("insurer", m.PredictEnd("route"))

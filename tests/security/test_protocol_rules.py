@@ -195,10 +195,18 @@ def test_node_by_node_prediction_answers_a_path_budget_per_row_and_tree():
     assert p.model_dict()["max_depth"] == 3
     hashes = alignment.hash_ids(p._state.ids[:4], p.salt)
     p.handle(m.PredictStart(p.model_id, "s", hashes))
-    rec = np.zeros(3, np.int64)
-    p.handle(m.RouteRequest("s", rec, np.zeros(3, np.int64)))
+    keys = p._state.table.tree_keys()
+    tree = np.bincount(keys[keys >= 0]).argmax()
+    rec = np.flatnonzero(keys == tree)          # records of one tree
+    assert len(rec) >= 3
+    p._state.max_depth = 2                      # a path of 2 nodes: fewer than the tree's records
+    p.handle(m.RouteRequest("s", rec[:2], np.zeros(2, np.int64)))
+    p.handle(m.RouteRequest("s", rec[:2], np.zeros(2, np.int64)))      # asked before: nothing new
     with pytest.raises(ProtocolError, match="rule 'path budget'"):
-        p.handle(m.RouteRequest("s", np.zeros(1, np.int64), np.zeros(1, np.int64)))
+        p.handle(m.RouteRequest("s", rec[2:3], np.zeros(1, np.int64)))
+    p.handle(m.PredictStart(p.model_id, "s2", hashes))      # a new session: the same budget (issue 31)
+    with pytest.raises(ProtocolError, match="rule 'path budget'.*all its sessions"):
+        p.handle(m.RouteRequest("s2", rec[2:3], np.zeros(1, np.int64)))
     p.handle(m.RouteRequest("s", np.zeros(1, np.int64), np.ones(1, np.int64)))     # another row: its own budget
     with pytest.raises(ProtocolError, match="row index out of range"):
         p.handle(m.RouteRequest("s", np.zeros(1, np.int64), np.array([4], np.int64)))

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import click
 from tqdm import tqdm
 
-from crypto.cluster import dask_executor
+from crypto.cluster import check_dask_ca, dask_executor
 from datasets.errors import InputError
 from protocols.grpc_security import Security, parse_peers
 from protocols.units import check_seconds
@@ -127,8 +127,10 @@ def dask_options(f):
     return f
 
 
-def party_executor(name: str, scheduler, tls_dir, insecure, role: str, via_scheduler: bool = False):
-    """The party's Dask executor, or None (its own worker processes)."""
+def party_executor(name: str, scheduler, tls_dir, insecure, role: str, via_scheduler: bool = False,
+                   federation_ca: bytes | None = None):
+    """The party's Dask executor, or None (its own worker processes). ``federation_ca``: the CA of
+    the party's federation certificates (its ``--tls-dir``), which the cluster's CA must not be."""
     if not scheduler:
         if tls_dir or insecure or via_scheduler:
             raise click.UsageError("--dask-tls-dir, --dask-insecure and --dask-via-scheduler need --dask-scheduler")
@@ -136,6 +138,7 @@ def party_executor(name: str, scheduler, tls_dir, insecure, role: str, via_sched
     if scheduler.strip().startswith("local"):
         raise click.UsageError("--dask-scheduler takes a scheduler address; for a local cluster use "
                                "`vfl simulate --dask local:N`")
+    check_dask_ca(tls_dir, federation_ca)
     return dask_executor(scheduler, f"{role}:{name}", tls_dir=tls_dir, insecure=insecure, direct=not via_scheduler)
 
 
