@@ -38,6 +38,7 @@ from vfl.core.binning import feature_matrix
 from vfl.core.dp_bins_file import public_columns
 from vfl.core.dp_model import plan_dp_model
 from vfl.core.dp_noise import NOT_PRIVATE
+from vfl.core.explain import Explanation, explain_margins
 from vfl.core.leafmask import DEFAULT_PREDICTION, PREDICTIONS
 from vfl.core.model import BoostedModel
 from vfl.core.objectives import check_sample_weight, get_objective
@@ -453,6 +454,18 @@ class ActiveParty:
         ``prediction``: "one-round" (leaf masks, the default) or "node" (node-by-node
         routing); ``align``: how the passive parties find the rows, "hash" (salted hashes
         under the model's salt) or "psi" (a fresh PSI per batch); default: as in training."""
+        return self._predict(transport, frame, source, prediction, align, None)
+
+    def explain(self, transport: Transport, frame: pd.DataFrame | None = None, source: str | None = None,
+                align: str | None = None) -> tuple[np.ndarray, Explanation]:
+        """``(ids, explanation)`` of the rows of ``frame``: grouped TreeSHAP values
+        (:mod:`vfl.core.explain`) from a one-round prediction session, the very same one
+        :meth:`predict_raw` runs (same messages; the passive parties' prediction rules and limits
+        apply); nothing else is asked of them."""
+        return self._predict(transport, frame, source, Prediction.ONE_ROUND, align, explain_margins)
+
+    def _predict(self, transport: Transport, frame, source, prediction, align, use):
+        """A prediction session; ``use(model, X, fetch_masks)`` (one-round only) replaces the scoring."""
         model = self.model
         if model is None:
             raise InputError(f"party {self.name!r} has no trained model")
@@ -498,6 +511,8 @@ class ActiveParty:
                     open_at.discard(owner)
                     return masks
 
+                if use is not None:
+                    return ids, use(model, X, fetch_masks)
                 return ids, model.predict_raw_one_round(X, fetch_masks)
 
             def route(owner, record_ids, rows):

@@ -39,6 +39,7 @@ from parties.passive import PassiveParty
 from protocols.transport import InMemoryTransport, frame_handler
 from vfl.core import metrics
 from vfl.core.dp_bins_file import check_dp_bins
+from vfl.core.explain import Explanation, explanation_table
 from vfl.core.files import check_writable_dir, json_bytes, write_files_atomic
 from vfl.core.model import BoostedModel, read_model_json
 from vfl.core.objectives import check_sample_weight, get_objective
@@ -185,6 +186,34 @@ class Federation:
         """Class labels (binary 0/1, multiclass the original labels) or regression values."""
         raw = self.predict_raw(frames, prediction, align, batch_rows)
         return self.active._need_model().output_to_prediction(raw)
+
+    def explanation(self, frames: dict | None = None, align: str | None = None,
+                    batch_rows: int | None = None) -> tuple[np.ndarray, Explanation]:
+        """``(ids, explanation)``: grouped TreeSHAP attributions (:mod:`vfl.core.explain`) of the
+        rows of ``frames`` (as in :meth:`predict_proba`; None: the training rows), one player per
+        active feature and one per passive party. Each batch is a one-round prediction session:
+        the passive parties answer exactly what they answer for prediction."""
+        data = self._load_frames(frames)
+        if data is None:
+            return self.active.explain(self.transport, None, align=align)
+        got = [self.active.explain(self.transport, frame, source, align=align)
+               for frame, source in self._active_batches(data, batch_rows)]
+        ids = np.concatenate([i for i, _ in got]) if got else np.zeros(0)
+        ex = got[0][1]
+        for _, more in got[1:]:
+            ex = ex.concat(more)
+        return ids, ex
+
+    def explain(self, frames: dict | None = None, top: int | None = None, adverse: str = "high",
+                align: str | None = None, batch_rows: int | None = None) -> pd.DataFrame:
+        """The explanation table (:func:`vfl.core.explain.explanation_table`): per row ``id``,
+        ``base``, one column per active feature, one per passive party, ``margin`` (the raw score,
+        ``base`` + the attributions); multiclass: one line per row and class. ``top`` K adds reason
+        codes (the K players that pushed the score most towards the adverse side, ``adverse``
+        "high": a larger score, e.g. the probability of default)."""
+        ids, ex = self.explanation(frames, align, batch_rows)
+        model = self.active._need_model()
+        return explanation_table(ex, ids, self.active.id_col, model.classes, top, adverse)
 
     def share_split_gains(self) -> dict[str, int]:
         """The active party tells each passive party the gains of its own splits (opt-in leakage:

@@ -1,0 +1,469 @@
+"""Grouped path-dependent TreeSHAP: exact Shapley values of a federated ensemble, computed by the
+active party from what one-round prediction already gives it.
+
+Players: each of the active party's features is one player; each passive party is one player
+(all its features grouped). The value function is the ``tree_path_dependent`` one of Lundberg et
+al. (2020): for a coalition ``S`` and a row, walk every tree from its root; at a node whose
+player is in ``S`` follow the row, at any other node average the two children weighted by their
+training cover (the number of training rows that reached them). ``v(S)`` is the sum over trees
+of these expectations; ``v(all players)`` is the row's raw margin (less the model's base score) and
+``v(empty)`` the expected margin, so ``base + sum(attributions) = margin`` exactly.
+
+Why the active party can compute it alone: in one leaf's term of the value function, a player ``j``
+on the leaf's path enters only through two numbers, its *zero fraction* ``z_j`` (the product of
+the cover fractions of its nodes on the path: a model constant) and its *one fraction* ``o_j`` (1 when
+the row takes the path's direction at every one of ``j``'s nodes on it, else 0). For a passive
+party, ``o_j`` over all leaves is exactly the leaf mask it sends for one-round prediction
+(:mod:`vfl.core.leafmask`: a leaf is in the mask iff the row agrees with the party at every one of
+its nodes above the leaf). So explanations need no message beyond prediction's.
+
+The Shapley value of player ``i`` in a leaf's term with ``m`` players on its path is
+``v_leaf * (o_i - z_i) * sum_k c_k * k! (m-k-1)! / m!`` where ``c_k`` is the ``t^k`` coefficient of
+``prod_{j != i} (z_j + o_j t)``. Since each ``o_j`` is 0 or 1, a leaf with ``m`` players has only
+``2^m`` row patterns: the values of every pattern are tabulated once per model (:class:`ShapPlan`), and
+explaining rows is a table look-up per (row, leaf): vectorised over rows with numpy.
+:func:`naive_shapley` is the brute-force twin (every coalition of the same value function).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+
+from datasets.errors import InputError
+from vfl.core.model import BoostedModel, OneRound
+from vfl.core.tree import Tree
+
+#: leaves with at most this many players on their path use the pattern table (2^m rows)
+TABLE_PLAYERS = 8
+#: rows explained per block (bounds the working memory: rows x path entries of the ensemble)
+BLOCK_ROWS = 2048
+
+
+# --------------------------------------------------------------------------- the result
+@dataclass
+class Explanation:
+    """Attributions of ``n`` rows: ``values[row, target, player]``; ``base[target]`` the expected
+    margin; ``margin[row, target]`` the raw margin prediction computed (``base + values.sum(-1)``
+    equals it up to float rounding)."""
+    players: list[str]
+    base: np.ndarray          # (n_targets,)
+    values: np.ndarray        # (n, n_targets, n_players)
+    margin: np.ndarray        # (n, n_targets)
+    active_players: int = 0   # the first this many players are the active party's features
+
+    @property
+    def n_rows(self) -> int:
+        return self.values.shape[0]
+
+    def additivity_error(self) -> float:
+        """``max |base + sum(values) - margin|`` over rows and targets."""
+        if not self.values.size:
+            return 0.0
+        return float(np.max(np.abs(self.base[None, :] + self.values.sum(axis=2) - self.margin)))
+
+    def mean_abs(self, target: int = 0) -> dict[str, float]:
+        """The global view: mean |attribution| per player (one target), largest first."""
+        m = np.abs(self.values[:, target, :]).mean(axis=0) if self.n_rows else np.zeros(len(self.players))
+        order = np.argsort(-m, kind="stable")
+        return {self.players[i]: float(m[i]) for i in order}
+
+    def concat(self, other: "Explanation") -> "Explanation":
+        if other.players != self.players or not np.array_equal(other.base, self.base):
+            raise InputError("cannot join explanations of different models")
+        return Explanation(self.players, self.base, np.concatenate([self.values, other.values]),
+                           np.concatenate([self.margin, other.margin]), self.active_players)
+
+
+def reason_codes(values: np.ndarray, players: list[str], k: int, sign: float = 1.0) -> list[list[tuple[str, float]]]:
+    """Per row, the (at most) ``k`` players that pushed the score most towards the adverse side,
+    with their signed values, strongest first.
+
+    ``values``: ``(n, n_players)`` attributions of one target; ``sign``: +1 when a larger margin
+    is adverse (the positive class of a binary model: default, fraud), -1 when a smaller one is.
+    Players with no push that way (``sign * value <= 0``) are never reasons, so a row may have
+    fewer than ``k``."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"the number of reason codes must be a positive integer, got {k!r}")
+    if sign not in (1, -1, 1.0, -1.0):
+        raise InputError(f"sign must be +1 or -1, got {sign!r}")
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 2 or v.shape[1] != len(players):
+        raise InputError(f"reason codes need (rows, {len(players)} players) attributions, got shape {v.shape}")
+    push = v * sign
+    k = min(int(k), len(players))
+    order = np.argsort(-push, axis=1, kind="stable")[:, :k]
+    out = []
+    for r in range(v.shape[0]):
+        out.append([(players[j], float(v[r, j])) for j in order[r] if push[r, j] > 0])
+    return out
+
+
+ADVERSE = ("high", "low")
+_RESERVED = ("id", "class", "base", "margin")
+
+
+def player_columns(players: list[str], n_active: int, id_col: str = "id") -> list[str]:
+    """Column names of the players in a table: the names themselves, except that a passive
+    party whose name is also a feature's (or a reserved column's) becomes ``party:NAME`` and a
+    feature named like a reserved column ``feature:NAME``."""
+    reserved = set(_RESERVED) | {id_col}
+    active = set(players[:n_active])
+    cols = []
+    for i, p in enumerate(players):
+        if i < n_active:
+            cols.append(f"feature:{p}" if p in reserved or p.startswith("reason_") else p)
+        else:
+            cols.append(f"party:{p}" if p in reserved or p in active or p.startswith("reason_") else p)
+    return cols
+
+
+def explanation_table(ex: Explanation, ids, id_col: str = "id", classes=None, top: int | None = None,
+                      adverse: str = "high") -> pd.DataFrame:
+    """The explanation as a table, one line per row (multiclass: per row and class, with a
+    ``class`` column): ``id``, ``base``, one column per player, ``margin`` (the raw score:
+    ``base`` + the players' values), and with ``top`` K the reason codes ``reason_1`` ..
+    ``reason_K`` and their signed values ``reason_1_value`` ..: the players that pushed the
+    margin most towards the adverse side (``adverse="high"``: a larger margin is adverse, as for
+    the positive class of a default model; "low": a smaller one; multiclass: towards the line's class)."""
+    if adverse not in ADVERSE:
+        raise InputError(f"adverse must be one of {ADVERSE}, got {adverse!r}")
+    cols = player_columns(ex.players, ex.active_players, id_col)
+    n, K = ex.n_rows, ex.values.shape[1]
+    ids = np.asarray(ids)
+    if len(ids) != n:
+        raise InputError(f"{len(ids)} ids for {n} explained rows")
+    parts = []
+    for k in range(K):
+        d = {id_col: ids}
+        if K > 1:
+            label = (classes[k] if classes is not None else k)
+            d["class"] = [label] * n
+        d["base"] = np.full(n, ex.base[k])
+        for j, c in enumerate(cols):
+            d[c] = ex.values[:, k, j]
+        d["margin"] = ex.margin[:, k]
+        frame = pd.DataFrame(d)
+        if top is not None:
+            sign = 1.0 if (adverse == "high" or K > 1) else -1.0
+            codes = reason_codes(ex.values[:, k, :], cols, top, sign)
+            for r in range(min(int(top), len(cols))):
+                frame[f"reason_{r + 1}"] = [c[r][0] if r < len(c) else None for c in codes]
+                frame[f"reason_{r + 1}_value"] = [c[r][1] if r < len(c) else np.nan for c in codes]
+        parts.append(frame)
+    if K == 1:
+        return parts[0]
+    order = np.argsort(np.tile(np.arange(n), K), kind="stable")     # row by row, classes in order
+    return pd.concat(parts, ignore_index=True).iloc[order].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- cover fractions
+def _fractions(tree: Tree) -> np.ndarray:
+    """Per node, the share of its parent's training cover it got (root: 1). Cover: training rows
+    (``n_samples``); where a split's children record none, their hessian sums; else halves."""
+    frac = np.ones(len(tree.nodes))
+    for nd in tree.nodes:
+        if nd.is_leaf:
+            continue
+        a, b = tree.nodes[nd.left], tree.nodes[nd.right]
+        for ca, cb in ((a.n_samples, b.n_samples), (a.sum_hessians, b.sum_hessians), (1.0, 1.0)):
+            ca, cb = float(ca), float(cb)
+            if ca >= 0 and cb >= 0 and ca + cb > 0 and math.isfinite(ca + cb):
+                frac[nd.left], frac[nd.right] = ca / (ca + cb), cb / (ca + cb)
+                break
+    return frac
+
+
+def _paths(tree: Tree):
+    """``(leaf id, [(node id, went left), ...] root first)`` for every leaf, in node-id order."""
+    out = {}
+    stack = [(0, [])]
+    while stack:
+        nid, path = stack.pop()
+        nd = tree.nodes[nid]
+        if nd.is_leaf:
+            out[nid] = path
+            continue
+        stack.append((nd.right, path + [(nid, False)]))
+        stack.append((nd.left, path + [(nid, True)]))
+    return [(nid, out[nid]) for nid in sorted(out)]
+
+
+def _shapley_weights(m: int) -> np.ndarray:
+    """``k! (m-k-1)! / m!`` for k = 0..m-1."""
+    return np.array([math.factorial(k) * math.factorial(m - k - 1) / math.factorial(m) for k in range(m)])
+
+
+def _leaf_phi(value: float, z: np.ndarray, o: np.ndarray) -> np.ndarray:
+    """Shapley values ``(n_patterns, m)`` of one leaf's term for one-fraction patterns ``o``
+    ``(n_patterns, m)`` (0/1) and zero fractions ``z`` ``(m,)``."""
+    n, m = o.shape
+    w = _shapley_weights(m)
+    out = np.empty((n, m))
+    for i in range(m):
+        c = np.zeros((n, m))
+        c[:, 0] = 1.0
+        deg = 0
+        for j in range(m):
+            if j == i:
+                continue
+            deg += 1
+            c[:, 1:deg + 1] = c[:, 1:deg + 1] * z[j] + c[:, 0:deg] * o[:, j:j + 1]
+            c[:, 0] = c[:, 0] * z[j]
+        out[:, i] = value * (o[:, i] - z[i]) * (c @ w)
+    return out
+
+
+# --------------------------------------------------------------------------- the plan
+class ShapPlan:
+    """What explaining needs of an ensemble, computed once: every leaf's players, their zero
+    fractions, the literals that decide their one fractions, and the pattern tables.
+
+    ``trees``: ``[(target, Tree)]`` in prediction order; ``active_party`` and its ``n_features``
+    (feature index = player index); ``passives``: the passive parties in player order (player
+    ``n_features + i``). A row's *bits* are its decision at each of the active party's nodes
+    (``active_nodes``: flat node indices, as one-round prediction lists them) and, per passive
+    party, its leaf mask over all trees' leaves.
+    """
+
+    def __init__(self, trees: list[tuple[int, Tree]], active_party: str, n_features: int, passives: list[str],
+                 n_targets: int, base_score):
+        self.n_targets = int(n_targets)
+        self.n_players = n_features + len(passives)
+        self.n_features = n_features
+        self.passives = list(passives)
+        party_player = {p: n_features + i for i, p in enumerate(passives)}
+        self.trees = trees
+        # bit columns: [active node decisions] + per passive party [its leaf bits over all trees]
+        active_cols: dict[int, int] = {}
+        leaf_index: list[dict[int, int]] = []       # per tree: leaf node id -> global leaf index
+        n_leaves = 0
+        start = 0
+        for _, tree in trees:
+            for nd in tree.nodes:
+                if not nd.is_leaf and nd.owner == active_party:
+                    active_cols[start + nd.node_id] = len(active_cols)
+            leaves = [nd.node_id for nd in tree.nodes if nd.is_leaf]
+            leaf_index.append({lid: n_leaves + i for i, lid in enumerate(leaves)})
+            n_leaves += len(leaves)
+            start += len(tree.nodes)
+        self.active_nodes = np.array(sorted(active_cols), dtype=np.int64)
+        self.n_active_bits = len(active_cols)
+        self.n_leaves_total = n_leaves
+        passive_base = {p: self.n_active_bits + i * n_leaves for i, p in enumerate(passives)}
+        self.n_bits = self.n_active_bits + len(passives) * n_leaves
+
+        base = np.asarray(base_score, dtype=np.float64).copy()
+        lit_col, lit_pol, entry_start = [], [], []
+        entry_leaf, entry_pos, entry_out = [], [], []
+        leaves_m, leaves_value, leaves_z = [], [], []
+        start = 0
+        for t, (target, tree) in enumerate(trees):
+            frac = _fractions(tree)
+            for lid, path in _paths(tree):
+                value = float(tree.nodes[lid].value)
+                players: dict[int, list] = {}
+                for nid, left in path:
+                    nd = tree.nodes[nid]
+                    child = nd.left if left else nd.right
+                    if nd.owner == active_party:
+                        player = int(nd.feature_idx)
+                        lit = (active_cols[start + nid], left)
+                    else:
+                        if nd.owner not in party_player:
+                            raise InputError(f"the model has a split of party {nd.owner!r}, not one of its "
+                                             f"passive parties {passives}")
+                        player = party_player[nd.owner]
+                        lit = (passive_base[nd.owner] + leaf_index[t][lid], True)
+                    z, lits = players.setdefault(player, [1.0, []])
+                    players[player][0] = z * frac[child]
+                    if lit not in lits:
+                        lits.append(lit)
+                zs = np.array([players[p][0] for p in players])
+                base[target] += value * float(np.prod(zs)) if zs.size else value
+                if not players:
+                    continue
+                li = len(leaves_m)
+                leaves_m.append(len(players))
+                leaves_value.append(value)
+                leaves_z.append(zs)
+                for j, (player, (_, lits)) in enumerate(players.items()):
+                    entry_start.append(len(lit_col))
+                    for col, pol in lits:
+                        lit_col.append(col)
+                        lit_pol.append(pol)
+                    entry_leaf.append(li)
+                    entry_pos.append(j)
+                    entry_out.append(target * self.n_players + player)
+            start += len(tree.nodes)
+        self.base = base
+        self.lit_col = np.array(lit_col, dtype=np.int64)
+        self.lit_pol = np.array(lit_pol, dtype=bool)
+        self.entry_start = np.array(entry_start, dtype=np.int64)
+        self.entry_leaf = np.array(entry_leaf, dtype=np.int64)
+        self.entry_pos = np.array(entry_pos, dtype=np.int64)
+        self.leaf_m = np.array(leaves_m, dtype=np.int64)
+        self.leaf_value = np.array(leaves_value, dtype=np.float64)
+        self.leaf_z = leaves_z
+        self.leaf_entry_start = np.concatenate([[0], np.cumsum(self.leaf_m)[:-1]]).astype(np.int64) \
+            if leaves_m else np.zeros(0, dtype=np.int64)
+        # accumulation: entries sorted by output column, summed with reduceat
+        entry_out = np.array(entry_out, dtype=np.int64)
+        self.out_order = np.argsort(entry_out, kind="stable")
+        sorted_out = entry_out[self.out_order]
+        cuts = np.flatnonzero(np.r_[True, sorted_out[1:] != sorted_out[:-1]]) if sorted_out.size else np.zeros(0, int)
+        self.out_starts = cuts.astype(np.int64)
+        self.out_cols = sorted_out[cuts] if sorted_out.size else np.zeros(0, dtype=np.int64)
+        # pattern tables of the small leaves: flat, leaf li's block at table_base[li], (2^m, m) row-major
+        small = self.leaf_m <= TABLE_PLAYERS
+        self.small = small
+        self.table_base = np.zeros(len(leaves_m), dtype=np.int64)
+        blocks, pos = [], 0
+        for li in np.flatnonzero(small):
+            m = int(self.leaf_m[li])
+            codes = np.arange(1 << m)
+            o = ((codes[:, None] >> np.arange(m)[None, :]) & 1).astype(np.float64)
+            blocks.append(_leaf_phi(float(self.leaf_value[li]), self.leaf_z[li], o).ravel())
+            self.table_base[li] = pos
+            pos += blocks[-1].size
+        self.table = np.concatenate(blocks) if blocks else np.zeros(0)
+        self.entry_small = small[self.entry_leaf] if len(leaves_m) else np.zeros(0, dtype=bool)
+        self.entry_weight = np.where(self.entry_small, np.left_shift(1, np.minimum(self.entry_pos, 62)), 0
+                                     ).astype(np.int64)
+        self.big_leaves = np.flatnonzero(~small)
+
+    # ------------------------------------------------------------------ rows
+    def bits(self, go_left: np.ndarray, leaf_bits: dict[str, np.ndarray]) -> np.ndarray:
+        """The bit matrix ``(n, n_bits)``: the active decisions, then each passive party's leaf bits."""
+        n = go_left.shape[0]
+        parts = [np.asarray(go_left, dtype=bool).reshape(n, self.n_active_bits)]
+        for p in self.passives:
+            b = leaf_bits.get(p)
+            if b is None:           # a party that owns no split: every leaf open (no literal uses it)
+                b = np.ones((n, self.n_leaves_total), dtype=bool)
+            parts.append(np.asarray(b, dtype=bool))
+        return np.concatenate(parts, axis=1) if parts else np.zeros((n, 0), dtype=bool)
+
+    def values(self, bits: np.ndarray) -> np.ndarray:
+        """Attributions ``(n, n_targets, n_players)`` of rows given their bit matrix."""
+        n = bits.shape[0]
+        out = np.zeros((n, self.n_targets * self.n_players))
+        if not self.entry_start.size:
+            return out.reshape(n, self.n_targets, self.n_players)
+        for s in range(0, n, BLOCK_ROWS):
+            blk = bits[s:s + BLOCK_ROWS]
+            out[s:s + len(blk)] = self._block(blk)
+        return out.reshape(n, self.n_targets, self.n_players)
+
+    def _block(self, bits: np.ndarray) -> np.ndarray:
+        n = bits.shape[0]
+        lits = bits[:, self.lit_col] == self.lit_pol[None, :]
+        o = np.logical_and.reduceat(lits, self.entry_start, axis=1)            # (n, entries)
+        vals = np.zeros((n, len(self.entry_start)))
+        es = self.entry_small
+        if es.any():
+            code_terms = o.astype(np.int64) * self.entry_weight[None, :]
+            codes = np.add.reduceat(code_terms, self.leaf_entry_start, axis=1)    # (n, leaves)
+            leaf = self.entry_leaf[es]
+            m = self.leaf_m[leaf]
+            idx = self.table_base[leaf][None, :] + codes[:, leaf] * m[None, :] + self.entry_pos[es][None, :]
+            vals[:, es] = self.table[idx]
+        for li in self.big_leaves:
+            s = int(self.leaf_entry_start[li])
+            m = int(self.leaf_m[li])
+            vals[:, s:s + m] = _leaf_phi(float(self.leaf_value[li]), self.leaf_z[li],
+                                         o[:, s:s + m].astype(np.float64))
+        summed = np.add.reduceat(vals[:, self.out_order], self.out_starts, axis=1)
+        out = np.zeros((n, self.n_targets * self.n_players))
+        out[:, self.out_cols] = summed
+        return out
+
+
+def unpack_leaf_bits(masks: np.ndarray, skeleton) -> np.ndarray:
+    """A party's packed leaf masks as ``(n, total leaves)`` bools, trees concatenated."""
+    nl, nb = skeleton.n_leaves(), skeleton.mask_bytes()
+    parts, start = [], 0
+    for t in range(skeleton.n_trees):
+        parts.append(np.unpackbits(masks[:, start:start + int(nb[t])], axis=1, count=int(nl[t])).astype(bool))
+        start += int(nb[t])
+    return np.concatenate(parts, axis=1) if parts else np.zeros((masks.shape[0], 0), dtype=bool)
+
+
+# --------------------------------------------------------------------------- a model's explanations
+def players_of(model: BoostedModel) -> list[str]:
+    """The players' names: the active party's features, then the passive parties."""
+    return list(model.active_features) + list(model.passives)
+
+
+def plan_for(model: BoostedModel, n_rounds: int | None = None) -> ShapPlan:
+    """The model's :class:`ShapPlan` for its first ``n_rounds`` rounds (default: the prediction
+    default), kept on the model object for the next batch."""
+    n = model.default_rounds if n_rounds is None else n_rounds
+    key = (n, model.n_rounds, id(model.rounds))
+    cache = model.__dict__.setdefault("_shap_plans", {})
+    plan = cache.get(key)
+    if plan is None:
+        cache.clear()
+        plan = cache[key] = ShapPlan(model._flat_trees(n), model.active_party, len(model.active_features),
+                                     list(model.passives), model.n_targets, model.base_score)
+    return plan
+
+
+def explain_one_round(model: BoostedModel, one: OneRound, n_rounds: int | None = None) -> Explanation:
+    """The explanation of the rows one-round prediction gathered ``one`` for (same ``n_rounds``)."""
+    plan = plan_for(model, n_rounds)
+    if not np.array_equal(plan.active_nodes, one.own_nodes):
+        raise InputError("the prediction and the explanation do not use the same trees")
+    leaf_bits = {p: unpack_leaf_bits(masks, one.skeleton) for p, masks in one.masks.items()}
+    values = plan.values(plan.bits(one.go_left, leaf_bits))
+    return Explanation(players_of(model), plan.base.copy(), values, one.raw, len(model.active_features))
+
+
+def explain_margins(model: BoostedModel, X_active: np.ndarray, fetch_masks, n_rounds: int | None = None) -> Explanation:
+    """Explain rows: one-round prediction (``fetch_masks(owner, skeleton)`` as in
+    :meth:`BoostedModel.one_round`: the passive parties answer exactly a prediction request), then
+    the grouped TreeSHAP values from the masks it gathered."""
+    return explain_one_round(model, model.one_round(X_active, fetch_masks, n_rounds), n_rounds)
+
+
+# --------------------------------------------------------------------------- the naive twin
+def naive_shapley(trees: list[tuple[int, Tree]], player_of, decide, n_players: int, n_targets: int,
+                  base_score, n_rows: int):
+    """Brute force: the same players' Shapley values by enumerating every coalition of the
+    path-dependent value function. ``player_of(node) -> player index``; ``decide(tree index,
+    node) -> (n_rows,) bool`` (go left), for every internal node. Returns ``(base (K,), values
+    (n, K, P))``. Exponential in the number of players: small models only (tests)."""
+    def value(S: frozenset) -> np.ndarray:
+        v = np.tile(np.asarray(base_score, dtype=np.float64), (n_rows, 1))
+        for t, (k, tree) in enumerate(trees):
+            frac = _fractions(tree)
+            w = {0: np.ones(n_rows)}
+            for nd in tree.nodes:           # children come after parents
+                wn = w.pop(nd.node_id)
+                if nd.is_leaf:
+                    v[:, k] += wn * nd.value
+                    continue
+                if player_of(nd) in S:
+                    g = np.asarray(decide(t, nd), dtype=bool)
+                    w[nd.left], w[nd.right] = wn * g, wn * ~g
+                else:
+                    w[nd.left], w[nd.right] = wn * frac[nd.left], wn * frac[nd.right]
+        return v
+
+    players = list(range(n_players))
+    cache = {}
+    for size in range(n_players + 1):
+        for S in combinations(players, size):
+            cache[frozenset(S)] = value(frozenset(S))
+    phi = np.zeros((n_rows, n_targets, n_players))
+    for i in players:
+        others = [p for p in players if p != i]
+        for size in range(n_players):
+            w = math.factorial(size) * math.factorial(n_players - size - 1) / math.factorial(n_players)
+            for S in combinations(others, size):
+                S = frozenset(S)
+                phi[:, :, i] += w * (cache[S | {i}] - cache[S])
+    return cache[frozenset()][0], phi
