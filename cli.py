@@ -41,6 +41,7 @@ from vfl.commands.common import (
     security_from_options,
     setup_logging,
 )
+from vfl.commands.explain import explain as explain_command
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
 from vfl.core.dp_bins_file import read_dp_bins
 from vfl.core.dp_budget import DP_TREES
@@ -755,6 +756,8 @@ def predict(model_dir, data, id_col, peer_specs, out, prediction, align, timeout
     click.echo(f"predicted {summary['n_rows']} rows in {summary['predict_seconds']:.2f} s "
                f"({summary['n_batches']} batch(es)); wrote {out}")
 
+
+main.add_command(explain_command)
 
 if __name__ == "__main__":
     main()

@@ -462,7 +462,11 @@ class ActiveParty:
         (:mod:`vfl.core.explain`) from a one-round prediction session, the very same one
         :meth:`predict_raw` runs (same messages; the passive parties' prediction rules and limits
         apply); nothing else is asked of them."""
-        return self._predict(transport, frame, source, Prediction.ONE_ROUND, align, explain_margins)
+        def use(model, X, fetch_masks):
+            ex = explain_margins(model, X, fetch_masks)
+            ex.active_values = np.asarray(X, dtype=np.float64)
+            return ex
+        return self._predict(transport, frame, source, Prediction.ONE_ROUND, align, use)
 
     def _predict(self, transport: Transport, frame, source, prediction, align, use):
         """A prediction session; ``use(model, X, fetch_masks)`` (one-round only) replaces the scoring."""

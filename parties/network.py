@@ -340,6 +340,19 @@ def load_active_model(model_dir) -> BoostedModel:
     return BoostedModel.load(path)
 
 
+def check_peers(model: BoostedModel, peers: dict[str, str]) -> None:
+    """The peers are exactly the model's passive parties."""
+    missing = [p for p in model.passives if p not in peers]
+    if missing:
+        raise InputError("the model needs passive part" + ("y " if len(missing) == 1 else "ies ")
+                         + ", ".join(repr(p) for p in missing) + ": give --peer "
+                         + " --peer ".join(f"{p}=HOST:PORT" for p in missing))
+    extra = [p for p in peers if p not in model.passives]
+    if extra:
+        raise InputError(f"the model was not trained with part{'y' if len(extra) == 1 else 'ies'} {extra}; "
+                         f"its passive parties are {model.passives}")
+
+
 def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security, out=None,
                    timeout: float = DEFAULT_TIMEOUT, prediction: str = "one-round",
                    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, connect_timeout: float | None = None,
@@ -358,15 +371,7 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
     check_prediction(prediction)
     collect = out is None if collect is None else collect
     model = load_active_model(model_dir)
-    missing = [p for p in model.passives if p not in peers]
-    if missing:
-        raise InputError("the model needs passive part" + ("y " if len(missing) == 1 else "ies ")
-                         + ", ".join(repr(p) for p in missing) + ": give --peer "
-                         + " --peer ".join(f"{p}=HOST:PORT" for p in missing))
-    extra = [p for p in peers if p not in model.passives]
-    if extra:
-        raise InputError(f"the model was not trained with part{'y' if len(extra) == 1 else 'ies'} {extra}; "
-                         f"its passive parties are {model.passives}")
+    check_peers(model, peers)
     batches = iter_party_batches(data, model.active_party, id_col, batch_rows=batch_rows,
                                  categorical=list(model.categories))
     first = next(batches)            # the whole id column is checked here, before connecting

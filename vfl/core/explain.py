@@ -54,6 +54,7 @@ class Explanation:
     values: np.ndarray        # (n, n_targets, n_players)
     margin: np.ndarray        # (n, n_targets)
     active_players: int = 0   # the first this many players are the active party's features
+    active_values: np.ndarray | None = None     # (n, active_players): the rows' own feature values (plots)
 
     @property
     def n_rows(self) -> int:
@@ -74,8 +75,18 @@ class Explanation:
     def concat(self, other: "Explanation") -> "Explanation":
         if other.players != self.players or not np.array_equal(other.base, self.base):
             raise InputError("cannot join explanations of different models")
+        both = self.active_values is not None and other.active_values is not None
         return Explanation(self.players, self.base, np.concatenate([self.values, other.values]),
-                           np.concatenate([self.margin, other.margin]), self.active_players)
+                           np.concatenate([self.margin, other.margin]), self.active_players,
+                           np.concatenate([self.active_values, other.active_values]) if both else None)
+
+    def summary(self, classes=None) -> dict:
+        """The global view, JSON-ready: ``{"n_rows", "base", "mean_abs": {target: {player: mean
+        |value|}}}`` (targets named by ``classes`` for a multiclass model, else "margin")."""
+        K = self.values.shape[1]
+        names = [str(classes[k]) if classes is not None else str(k) for k in range(K)] if K > 1 else ["margin"]
+        return {"n_rows": int(self.n_rows), "base": {names[k]: float(self.base[k]) for k in range(K)},
+                "mean_abs": {names[k]: self.mean_abs(k) for k in range(K)}}
 
 
 def reason_codes(values: np.ndarray, players: list[str], k: int, sign: float = 1.0) -> list[list[tuple[str, float]]]:
@@ -420,6 +431,57 @@ def explain_one_round(model: BoostedModel, one: OneRound, n_rounds: int | None =
     leaf_bits = {p: unpack_leaf_bits(masks, one.skeleton) for p, masks in one.masks.items()}
     values = plan.values(plan.bits(one.go_left, leaf_bits))
     return Explanation(players_of(model), plan.base.copy(), values, one.raw, len(model.active_features))
+
+
+def summary_plot(ex: Explanation, path, target: int = 0, max_players: int = 20, title: str | None = None,
+                 target_name: str | None = None) -> None:
+    """A beeswarm-style summary: one line per player (largest mean |attribution| on top), one dot
+    per row at its attribution, jittered by density; an active feature's dots coloured by the
+    row's value of it (low blue, high red; missing grey), a passive party's grey (its values
+    stay with it). Written to ``path`` (PNG, SVG or PDF by extension). Needs matplotlib (extra
+    ``plot``)."""
+    try:
+        import matplotlib  # noqa: PLC0415 (optional extra [plot])
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        raise InputError("the summary plot needs matplotlib: pip install 'vfl-boost[plot]'") from None
+    vals = ex.values[:, target, :]
+    order = list(ex.mean_abs(target))[:max_players]
+    index = {p: i for i, p in enumerate(ex.players)}
+    rng = np.random.default_rng(0)
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(order) + 1.6))
+    cmap = plt.get_cmap("coolwarm")
+    for row, name in enumerate(reversed(order)):
+        j = index[name]
+        v = vals[:, j]
+        if v.size:
+            hist, edges = np.histogram(v, bins=50)
+            dens = hist[np.clip(np.searchsorted(edges, v, side="right") - 1, 0, len(hist) - 1)]
+            jitter = (rng.random(v.size) - 0.5) * 0.8 * dens / max(hist.max(), 1)
+        else:
+            jitter = v
+        colour = np.full((v.size, 4), (0.6, 0.6, 0.6, 0.7))
+        if j < ex.active_players and ex.active_values is not None:
+            x = ex.active_values[:, j]
+            ok = ~np.isnan(x)
+            if ok.any():
+                ranks = np.argsort(np.argsort(x[ok], kind="stable"), kind="stable")
+                colour[ok] = cmap(ranks / max(ok.sum() - 1, 1))
+        ax.scatter(v, row + jitter, c=colour, s=6, linewidths=0, rasterized=True)
+    ax.axvline(0.0, color="black", lw=0.6)
+    ax.set_yticks(range(len(order)))
+    ax.set_yticklabels([f"{p} (party)" if index[p] >= ex.active_players else p for p in reversed(order)])
+    what = f" ({target_name})" if target_name else ""
+    ax.set_xlabel(f"attribution to the raw score{what}: TreeSHAP, path-dependent")
+    ax.set_title(title or f"Explanations of {ex.n_rows} rows: players by mean |attribution|")
+    sm = plt.cm.ScalarMappable(cmap=cmap)
+    bar = fig.colorbar(sm, ax=ax, ticks=[0, 1], pad=0.01)
+    bar.ax.set_yticklabels(["low", "high"])
+    bar.set_label("active feature value (passive parties: grey)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def explain_margins(model: BoostedModel, X_active: np.ndarray, fetch_masks, n_rounds: int | None = None) -> Explanation:
