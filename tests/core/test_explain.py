@@ -132,12 +132,12 @@ def test_deep_paths_beyond_the_table_use_the_direct_polynomial_and_agree_with_th
         cur = left
     tree = Tree(nodes)
     plan = ShapPlan([(0, tree)], "a", depth, [], 1, [0.25])
-    assert plan.big_leaves.size >= 1 and not plan.small.all()
+    assert plan.big_leaves and not plan.small.all()
     X = rng.normal(size=(64, depth))
     X[rng.random(X.shape) < 0.1] = np.nan
     go = np.stack([goes_left(X[:, nd.feature_idx], nd.threshold, nd.default_left)
                    for nd in tree.nodes if not nd.is_leaf], axis=1)
-    values = plan.values(plan.bits(go, {}))
+    values = plan.values(go, {})
     base, phi = naive_shapley([(0, tree)], lambda nd: nd.feature_idx,
                               lambda t, nd: goes_left(X[:, nd.feature_idx], nd.threshold, nd.default_left),
                               depth, 1, [0.25], len(X))

@@ -40,7 +40,7 @@ from vfl.core.tree import Tree
 #: leaves with at most this many players on their path use the pattern table (2^m rows)
 TABLE_PLAYERS = 8
 #: rows explained per block (bounds the working memory: rows x path entries of the ensemble)
-BLOCK_ROWS = 2048
+BLOCK_ROWS = 256
 
 
 # --------------------------------------------------------------------------- the result
@@ -328,68 +328,92 @@ class ShapPlan:
         cuts = np.flatnonzero(np.r_[True, sorted_out[1:] != sorted_out[:-1]]) if sorted_out.size else np.zeros(0, int)
         self.out_starts = cuts.astype(np.int64)
         self.out_cols = sorted_out[cuts] if sorted_out.size else np.zeros(0, dtype=np.int64)
-        # pattern tables of the small leaves: flat, leaf li's block at table_base[li], (2^m, m) row-major
+        # pattern tables of the small leaves: per entry, its value at each of the leaf's 2^m
+        # patterns, contiguous from ent_base[entry]
         small = self.leaf_m <= TABLE_PLAYERS
         self.small = small
-        self.table_base = np.zeros(len(leaves_m), dtype=np.int64)
+        self.entry_small = small[self.entry_leaf] if len(leaves_m) else np.zeros(0, dtype=bool)
+        ent_base = np.zeros(len(self.entry_start), dtype=np.int64)
         blocks, pos = [], 0
         for li in np.flatnonzero(small):
             m = int(self.leaf_m[li])
             codes = np.arange(1 << m)
             o = ((codes[:, None] >> np.arange(m)[None, :]) & 1).astype(np.float64)
-            blocks.append(_leaf_phi(float(self.leaf_value[li]), self.leaf_z[li], o).ravel())
-            self.table_base[li] = pos
-            pos += blocks[-1].size
+            phi = _leaf_phi(float(self.leaf_value[li]), self.leaf_z[li], o)        # (2^m, m)
+            first = int(self.leaf_entry_start[li])
+            for j in range(m):
+                ent_base[first + j] = pos
+                blocks.append(phi[:, j])
+                pos += phi.shape[0]
         self.table = np.concatenate(blocks) if blocks else np.zeros(0)
-        self.entry_small = small[self.entry_leaf] if len(leaves_m) else np.zeros(0, dtype=bool)
-        self.entry_weight = np.where(self.entry_small, np.left_shift(1, np.minimum(self.entry_pos, 62)), 0
-                                     ).astype(np.int64)
-        self.big_leaves = np.flatnonzero(~small)
+        index_type = np.int32 if pos < 2 ** 31 - 256 else np.int64
+        self.entry_shift = np.where(self.entry_small, self.entry_pos, 0).astype(np.uint8)[:, None]
+        # literal columns of the transposed bit matrix: [go left; go right; passive leaf bits]
+        nA = self.n_active_bits
+        col = self.lit_col
+        self.lit_ext = np.where(col < nA, np.where(self.lit_pol, col, col + nA), col + nA).astype(np.int64)
+        # the value stage runs over the entries sorted by output column
+        self.v_leaf = self.entry_leaf[self.out_order]
+        self.v_base = ent_base[self.out_order].astype(index_type)[:, None]
+        where = np.empty(len(self.out_order), dtype=np.int64)
+        where[self.out_order] = np.arange(len(self.out_order))
+        # the gathers of _block: per k >= 1, the entries with a k-th literal and that literal's
+        # column; per j >= 1, the small leaves with a j-th entry, that entry and its bit
+        n_lits = np.diff(np.r_[self.entry_start, len(self.lit_ext)])
+        self.more_literals = [(sel, self.lit_ext[self.entry_start[sel] + k])
+                              for k in range(1, int(n_lits.max(initial=1)))
+                              for sel in [np.flatnonzero(n_lits > k)]]
+        m_small = np.where(small, self.leaf_m, 1)
+        self.more_entries = [(sel, self.leaf_entry_start[sel] + j, np.uint8(j))
+                             for j in range(1, int(m_small.max(initial=1)))
+                             for sel in [np.flatnonzero(m_small > j)]]
+        self.big_leaves = [(int(li), where[int(self.leaf_entry_start[li]):int(self.leaf_entry_start[li])
+                                              + int(self.leaf_m[li])]) for li in np.flatnonzero(~small)]
 
     # ------------------------------------------------------------------ rows
-    def bits(self, go_left: np.ndarray, leaf_bits: dict[str, np.ndarray]) -> np.ndarray:
-        """The bit matrix ``(n, n_bits)``: the active decisions, then each passive party's leaf bits."""
+    def values(self, go_left: np.ndarray, leaf_bits: dict[str, np.ndarray]) -> np.ndarray:
+        """Attributions ``(n, n_targets, n_players)`` of rows given the active party's decisions at
+        its nodes ``go_left`` ``(n, len(active_nodes))`` and each passive party's unpacked leaf
+        bits ``(n, total leaves)`` (a party that owns no split may be left out)."""
+        go_left = np.asarray(go_left, dtype=bool)
         n = go_left.shape[0]
-        parts = [np.asarray(go_left, dtype=bool).reshape(n, self.n_active_bits)]
-        for p in self.passives:
-            b = leaf_bits.get(p)
-            if b is None:           # a party that owns no split: every leaf open (no literal uses it)
-                b = np.ones((n, self.n_leaves_total), dtype=bool)
-            parts.append(np.asarray(b, dtype=bool))
-        return np.concatenate(parts, axis=1) if parts else np.zeros((n, 0), dtype=bool)
-
-    def values(self, bits: np.ndarray) -> np.ndarray:
-        """Attributions ``(n, n_targets, n_players)`` of rows given their bit matrix."""
-        n = bits.shape[0]
+        if go_left.shape != (n, self.n_active_bits):
+            raise InputError(f"expected the decisions at {self.n_active_bits} nodes, got shape {go_left.shape}")
         out = np.zeros((n, self.n_targets * self.n_players))
         if not self.entry_start.size:
             return out.reshape(n, self.n_targets, self.n_players)
         for s in range(0, n, BLOCK_ROWS):
-            blk = bits[s:s + BLOCK_ROWS]
-            out[s:s + len(blk)] = self._block(blk)
+            e = min(n, s + BLOCK_ROWS)
+            g = go_left[s:e].T
+            parts = [g, ~g]
+            for p in self.passives:
+                b = leaf_bits.get(p)
+                parts.append(np.ones((self.n_leaves_total, e - s), dtype=bool) if b is None
+                             else np.asarray(b[s:e], dtype=bool).T)
+            out[s:e] = self._block(np.ascontiguousarray(np.concatenate(parts, axis=0)))
         return out.reshape(n, self.n_targets, self.n_players)
 
-    def _block(self, bits: np.ndarray) -> np.ndarray:
-        n = bits.shape[0]
-        lits = bits[:, self.lit_col] == self.lit_pol[None, :]
-        o = np.logical_and.reduceat(lits, self.entry_start, axis=1)            # (n, entries)
-        vals = np.zeros((n, len(self.entry_start)))
-        es = self.entry_small
-        if es.any():
-            code_terms = o.astype(np.int64) * self.entry_weight[None, :]
-            codes = np.add.reduceat(code_terms, self.leaf_entry_start, axis=1)    # (n, leaves)
-            leaf = self.entry_leaf[es]
-            m = self.leaf_m[leaf]
-            idx = self.table_base[leaf][None, :] + codes[:, leaf] * m[None, :] + self.entry_pos[es][None, :]
-            vals[:, es] = self.table[idx]
-        for li in self.big_leaves:
-            s = int(self.leaf_entry_start[li])
-            m = int(self.leaf_m[li])
-            vals[:, s:s + m] = _leaf_phi(float(self.leaf_value[li]), self.leaf_z[li],
-                                         o[:, s:s + m].astype(np.float64))
-        summed = np.add.reduceat(vals[:, self.out_order], self.out_starts, axis=1)
+    def _block(self, bits_t: np.ndarray) -> np.ndarray:
+        """Values ``(n, targets * players)`` from the transposed bit matrix ``(bits, n)``: every
+        step works on contiguous rows of the block's rows."""
+        n = bits_t.shape[1]
+        # one fraction of each entry: the AND of its literals (gathers of whole rows; numpy's
+        # reduceat over axis 0 is an order of magnitude slower here)
+        o = bits_t[self.lit_ext[self.entry_start]]                          # (entries, n)
+        for sel, lit in self.more_literals:
+            o[sel] &= bits_t[lit]
+        # each small leaf's pattern code: its entries' one fractions as bits
+        codes = o[self.leaf_entry_start].view(np.uint8).copy()              # (leaves, n)
+        for sel, ent, shift in self.more_entries:
+            codes[sel] |= o[ent].view(np.uint8) << shift
+        vals = self.table[self.v_base + codes[self.v_leaf]]                 # (entries by output, n)
+        for li, rows in self.big_leaves:
+            s, m = int(self.leaf_entry_start[li]), int(self.leaf_m[li])
+            vals[rows] = _leaf_phi(float(self.leaf_value[li]), self.leaf_z[li], o[s:s + m].T.astype(np.float64)).T
         out = np.zeros((n, self.n_targets * self.n_players))
-        out[:, self.out_cols] = summed
+        bounds = np.r_[self.out_starts, len(vals)]
+        for c, col in enumerate(self.out_cols.tolist()):
+            out[:, col] = vals[bounds[c]:bounds[c + 1]].sum(axis=0)
         return out
 
 
@@ -429,7 +453,7 @@ def explain_one_round(model: BoostedModel, one: OneRound, n_rounds: int | None =
     if not np.array_equal(plan.active_nodes, one.own_nodes):
         raise InputError("the prediction and the explanation do not use the same trees")
     leaf_bits = {p: unpack_leaf_bits(masks, one.skeleton) for p, masks in one.masks.items()}
-    values = plan.values(plan.bits(one.go_left, leaf_bits))
+    values = plan.values(one.go_left, leaf_bits)
     return Explanation(players_of(model), plan.base.copy(), values, one.raw, len(model.active_features))
 
 
