@@ -26,14 +26,17 @@ explaining rows is a table look-up per (row, leaf): vectorised over rows with nu
 """
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
 from itertools import combinations
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from datasets.errors import InputError
+from vfl.core.files import write_bytes_atomic
 from vfl.core.model import BoostedModel, OneRound
 from vfl.core.tree import Tree
 
@@ -504,8 +507,10 @@ def summary_plot(ex: Explanation, path, target: int = 0, max_players: int = 20, 
     bar.ax.set_yticklabels(["low", "high"])
     bar.set_label("active feature value (passive parties: grey)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buf = io.BytesIO()              # rendered in memory, written by the one atomic writer
+    fig.savefig(buf, dpi=110, format=Path(path).suffix.lstrip(".").lower() or "png")
     plt.close(fig)
+    write_bytes_atomic(path, buf.getvalue())
 
 
 def explain_margins(model: BoostedModel, X_active: np.ndarray, fetch_masks, n_rounds: int | None = None) -> Explanation:
