@@ -294,3 +294,27 @@ def test_a_passive_party_that_allows_node_prediction_only_refuses_explanations()
     fed.passives["b"]._state.allowed_prediction = ("node",)
     with pytest.raises(PeerError, match="does not allow prediction by 'one-round'"):
         fed.explanation(frames)
+
+
+def test_a_model_without_counts_weighs_both_children_equally_and_still_adds_up():
+    """A model released with --dp-model keeps no counts or hessian sums: the absent players'
+    average is then a plain one, the values are still exact for that value function."""
+    nodes = [Node(0, 0, -1, is_leaf=False, left=1, right=2, owner="a", feature_idx=0, feature="x", threshold=0.0,
+                  default_left=True),
+             Node(1, 1, 0, is_leaf=False, left=3, right=4, owner="b", record_id=0),
+             Node(2, 1, 0, value=1.0), Node(3, 2, 1, value=-2.0), Node(4, 2, 1, value=4.0)]
+    tree = Tree(nodes)
+    plan = ShapPlan([(0, tree)], "a", 1, ["b"], 1, [0.5])
+    np.testing.assert_allclose(plan.base, [0.5 + 0.5 * 1.0 + 0.25 * (-2.0) + 0.25 * 4.0])
+    go = np.array([[True], [True], [False]])
+    bits = np.zeros((3, plan.n_leaves_total), dtype=bool)        # b's masks: leaves 2, 3, 4 in node order
+    bits[0] = [True, True, False]       # b sends row 0 left at node 1: leaf 3 (and leaf 2, not b's)
+    bits[1] = [True, False, True]
+    bits[2] = [True, True, False]
+    values = plan.values(go, {"b": bits})
+    margin = 0.5 + np.array([-2.0, 4.0, 1.0])
+    np.testing.assert_allclose(plan.base + values[:, 0, :].sum(axis=1), margin, atol=1e-12)
+    base, phi = naive_shapley([(0, tree)], lambda nd: 0 if nd.owner == "a" else 1,
+                              lambda t, nd: go[:, 0] if nd.owner == "a" else np.array([True, False, True]),
+                              2, 1, [0.5], 3)
+    np.testing.assert_allclose(values, phi, atol=1e-12)
