@@ -268,7 +268,6 @@ class ShapPlan:
         self.n_active_bits = len(active_cols)
         self.n_leaves_total = n_leaves
         passive_base = {p: self.n_active_bits + i * n_leaves for i, p in enumerate(passives)}
-        self.n_bits = self.n_active_bits + len(passives) * n_leaves
 
         base = np.asarray(base_score, dtype=np.float64).copy()
         lit_col, lit_pol, entry_start = [], [], []
