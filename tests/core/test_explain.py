@@ -4,7 +4,9 @@ that prediction does not."""
 import numpy as np
 import pandas as pd
 import pytest
-from support import KEY_BITS
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import KEY_BITS, examples
 
 from datasets.errors import InputError, PeerError
 from datasets.frames import party_data
@@ -318,3 +320,71 @@ def test_a_model_without_counts_weighs_both_children_equally_and_still_adds_up()
                               lambda t, nd: go[:, 0] if nd.owner == "a" else np.array([True, False, True]),
                               2, 1, [0.5], 3)
     np.testing.assert_allclose(values, phi, atol=1e-12)
+
+
+def _random_tree(rng, depth, n_features, passives):
+    """A random tree: each split owned by an active feature or a passive party (players repeat on
+    paths), random covers (zero included), random leaf values."""
+    nodes = [Node(0, 0, -1, n_samples=int(rng.integers(0, 50)))]
+    frontier = [0]
+    while frontier:
+        nid = frontier.pop()
+        nd = nodes[nid]
+        if nd.depth >= depth or rng.random() < 0.2:
+            nd.value = float(rng.normal())
+            continue
+        nd.is_leaf = False
+        owner = int(rng.integers(0, n_features + len(passives)))
+        if owner < n_features:
+            nd.owner, nd.feature_idx, nd.feature = "a", owner, f"f{owner}"
+            nd.threshold, nd.default_left = float(rng.normal()), bool(rng.random() < 0.5)
+        else:
+            nd.owner, nd.record_id = passives[owner - n_features], nid
+        for side in ("left", "right"):
+            child = Node(len(nodes), nd.depth + 1, nid, n_samples=int(rng.integers(0, 30)))
+            nodes.append(child)
+            setattr(nd, side, child.node_id)
+            frontier.append(child.node_id)
+    return Tree(nodes)
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(st.integers(0, 2 ** 32 - 1), st.integers(1, 6), st.integers(1, 3))
+def test_random_ensembles_equal_the_naive_twin(seed, depth, n_trees):
+    """Random trees, random decisions: the grouped values (from leaf masks) equal brute force."""
+    rng = np.random.default_rng(seed)
+    passives, F, n = ["b", "c"], 2, 24
+    trees = [(int(rng.integers(0, 2)), _random_tree(rng, depth, F, passives)) for _ in range(n_trees)]
+    X = rng.normal(size=(n, F))
+    X[rng.random(X.shape) < 0.15] = np.nan
+    secret = {(t, nd.node_id): rng.random(n) < 0.5 for t, (_, tree) in enumerate(trees) for nd in tree.nodes
+              if not nd.is_leaf and nd.owner != "a"}
+
+    def decide(t, nd):
+        if nd.owner == "a":
+            return goes_left(X[:, nd.feature_idx], nd.threshold, nd.default_left)
+        return secret[(t, nd.node_id)]
+    plan = ShapPlan(trees, "a", F, passives, 2, [0.1, -0.2])
+    go, bits = [], {p: [] for p in passives}
+    for t, (_, tree) in enumerate(trees):
+        for nd in tree.nodes:
+            if not nd.is_leaf and nd.owner == "a":
+                go.append(decide(t, nd))
+        for p in passives:          # p's leaf mask: the leaves whose path agrees with p's decisions
+            reach = {0: np.ones(n, dtype=bool)}
+            for nd in tree.nodes:
+                r = reach.pop(nd.node_id)
+                if nd.is_leaf:
+                    bits[p].append(r)
+                elif nd.owner == p:
+                    g = decide(t, nd)
+                    reach[nd.left], reach[nd.right] = r & g, r & ~g
+                else:
+                    reach[nd.left] = reach[nd.right] = r
+    go = np.stack(go, axis=1) if go else np.zeros((n, 0), dtype=bool)
+    values = plan.values(go, {p: np.stack(b, axis=1) for p, b in bits.items()})
+    player = {"b": F, "c": F + 1}
+    base, phi = naive_shapley(trees, lambda nd: nd.feature_idx if nd.owner == "a" else player[nd.owner], decide,
+                              F + 2, 2, [0.1, -0.2], n)
+    np.testing.assert_allclose(plan.base, base, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(values, phi, rtol=0, atol=1e-9)
