@@ -388,3 +388,16 @@ def test_random_ensembles_equal_the_naive_twin(seed, depth, n_trees):
                               F + 2, 2, [0.1, -0.2], n)
     np.testing.assert_allclose(plan.base, base, rtol=0, atol=1e-9)
     np.testing.assert_allclose(values, phi, rtol=0, atol=1e-9)
+
+
+@pytest.mark.slow
+def test_the_passive_partys_prediction_rules_refuse_an_explanation_as_they_refuse_a_prediction():
+    """Mode dp: a passive party refuses to route the rows it released in training; an explanation
+    of them is refused with the very same error (the rule sits on PredictStart, which both send)."""
+    fed, frames = _fit("binary", mode="dp", n_estimators=1, max_depth=2, epsilon=1.0)
+    errors = []
+    for ask in (fed.predict_raw, fed.explanation):
+        with pytest.raises(PeerError, match="released in its DP-only training") as info:
+            ask(frames)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
