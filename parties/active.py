@@ -27,6 +27,7 @@ from datasets.loaders import DeferredColumns
 from parties.channel import GradientChannel
 from parties.checkpoint import CheckpointTracker
 from parties.dp import booster_class, dp_only_binning, dp_sources
+from parties.explain_features import chosen_parties, send_feature_splits
 from parties.monitor import TrainingMonitor
 from parties.psi_align import align_predict, align_train
 from parties.remote import RemoteSource, end_prediction, leaf_mask_fetcher, source_map
@@ -38,7 +39,7 @@ from vfl.core.binning import feature_matrix
 from vfl.core.dp_bins_file import public_columns
 from vfl.core.dp_model import plan_dp_model
 from vfl.core.dp_noise import NOT_PRIVATE
-from vfl.core.explain import Explanation, explain_margins
+from vfl.core.explain import Explanation, explain_one_round
 from vfl.core.leafmask import DEFAULT_PREDICTION, PREDICTIONS
 from vfl.core.model import BoostedModel
 from vfl.core.objectives import check_sample_weight, get_objective
@@ -457,16 +458,32 @@ class ActiveParty:
         return self._predict(transport, frame, source, prediction, align, None)
 
     def explain(self, transport: Transport, frame: pd.DataFrame | None = None, source: str | None = None,
-                align: str | None = None) -> tuple[np.ndarray, Explanation]:
+                align: str | None = None, passive_features=False) -> tuple[np.ndarray, Explanation]:
         """``(ids, explanation)`` of the rows of ``frame``: grouped TreeSHAP values
         (:mod:`vfl.core.explain`) from a one-round prediction session, the very same one
         :meth:`predict_raw` runs (same messages; the passive parties' prediction rules and limits
-        apply); nothing else is asked of them."""
+        apply); nothing else is asked of them.
+
+        ``passive_features`` (True, or a list of passive parties; opt-in at each of them): then each
+        such party also splits its grouped value among its own features and keeps them
+        (:mod:`parties.explain_features`; ``explanation.feature_splits``: the rows each explained)."""
+        model = self._need_model()
+        chosen = chosen_parties(model, passive_features)
+        align = model.params.get("align", "hash") if align is None else align
+        if chosen and str(align) != Alignment.HASH:
+            raise InputError("passive_features needs align 'hash' (PSI alignment gives a passive party no ids to "
+                             "name its rows by)")
+        rounds = {}
+
         def use(model, X, fetch_masks):
-            ex = explain_margins(model, X, fetch_masks)
+            one = rounds["one"] = model.one_round(X, fetch_masks)
+            ex = explain_one_round(model, one)
             ex.active_values = np.asarray(X, dtype=np.float64)
             return ex
-        return self._predict(transport, frame, source, Prediction.ONE_ROUND, align, use)
+        ids, ex = self._predict(transport, frame, source, Prediction.ONE_ROUND, align, use)
+        if chosen:
+            ex.feature_splits = send_feature_splits(transport, model, rounds["one"], ids, chosen, align)
+        return ids, ex
 
     def _predict(self, transport: Transport, frame, source, prediction, align, use):
         """A prediction session; ``use(model, X, fetch_masks)`` (one-round only) replaces the scoring."""

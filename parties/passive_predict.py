@@ -75,6 +75,8 @@ def predict_start(s: PassiveState, req: m.PredictStart) -> m.Ack:
     rows = alignment.positions(own, req.hashes, s.name)
     check_prediction_ids(s, np.asarray(ids)[rows])
     s.sessions[req.session_id] = X[rows]
+    if s.explain_features:          # its own features' explanations name the rows (parties.passive_explain)
+        s.session_ids[req.session_id] = np.asarray(ids)[rows]
     return m.Ack({"n_rows": int(len(rows))})
 
 

@@ -200,6 +200,11 @@ class PassiveState:
     psi_pending: dict = field(default_factory=dict)   # session id -> {purpose, perm, X}
     route_counts: dict = field(default_factory=dict)  # prediction session id -> (rows, trees) routes answered
     eval_session: str | None = None                   # the validation session of the training under way
+    # explanations of this party's own features (opt-in, parties.passive_explain): its own policy
+    explain_features: bool = False                    # its federation entry says explain_features = true
+    explain_dir: str | None = None                    # where it writes them (None: memory only)
+    session_ids: dict = field(default_factory=dict)   # prediction session id -> its rows' ids (explain_features)
+    feature_explanations: list = field(default_factory=list)   # tables of the last sessions, oldest first
     psi_pending_cap: int = MAX_PSI_PENDING             # pending PSI exchanges kept (a server raises it: it
     #                                                    bounds its sessions itself and never evicts one in use)
     executor: Executor | None = None
@@ -291,6 +296,7 @@ class PassiveState:
         self.sessions.pop(session_id, None)
         self.route_counts.pop(session_id, None)
         self.psi_pending.pop(session_id, None)
+        self.session_ids.pop(session_id, None)
 
 
 def unsafe_seed(s: PassiveState, what: str):

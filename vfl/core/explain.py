@@ -58,6 +58,7 @@ class Explanation:
     margin: np.ndarray        # (n, n_targets)
     active_players: int = 0   # the first this many players are the active party's features
     active_values: np.ndarray | None = None     # (n, active_players): the rows' own feature values (plots)
+    feature_splits: dict | None = None          # {passive party: rows whose value it split among its features}
 
     @property
     def n_rows(self) -> int:
@@ -79,9 +80,14 @@ class Explanation:
         if other.players != self.players or not np.array_equal(other.base, self.base):
             raise InputError("cannot join explanations of different models")
         both = self.active_values is not None and other.active_values is not None
+        splits = None
+        if self.feature_splits is not None or other.feature_splits is not None:
+            splits = dict(self.feature_splits or {})
+            for p, k in (other.feature_splits or {}).items():
+                splits[p] = splits.get(p, 0) + k
         return Explanation(self.players, self.base, np.concatenate([self.values, other.values]),
                            np.concatenate([self.margin, other.margin]), self.active_players,
-                           np.concatenate([self.active_values, other.active_values]) if both else None)
+                           np.concatenate([self.active_values, other.active_values]) if both else None, splits)
 
     def summary(self, classes=None) -> dict:
         """The global view, JSON-ready: ``{"n_rows", "base", "mean_abs": {target: {player: mean
@@ -231,6 +237,52 @@ def _leaf_phi(value: float, z: np.ndarray, o: np.ndarray) -> np.ndarray:
     return out
 
 
+def _outer(z: np.ndarray, o: np.ndarray) -> np.ndarray:
+    """``sum_k c_k k! (M-k)! / (M+1)!`` per row, ``c_k`` the ``t^k`` coefficient of
+    ``prod_j (z_j + o_j t)`` over ``M`` players (``z`` ``(M,)``, ``o`` ``(n, M)``): the Shapley
+    weight of a player joining the other ``M`` players of a product game."""
+    n, M = o.shape
+    c = np.zeros((n, M + 1))
+    c[:, 0] = 1.0
+    for j in range(M):
+        c[:, 1:j + 2] = c[:, 1:j + 2] * z[j] + c[:, 0:j + 1] * o[:, j:j + 1]
+        c[:, 0] = c[:, 0] * z[j]
+    return c @ _shapley_weights(M + 1)
+
+
+def own_feature_values(weights: np.ndarray, leaf_target: np.ndarray, path_start: np.ndarray,
+                       path_feature: np.ndarray, path_agree: np.ndarray, path_z: np.ndarray, n_targets: int,
+                       n_features: int) -> np.ndarray:
+    """A passive party's split of its grouped value among its own features (an Owen value of the
+    path-dependent TreeSHAP game, features grouped by party), computed by the party itself.
+
+    Per leaf ``l`` (of :meth:`ShapPlan.party_leaves`): ``weights[:, l]`` its group weight
+    (:meth:`ShapPlan.group_weights`, from the active party), ``leaf_target[l]`` its target, and
+    the party's own nodes on its path, ``path_start[l]:path_start[l + 1]`` of the path arrays:
+    the feature of each node (the party's column index), whether the row takes the path's
+    direction there (``path_agree`` ``(n, P)``, decided by the party on its own data) and the
+    node's cover fraction ``path_z`` (the share of the node's training rows that went the path's
+    way). A feature with several nodes on the path is one player (one fraction: all agree; zero
+    fraction: their product). Returns ``(n, n_targets, n_features)``; over the features it adds
+    up to the party's grouped value (``sum_l weights * (o_G - z_G)``)."""
+    weights = np.asarray(weights, dtype=np.float64)
+    n, L = weights.shape
+    agree = np.asarray(path_agree, dtype=bool)
+    out = np.zeros((n, int(n_targets), int(n_features)))
+    for li in range(L):
+        s, e = int(path_start[li]), int(path_start[li + 1])
+        feats, inv = np.unique(path_feature[s:e], return_inverse=True)
+        k = len(feats)
+        o = np.ones((n, k), dtype=bool)
+        z = np.ones(k)
+        for p, f in enumerate(inv.tolist()):
+            o[:, f] &= agree[:, s + p]
+            z[f] *= float(path_z[s + p])
+        phi = _leaf_phi(1.0, z, o.astype(np.float64))          # (n, k): the within-group Shapley split
+        out[:, int(leaf_target[li]), feats] += weights[:, li:li + 1] * phi
+    return out
+
+
 # --------------------------------------------------------------------------- the plan
 class ShapPlan:
     """What explaining needs of an ensemble, computed once: every leaf's players, their zero
@@ -325,6 +377,7 @@ class ShapPlan:
             if leaves_m else np.zeros(0, dtype=np.int64)
         # accumulation: entries sorted by output column, summed with reduceat
         entry_out = np.array(entry_out, dtype=np.int64)
+        self.entry_out = entry_out
         self.out_order = np.argsort(entry_out, kind="stable")
         sorted_out = entry_out[self.out_order]
         cuts = np.flatnonzero(np.r_[True, sorted_out[1:] != sorted_out[:-1]]) if sorted_out.size else np.zeros(0, int)
@@ -386,24 +439,71 @@ class ShapPlan:
             return out.reshape(n, self.n_targets, self.n_players)
         for s in range(0, n, BLOCK_ROWS):
             e = min(n, s + BLOCK_ROWS)
-            g = go_left[s:e].T
-            parts = [g, ~g]
-            for p in self.passives:
-                b = leaf_bits.get(p)
-                parts.append(np.ones((self.n_leaves_total, e - s), dtype=bool) if b is None
-                             else np.asarray(b[s:e], dtype=bool).T)
-            out[s:e] = self._block(np.ascontiguousarray(np.concatenate(parts, axis=0)))
+            out[s:e] = self._block(self._bits(go_left, leaf_bits, s, e))
         return out.reshape(n, self.n_targets, self.n_players)
+
+    def _bits(self, go_left: np.ndarray, leaf_bits: dict[str, np.ndarray], s: int, e: int) -> np.ndarray:
+        """The transposed bit matrix ``(bits, e - s)`` of rows ``s:e``."""
+        g = go_left[s:e].T
+        parts = [g, ~g]
+        for p in self.passives:
+            b = leaf_bits.get(p)
+            parts.append(np.ones((self.n_leaves_total, e - s), dtype=bool) if b is None
+                         else np.asarray(b[s:e], dtype=bool).T)
+        return np.ascontiguousarray(np.concatenate(parts, axis=0))
+
+    def _one_fractions(self, bits_t: np.ndarray) -> np.ndarray:
+        """Each entry's one fraction ``(entries, n)``: the AND of its literals (gathers of whole
+        rows; numpy's reduceat over axis 0 is an order of magnitude slower here)."""
+        o = bits_t[self.lit_ext[self.entry_start]]
+        for sel, lit in self.more_literals:
+            o[sel] &= bits_t[lit]
+        return o
+
+    # ------------------------------------------------------------------ a passive party's own features
+    def party_leaves(self, party: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(entries, leaves, targets)`` of the leaves on whose path passive party ``party`` has a
+        node: its entry in each, the leaf's global index (trees concatenated, leaves in node-id
+        order: the leaf masks' order) and the leaf's target."""
+        if party not in self.passives:
+            raise InputError(f"{party!r} is not a passive party of the model ({self.passives})")
+        i = self.passives.index(party)
+        player = self.n_features + i
+        ent = np.flatnonzero(self.entry_out % self.n_players == player)
+        leaves = self.lit_col[self.entry_start[ent]] - (self.n_active_bits + i * self.n_leaves_total)
+        return ent, leaves.astype(np.int64), (self.entry_out[ent] // self.n_players).astype(np.int64)
+
+    def group_weights(self, go_left: np.ndarray, leaf_bits: dict[str, np.ndarray], party: str) -> np.ndarray:
+        """What passive party ``party`` needs to split its grouped value among its own features:
+        per row and per leaf of :meth:`party_leaves`, the leaf's *group weight*
+        ``w = v_leaf * sum_k c_k k! (m-k-1)! / m!`` (``c_k``: the ``t^k`` coefficient of the
+        product over the leaf's *other* players of ``z_j + o_j t``). The party's grouped value in
+        the leaf's term is ``w * (o_G - z_G)``; within the group the term is the product game
+        ``prod_f (f present ? o_f : z_f)`` of its features, whose Shapley split is
+        :func:`own_feature_values` (an Owen value: the features' values add up to the group's).
+        Returns ``(n, len(leaves))``."""
+        go_left = np.asarray(go_left, dtype=bool)
+        n = go_left.shape[0]
+        ent, _, _ = self.party_leaves(party)
+        out = np.zeros((n, len(ent)))
+        if not len(ent):
+            return out
+        for s in range(0, n, BLOCK_ROWS):
+            e = min(n, s + BLOCK_ROWS)
+            o = self._one_fractions(self._bits(go_left, leaf_bits, s, e)).astype(np.float64)
+            for c, en in enumerate(ent.tolist()):
+                li = int(self.entry_leaf[en])
+                first, m = int(self.leaf_entry_start[li]), int(self.leaf_m[li])
+                i = en - first
+                others = [j for j in range(m) if j != i]
+                out[s:e, c] = self.leaf_value[li] * _outer(self.leaf_z[li][others], o[first:first + m][others].T)
+        return out
 
     def _block(self, bits_t: np.ndarray) -> np.ndarray:
         """Values ``(n, targets * players)`` from the transposed bit matrix ``(bits, n)``: every
         step works on contiguous rows of the block's rows."""
         n = bits_t.shape[1]
-        # one fraction of each entry: the AND of its literals (gathers of whole rows; numpy's
-        # reduceat over axis 0 is an order of magnitude slower here)
-        o = bits_t[self.lit_ext[self.entry_start]]                          # (entries, n)
-        for sel, lit in self.more_literals:
-            o[sel] &= bits_t[lit]
+        o = self._one_fractions(bits_t)                                     # (entries, n)
         # each small leaf's pattern code: its entries' one fractions as bits
         codes = o[self.leaf_entry_start].view(np.uint8).copy()              # (leaves, n)
         for sel, ent, shift in self.more_entries:
@@ -457,6 +557,64 @@ def explain_one_round(model: BoostedModel, one: OneRound, n_rounds: int | None =
     leaf_bits = {p: unpack_leaf_bits(masks, one.skeleton) for p, masks in one.masks.items()}
     values = plan.values(one.go_left, leaf_bits)
     return Explanation(players_of(model), plan.base.copy(), values, one.raw, len(model.active_features))
+
+
+@dataclass
+class FeatureSplitInput:
+    """What the active party sends passive party ``party`` so that it can split its grouped value
+    among its own features (opt-in, :func:`own_feature_values`): per leaf under one of its nodes,
+    the leaf's target and the party's own nodes on the leaf's path (its record ids, the path's
+    direction there, the node's cover fraction), and per explained row the leaf's group weight.
+    No leaf value, no threshold, no node of another party appears as such; the weights are the
+    leaves' values times a factor set by the other players (see docs/threat-model.md)."""
+    party: str
+    leaf_target: np.ndarray     # int64 (L,)
+    path_start: np.ndarray      # int64 (L + 1,)
+    path_record: np.ndarray     # int64 (P,): the party's record ids
+    path_left: np.ndarray       # bool (P,): the path goes left there
+    path_z: np.ndarray          # float64 (P,): cover fraction of the path's child
+    weights: np.ndarray         # float64 (n, L)
+
+
+def _party_paths(plan: ShapPlan, party: str):
+    """Per global leaf index, the party's nodes on its path: ``[(record id, left, z)]``."""
+    cache = plan.__dict__.setdefault("_party_paths", {})
+    if party not in cache:
+        paths, g = {}, 0
+        for _, tree in plan.trees:
+            frac = _fractions(tree)
+            for lid, path in _paths(tree):
+                own = []
+                for nid, left in path:
+                    nd = tree.nodes[nid]
+                    if nd.owner == party:
+                        own.append((int(nd.record_id), bool(left), float(frac[nd.left if left else nd.right])))
+                paths[g] = own
+                g += 1
+        cache[party] = paths
+    return cache[party]
+
+
+def feature_split_input(model: BoostedModel, one: OneRound, party: str,
+                        n_rounds: int | None = None) -> FeatureSplitInput:
+    """The :class:`FeatureSplitInput` for passive party ``party`` of the rows one-round
+    prediction gathered ``one`` for (same ``n_rounds``)."""
+    plan = plan_for(model, n_rounds)
+    if not np.array_equal(plan.active_nodes, one.own_nodes):
+        raise InputError("the prediction and the explanation do not use the same trees")
+    _, leaves, targets = plan.party_leaves(party)
+    leaf_bits = {p: unpack_leaf_bits(masks, one.skeleton) for p, masks in one.masks.items()}
+    paths = _party_paths(plan, party)
+    rec, left, z, start = [], [], [], [0]
+    for g in leaves.tolist():
+        for r, lf, zz in paths[g]:
+            rec.append(r)
+            left.append(lf)
+            z.append(zz)
+        start.append(len(rec))
+    return FeatureSplitInput(party, targets, np.array(start, dtype=np.int64), np.array(rec, dtype=np.int64),
+                             np.array(left, dtype=bool), np.array(z, dtype=np.float64),
+                             plan.group_weights(one.go_left, leaf_bits, party))
 
 
 def summary_plot(ex: Explanation, path, target: int = 0, max_players: int = 20, title: str | None = None,
@@ -520,34 +678,36 @@ def explain_margins(model: BoostedModel, X_active: np.ndarray, fetch_masks, n_ro
 
 
 # --------------------------------------------------------------------------- the naive twin
+def _naive_value(trees, player_of, decide, base_score, n_rows: int, S: frozenset) -> np.ndarray:
+    """The path-dependent value function ``v(S)`` ``(n_rows, K)`` (the base score included)."""
+    v = np.tile(np.asarray(base_score, dtype=np.float64), (n_rows, 1))
+    for t, (k, tree) in enumerate(trees):
+        frac = _fractions(tree)
+        w = {0: np.ones(n_rows)}
+        for nd in tree.nodes:           # children come after parents
+            wn = w.pop(nd.node_id)
+            if nd.is_leaf:
+                v[:, k] += wn * nd.value
+                continue
+            if player_of(nd) in S:
+                g = np.asarray(decide(t, nd), dtype=bool)
+                w[nd.left], w[nd.right] = wn * g, wn * ~g
+            else:
+                w[nd.left], w[nd.right] = wn * frac[nd.left], wn * frac[nd.right]
+    return v
+
+
 def naive_shapley(trees: list[tuple[int, Tree]], player_of, decide, n_players: int, n_targets: int,
                   base_score, n_rows: int):
     """Brute force: the same players' Shapley values by enumerating every coalition of the
     path-dependent value function. ``player_of(node) -> player index``; ``decide(tree index,
     node) -> (n_rows,) bool`` (go left), for every internal node. Returns ``(base (K,), values
     (n, K, P))``. Exponential in the number of players: small models only (tests)."""
-    def value(S: frozenset) -> np.ndarray:
-        v = np.tile(np.asarray(base_score, dtype=np.float64), (n_rows, 1))
-        for t, (k, tree) in enumerate(trees):
-            frac = _fractions(tree)
-            w = {0: np.ones(n_rows)}
-            for nd in tree.nodes:           # children come after parents
-                wn = w.pop(nd.node_id)
-                if nd.is_leaf:
-                    v[:, k] += wn * nd.value
-                    continue
-                if player_of(nd) in S:
-                    g = np.asarray(decide(t, nd), dtype=bool)
-                    w[nd.left], w[nd.right] = wn * g, wn * ~g
-                else:
-                    w[nd.left], w[nd.right] = wn * frac[nd.left], wn * frac[nd.right]
-        return v
-
     players = list(range(n_players))
     cache = {}
     for size in range(n_players + 1):
         for S in combinations(players, size):
-            cache[frozenset(S)] = value(frozenset(S))
+            cache[frozenset(S)] = _naive_value(trees, player_of, decide, base_score, n_rows, frozenset(S))
     phi = np.zeros((n_rows, n_targets, n_players))
     for i in players:
         others = [p for p in players if p != i]
@@ -557,3 +717,36 @@ def naive_shapley(trees: list[tuple[int, Tree]], player_of, decide, n_players: i
                 S = frozenset(S)
                 phi[:, :, i] += w * (cache[S | {i}] - cache[S])
     return cache[frozenset()][0], phi
+
+
+def naive_owen(trees: list[tuple[int, Tree]], feature_of, groups: list[list[int]], decide, n_targets: int,
+               base_score, n_rows: int) -> np.ndarray:
+    """Brute force: the Owen value of every feature (``feature_of(node) -> feature index``) under
+    the coalition structure ``groups`` (a partition of the features: an active feature alone, a
+    passive party's features together) of the same value function, by enumerating every
+    coalition of groups and every sub-coalition of the feature's own group. Returns ``(n, K,
+    n_features)``. Small models only (tests)."""
+    n_features = sum(len(g) for g in groups)
+    cache: dict = {}
+
+    def v(S):
+        if S not in cache:
+            cache[S] = _naive_value(trees, feature_of, decide, base_score, n_rows, S)
+        return cache[S]
+
+    phi = np.zeros((n_rows, n_targets, n_features))
+    G = len(groups)
+    for gi, group in enumerate(groups):
+        other_groups = [h for h in range(G) if h != gi]
+        for f in group:
+            mates = [x for x in group if x != f]
+            for r in range(G):
+                wr = math.factorial(r) * math.factorial(G - r - 1) / math.factorial(G)
+                for R in combinations(other_groups, r):
+                    outside = frozenset(x for h in R for x in groups[h])
+                    for t in range(len(group)):
+                        wt = math.factorial(t) * math.factorial(len(group) - t - 1) / math.factorial(len(group))
+                        for T in combinations(mates, t):
+                            S = outside | frozenset(T)
+                            phi[:, :, f] += wr * wt * (v(S | {f}) - v(S))
+    return phi
