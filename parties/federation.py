@@ -14,6 +14,8 @@ A deployment starts from one file every party holds a copy of (see docs/federati
     hosts = ["10.0.0.7"]
     train = ["bank"]             # who may train against telco (default: the active party)
     predict = ["bank", "scorer"] # who may predict against telco (default: the party that trained the model)
+    explain_features = true      # telco splits its explanations among its own features (default false;
+                                 # what it learns then: docs/threat-model.md)
 
 :func:`load_federation` parses it with the standard library's ``tomllib`` and checks it; every
 mistake is an :class:`FederationError` naming the file, the table and the key.
@@ -47,7 +49,7 @@ DEFAULT_MIN_NODE_ROWS = 2
 MAX_MIN_NODE_ROWS = 1 << 20
 
 _FED_KEYS = {"active", "min_node_rows"}
-_PARTY_KEYS = {"address", "hosts", "train", "predict"}
+_PARTY_KEYS = {"address", "hosts", "train", "predict", "explain_features"}
 
 
 class FederationError(InputError):
@@ -62,6 +64,7 @@ class PartyEntry:
     hosts: tuple[str, ...] = ()
     train: tuple[str, ...] | None = None        # None: the default (the active party)
     predict: tuple[str, ...] | None = None      # None: the default (the trainer of the model)
+    explain_features: bool = False              # opt-in: it splits its explanations among its own features
 
     @property
     def cert_names(self) -> frozenset[str]:
@@ -213,7 +216,13 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
         if name in lists.get("train", ()) or name in lists.get("predict", ()):
             raise _err(path, table, "train" if name in lists.get("train", ()) else "predict",
                        "a party cannot be its own client")
-        entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"))
+        explain = t.get("explain_features", False)
+        if not isinstance(explain, bool):
+            raise _err(path, table, "explain_features", f"expected true or false, got {explain!r}")
+        if explain and name == active:
+            raise _err(path, table, "explain_features", "only a passive party's table may say it (the active party "
+                                                        "explains its own features anyway)")
+        entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"), explain)
     return Federation(str(path), active, entries, int(min_rows))
 
 

@@ -28,6 +28,7 @@ from datasets.pieces import open_piece_table
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
 from parties.federation import Access
+from parties.passive_explain import EXPLAIN_DIR
 from parties.server import PassiveServer
 from protocols.grpc_client import GrpcTransport
 from protocols.grpc_security import check_address
@@ -82,6 +83,9 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     policy = dict(policy or {})
     if federation is not None:
         policy.setdefault("min_node_rows", federation.min_node_rows)
+        if federation.party(name).explain_features:     # opt-in: its own features' explanations
+            policy.setdefault("explain_features", True)
+            policy.setdefault("explain_dir", str(Path(model_dir) / EXPLAIN_DIR))
     # a Parquet table of numeric features: ids and the piece plan here, rows read where they are used
     table = open_piece_table(data, name, id_col, categorical)
     table = table if table is not None else _read_csv(data, name, id_col, categorical=categorical).frame

@@ -13,6 +13,7 @@ import time
 from datasets.errors import InputError
 from datasets.loaders import DEFAULT_BATCH_ROWS, iter_party_batches
 from parties.active import ActiveParty
+from parties.explain_features import chosen_parties
 from parties.network import check_peers, load_active_model
 from protocols.grpc_client import GrpcTransport
 from protocols.grpc_wire import DEFAULT_MAX_FRAME_BYTES, DEFAULT_TIMEOUT
@@ -27,16 +28,18 @@ def explain_active(model_dir, data, id_col: str, peers: dict[str, str], security
                    timeout: float = DEFAULT_TIMEOUT, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                    connect_timeout: float | None = None, align: str | None = None,
                    batch_rows: int = DEFAULT_BATCH_ROWS, top: int | None = None,
-                   adverse: str = "high") -> tuple[Explanation | None, dict]:
+                   adverse: str = "high", passive_features=False) -> tuple[Explanation | None, dict]:
     """Explain the rows of ``data`` (the active party's columns: CSV, Parquet file or directory)
     with the model in ``model_dir``; each batch's table (:func:`vfl.core.explain.explanation_table`)
     is appended to ``out`` (written atomically at the end). Returns ``(explanation of every row,
     summary)``: the summary has the global view (mean |attribution| per player), the timing and
-    the bytes sent."""
+    the bytes sent. ``passive_features``: the passive parties (True: all) that also split their
+    value among their own features and keep it (opt-in at each; :mod:`parties.explain_features`)."""
     if align is not None and align not in ALIGNMENTS:
         raise InputError(f"--align must be one of {ALIGNMENTS}, got {align!r}")
     model = load_active_model(model_dir)
     check_peers(model, peers)
+    chosen_parties(model, passive_features)         # unknown names are refused before connecting
     batches = iter_party_batches(data, model.active_party, id_col, batch_rows=batch_rows,
                                  categorical=list(model.categories))
     first = next(batches)            # the whole id column is checked here, before connecting
@@ -49,7 +52,8 @@ def explain_active(model_dir, data, id_col: str, peers: dict[str, str], security
         t0 = time.perf_counter()
         with atomic_text_writer(out) if out is not None else contextlib.nullcontext() as fh:
             for pf in _chain(first, batches):
-                ids, ex = active.explain(transport, pf.frame, pf.source, align=align)
+                ids, ex = active.explain(transport, pf.frame, pf.source, align=align,
+                                         passive_features=passive_features)
                 if fh is not None:
                     table = explanation_table(ex, ids, id_col, model.classes, top, adverse)
                     fh.write(table.to_csv(index=False, header=n_batches == 0))
@@ -62,6 +66,7 @@ def explain_active(model_dir, data, id_col: str, peers: dict[str, str], security
                "batch_rows": batch_rows, "align": align or model.params.get("align", "hash"),
                "players": total.players if total is not None else [],
                **(total.summary(model.classes) if total is not None else {"n_rows": 0}),
+               "passive_features": (total.feature_splits or {}) if total is not None else {},
                "bytes_sent": transport.bytes_report(), "total_bytes": transport.total_bytes()}
     log.info("%s: explained %d rows in %d batch(es) with model %s in %.2f s", model.active_party,
              summary["n_rows"], n_batches, model.model_id, seconds)

@@ -26,6 +26,8 @@ from protocols import messages as m
 from vfl.core.explain import own_feature_values
 from vfl.core.files import write_text_atomic
 
+#: the folder under a passive server's --model-dir where it writes them
+EXPLAIN_DIR = "explanations"
 #: explanations of this many sessions are kept in memory (the oldest are dropped first)
 MAX_KEPT = 64
 
@@ -72,8 +74,9 @@ def feature_split(s: PassiveState, req: m.FeatureSplitRequest) -> m.FeatureSplit
     s.feature_explanations.append(table)
     del s.feature_explanations[:-MAX_KEPT]
     if s.explain_dir is not None:
+        Path(s.explain_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
         write_text_atomic(Path(s.explain_dir) / f"{s.model_id}-{req.session_id}.csv", table.to_csv(index=False))
     return m.FeatureSplitDone(int(len(X)))
 
 
-__all__ = ["feature_split", "feature_table"]
+__all__ = ["EXPLAIN_DIR", "feature_split", "feature_table"]

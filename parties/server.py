@@ -108,7 +108,7 @@ class PassiveServer:
 
     #: policy attributes copied onto every :class:`PassiveParty` the server creates or loads
     POLICY = ("allowed_align", "allowed_prediction", "dp_max_epsilon_per_feature", "dp_ledger_path",
-              "dp_lifetime_epsilon", "min_node_rows")
+              "dp_lifetime_epsilon", "min_node_rows", "explain_features", "explain_dir")
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
                  source: str | None = None, policy: dict | None = None,

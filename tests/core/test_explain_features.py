@@ -9,10 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import KEY_BITS
 
-from datasets.errors import PeerError, ProtocolError
+from datasets.errors import InputError, PeerError, ProtocolError
 from datasets.frames import party_data
+from parties.federation import FederationError, parse_federation
+from parties.passive_explain import EXPLAIN_DIR
+from parties.server import PassiveServer
 from protocols import messages as m
 from protocols.serialization import dumps, loads
+from protocols.transport import InMemoryTransport
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
 from vfl.core.explain import _leaf_phi, naive_owen, own_feature_values
 from vfl.core.split import goes_left
@@ -197,3 +201,51 @@ def test_own_feature_values_add_up_to_the_weighted_group_difference(seed, n_node
     assert np.all(out[:, 0, np.setdiff1d(np.arange(n_features), feat)] == 0)
     one = _leaf_phi(1.0, np.array([0.3]), np.array([[1.0], [0.0]]))
     np.testing.assert_allclose(one[:, 0], [0.7, -0.3])
+
+
+def test_through_passive_servers_the_party_writes_its_own_file_and_a_party_without_the_rule_refuses(tmp_path):
+    """In-process passive servers (every message as bytes through ``handle_frame``): b's policy
+    says explain_features (as its federation entry would), c's does not."""
+    a, b, c = _frames("binary", n=90)
+    servers = {"b": PassiveServer("b", b, "id", tmp_path / "b",
+                                  policy={"explain_features": True, "explain_dir": str(tmp_path / "b" / EXPLAIN_DIR)}),
+               "c": PassiveServer("c", c, "id", tmp_path / "c")}
+    transport = InMemoryTransport("a", {p: s.handle_frame for p, s in servers.items()}, record=True)
+    active = ActiveParty("a", a)
+    active.fit(transport, ["b", "c"], TrainParams(mode="plain", n_estimators=3, max_depth=3))
+    rows = a.drop(columns="y")
+    transport.log.clear()
+    ids, ex = active.explain(transport, rows, passive_features=["b"])
+    assert ex.feature_splits == {"b": 90}
+    files = list((tmp_path / "b" / EXPLAIN_DIR).glob("*.csv"))
+    assert len(files) == 1 and files[0].name.startswith(active.model.model_id)
+    assert files[0].stat().st_mode & 0o777 == 0o600
+    own = pd.read_csv(files[0])
+    assert list(own.columns) == ["id", "b0", "b1"] and own["id"].tolist() == ids.tolist()
+    nB = ex.players.index("b")
+    np.testing.assert_allclose(own[["b0", "b1"]].sum(axis=1), ex.values[:, 0, nB], rtol=0, atol=1e-9)
+    replies = [loads(f) for s, r, f in transport.log if r == "a"]
+    assert [vars(x) for x in replies if isinstance(x, m.FeatureSplitDone)] == [{"n_rows": 90}]
+    with pytest.raises(PeerError, match="party 'c' refuses FeatureSplitRequest: rule 'explain_features'"):
+        active.explain(transport, rows, passive_features=["c"])
+    assert not (tmp_path / "c" / EXPLAIN_DIR).exists()
+    assert servers["c"].open_sessions() == 0 and servers["b"].open_sessions() == 0
+    with pytest.raises(InputError, match="needs align 'hash'"):
+        active.explain(transport, rows, align="psi", passive_features=True)
+
+
+def test_the_federation_file_says_explain_features_for_a_passive_party_only(tmp_path):
+    base = {"federation": {"active": "a"}, "parties": {"a": {}, "b": {"address": "127.0.0.1:5000"},
+                                                       "c": {"address": "127.0.0.1:5001"}}}
+    fed = parse_federation(base, "f.toml")
+    assert not fed.party("b").explain_features
+    base["parties"]["b"]["explain_features"] = True
+    fed = parse_federation(base, "f.toml")
+    assert fed.party("b").explain_features and not fed.party("c").explain_features
+    base["parties"]["c"]["explain_features"] = "yes"
+    with pytest.raises(FederationError, match=r"f.toml.*parties.c.*explain_features.*expected true or false"):
+        parse_federation(base, "f.toml")
+    del base["parties"]["c"]["explain_features"]
+    base["parties"]["a"]["explain_features"] = True
+    with pytest.raises(FederationError, match=r"parties.a.*explain_features.*only a passive party"):
+        parse_federation(base, "f.toml")

@@ -87,16 +87,23 @@ def _plot_target(ex: Explanation, classes, plot_class) -> tuple[int, str | None]
               help="Rows explained per prediction session.")
 @click.option("--output-json", type=click.Path(dir_okay=False),
               help="Write a JSON summary here (the global view: mean |attribution| per player).")
+@click.option("--passive-features", "passive_features", multiple=True, metavar="NAME|all",
+              help="Network: passive party NAME (repeatable; 'all': every one) also splits its value among its own "
+                   "features and keeps them in its --model-dir/explanations (opt-in at the party: its federation "
+                   "entry says explain_features = true; this CSV still gets one value per passive party).")
 @net_options
 def explain(model_dir, data, peer_specs, federation_file, party_specs, id_col, out, top, adverse, plot_path,
             plot_class, align, timeout, connect_timeout, batch_rows, output_json, tls_dir, insecure, token_file,
-            max_message_mb, log_level):
+            max_message_mb, log_level, passive_features=()):
     """Explain each decision: exact attributions per active feature and per passive party (grouped
     TreeSHAP from the one-round prediction's leaf masks: the passive parties answer a prediction)."""
     setup_logging(log_level)
     if party_specs:
         if data or peer_specs or federation_file:
             raise click.UsageError("--party (in one process) does not go with --data/--peer/--federation (network)")
+        if passive_features:
+            raise click.UsageError("--passive-features is for passive servers (network): in one process, use "
+                                   "Federation.explanation(passive_features=...) (docs/explanations.md)")
         fed = Federation.load(model_dir, id_col)
         ids, ex = fed.explanation(_party_paths(party_specs), align=align, batch_rows=batch_rows)
         model = fed.model
@@ -115,7 +122,8 @@ def explain(model_dir, data, peer_specs, federation_file, party_specs, id_col, o
         sec = security_from_options(model.active_party, tls_dir, insecure, token_file)
         ex, summary = explain_active(model_dir, data, id_col, peers, sec, out, timeout=timeout,
                                      max_frame_bytes=max_bytes(max_message_mb), connect_timeout=connect_timeout,
-                                     align=align, batch_rows=batch_rows, top=top, adverse=adverse)
+                                     align=align, batch_rows=batch_rows, top=top, adverse=adverse,
+                                     passive_features=True if "all" in passive_features else list(passive_features))
     if plot_path:
         target, name = _plot_target(ex, model.classes, plot_class)
         summary_plot(ex, plot_path, target, target_name=name)
