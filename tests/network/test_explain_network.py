@@ -4,6 +4,7 @@ messages (types, fields, sizes)."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +129,49 @@ def test_explain_over_mutual_tls_adds_up_and_asks_exactly_what_prediction_asks(c
         got[what] = transport.exchange()
     assert got["explain"] == got["predict"]
     assert {k for _, k, _, _ in got["explain"]} >= {"PredictStart", "LeafMaskRequest", "LeafMaskResponse"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_passive_features_over_mutual_tls_only_for_a_party_whose_federation_entry_says_so(children, tmp_path):
+    """b's federation entry says explain_features = true, c's does not: `vfl explain
+    --passive-features b` leaves b's own features' values in b's --model-dir/explanations (adding
+    up to b's column of the active party's CSV); `--passive-features c` is refused naming the rule."""
+    _files(tmp_path)
+    addr = {n: f"127.0.0.1:{_free_port()}" for n in ("b", "c")}
+    fed = tmp_path / "federation.toml"
+    fed.write_text(f'[federation]\nactive = "a"\n\n[parties.a]\n\n'
+                   f'[parties.b]\naddress = "{addr["b"]}"\nhosts = ["127.0.0.1"]\nexplain_features = true\n\n'
+                   f'[parties.c]\naddress = "{addr["c"]}"\nhosts = ["localhost"]\n')
+    certs = tmp_path / "certs"
+    r = run_cli("certs", "--out", certs, "--federation", fed)
+    assert r.returncode == 0, r.stderr
+    tls = ["--tls-dir", certs, "--federation", fed]
+    for name in ("b", "c"):
+        start_passive(children, tmp_path, name, "--data", tmp_path / f"{name}.csv", "--model-dir",
+                      tmp_path / f"m{name}", *tls, "--listen", addr[name],
+                      *(["--categorical", "colour"] if name == "b" else []))
+    r = run_cli("party", "active", "--data", tmp_path / "a.csv", "--model-dir", tmp_path / "ma", *tls,
+                "--mode", "plain", "--rounds", 3, "--depth", 3, "--timeout", 60)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("explain", "--model-dir", tmp_path / "ma", "--data", tmp_path / "a_new.csv", *tls,
+                "--out", tmp_path / "ex.csv", "--batch-rows", 100, "--passive-features", "b",
+                "--output-json", tmp_path / "ex.json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "ex.json").read_text())["passive_features"] == {"b": 240}
+    table = pd.read_csv(tmp_path / "ex.csv")
+    assert not any(col in table.columns for col in ("b0", "b1", "colour"))      # one value per passive party
+    files = sorted((tmp_path / "mb" / "explanations").glob("*.csv"))
+    assert len(files) == 3                       # one per batch (session)
+    own = pd.concat([pd.read_csv(f) for f in files]).set_index("id").loc[table["id"]]
+    assert list(own.columns) == ["b0", "b1", "colour"]
+    np.testing.assert_allclose(own.sum(axis=1).to_numpy(), table["b"].to_numpy(), rtol=0, atol=1e-9)
+    assert not (tmp_path / "mc" / "explanations").exists()
+    r = run_cli("explain", "--model-dir", tmp_path / "ma", "--data", tmp_path / "a_new.csv", *tls,
+                "--out", tmp_path / "ex2.csv", "--passive-features", "c")
+    assert r.returncode != 0 and "rule 'explain_features'" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "ex2.csv").exists()
