@@ -22,6 +22,9 @@ from vfl.core.explain import feature_split_input
 from vfl.core.model import BoostedModel, OneRound
 from vfl.core.params import Alignment
 
+#: the group weights of one request stay below this many bytes: more rows go in more sessions
+MAX_WEIGHT_BYTES = 64 << 20
+
 
 def chosen_parties(model: BoostedModel, passive_features) -> list[str]:
     """The passive parties asked to split their values: ``True`` every one, else a list of names."""
@@ -49,20 +52,21 @@ def send_feature_splits(transport: Transport, model: BoostedModel, one: OneRound
     done = {}
     for p in parties:
         req = feature_split_input(model, one, p)
+        done[p] = 0
         if not len(req.leaf_target):
-            done[p] = 0          # no split of the party: its value is 0, nothing to split
-            continue
-        session_id = secrets.token_hex(8)
-        transport.call(p, m.PredictStart(model.model_id, session_id, hashes, model.party_hashes.get(p, "")))
-        try:
-            reply = transport.call(p, m.FeatureSplitRequest(
-                session_id, int(model.n_targets), req.leaf_target, req.path_start, req.path_record, req.path_left,
-                req.path_z, req.weights))
-        finally:
-            end_prediction(transport, [p], session_id)
-        if not isinstance(reply, m.FeatureSplitDone):
-            raise InputError(f"party {p!r} answered a FeatureSplitRequest with {type(reply).__name__}")
-        done[p] = int(reply.n_rows)
+            continue             # no split of the party: its value is 0, nothing to split
+        step = max(1, MAX_WEIGHT_BYTES // (8 * len(req.leaf_target)))
+        for s in range(0, len(ids), step):
+            session_id = secrets.token_hex(8)
+            transport.call(p, m.PredictStart(model.model_id, session_id, hashes[s:s + step],
+                                             model.party_hashes.get(p, "")))
+            try:
+                reply = transport.call(p, m.FeatureSplitRequest(
+                    session_id, int(model.n_targets), req.leaf_target, req.path_start, req.path_record,
+                    req.path_left, req.path_z, np.ascontiguousarray(req.weights[s:s + step])))
+            finally:
+                end_prediction(transport, [p], session_id)
+            done[p] += int(reply.n_rows)
     return done
 
 

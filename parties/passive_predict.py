@@ -145,6 +145,7 @@ def leaf_mask(s: PassiveState, req: m.LeafMaskRequest) -> m.LeafMaskResponse:
     go_left = s.table.go_left(rec[None, :], X[:, s.table.features(rec)])
     if req.session_id != s.eval_session:             # (validation: one request per round)
         del s.sessions[req.session_id]              # a one-round session is complete
+        s.session_ids.pop(req.session_id, None)
     return m.LeafMaskResponse(leaf_masks(sk, own, go_left))
 
 

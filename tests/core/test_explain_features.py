@@ -11,6 +11,7 @@ from support import KEY_BITS
 
 from datasets.errors import InputError, PeerError, ProtocolError
 from datasets.frames import party_data
+from parties import explain_features
 from parties.federation import FederationError, parse_federation
 from parties.passive_explain import EXPLAIN_DIR
 from parties.server import PassiveServer
@@ -249,3 +250,16 @@ def test_the_federation_file_says_explain_features_for_a_passive_party_only(tmp_
     base["parties"]["a"]["explain_features"] = True
     with pytest.raises(FederationError, match=r"parties.a.*explain_features.*only a passive party"):
         parse_federation(base, "f.toml")
+
+
+def test_many_rows_go_in_several_sessions_and_still_add_up(monkeypatch):
+    fed, frames = _fit("regression", n_estimators=2, max_depth=2, allow=("b",), record=True)
+    monkeypatch.setattr(explain_features, "MAX_WEIGHT_BYTES", 8 * 40)       # a few rows per request
+    fed.transport.log.clear()
+    ids, ex = fed.explanation(frames, passive_features=["b"])
+    kinds = [type(loads(f)).__name__ for s, r, f in fed.transport.log if r == "b"]
+    assert kinds.count("FeatureSplitRequest") > 3
+    _, own = _own(fed, "b", 1)
+    assert len(own) == len(ids) and ex.feature_splits == {"b": len(ids)}
+    np.testing.assert_allclose(own.sum(axis=2)[:, 0], ex.values[:, 0, ex.players.index("b")], rtol=0, atol=1e-9)
+    assert not fed.passives["b"]._state.sessions and not fed.passives["b"]._state.session_ids
