@@ -50,6 +50,20 @@ def feature_table(ids, values: np.ndarray, features: list[str], id_col: str = "i
     return pd.concat(parts, ignore_index=True).iloc[order].reset_index(drop=True)
 
 
+def _check_leaf_count(s: PassiveState, n_leaves: int) -> None:
+    """A tree of the model has at most ``2 ** max_depth`` leaves: a request may name at most that
+    many per tree this party has a split in (rule 'leaf budget'; the work is linear in it). A model
+    file without max_depth: no budget."""
+    if s.max_depth is None:
+        return
+    keys = s.table.tree_keys()
+    n_trees = len(np.unique(keys[keys >= 0]))
+    cap = n_trees * 2 ** int(s.max_depth)
+    if n_leaves > cap:
+        raise ProtocolError(f"party {s.name!r} refuses FeatureSplitRequest: rule 'leaf budget': {n_leaves} leaves, "
+                            f"more than its {n_trees} tree(s) of depth <= {s.max_depth} hold ({cap})")
+
+
 def feature_split(s: PassiveState, req: m.FeatureSplitRequest) -> m.FeatureSplitDone:
     if not s.explain_features:
         raise ProtocolError(f"party {s.name!r} refuses FeatureSplitRequest: rule 'explain_features': its federation "
@@ -65,6 +79,7 @@ def feature_split(s: PassiveState, req: m.FeatureSplitRequest) -> m.FeatureSplit
                             f"{len(X)} rows")
     rec = np.asarray(req.path_record, dtype=np.int64)
     s.table.check_ids(rec, s.name)
+    _check_leaf_count(s, len(req.leaf_target))
     feats = s.table.features(rec)
     agree = s.table.go_left(np.broadcast_to(rec, (len(X), len(rec))), X[:, feats]) == req.path_left[None, :]
     values = own_feature_values(req.weights, req.leaf_target, req.path_start, feats, agree, req.path_z,

@@ -174,6 +174,12 @@ def test_a_request_with_rows_or_records_that_do_not_match_is_refused():
                                 np.array([0.5]), np.ones((2, 1)))
     with pytest.raises(ProtocolError, match="unknown record id"):
         fed.passives["b"].handle(bad)
+    assert s.max_depth == 3 and len(np.unique(s.table.tree_keys())) == 1
+    L = 2 ** 3 + 1                      # one tree of depth 3 holds 8 leaves
+    many = m.FeatureSplitRequest("x1", 1, np.zeros(L, int), np.arange(L + 1), np.zeros(L, int), np.ones(L, bool),
+                                 np.full(L, 0.5), np.ones((2, L)))
+    with pytest.raises(ProtocolError, match="rule 'leaf budget': 9 leaves, more than its 1 tree"):
+        fed.passives["b"].handle(many)
     for kw, match in (({"path_z": np.array([1.5])}, "cover fractions"),
                       ({"path_start": np.array([0, 2])}, "offsets"),
                       ({"weights": np.array([[np.nan], [1.0]])}, "not finite")):
