@@ -378,7 +378,8 @@ def test_cli_simulate_prediction_flag(tmp_path):
 # --- the passive party's dispatcher -------------------------------------------------------------
 #: registered messages that only ever travel to the active party (replies)
 REPLIES = {m.Ack, m.ErrorReply, m.IdHashes, m.AlignAck, m.BinningInfo, m.HistogramResponse, m.SplitResponse,
-           m.RouteResponse, m.PsiResponse, m.LeafMaskResponse, m.DPRelease, m.DPSplitRecords}
+           m.RouteResponse, m.PsiResponse, m.LeafMaskResponse, m.DPRelease, m.DPSplitRecords,
+           m.FeatureSplitDone}
 #: requests a passive server answers itself (it owns the lookup-table files)
 SERVER_ONLY = {m.TrainResume}
 
