@@ -194,6 +194,18 @@ def main():
     out["players"] = len(ex.players)
     out["additivity_error"] = ex.additivity_error()
     out["margin_equals_prediction"] = bool(np.array_equal(ex.margin, raw))
+    # opt-in: every passive party also splits its value among its own features (issue 32, item 4)
+    for p in fed.passives.values():
+        p.explain_features = True
+    t0 = time.perf_counter()
+    _, ex_features = fed.explanation(new, passive_features=True)
+    out["inprocess_explain_with_passive_features_seconds"] = round(time.perf_counter() - t0, 3)
+    out["passive_features_over_explain"] = round(out["inprocess_explain_with_passive_features_seconds"]
+                                                 / max(out["inprocess_explain_seconds"], 1e-9), 2)
+    out["passive_features_max_sum_error"] = max(
+        float(np.max(np.abs(p.feature_explanation().drop(columns=p.id_col).sum(axis=1).to_numpy()
+                            - ex_features.values[:, 0, ex_features.players.index(name)])))
+        for name, p in fed.passives.items())
     X = full_matrix(fed, new)
     explainer = shap.TreeExplainer(shap_model(fed), feature_perturbation="tree_path_dependent")
     t0 = time.perf_counter()
