@@ -278,7 +278,12 @@ def own_feature_values(weights: np.ndarray, leaf_target: np.ndarray, path_start:
         for p, f in enumerate(inv.tolist()):
             o[:, f] &= agree[:, s + p]
             z[f] *= float(path_z[s + p])
-        phi = _leaf_phi(1.0, z, o.astype(np.float64))          # (n, k): the within-group Shapley split
+        if k <= TABLE_PLAYERS:          # the within-group Shapley split at each of the 2^k patterns
+            codes = np.arange(1 << k)
+            table = _leaf_phi(1.0, z, ((codes[:, None] >> np.arange(k)[None, :]) & 1).astype(np.float64))
+            phi = table[(o.astype(np.int64) << np.arange(k)[None, :]).sum(axis=1)]
+        else:
+            phi = _leaf_phi(1.0, z, o.astype(np.float64))      # (n, k)
         out[:, int(leaf_target[li]), feats] += weights[:, li:li + 1] * phi
     return out
 
@@ -488,16 +493,35 @@ class ShapPlan:
         out = np.zeros((n, len(ent)))
         if not len(ent):
             return out
-        for s in range(0, n, BLOCK_ROWS):
-            e = min(n, s + BLOCK_ROWS)
-            o = self._one_fractions(self._bits(go_left, leaf_bits, s, e)).astype(np.float64)
+        step = BLOCK_ROWS * 16           # a Python step per leaf: larger blocks (entries x rows bools)
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            o = self._one_fractions(self._bits(go_left, leaf_bits, s, e))
             for c, en in enumerate(ent.tolist()):
                 li = int(self.entry_leaf[en])
                 first, m = int(self.leaf_entry_start[li]), int(self.leaf_m[li])
-                i = en - first
-                others = [j for j in range(m) if j != i]
-                out[s:e, c] = self.leaf_value[li] * _outer(self.leaf_z[li][others], o[first:first + m][others].T)
+                others = [first + j for j in range(m) if first + j != en]
+                z = self.leaf_z[li][[j - first for j in others]]
+                if len(others) <= TABLE_PLAYERS:          # the 2^(m-1) patterns, then a look-up per row
+                    table = self._outer_table(li, en, z)
+                    code = np.zeros(e - s, dtype=np.int64)
+                    for b, j in enumerate(others):
+                        code |= o[j].astype(np.int64) << b
+                    out[s:e, c] = table[code]
+                else:
+                    out[s:e, c] = self.leaf_value[li] * _outer(z, o[others].T.astype(np.float64))
         return out
+
+    def _outer_table(self, li: int, en: int, z: np.ndarray) -> np.ndarray:
+        """Leaf ``li``'s group weight for entry ``en`` at every pattern of the other players."""
+        cache = self.__dict__.setdefault("_outer_tables", {})
+        table = cache.get(en)
+        if table is None:
+            M = len(z)
+            codes = np.arange(1 << M)
+            pats = ((codes[:, None] >> np.arange(M)[None, :]) & 1).astype(np.float64)
+            table = cache[en] = self.leaf_value[li] * _outer(z, pats)
+        return table
 
     def _block(self, bits_t: np.ndarray) -> np.ndarray:
         """Values ``(n, targets * players)`` from the transposed bit matrix ``(bits, n)``: every
