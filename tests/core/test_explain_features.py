@@ -19,6 +19,7 @@ from protocols import messages as m
 from protocols.serialization import dumps, loads
 from protocols.transport import InMemoryTransport
 from vfl.api import ActiveParty, Federation, PassiveParty, TrainParams
+from vfl.core import explain as explain_core
 from vfl.core.explain import _leaf_phi, naive_owen, own_feature_values
 from vfl.core.split import goes_left
 
@@ -269,3 +270,16 @@ def test_many_rows_go_in_several_sessions_and_still_add_up(monkeypatch):
     assert len(own) == len(ids) and ex.feature_splits == {"b": len(ids)}
     np.testing.assert_allclose(own.sum(axis=2)[:, 0], ex.values[:, 0, ex.players.index("b")], rtol=0, atol=1e-9)
     assert not fed.passives["b"]._state.sessions and not fed.passives["b"]._state.session_ids
+
+
+def test_without_pattern_tables_the_direct_polynomials_give_the_same_owen_values(monkeypatch):
+    """Leaves with more players than the pattern tables hold are computed per row (both sides)."""
+    monkeypatch.setattr(explain_core, "TABLE_PLAYERS", 0)
+    fed, frames = _fit("regression")
+    ids, ex = fed.explanation(frames, passive_features=True)
+    phi, offset = _owen_oracle(fed, frames)
+    for party in fed.model.passives:
+        _, own = _own(fed, party, 1)
+        np.testing.assert_allclose(own, phi[:, :, offset[party]:offset[party] + own.shape[2]], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(ex.values[:, :, :len(fed.model.active_features)],
+                               phi[:, :, :len(fed.model.active_features)], rtol=0, atol=1e-9)

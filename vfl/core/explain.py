@@ -405,7 +405,8 @@ class ShapPlan:
                 ent_base[first + j] = pos
                 blocks.append(phi[:, j])
                 pos += phi.shape[0]
-        self.table = np.concatenate(blocks) if blocks else np.zeros(0)
+        # (a big leaf gathers a placeholder at index 0 or 1 before its values are computed)
+        self.table = np.concatenate(blocks) if blocks else np.zeros(2)
         index_type = np.int32 if pos < 2 ** 31 - 256 else np.int64
         self.entry_shift = np.where(self.entry_small, self.entry_pos, 0).astype(np.uint8)[:, None]
         # literal columns of the transposed bit matrix: [go left; go right; passive leaf bits]
