@@ -44,6 +44,7 @@ from vfl.commands.common import (
     setup_logging,
 )
 from vfl.commands.evaluation import drift_option, echo_evaluation, passive_drift_option, segment_option
+from vfl.commands.explain import explain as explain_command
 from vfl.commands.predict import predict
 from vfl.commands.report import report
 from vfl.commands.screen import screen_command
@@ -752,6 +753,7 @@ main.add_command(report)
 
 
 main.add_command(serve)
+main.add_command(explain_command)
 
 if __name__ == "__main__":
     main()

@@ -26,6 +26,7 @@ from datasets.loaders import DeferredColumns
 from parties.channel import GradientChannel
 from parties.checkpoint import CheckpointTracker
 from parties.dp import booster_class, dp_only_binning, dp_sources
+from parties.explain_features import chosen_parties, send_feature_splits
 from parties.monitor import TrainingMonitor
 from parties.psi_align import align_predict, align_train
 from parties.remote import RemoteSource, end_prediction, leaf_mask_fetcher, source_map
@@ -39,6 +40,7 @@ from vfl.core.binning import feature_matrix
 from vfl.core.dp_bins_file import public_columns
 from vfl.core.dp_model import plan_dp_model
 from vfl.core.dp_noise import NOT_PRIVATE
+from vfl.core.explain import Explanation, explain_one_round
 from vfl.core.leafmask import DEFAULT_PREDICTION, PREDICTIONS
 from vfl.core.model import BoostedModel
 from vfl.core.objectives import check_sample_weight, get_objective
@@ -499,6 +501,39 @@ class ActiveParty:
         ``prediction``: "one-round" (leaf masks, the default) or "node" (node-by-node
         routing); ``align``: how the passive parties find the rows, "hash" (salted hashes
         under the model's salt) or "psi" (a fresh PSI per batch); default: as in training."""
+        return self._predict(transport, frame, source, prediction, align, None, drift_run, last)
+
+    def explain(self, transport: Transport, frame: pd.DataFrame | None = None, source: str | None = None,
+                align: str | None = None, passive_features=False) -> tuple[np.ndarray, Explanation]:
+        """``(ids, explanation)`` of the rows of ``frame``: grouped TreeSHAP values
+        (:mod:`vfl.core.explain`) from a one-round prediction session, the very same one
+        :meth:`predict_raw` runs (same messages; the passive parties' prediction rules and limits
+        apply); nothing else is asked of them.
+
+        ``passive_features`` (True, or a list of passive parties; opt-in at each of them): then each
+        such party also splits its grouped value among its own features and keeps them
+        (:mod:`parties.explain_features`; ``explanation.feature_splits``: the rows each explained)."""
+        model = self._need_model()
+        chosen = chosen_parties(model, passive_features)
+        align = model.params.get("align", "hash") if align is None else align
+        if chosen and str(align) != Alignment.HASH:
+            raise InputError("passive_features needs align 'hash' (PSI alignment gives a passive party no ids to "
+                             "name its rows by)")
+        rounds = {}
+
+        def use(model, X, fetch_masks):
+            one = rounds["one"] = model.one_round(X, fetch_masks)
+            ex = explain_one_round(model, one)
+            ex.active_values = np.asarray(X, dtype=np.float64)
+            return ex
+        ids, ex = self._predict(transport, frame, source, Prediction.ONE_ROUND, align, use)
+        if chosen:
+            ex.feature_splits = send_feature_splits(transport, model, rounds["one"], ids, chosen, align)
+        return ids, ex
+
+    def _predict(self, transport: Transport, frame, source, prediction, align, use, drift_run=None, last=True):
+        """A prediction session; ``use(model, X, fetch_masks)`` (one-round only) replaces the scoring;
+        ``drift_run``/``last`` as in :meth:`predict_raw`."""
         model = self.model
         if model is None:
             raise InputError(f"party {self.name!r} has no trained model")
@@ -538,16 +573,17 @@ class ActiveParty:
         try:
             if drift_run is not None:        # before the leaf masks end the session
                 drift_run.ask(transport, session_id, last)
-                ids, raw = self._predict_session(transport, model, X, ids, session_id, prediction, open_at)
+                ids, raw = self._predict_session(transport, model, X, ids, session_id, prediction, open_at, use)
                 drift_run.add(X, raw)
                 return ids, raw
-            return self._predict_session(transport, model, X, ids, session_id, prediction, open_at)
+            return self._predict_session(transport, model, X, ids, session_id, prediction, open_at, use)
         finally:        # the passive parties free the session's rows (and its slot) at once
             end_prediction(transport, [p for p in model.passives if p in open_at], session_id)
 
     @staticmethod
-    def _predict_session(transport, model, X, ids, session_id, prediction, open_at):
-        """Score the open session's rows ``X``: leaf masks (one round) or node-by-node routing."""
+    def _predict_session(transport, model, X, ids, session_id, prediction, open_at, use=None):
+        """Score the open session's rows ``X``: leaf masks (one round) or node-by-node routing;
+        ``use(model, X, fetch_masks)`` (one-round only) replaces the scoring (explanations)."""
         if prediction == Prediction.ONE_ROUND:
             fetch = leaf_mask_fetcher(transport, session_id)
 
@@ -556,6 +592,8 @@ class ActiveParty:
                 open_at.discard(owner)
                 return masks
 
+            if use is not None:
+                return ids, use(model, X, fetch_masks)
             return ids, model.predict_raw_one_round(X, fetch_masks)
 
         def route(owner, record_ids, rows):

@@ -18,6 +18,8 @@ A deployment starts from one file every party holds a copy of (see docs/federati
     screen_epsilon = 1.0         # DP noise on the screening counts telco returns (optional; default: exact)
     serve_requests_per_second = 50   # online scoring: each caller's rate limit at telco (optional)
     serve_rows_per_day = 100000      # online scoring: each caller's applicants per UTC day (optional)
+    explain_features = true      # telco splits its explanations among its own features (default false;
+                                 # what it learns then: docs/threat-model.md)
 
 :func:`load_federation` parses it with the standard library's ``tomllib`` and checks it; every
 mistake is an :class:`FederationError` naming the file, the table and the key.
@@ -57,7 +59,7 @@ MAX_ROUNDS_SETTING = 1 << 20
 _FED_KEYS = {"active", "min_node_rows", "dp_model_min_node_rows"}
 _PARTY_KEYS = {"address", "hosts", "train", "predict", "drift", "screen", "screen_epsilon",
                "serve_requests_per_second", "serve_rows_per_day", "require_active_only_rounds",
-               "categorical_ordered", *LIMIT_KEYS}
+               "categorical_ordered", "explain_features", *LIMIT_KEYS}
 #: what a passive party answers a drift request with (issue 34): PSI per feature by position (the
 #: default: its feature names are not shared), by name, or nothing (it declines)
 DRIFT_POLICIES = ("positions", "names", "decline")
@@ -97,6 +99,7 @@ class PartyEntry:
     require_active_only_rounds: int = 0
     categorical_ordered: bool = False
     limits: Limits = field(default_factory=Limits)   # a passive party's own caps (parties.passive_limits)
+    explain_features: bool = False              # opt-in: it splits its explanations among its own features
 
     @property
     def cert_names(self) -> frozenset[str]:
@@ -317,9 +320,16 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
             raise _err(path, table, sorted(given)[0], "a passive party's limit: the active party serves nothing")
         limits = parse_limits(given, lambda key, msg, table=table: _err(path, table, key, msg))
         serve_limits = _serve_limits(path, table, t, name == active)
+        explain = t.get("explain_features", False)
+        if not isinstance(explain, bool):
+            raise _err(path, table, "explain_features", f"expected true or false, got {explain!r}")
+        if explain and name == active:
+            raise _err(path, table, "explain_features", "only a passive party's table may say it (the active party "
+                                                        "explains its own features anyway)")
         entries[name] = PartyEntry(name, address, hosts, lists.get("train"), lists.get("predict"), drift,
                                    lists.get("screen", ()), eps, require_active_only_rounds=int(rounds),
-                                   categorical_ordered=ordered, limits=limits, **serve_limits)
+                                   categorical_ordered=ordered, limits=limits, explain_features=explain,
+                                   **serve_limits)
     return Federation(str(path), active, entries, int(min_rows), None if dp_rows is None else int(dp_rows))
 
 

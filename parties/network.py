@@ -30,6 +30,7 @@ from parties.checkpoint import Checkpoint
 from parties.drift import DriftRun, with_last
 from parties.evaluation import BatchEvaluation
 from parties.federation import Access, stricter_drift
+from parties.passive_explain import EXPLAIN_DIR
 from parties.passive_online import AuditLog, OnlineScoring, ServeLimits
 from parties.reveal_budget import default_paths
 from parties.serve_metrics import PassiveMetrics, start_metrics_server
@@ -138,6 +139,9 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
             policy.setdefault("categorical_ordered", True)
         if federation.dp_model_min_node_rows is not None:
             policy.setdefault("dp_model_min_node_rows", federation.dp_model_min_node_rows)
+        if federation.party(name).explain_features:     # opt-in: its own features' explanations
+            policy.setdefault("explain_features", True)
+            policy.setdefault("explain_dir", str(Path(model_dir) / EXPLAIN_DIR))
     # its own limits and lifetime ledgers, on by default (issue 31): MODEL_DIR/ledgers/ unless given
     reveal_path, dp_path = default_paths(model_dir)
     policy.setdefault("limits", access.limits)
@@ -432,6 +436,19 @@ def find_active_model_file(model_dir) -> Path:
     return path
 
 
+def check_peers(model: BoostedModel, peers: dict[str, str]) -> None:
+    """The peers are exactly the model's passive parties."""
+    missing = [p for p in model.passives if p not in peers]
+    if missing:
+        raise InputError("the model needs passive part" + ("y " if len(missing) == 1 else "ies ")
+                         + ", ".join(repr(p) for p in missing) + ": give --peer "
+                         + " --peer ".join(f"{p}=HOST:PORT" for p in missing))
+    extra = [p for p in peers if p not in model.passives]
+    if extra:
+        raise InputError(f"the model was not trained with part{'y' if len(extra) == 1 else 'ies'} {extra}; "
+                         f"its passive parties are {model.passives}")
+
+
 def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security, out=None,
                    timeout: float = DEFAULT_TIMEOUT, prediction: str = "one-round",
                    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, connect_timeout: float | None = None,
@@ -453,15 +470,7 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
     check_prediction(prediction)
     collect = out is None if collect is None else collect
     model = load_active_model(model_dir)
-    missing = [p for p in model.passives if p not in peers]
-    if missing:
-        raise InputError("the model needs passive part" + ("y " if len(missing) == 1 else "ies ")
-                         + ", ".join(repr(p) for p in missing) + ": give --peer "
-                         + " --peer ".join(f"{p}=HOST:PORT" for p in missing))
-    extra = [p for p in peers if p not in model.passives]
-    if extra:
-        raise InputError(f"the model was not trained with part{'y' if len(extra) == 1 else 'ies'} {extra}; "
-                         f"its passive parties are {model.passives}")
+    check_peers(model, peers)
     batches = iter_party_batches(data, model.active_party, id_col, batch_rows=batch_rows,
                                  categorical=list(model.categories))
     first = next(batches)            # the whole id column is checked here, before connecting

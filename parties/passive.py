@@ -27,7 +27,7 @@ from datasets.errors import InputError, ProtocolError
 from datasets.frames import party_data
 from datasets.loaders import read_party_table
 from datasets.pieces import PieceTable, open_piece_table
-from parties import dp, passive_align, passive_predict, passive_screen, passive_splits, passive_train
+from parties import dp, passive_align, passive_explain, passive_predict, passive_screen, passive_splits, passive_train
 from parties import drift as drift_exchange
 from parties.passive_state import LookupTable, PassiveState
 from protocols import messages as m
@@ -77,6 +77,7 @@ HANDLERS = {
     m.PredictEnd: passive_predict.predict_end,
     m.LeafMaskRequest: passive_predict.leaf_mask,
     m.SplitGains: passive_predict.split_gains,
+    m.FeatureSplitRequest: passive_explain.feature_split,
     m.DPReleaseRequest: dp.release,
     m.DPSplitRegister: dp.register_splits,
     m.DriftRequest: drift_exchange.drift_request,
@@ -210,6 +211,9 @@ class PassiveParty:
     screen_allowed = _state_attr("screen_allowed", "whether this party answers a screening (default False)")
     screen_epsilon = _state_attr("screen_epsilon", "DP epsilon of the noise on the screening counts (None: exact)")
     psi_pending_cap = _state_attr("psi_pending_cap", "pending PSI exchanges kept (older ones are forgotten)")
+    explain_features = _state_attr("explain_features", "whether this party splits its explanations among its own "
+                                                       "features (opt-in; parties.passive_explain)")
+    explain_dir = _state_attr("explain_dir", "where it writes its own features' explanations (None: memory only)")
 
     def __init__(self, name: str, frame: pd.DataFrame | None = None, id_col: str = "id",
                  source: str | None = None, n_jobs: int | None = None, executor: Executor | None = None,
@@ -461,6 +465,14 @@ class PassiveParty:
     def dp_release_info(self) -> dict | None:
         """The release of the current model, if it was trained in mode dp."""
         return dp.release_info(self._state)
+
+    def feature_explanation(self) -> pd.DataFrame | None:
+        """This party's own features' attributions of the rows explained with
+        ``passive_features`` (opt-in: :attr:`explain_features`), the sessions kept, in order: ``id``
+        (``target`` for a multiclass model), one column per own feature; they add up to this
+        party's grouped attribution, which the active party sees. None: none yet."""
+        kept = self._state.feature_explanations
+        return pd.concat(kept, ignore_index=True) if kept else None
 
     def feature_importance(self, kind: str = "split", n_rounds: int | None = None) -> dict[str, float]:
         """This party's own features by name, from its own records: ``split`` (number of splits)

@@ -126,6 +126,7 @@ def leaf_mask(s: PassiveState, req: m.LeafMaskRequest) -> m.LeafMaskResponse:
     if req.session_id != s.eval_session:             # (validation: one request per round)
         prediction_limits.charge_leaf_mask(s, req.session_id, len(X), len(own))
         del s.sessions[req.session_id]              # a one-round session is complete
+        s.session_ids.pop(req.session_id, None)
     return m.LeafMaskResponse(leaf_masks(sk, own, go_left))
 
 

@@ -227,6 +227,10 @@ class PassiveState:
     session_ids: dict = field(default_factory=dict)    # prediction session id -> its rows' ids
     training_rows: np.ndarray | None = None    # digests of the rows a model was trained on (prediction refuses them)
     fingerprint: str | None = None             # the dataset's fingerprint (parties.dp_ledger), once computed
+    # explanations of this party's own features (opt-in, parties.passive_explain): its own policy
+    explain_features: bool = False                    # its federation entry says explain_features = true
+    explain_dir: str | None = None                    # where it writes them (None: memory only)
+    feature_explanations: list = field(default_factory=list)   # tables of the last sessions, oldest first
     psi_pending_cap: int = MAX_PSI_PENDING             # pending PSI exchanges kept (a server raises it: it
     #                                                    bounds its sessions itself and never evicts one in use)
     executor: Executor | None = None
@@ -320,6 +324,7 @@ class PassiveState:
         self.session_owner.pop(session_id, None)
         self.session_ids.pop(session_id, None)
         self.psi_pending.pop(session_id, None)
+        self.session_ids.pop(session_id, None)
 
 
 def unsafe_seed(s: PassiveState, what: str):

@@ -111,7 +111,7 @@ class PassiveServer:
     POLICY = ("allowed_align", "allowed_prediction", "dp_max_epsilon_per_feature", "dp_ledger_path",
               "dp_lifetime_epsilon", "min_node_rows", "drift_policy", "drift_min_rows", "screen_allowed",
               "screen_epsilon", "require_active_only_rounds", "categorical_ordered", "limits", "reveal_budget_path",
-              "dp_model_min_node_rows")
+              "dp_model_min_node_rows", "explain_features", "explain_dir")
 
     def __init__(self, name: str, frame: pd.DataFrame, id_col: str = "id", model_dir=".",
                  source: str | None = None, policy: dict | None = None,

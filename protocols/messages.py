@@ -737,3 +737,50 @@ REPLIES: dict[type, tuple[type, ...]] = {
     ServeOpen: (Ack,),
     ScoreRequest: (ScoreResponse, ScoreRefused),
 }
+
+
+@register
+@dataclass
+class FeatureSplitRequest:
+    """Opt-in (a passive party whose federation entry says ``explain_features = true``), in a
+    prediction session over the rows being explained: what the receiver needs to split its
+    grouped attribution among its own features (``vfl.core.explain.own_feature_values``). Per
+    leaf under one of the receiver's nodes: the leaf's target and the receiver's nodes on its path
+    (``path_start[l]:path_start[l + 1]`` of the path arrays: its record ids, the path's direction,
+    the node's cover fraction); per row and leaf the leaf's group weight ``weights[row, l]``.
+    The receiver answers with an :class:`FeatureSplitDone`, never with the values."""
+    session_id: str = text(ID_CHARS, nonempty=True)
+    n_targets: int = count(min=1, max=1 << 16)
+    leaf_target: np.ndarray = array("int", 1, min=0)    # int64 (L,)
+    path_start: np.ndarray = array("int", 1, min=0)     # int64 (L + 1,)
+    path_record: np.ndarray = array("int", 1, min=0)    # int64 (P,)
+    path_left: np.ndarray = array("bool", 1)             # bool (P,)
+    path_z: np.ndarray = array("float", 1)               # float64 (P,) in [0, 1]
+    weights: np.ndarray = array("float", 2)              # float64 (n rows, L)
+    SAME_LENGTH: ClassVar = (("path_record", "path_left", "path_z"),)
+
+    def validate(self) -> None:
+        L, P = len(self.leaf_target), len(self.path_record)
+        if len(self.path_start) != L + 1 or (L + 1 and (self.path_start[0] != 0 or self.path_start[-1] != P)) \
+                or np.any(np.diff(self.path_start) < 1):
+            raise ProtocolError(f"FeatureSplitRequest.path_start: expected {L + 1} increasing offsets from 0 to "
+                                f"{P}, each leaf with at least one node")
+        if self.weights.shape[1] != L:
+            raise ProtocolError(f"FeatureSplitRequest.weights: {self.weights.shape[1]} columns for {L} leaves")
+        if L and int(self.leaf_target.max()) >= self.n_targets:
+            raise ProtocolError(f"FeatureSplitRequest.leaf_target: a target beyond n_targets={self.n_targets}")
+        if not np.all(np.isfinite(self.weights)):
+            raise ProtocolError("FeatureSplitRequest.weights: not finite")
+        if P and not (np.all(np.isfinite(self.path_z)) and self.path_z.min() >= 0 and self.path_z.max() <= 1):
+            raise ProtocolError("FeatureSplitRequest.path_z: cover fractions must lie in [0, 1]")
+
+
+@register
+@dataclass
+class FeatureSplitDone:
+    """The receiver split its attributions among its own features and kept them: only how many
+    rows it explained, never a value."""
+    n_rows: int = count(min=0)
+
+
+REPLIES[FeatureSplitRequest] = (FeatureSplitDone,)

@@ -44,6 +44,7 @@ FUNCTION_IMPORT_ALLOWED = [
     ("protocols.psi", "cryptography", "optional extra [net]: X25519 only for the PSI alignment"),
     ("datasets.catalogue", "sklearn.datasets", "bundled example data: loading it costs seconds, only on use"),
     ("vfl.compare", "matplotlib", "optional extra [plot]: plotting only when a figure is asked for"),
+    ("vfl.core.explain", "matplotlib", "optional extra [plot]: the explanations' summary plot only when asked for"),
     ("vfl.compare", "xgboost", "optional test/benchmark dependency: the centralised XGBoost baseline"),
     ("vfl.compare", "sklearn.metrics", "the XGBoost baseline's AUC, only when the xgboost arm runs (with "
                                        "the optional xgboost import beside it)"),

@@ -42,6 +42,7 @@ from parties.screen import ScreenParams, ScreenResult, screen
 from protocols.transport import InMemoryTransport, frame_handler
 from vfl.core import credit_metrics, metrics
 from vfl.core.dp_bins_file import check_dp_bins
+from vfl.core.explain import Explanation, explanation_table
 from vfl.core.files import check_writable_dir, json_bytes, write_files_atomic
 from vfl.core.model import BoostedModel, read_model_json
 from vfl.core.objectives import check_sample_weight, get_objective
@@ -244,6 +245,39 @@ class Federation:
                                                       segments=None if segment is None else own[segment].to_numpy(),
                                                       segment_name=segment),
                 "drift": self.last_drift if drift else None}
+
+    def explanation(self, frames: dict | None = None, align: str | None = None,
+                    batch_rows: int | None = None, passive_features=False) -> tuple[np.ndarray, Explanation]:
+        """``(ids, explanation)``: grouped TreeSHAP attributions (:mod:`vfl.core.explain`) of the
+        rows of ``frames`` (as in :meth:`predict_proba`; None: the training rows), one player per
+        active feature and one per passive party. Each batch is a one-round prediction session:
+        the passive parties answer exactly what they answer for prediction.
+
+        ``passive_features`` (True, or a list of passive parties): each such party also splits
+        its value among its own features, opt-in at the party (``PassiveParty.explain_features =
+        True``, else it refuses), and keeps them: ``PassiveParty.feature_explanation()``; the
+        active party sees none of them (docs/explanations.md)."""
+        data = self._load_frames(frames)
+        if data is None:
+            return self.active.explain(self.transport, None, align=align, passive_features=passive_features)
+        got = [self.active.explain(self.transport, frame, source, align=align, passive_features=passive_features)
+               for frame, source in self._active_batches(data, batch_rows)]
+        ids = np.concatenate([i for i, _ in got]) if got else np.zeros(0)
+        ex = got[0][1]
+        for _, more in got[1:]:
+            ex = ex.concat(more)
+        return ids, ex
+
+    def explain(self, frames: dict | None = None, top: int | None = None, adverse: str = "high",
+                align: str | None = None, batch_rows: int | None = None, passive_features=False) -> pd.DataFrame:
+        """The explanation table (:func:`vfl.core.explain.explanation_table`): per row ``id``,
+        ``base``, one column per active feature, one per passive party, ``margin`` (the raw score,
+        ``base`` + the attributions); multiclass: one line per row and class. ``top`` K adds reason
+        codes (the K players that pushed the score most towards the adverse side, ``adverse``
+        "high": a larger score, e.g. the probability of default)."""
+        ids, ex = self.explanation(frames, align, batch_rows, passive_features)
+        model = self.active._need_model()
+        return explanation_table(ex, ids, self.active.id_col, model.classes, top, adverse)
 
     def share_split_gains(self) -> dict[str, int]:
         """The active party tells each passive party the gains of its own splits (opt-in leakage:

@@ -23,7 +23,9 @@ set, mode, epsilon, seed, test AUC, train seconds, bytes sent in training
 and in all, the boosting rounds ``n_rounds`` and the trees grown ``n_trees``, ...; the JSON
 also holds the settings, a summary per data set and notes) and, with
 matplotlib, two PNG figures per data set: ``<dataset>_auc_vs_epsilon.png``
-and ``<dataset>_cost.png``.
+and ``<dataset>_cost.png``. The plain model of seed 0 is also explained on its test rows
+(:mod:`vfl.core.explain`): its run holds ``explanations`` (the mean |attribution| per player, in
+the JSON) and, with matplotlib, ``<dataset>_explanations.png`` is its summary plot.
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ from protocols.units import format_bytes
 from vfl.api import simulate
 from vfl.core.credit_metrics import credit_report
 from vfl.core.dp import check_epsilon, json_epsilon
+from vfl.core.explain import summary_plot
 from vfl.core.files import write_bytes_atomic, write_text_atomic
 from vfl.core.params import Mode, TrainParams, Vocabulary
 
@@ -230,9 +233,16 @@ def _run_federated(frames, dataset, mode, epsilon, seed, cfg: CompareConfig) -> 
         params.dp_model = math.inf      # epsilon inf: the non-private training with the dp-model settings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", WeakKeyWarning)     # 1024-bit keys: benchmark only
-        _, res, _, _ = simulate(frames[:1] if mode == "local" else frames, params,
-                                test_size=cfg.test_size, seed=seed)
-    return {"dataset": dataset, "mode": mode, "epsilon": epsilon,
+        fed, res, _, _ = simulate(frames[:1] if mode == "local" else frames, params,
+                                  test_size=cfg.test_size, seed=seed)
+    extra = {}
+    if mode == "plain" and seed == 0:       # the global view of the plain model: its test rows explained
+        _, test = train_test_split_parties(frames, test_size=cfg.test_size, seed=seed)
+        rows = {pf.name: pf.frame for pf in test}
+        rows[test[0].name] = test[0].frame.drop(columns=[test[0].label_col])
+        _, ex = fed.explanation(rows)
+        extra = {"explanations": ex.summary(fed.model.classes), "_explanation": ex}
+    return extra | {"dataset": dataset, "mode": mode, "epsilon": epsilon,
             "epsilon_scope": cfg.epsilon_scope if dp_arm else None, "seed": seed,
             "test_auc": res["test_auc"], **_credit_columns(res["credit"]), "train_seconds": res["train_seconds"],
             "predict_seconds": res["predict_seconds"], "train_bytes": res["train_bytes"],
@@ -583,6 +593,11 @@ def run_comparison(cfg: CompareConfig, out_dir, progress: Callable[[str], None] 
                 todo += [(Arm.DP_MODEL.value, e) for e in cfg.epsilons]
             for mode, eps in todo:
                 run = _run_federated(frames, ds, mode, eps, seed, cfg)
+                ex = run.pop("_explanation", None)
+                if ex is not None and cfg.plots:
+                    path = out_dir / f"{ds}_explanations.png"
+                    summary_plot(ex, path, title=f"{ds}: plain model, {ex.n_rows} test rows explained")
+                    pngs.append(path)
                 runs.append(run)
                 say(f"[{ds}] seed {seed} {mode}{'' if eps is None else f' eps={eps:g}'}: "
                     f"AUC {run['test_auc']:.4f}, {run['train_seconds']:.2f} s, {run['train_bytes']} bytes in training")

@@ -511,6 +511,22 @@ class _VerticalBoosting(BaseEstimator):
                                             segments=None if segments is None else np.asarray(segments, dtype=object),
                                             segment_name="segments")
 
+    def explain(self, X, top: int | None = None, adverse: str = "high") -> pd.DataFrame:
+        """Per-decision explanations (grouped TreeSHAP, :mod:`vfl.core.explain`) of the rows of ``X``
+        (the same form as :meth:`predict`'s): one line per row (multiclass: per row and class)
+        with ``base``, one column per active-party feature, one per passive party (its features
+        grouped), and ``margin`` (the raw score: ``base`` + the attributions); ``top`` K adds the
+        reason codes (the K players that pushed the score most towards the adverse side; "high":
+        towards ``classes_[1]`` for a binary classifier, a larger value for a regressor)."""
+        frames = self._predict_frames(X)        # checks fitted first
+        table = self.federation_.explain(frames, top=top, adverse=adverse)
+        if self._table:                 # ids made up for the split: the line's row of X instead
+            id_col = self.federation_.active.id_col
+            n_lines = len(table) // max(len(frames[self.party_names_[0]]), 1)
+            table.index = np.repeat(np.arange(len(table) // max(n_lines, 1)), n_lines)
+            table = table.drop(columns=[id_col])
+        return table
+
     @property
     def feature_importances_(self) -> np.ndarray:
         self._check_fitted()

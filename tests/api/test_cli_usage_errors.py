@@ -87,3 +87,10 @@ def test_the_non_private_released_model_says_so(capsys):
     _echo_dp_model({"dp_model": {"mechanism": "none"}})
     _echo_dp_model({})
     assert capsys.readouterr().out == "privacy (released model): epsilon inf, the non-private model\n"
+
+
+def test_explain_passive_features_is_for_passive_servers(tmp_path):
+    r = _run("explain", "--model-dir", tmp_path, "--party", f"a={tmp_path / 'a.csv'}", "--out", tmp_path / "x.csv",
+            "--passive-features", "b")
+    assert r.exit_code == 2 and "--passive-features is for passive servers (network)" in r.output
+    assert not (tmp_path / "x.csv").exists()

@@ -379,7 +379,8 @@ def test_cli_simulate_prediction_flag(tmp_path):
 #: registered messages that only ever travel to the active party (replies)
 REPLIES = {m.Ack, m.ErrorReply, m.IdHashes, m.AlignAck, m.BinningInfo, m.HistogramResponse, m.CandidateResponse,
            m.SplitResponse, m.RouteResponse, m.PsiResponse, m.LeafMaskResponse, m.DPRelease, m.DPSplitRecords,
-           m.DriftReply, m.ScreenBins, m.ScreenResponse, m.ScoreResponse, m.ScoreRefused}
+           m.DriftReply, m.ScreenBins, m.ScreenResponse, m.ScoreResponse, m.ScoreRefused,
+           m.FeatureSplitDone}
 #: requests a passive server answers itself (it owns the lookup-table files)
 SERVER_ONLY = {m.TrainResume, m.ServeOpen, m.ScoreRequest}   # online scoring: the server's own
 

@@ -84,6 +84,20 @@ def _categories_of(value) -> dict:
 
 
 @dataclass
+class OneRound:
+    """What one-round prediction of a batch gathered: ``trees`` ``[(target, Tree)]``, the active
+    party's skeleton, its own nodes (flat indices) and decisions there ``go_left`` ``(n, own)``,
+    each passive party's checked packed masks, the leaf per (row, tree) and the raw scores."""
+    trees: list
+    skeleton: object
+    own_nodes: np.ndarray
+    go_left: np.ndarray
+    masks: dict
+    leaves: np.ndarray
+    raw: np.ndarray
+
+
+@dataclass
 class BoostedModel:
     objective: str
     n_targets: int
@@ -301,6 +315,12 @@ class BoostedModel:
         ``owner`` for the same rows, in the same order; it is called once per
         passive party that owns a split. Gives exactly :meth:`predict_raw`'s scores.
         """
+        return self.one_round(X_active, fetch_masks, n_rounds).raw
+
+    def one_round(self, X_active: np.ndarray, fetch_masks, n_rounds: int | None = None) -> "OneRound":
+        """One-round prediction and everything it gathered (:class:`OneRound`): the active party's
+        own decisions, every passive party's checked masks, the leaves and the raw scores. The
+        one path for prediction and explanations (:mod:`vfl.core.explain`)."""
         X = np.asarray(X_active, dtype=np.float64)
         n = X.shape[0]
         flat = self._flat_trees(n_rounds)
@@ -316,10 +336,13 @@ class BoostedModel:
                     own.append(start + node.node_id)
             start += len(tree.nodes)
         go_left = np.stack(go, axis=1) if go else np.zeros((n, 0), dtype=bool)
-        masks = leaf_masks(sk, np.array(own, dtype=np.int64), go_left)
+        own = np.array(own, dtype=np.int64)
+        masks = leaf_masks(sk, own, go_left)
         parties = [self.active_party]
+        received = {}
         for owner in self.node_owners(n_rounds):
             theirs = check_masks(fetch_masks(owner, self.skeleton(owner, n_rounds)), sk, n, owner)
+            received[owner] = theirs
             masks = masks & theirs
             parties.append(owner)
         leaves = resolve_leaves(masks, sk, parties)
@@ -327,7 +350,7 @@ class BoostedModel:
         for ti, (k, tree) in enumerate(flat):
             values = np.array([nd.value for nd in tree.nodes])
             raw[:, k] += values[leaves[:, ti]]
-        return raw
+        return OneRound(flat, sk, own, go_left, received, leaves, raw)
 
     # -- learner extras (issue 4) ---------------------------------------------
     @property
