@@ -382,6 +382,10 @@ class PassiveParty:
         """The release of the current model, if it was trained in mode dp."""
         return dp.release_info(self._state)
 
+    def knows_split_gains(self) -> bool:
+        """Whether the active party has shared the gain of every split of this party's records."""
+        return all("gain" in r for r in self.records)
+
     def feature_importance(self, kind: str = "split", n_rounds: int | None = None) -> dict[str, float]:
         """This party's own features by name, from its own records: ``split`` (number of splits)
         or ``gain`` (total gain; needs the gains shared by the active party, see

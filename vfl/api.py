@@ -191,17 +191,32 @@ class Federation:
         label-derived; see docs/learner.md), so each can compute gain importance locally."""
         return self.active.share_split_gains(self.transport)
 
-    def feature_importance(self, kind: str = "gain") -> dict[str, dict[str, float]]:
-        """``{party: {feature: value}}``, each party's part computed by that party itself
-        (``split`` count or total ``gain``). For ``gain`` the active party first shares the
-        split gains with the passive parties (:meth:`share_split_gains`)."""
+    def feature_importance(self, kind: str = "split", share_gains: bool = False) -> dict[str, float]:
+        """``{"party:feature": value}`` over every party's features (the active party's first),
+        each party's part computed by that party itself from its own records: ``split`` (number of
+        splits; the default, shares nothing) or ``gain`` (total gain). Names are prefixed by their
+        party, so two parties' columns of one name stay apart (``bank:x0``, ``telco:x0``).
+
+        ``gain`` needs each passive party to know the gains of its own splits, which only the
+        active party knows: they must have been shared (:meth:`share_split_gains`, opt-in leakage,
+        see docs/learner.md), or ``share_gains=True`` shares them first. Nothing is shared by
+        default: without either, ``gain`` is refused."""
+        if kind not in ("split", "gain"):
+            raise InputError(f"importance kind must be 'split' or 'gain', got {kind!r}")
         model = self.active._need_model()
         n = model.default_rounds
-        out = {self.active.name: model.feature_importance(kind, n)["features"]}
         if kind == "gain":
-            self.share_split_gains()
+            lacking = [name for name, p in self.passives.items() if not p.knows_split_gains()]
+            if lacking and not share_gains:
+                raise InputError(f"gain importance of the passive parties' features needs the gains of their splits, "
+                                 f"which party(ies) {lacking} do not know: share them first "
+                                 "(Federation.share_split_gains(), or feature_importance('gain', share_gains=True); "
+                                 "opt-in leakage: label-derived, see docs/learner.md), or use kind='split'")
+            if lacking:
+                self.share_split_gains()
+        out = {f"{self.active.name}:{f}": v for f, v in model.feature_importance(kind, n)["features"].items()}
         for name, p in self.passives.items():
-            out[name] = p.feature_importance(kind, n_rounds=n)
+            out.update({f"{name}:{f}": v for f, v in p.feature_importance(kind, n_rounds=n).items()})
         return out
 
     def unsafe_seed_dp_noise(self, seed: int) -> None:

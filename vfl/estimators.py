@@ -489,8 +489,9 @@ class _VerticalBoosting(BaseEstimator):
     def feature_importances_(self) -> np.ndarray:
         self._check_fitted()
         if self._importance_cache is None:
-            imp = self.federation_.feature_importance(self.importance_type)
-            vals = np.array([imp[p].get(f, 0.0) for p, f in self._features])
+            # in process, every party is this estimator's: sharing the gains leaks to no one
+            imp = self.federation_.feature_importance(self.importance_type, share_gains=True)
+            vals = np.array([imp.get(f"{p}:{f}", 0.0) for p, f in self._features])
             total = vals.sum()
             self._importance_cache = vals / total if total > 0 else vals
         return self._importance_cache
