@@ -41,6 +41,7 @@ from vfl.commands.common import (
     security_from_options,
     setup_logging,
 )
+from vfl.commands.progress import round_metrics, round_timing
 from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
 from vfl.core.dp_bins_file import read_dp_bins
 from vfl.core.dp_budget import DP_TREES
@@ -110,18 +111,6 @@ def _load_parties(dataset, active, passives, id_col, label_col, parties, allow_t
         return load_active_passive(active, list(passives), id_col=id_col, label_col=label_col,
                                    allow_text_label=allow_text_label, categorical=categorical, weight_col=weight_col)
     return load_named(dataset, parties, id_col=id_col, label_col=label_col)
-
-
-_BREAKDOWN = ("encrypt", "histogram", "compress", "decrypt", "split_search", "total")
-
-
-def _fmt_breakdown(t: dict) -> str:
-    """One round's time breakdown: the hot-path stages first, then the rest, then bytes."""
-    keys = [k for k in _BREAKDOWN if k in t] + [k for k in t if k not in _BREAKDOWN and k != "bytes_sent"]
-    parts = [f"{k} {t[k]:.3f}s" for k in keys]
-    if "bytes_sent" in t:
-        parts.append(f"sent {format_bytes(int(t['bytes_sent']))}")
-    return ", ".join(parts)
 
 
 def _echo_dp_model(result: dict) -> None:
@@ -375,7 +364,8 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     if save_model:
         check_writable_dir(save_model, "--save-model directory")     # refused before training, not after
     mode = params.mode
-    names = ", ".join(f"{pf.name} ({len(pf.feature_names)} features)" for pf in party_frames)
+    names = ", ".join(f"{pf.name} ({len(pf.feature_names) - (i == 0 and weight_col in pf.feature_names)} features)"
+                      for i, pf in enumerate(party_frames))
     key = f", {params.key_bits}-bit {SCHEME_NAMES[params.scheme]}" if mode == Mode.HE else ""
     click.echo(f"parties: {names}; mode {mode}" + key
                + f"; objective {params.objective}")
@@ -388,9 +378,8 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     def on_round(r, info):
         bar.update(1)
         if verbose:
-            val = info.get("validation")
-            bar.write(f"round {r + 1}: " + _fmt_breakdown(info["timing"])
-                      + ("; validation " + ", ".join(f"{k} {v:.4f}" for k, v in val.items()) if val else ""))
+            line = round_metrics(info, train=params.dp_model is None)
+            bar.write(f"round {r + 1}: " + round_timing(info["timing"]) + (f"; {line}" if line else ""))
 
     executors = []
 
@@ -686,6 +675,9 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
         def on_round(r, info):
             bar.n = r + 1
             bar.refresh()
+            line = round_metrics(info, train=params.dp_model is None)
+            if line and not quiet:
+                bar.write(f"round {r + 1}: {line}")
 
         executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "active", dask_via_scheduler)
         try:

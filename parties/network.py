@@ -103,8 +103,9 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
         while not stop.wait(0.5):
             pass
     finally:
-        log.info("%s: shutting down (%d calls served, %d refused)", name, server.stats["calls"],
-                 server.stats["refused"])
+        refused = service.refused_requests      # answered with a refusal: counted once, as refused
+        log.info("%s: shutting down (%d calls served, %d refused)", name, server.stats["calls"] - refused,
+                 server.stats["refused"] + refused)
         server.stop(grace=2.0)
 
 

@@ -149,6 +149,9 @@ class PassiveServer:
         self._lock = threading.Lock()             # the registry (sessions, models, training pointer): held briefly
         self._train_lock = threading.RLock()      # the training session's work
         self._model_locks: dict[str, threading.Lock] = {}
+        #: requests this party refused (a rule, bad input, a peer's error): answered, not served
+        self.refused_requests = 0
+        self._refused_lock = threading.Lock()
         self._load_models()
 
     def _new_party(self) -> PassiveParty:
@@ -230,6 +233,8 @@ class PassiveServer:
             log.info("%s: busy for %s from %s: %s", self.name, kind, who, exc)
             raise
         except VFLError as exc:
+            with self._refused_lock:
+                self.refused_requests += 1
             log.warning("%s: refused %s from %s: %s", self.name, kind, who, exc)
             raise
 
