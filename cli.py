@@ -41,8 +41,8 @@ from vfl.commands.common import (
     security_from_options,
     setup_logging,
 )
+from vfl.commands.compare import compare
 from vfl.commands.progress import round_metrics, round_timing
-from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
 from vfl.core.dp_bins_file import read_dp_bins
 from vfl.core.dp_budget import DP_TREES
 from vfl.core.dp_noise import NOT_PRIVATE
@@ -438,64 +438,6 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
         click.echo("saved model files: " + ", ".join(str(p) for p in paths))
 
 
-_COMPARE = CompareConfig()      # the defaults of `vfl compare` (its hyperparameters: TrainParams')
-
-
-@main.command()
-@click.option("--dataset", "datasets", multiple=True,
-              help="Repeatable. Default: breast_cancer, plus default_credit and give_credit when "
-                   "../shared/datasets exists.")
-@click.option("--modes", default=",".join(_COMPARE.modes), show_default=True,
-              help="Comma list of plain, he, dp, dp_old (the old DP mechanism: max-bin buckets, no "
-                   "debiasing), dp_select (dp with --dp-select), dp_all (dp releasing every feature: "
-                   "--dp-select none), local (active party alone), xgboost (centralized), "
-                   "dp-model (the DP released model; or --dp-model).")
-@click.option("--epsilons", default=format_epsilons(_COMPARE.epsilons), show_default=True,
-              help="DP budgets to sweep.")
-@click.option("--epsilon-scope", type=click.Choice(EPSILON_SCOPES), default=_COMPARE.epsilon_scope,
-              show_default=True, help="Whether an epsilon is each passive party's total or per feature.")
-@click.option("--seeds", default=_COMPARE.seeds, show_default=True,
-              help="Seeds 0..N-1 (train/test split, DP pilot rows; DP noise is fresh).")
-@click.option("--he-seeds", default=_COMPARE.he_seeds, show_default=True,
-              help="HE runs only for the first N seeds (HE grows plain's trees exactly; it costs time).")
-@click.option("--rounds", "--trees", "rounds", default=_COMPARE.n_estimators, show_default=True,
-              help="Boosting rounds (n_estimators). (--trees: deprecated alias.)")
-@click.option("--depth", default=_COMPARE.max_depth, show_default=True)
-@click.option("--learning-rate", default=_COMPARE.learning_rate, show_default=True)
-@click.option("--max-bin", default=_COMPARE.max_bin, show_default=True, help="Bins in every mode (DP: buckets q).")
-@click.option("--key-bits", default=_COMPARE.key_bits, show_default=True, help="Paillier key size of the HE runs.")
-@click.option("--test-size", default=_COMPARE.test_size, show_default=True)
-@click.option("--out-dir", default="compare_results", show_default=True, type=click.Path(file_okay=False))
-@click.option("--no-plots", is_flag=True, help="Only CSV/JSON (no matplotlib needed).")
-@click.option("--dp-select", "dp_select", default=_COMPARE.dp_select, show_default=True,
-              help="Arm dp_select: features released per passive party ('auto' or an integer).")
-@click.option("--quiet", is_flag=True, help="No line per run.")
-@click.option("--dp-model", "dp_model", is_flag=True,
-              help="Add the dp-model arm: the DP released model (--dp-model) at every --epsilons value, with its "
-                   "own depth/learning rate/split settings (vfl.compare.DP_MODEL_SETTINGS).")
-def compare(out_dir, quiet, **options):
-    """Compare plain, HE and DP (at several epsilons) on the same splits: CSV, JSON and PNG figures."""
-    doc = run_comparison(compare_config_from_options(**options), out_dir,
-                         progress=None if quiet else lambda s: click.echo(s, err=True))
-    click.echo(format_table(doc["summary"]))
-    for note in doc["notes"]:
-        click.echo(f"note: {note}")
-    click.echo("wrote: " + ", ".join(doc["files"]))
-
-
-def compare_config_from_options(datasets, modes, epsilons, epsilon_scope, seeds, he_seeds, rounds, depth,
-                                learning_rate, max_bin, key_bits, test_size, no_plots,
-                                dp_select=_COMPARE.dp_select, dp_model=False) -> CompareConfig:
-    """The CompareConfig of `vfl compare`'s options (also used by benchmarks/compare_modes.py);
-    ``dp_model``: add the dp-model arm."""
-    arms = [x.strip() for x in modes.split(",") if x.strip()]
-    arms += ["dp-model"] if dp_model and "dp-model" not in arms else []
-    return CompareConfig(datasets=tuple(datasets), modes=tuple(arms),
-                         epsilons=epsilons, epsilon_scope=epsilon_scope, seeds=seeds, he_seeds=he_seeds,
-                         n_estimators=rounds, max_depth=depth, learning_rate=learning_rate, max_bin=max_bin,
-                         key_bits=key_bits, test_size=test_size, plots=not no_plots, dp_select=dp_select)
-
-
 # --- network deployments: vfl certs, vfl party passive|active, vfl predict -------------------------
 @main.command()
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Directory for the files.")
@@ -747,6 +689,8 @@ def predict(model_dir, data, id_col, peer_specs, out, prediction, align, timeout
     click.echo(f"predicted {summary['n_rows']} rows in {summary['predict_seconds']:.2f} s "
                f"({summary['n_batches']} batch(es)); wrote {out}")
 
+
+main.add_command(compare)
 
 if __name__ == "__main__":
     main()

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from crypto.keys import WeakKeyWarning, check_key_bits
-from datasets import SHARED_DATASETS, SHARED_TASKS, load_named, shared_datasets_dir
+from datasets import SHARED_DATASETS, SHARED_TASKS, load_active_passive, load_named, shared_datasets_dir
 from datasets.errors import InputError
 from datasets.split import join_parties, train_test_split_parties
 from protocols.units import format_bytes
@@ -133,8 +133,17 @@ class CompareConfig:
     dp_select: int | str = "auto"         # arm dp_select: features released per passive party
     extra: dict = field(default_factory=dict)   # further TrainParams fields
     dp_model: dict = field(default_factory=lambda: dict(DP_MODEL_SETTINGS))   # dp-model arm's own settings
+    #: your own tables instead of named data sets: {"name", "active", "passives", "id_col", "label_col"}
+    #: (``vfl compare --active FILE --passive FILE ...``; see :func:`tables_entry`)
+    tables: dict | None = None
 
     def validate(self) -> "CompareConfig":
+        if self.tables is not None:
+            self.tables = tables_entry(**self.tables)
+            if self.datasets and tuple(self.datasets) != (self.tables["name"],):
+                raise InputError("give either data set names (--dataset) or your own tables (--active/--passive), "
+                                 "not both")
+            self.datasets = (self.tables["name"],)
         self.datasets = tuple(self.datasets) or default_datasets()
         self.modes = tuple(self.modes)
         bad = [x for x in self.modes if x not in ARMS]
@@ -193,8 +202,36 @@ def dataset_names() -> list[str]:
                                 if SHARED_TASKS.get(n) == "binary"]
 
 
+def tables_entry(active, passives, name: str | None = None, id_col: str = "id", label_col: str = "y") -> dict:
+    """The ``tables`` of a :class:`CompareConfig`: the active party's table (ids, a binary label,
+    features) and the passive parties' (ids, features), each a CSV file, a Parquet file or a
+    directory of Parquet files, as ``vfl simulate --active/--passive`` takes them; ``name`` names
+    the data set in the outputs (default: the active table's file name without its suffix)."""
+    passives = [passives] if isinstance(passives, (str, Path)) else list(passives or ())
+    if not active or not passives:
+        raise InputError("your own tables need the active party's table and at least one passive party's "
+                         "(--active FILE --passive FILE ...)")
+    name = name or Path(str(active)).stem
+    if not isinstance(name, str) or not name or any(c in name for c in "/\\:") or name.startswith("."):
+        raise InputError(f"data set name {name!r} cannot name the output files (--name)")
+    return {"name": name, "active": str(active), "passives": [str(p) for p in passives], "id_col": str(id_col),
+            "label_col": str(label_col)}
+
+
+def load_tables(tables: dict):
+    """The party frames of your own tables (:func:`tables_entry`); the label must be binary (AUC)."""
+    frames = load_active_passive(tables["active"], tables["passives"], id_col=tables["id_col"],
+                                 label_col=tables["label_col"])
+    labels = np.unique(frames[0].frame[tables["label_col"]].to_numpy())
+    if len(labels) != 2:
+        raise InputError(f"compare needs a binary label (test AUC): column {tables['label_col']!r} of "
+                         f"{tables['active']} has {len(labels)} distinct value(s)")
+    return frames
+
+
 def load_dataset(name: str):
-    """``breast_cancer`` (bundled, 2 parties) or a binary data set of ``../shared/datasets``."""
+    """``breast_cancer`` (bundled, 2 parties) or a binary data set of the shared datasets directory
+    (``$VFL_SHARED_DATASETS``, else ``../shared/datasets`` next to the source tree)."""
     if name not in dataset_names():
         raise InputError(f"compare needs a binary data set (AUC); {name!r} is not one of "
                          f"{', '.join(dataset_names())}")
@@ -547,7 +584,8 @@ def run_comparison(cfg: CompareConfig, out_dir, progress: Callable[[str], None] 
                      f"2048-bit default for deployments")
     runs: list[dict] = []
     pngs: list[Path] = []
-    data = {ds: load_dataset(ds) for ds in cfg.datasets}      # a missing file fails before any training
+    data = ({cfg.tables["name"]: load_tables(cfg.tables)} if cfg.tables is not None      # a missing file fails
+            else {ds: load_dataset(ds) for ds in cfg.datasets})                          # before any training
     for ds, frames in data.items():
         for seed in range(cfg.seeds):
             todo = []

@@ -221,3 +221,46 @@ def test_the_default_dp_curve_says_selection_only_where_it_happens():
         return {arm: lab for arm, _, _, lab in dp_curves(CompareConfig(epsilon_scope=scope).validate())}["dp"]
     assert "--dp-select auto" in label("party")
     assert "no selection" in label("feature") and "--dp-select" not in label("feature")
+
+
+def test_cli_compare_on_your_own_tables(tmp_path):
+    """Issue 37: `vfl compare` takes --active FILE --passive FILE ... like `vfl simulate` (no
+    shared datasets directory needed); --name names the outputs."""
+    from support import small_frames
+    a, b, c = small_frames(n=160)
+    for name, f in (("bank", a), ("telco", b), ("shop", c)):
+        f.rename(columns={"id": "cid", "y": "bad"}).to_csv(tmp_path / f"{name}.csv", index=False)
+    out = tmp_path / "cmp"
+    r = CliRunner().invoke(main, ["compare", "--active", str(tmp_path / "bank.csv"), "--passive",
+                                  str(tmp_path / "telco.csv"), "--passive", str(tmp_path / "shop.csv"),
+                                  "--id-col", "cid", "--label-col", "bad", "--modes", "plain,local",
+                                  "--seeds", "1", "--rounds", "2", "--depth", "2", "--no-plots",
+                                  "--out-dir", str(out), "--quiet"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / "compare_runs.json").read_text())
+    assert [(x["dataset"], x["mode"]) for x in doc["runs"]] == [("bank", "plain"), ("bank", "local")]
+    assert doc["settings"]["tables"]["passives"] == [str(tmp_path / "telco.csv"), str(tmp_path / "shop.csv")]
+    assert doc["runs"][0]["test_auc"] > doc["runs"][1]["test_auc"]        # the partners' features help
+    r = CliRunner().invoke(main, ["compare", "--active", str(tmp_path / "bank.csv"), "--passive",
+                                  str(tmp_path / "telco.csv"), "--id-col", "cid", "--label-col", "bad",
+                                  "--name", "mine", "--modes", "plain", "--seeds", "1", "--rounds", "1",
+                                  "--no-plots", "--out-dir", str(out), "--quiet"])
+    assert r.exit_code == 0 and "mine:" in r.output, r.output
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--active", "a.csv"], "--active and at least one --passive are needed together"),
+    (["--passive", "b.csv"], "--active and at least one --passive are needed together"),
+    (["--active", "a.csv", "--passive", "b.csv", "--dataset", "breast_cancer"], "either --dataset or your own"),
+    (["--name", "x"], "--name names your own tables"),
+    (["--active", "a.csv", "--passive", "b.csv"], "does not exist"),
+    (["--active", "multi.csv", "--passive", "b2.csv"], "compare needs a binary label"),
+])
+def test_cli_compare_bad_tables(tmp_path, monkeypatch, args, msg):
+    import pandas as pd
+    monkeypatch.chdir(tmp_path)
+    pd.DataFrame({"id": range(9), "y": [0, 1, 2] * 3, "f": range(9)}).to_csv("multi.csv", index=False)
+    pd.DataFrame({"id": range(9), "g": range(9)}).to_csv("b2.csv", index=False)
+    r = CliRunner().invoke(main, ["compare", "--out-dir", "o", "--no-plots", *args])
+    assert r.exit_code != 0
+    assert msg in r.output and "Traceback" not in r.output, r.output
