@@ -201,7 +201,9 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
                 raise _err(path, table, "hosts", f"{h!r} is the name of party {h!r}: a certificate valid for "
                                                  "another party's name would let this party pass as it")
             if owner.get(h, name) != name:
-                raise _err(path, table, "hosts", f"{h!r} is already a certificate name of party {owner[h]!r}")
+                raise _err(path, table, "hosts", f"{h!r} is already a certificate name of party {owner[h]!r}: "
+                                                 "two parties cannot share a host name; on one machine omit "
+                                                 "hosts (peers are verified by party name, not by address)")
             owner[h] = name
         lists = {}
         for key in ("train", "predict"):
