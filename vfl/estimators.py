@@ -250,6 +250,14 @@ class _VerticalBoosting(BaseEstimator):
                 positions = []
                 for col in cols:
                     j = self._column_position(col, position, X)
+                    if j is None and not isinstance(X, pd.DataFrame) and isinstance(col, str):
+                        raise InputError(
+                            f"parties: party {name!r} names column {col!r}, but X is an array without column "
+                            f"names (a Pipeline step such as SimpleImputer or StandardScaler outputs arrays): "
+                            f"make the steps before this estimator output DataFrames, "
+                            f"pipeline.set_output(transform=\"pandas\") (keeps the names; a ColumnTransformer "
+                            f"also needs verbose_feature_names_out=False), or give parties column positions "
+                            f"0..{n - 1}")
                     if j is None:
                         have = "columns " + _show(labels) if isinstance(X, pd.DataFrame) else \
                             f"columns 0..{n - 1} (an array: give positions)"
