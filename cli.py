@@ -46,7 +46,7 @@ from vfl.commands.progress import round_metrics, round_timing
 from vfl.core.dp_bins_file import read_dp_bins
 from vfl.core.dp_budget import DP_TREES
 from vfl.core.dp_noise import NOT_PRIVATE
-from vfl.core.files import check_writable_dir, write_text_atomic
+from vfl.core.files import REPORT_MODE, check_writable_dir, write_text_atomic
 from vfl.core.params import (
     ALIGNMENTS,
     DEFAULT_PREDICTION,
@@ -138,7 +138,7 @@ def _echo_dp_model(result: dict) -> None:
 
 
 def _write_json(path, doc) -> None:
-    write_text_atomic(path, json.dumps(doc, indent=1, default=float))
+    write_text_atomic(path, json.dumps(doc, indent=1, default=float), REPORT_MODE)     # a report: shareable
 
 
 # --- hyperparameters: defaults from TrainParams, one function builds TrainParams -----------------

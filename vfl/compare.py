@@ -47,7 +47,7 @@ from datasets.split import join_parties, train_test_split_parties
 from protocols.units import format_bytes
 from vfl.api import simulate
 from vfl.core.dp import check_epsilon, json_epsilon
-from vfl.core.files import write_bytes_atomic, write_text_atomic
+from vfl.core.files import REPORT_MODE, write_bytes_atomic, write_text_atomic
 from vfl.core.params import Mode, TrainParams, Vocabulary
 
 INF = float("inf")
@@ -353,17 +353,24 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def format_table(summary: dict) -> str:
+    """The summary as a text table per data set, every column as wide as its widest cell (the mode
+    left-aligned, the numbers right-aligned), bytes in IEC units."""
+    header = ["mode", "epsilon", "runs", "AUC mean", "+-std", "min", "max", "train s", "train bytes"]
     lines = []
     for ds, s in summary.items():
-        lines.append(f"{ds}:")
-        lines.append(f"  {'mode':8} {'epsilon':>8} {'runs':>4} {'AUC mean':>9} {'+-std':>7} "
-                     f"{'min':>7} {'max':>7} {'train s':>8} {'train bytes':>12}")
+        rows = []
         for e in s["entries"]:
-            eps = "" if e["epsilon"] is None else str(e["epsilon"])
-            auc = "n/a" if e["auc_mean"] is None else f"{e['auc_mean']:.4f}"
-            lines.append(f"  {e['mode']:8} {eps:>8} {e['n_runs']:>4} {auc:>9} {e['auc_std']:>7.4f} "
-                         f"{(e['auc_min'] or 0):>7.4f} {(e['auc_max'] or 0):>7.4f} "
-                         f"{e['train_seconds_mean']:>8.2f} {e['train_bytes_mean']:>12.0f}")
+            rows.append([e["mode"], "" if e["epsilon"] is None else format_epsilons([check_epsilon(e["epsilon"])]),
+                         str(e["n_runs"]),
+                         "n/a" if e["auc_mean"] is None else f"{e['auc_mean']:.4f}", f"{e['auc_std']:.4f}",
+                         "n/a" if e["auc_min"] is None else f"{e['auc_min']:.4f}",
+                         "n/a" if e["auc_max"] is None else f"{e['auc_max']:.4f}", f"{e['train_seconds_mean']:.2f}",
+                         format_bytes(e["train_bytes_mean"]) if e["train_bytes_mean"] else "0"])
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        lines.append(f"{ds}:")
+        for r in [header, *rows]:
+            cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
+            lines.append("  " + " ".join(cells))
         if s["he_equals_plain"] is not None:
             lines.append(f"  HE AUC == plain AUC on the same split: {s['he_equals_plain']}")
     return "\n".join(lines)
@@ -395,9 +402,9 @@ def write_runs(runs: list[dict], out_dir: Path, cfg: CompareConfig, notes: list[
     w.writeheader()
     for r in runs:
         w.writerow({k: _csv_value(r.get(k)) for k in CSV_COLUMNS})
-    write_text_atomic(csv_path, text.getvalue())
+    write_text_atomic(csv_path, text.getvalue(), REPORT_MODE)
     write_text_atomic(json_path, json.dumps({"settings": cfg.to_dict(), "notes": notes, "summary": summarize(runs),
-                                             "runs": [_json_run(r) for r in runs]}, indent=1))
+                                             "runs": [_json_run(r) for r in runs]}, indent=1), REPORT_MODE)
     return [csv_path, json_path]
 
 
@@ -406,10 +413,18 @@ def dp_curves(cfg: CompareConfig) -> tuple:
     is selected (the default arm then releases every feature, as ``dp_all`` does)."""
     default = ("DP default (auto buckets, debiased, --dp-select auto)" if cfg.epsilon_scope == EpsilonScope.PARTY
                else "DP default (auto buckets, debiased; ε per feature: no selection)")
+    same = cfg.epsilon_scope == EpsilonScope.PARTY and str(cfg.dp_select) == "auto"     # the default's own
+    select = "DP, dp_select arm (the default's settings)" if same else f"DP, --dp-select {cfg.dp_select}"
     return ((Arm.DP_OLD.value, "tab:purple", "s--", "DP, old mechanism (32 buckets, no debiasing)"),
             (Arm.DP_ALL.value, "tab:orange", "v-", "DP, every feature (auto buckets, debiased)"),
             (Arm.DP.value, "tab:blue", "o-", default),
-            (Arm.DP_SELECT.value, "tab:green", "^-", f"DP, --dp-select {cfg.dp_select}"))
+            (Arm.DP_SELECT.value, "tab:green", "^-", select))
+
+
+def _legend_below(ax) -> None:
+    """The legend under the axes, never over the curves and their error bars (the figure grows
+    to hold it when saved: ``bbox_inches="tight"``)."""
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
 
 
 def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Path, notes: list[str]) -> list[Path]:
@@ -464,7 +479,7 @@ def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Pa
     ax.set_title(f"{dataset}: AUC vs privacy budget "
                  f"({cfg.n_estimators} trees, depth {cfg.max_depth}, {cfg.max_bin} bins)", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    _legend_below(ax)
     if "xgboost" in cfg.modes and ("xgboost", None) not in by:
         ax.text(0.01, 0.01, "centralized XGBoost line omitted: xgboost not installed",
                 transform=ax.transAxes, fontsize=7, color="gray")
@@ -540,7 +555,7 @@ def plot_dp_model(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: P
     ax.set_title(f"{dataset}: DP released model, AUC vs ε ({cfg.n_estimators} trees, depth "
                  f"{s.get('max_depth', cfg.max_depth)}, lr {s.get('learning_rate', cfg.learning_rate)})", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    _legend_below(ax)
     fig.tight_layout()
     path = out_dir / f"{dataset}_dp_model_auc_vs_epsilon.png"
     _save_figure(fig, path)         # the one atomic 0600 writer, like every other file
@@ -621,7 +636,8 @@ def run_comparison(cfg: CompareConfig, out_dir, progress: Callable[[str], None] 
 
 
 def _save_figure(fig, path: Path) -> None:
-    """A figure through the one atomic writer (rendered in memory first; mode 0600 like every file)."""
+    """A figure through the one atomic writer (rendered in memory first; mode 0644: meant to be
+    shared, it holds no secret)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format=path.suffix.lstrip(".") or "png")
-    write_bytes_atomic(path, buf.getvalue())
+    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", bbox_inches="tight")
+    write_bytes_atomic(path, buf.getvalue(), REPORT_MODE)
