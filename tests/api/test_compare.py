@@ -312,6 +312,7 @@ def _runs():
     return runs
 
 
+@pytest.mark.slow
 def test_the_legend_covers_no_curve_and_the_outputs_are_shareable(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     import vfl.compare as vc

@@ -32,6 +32,7 @@ def test_an_array_output_step_gets_an_error_naming_set_output():
         pipe.fit(X, y)
 
 
+@pytest.mark.slow
 def test_set_output_pandas_keeps_the_names_and_the_parties():
     X, y = data()
     clf = VerticalBoostingClassifier(n_estimators=3, mode="plain", parties=PARTIES)
