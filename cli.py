@@ -22,11 +22,10 @@ from crypto.cluster import dask_executor
 from crypto.keys import WeakKeyWarning, check_key_bits
 from datasets import SHARED_TASKS, load_active_passive, load_named
 from datasets.errors import InputError, VFLError
-from datasets.loaders import DEFAULT_BATCH_ROWS
 from parties.dp_ledger import PrivacyLedger, summary
 from parties.federation import load_federation
 from parties.memory import return_freed_memory
-from parties.network import check_prediction, load_active_model, predict_active, serve_passive, train_active
+from parties.network import serve_passive, train_active
 from protocols.certs import make_certs
 from protocols.units import format_bytes
 from vfl.api import simulate as simulate_federation
@@ -40,13 +39,15 @@ from vfl.commands.common import (
     party_executor,
     security_from_options,
     setup_logging,
+    write_report,
 )
 from vfl.commands.compare import compare
+from vfl.commands.predict import predict
 from vfl.commands.progress import round_metrics, round_timing
 from vfl.core.dp_bins_file import read_dp_bins
 from vfl.core.dp_budget import DP_TREES
 from vfl.core.dp_noise import NOT_PRIVATE
-from vfl.core.files import REPORT_MODE, check_writable_dir, write_text_atomic
+from vfl.core.files import check_writable_dir, write_text_atomic
 from vfl.core.params import (
     ALIGNMENTS,
     DEFAULT_PREDICTION,
@@ -137,8 +138,7 @@ def _echo_dp_model(result: dict) -> None:
                f"{t['split_epsilon_per_level']:.4g} per level x {t['levels']}, {leaves}")
 
 
-def _write_json(path, doc) -> None:
-    write_text_atomic(path, json.dumps(doc, indent=1, default=float), REPORT_MODE)     # a report: shareable
+_write_json = write_report          # a report: shareable (0644)
 
 
 # --- hyperparameters: defaults from TrainParams, one function builds TrainParams -----------------
@@ -650,47 +650,8 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
         _write_json(output_json, result)
 
 
-@main.command()
-@click.option("--model-dir", required=True, type=click.Path(file_okay=False), help="The active party's model.")
-@click.option("--data", required=True, type=click.Path(),
-              help="id and the active features: CSV, or a Parquet file or directory of Parquet files.")
-@click.option("--id-col", default="id", show_default=True)
-@click.option("--peer", "peer_specs", multiple=True, help="Passive party NAME=HOST:PORT; repeat for each.")
-@click.option("--federation", "federation_file", type=click.Path(dir_okay=False),
-              help="The federation file: the passive parties' addresses (docs/federation.md).")
-@click.option("--out", required=True, type=click.Path(dir_okay=False),
-              help="CSV of ids and probabilities (multiclass: prediction and proba_<class>; regression: prediction).")
-@click.option("--prediction", type=click.Choice(PREDICTIONS), default=DEFAULT_PREDICTION, show_default=True,
-              help="one-round: one batch of leaf masks per passive party; node: node-by-node routing.")
-@click.option("--align", type=click.Choice(ALIGNMENTS), default=None,
-              help="How the passive parties find the rows: salted hashes or PSI [default: as in training].")
-@click.option("--timeout", default=60.0, show_default=True, help="Seconds any single call may take.")
-@click.option("--connect-timeout", type=float, help="Seconds to wait for the peers [default: --timeout].")
-@click.option("--output-json", type=click.Path(dir_okay=False), help="Write a JSON summary here.")
-@click.option("--batch-rows", type=click.IntRange(1), default=DEFAULT_BATCH_ROWS, show_default=True,
-              help="Rows read and scored at a time (bounded memory; the output is the same for any value).")
-@net_options
-def predict(model_dir, data, id_col, peer_specs, out, prediction, align, timeout, connect_timeout, output_json,
-            batch_rows, tls_dir, insecure, token_file, max_message_mb, log_level, federation_file=None):
-    """Score new rows with a model trained by `vfl party active` (passive parties must be serving)."""
-    setup_logging(log_level)
-    return_freed_memory()         # a long-lived driver: freed memory goes back to the system
-    check_prediction(prediction)
-    check_timeouts(timeout, connect_timeout)
-    federation = load_federation(federation_file) if federation_file else None
-    model = load_active_model(model_dir)
-    _, peers = federation_peers(federation, model.active_party, peer_specs, active=False)
-    sec = security_from_options(model.active_party, tls_dir, insecure, token_file)
-    ids, proba, summary = predict_active(model_dir, data, id_col, peers, sec, out, timeout=timeout,
-                                         prediction=prediction, max_frame_bytes=max_bytes(max_message_mb),
-                                         connect_timeout=connect_timeout, align=align, batch_rows=batch_rows)
-    if output_json:
-        _write_json(output_json, summary)
-    click.echo(f"predicted {summary['n_rows']} rows in {summary['predict_seconds']:.2f} s "
-               f"({summary['n_batches']} batch(es)); wrote {out}")
-
-
 main.add_command(compare)
+main.add_command(predict)
 
 if __name__ == "__main__":
     main()

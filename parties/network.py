@@ -344,7 +344,8 @@ def load_active_model(model_dir) -> BoostedModel:
 def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security, out=None,
                    timeout: float = DEFAULT_TIMEOUT, prediction: str = "one-round",
                    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, connect_timeout: float | None = None,
-                   align: str | None = None, batch_rows: int = DEFAULT_BATCH_ROWS, collect: bool | None = None):
+                   align: str | None = None, batch_rows: int = DEFAULT_BATCH_ROWS, collect: bool | None = None,
+                   points=None):
     """Score the rows of ``data`` (the active party's columns: CSV, Parquet file or directory);
     returns ``(ids, proba, summary)``.
 
@@ -355,10 +356,12 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
     one batch of features and predictions at a time (plus the ids, checked for duplicates first);
     the output is the same as scoring all rows at once. ``collect`` (default: when ``out`` is None)
     keeps every batch's ids and predictions for the return value; without it ``ids`` and ``proba``
-    are None."""
+    are None. ``points``: a :class:`vfl.core.scorecard.PointsScale` adds each row's scorecard
+    points to ``out`` (a binary model only)."""
     check_prediction(prediction)
     collect = out is None if collect is None else collect
     model = load_active_model(model_dir)
+    model.check_points(points)
     missing = [p for p in model.passives if p not in peers]
     if missing:
         raise InputError("the model needs passive part" + ("y " if len(missing) == 1 else "ies ")
@@ -382,7 +385,8 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
             for pf in _chain(first, batches):
                 ids, proba = _predict_proba(active, transport, pf.frame, pf.source, prediction, align)
                 if fh is not None:
-                    fh.write(model.prediction_table(ids, proba, id_col).to_csv(index=False, header=n_batches == 0))
+                    fh.write(model.prediction_table(ids, proba, id_col, points).to_csv(index=False,
+                                                                                      header=n_batches == 0))
                 if collect:
                     kept_ids.append(ids)
                     kept_proba.append(proba)
@@ -397,6 +401,8 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
                "prediction": prediction, "align": align or model.params.get("align", "hash"),
                "n_batches": n_batches, "batch_rows": batch_rows,
                "bytes_sent": transport.bytes_report(), "total_bytes": transport.total_bytes()}
+    if points is not None:
+        summary["points"] = points.to_dict()
     log.info("%s: predicted %d rows in %d batch(es) with model %s in %.2f s", model.active_party, n_rows,
              n_batches, model.model_id, seconds)
     return ids, proba, summary

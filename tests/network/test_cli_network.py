@@ -170,6 +170,12 @@ def test_active_prints_the_training_metrics_of_every_round(files):
         assert ready.wait(30)
         r = run("party", "active", "--data", files / "a.csv", "--model-dir", files / "m", "--peer",
                 f"b=127.0.0.1:{box['port']}", "--insecure", "--mode", "plain", "--rounds", 3)
+        # scorecard points on predict (issue 37, item 9), the same scores as the probabilities say
+        p = run("predict", "--model-dir", files / "m", "--data", files / "a.csv", "--peer",
+                f"b=127.0.0.1:{box['port']}", "--insecure", "--out", files / "p.csv", "--points", "20,600,50",
+                "--output-json", files / "p.json")
+        bad = run("predict", "--model-dir", files / "m", "--data", files / "a.csv", "--peer",
+                  f"b=127.0.0.1:{box['port']}", "--insecure", "--out", files / "q.csv", "--points", "20,600")
     finally:
         stop.set()
         t.join(10)
@@ -178,3 +184,14 @@ def test_active_prints_the_training_metrics_of_every_round(files):
     assert [int(n) for n, _, _ in found] == [1, 2, 3], r.output
     losses = [float(v) for _, v, _ in found]
     assert losses[0] > losses[1] > losses[2]
+    assert p.exit_code == 0, p.output
+    import numpy as np
+    import pandas as pd
+
+    from vfl.core.scorecard import PointsScale
+    scores = pd.read_csv(files / "p.csv")
+    assert list(scores.columns) == ["id", "proba", "points"]
+    assert np.allclose(scores.points, PointsScale(20, 600, 50).from_proba(scores.proba.to_numpy()))
+    assert json.loads((files / "p.json").read_text())["points"]["pdo"] == 20
+    assert bad.exit_code == 1 and "--points takes PDO,BASE_SCORE,BASE_ODDS" in bad.output
+    assert not (files / "q.csv").exists()

@@ -3,6 +3,7 @@ the network options and the objects built from them (security, peers, Dask execu
 timeouts) and the logging set-up. No command lives here."""
 from __future__ import annotations
 
+import json
 import logging
 import sys
 
@@ -13,6 +14,7 @@ from crypto.cluster import dask_executor
 from datasets.errors import InputError
 from protocols.grpc_security import Security, parse_peers
 from protocols.units import check_seconds
+from vfl.core.files import REPORT_MODE, write_text_atomic
 
 #: the largest --max-message-mb (64 GiB: far beyond any frame; a larger value is a typo)
 MAX_MESSAGE_MB = 65536
@@ -149,3 +151,8 @@ def check_timeouts(timeout: float, connect_timeout: float | None) -> None:
     check_seconds(timeout, "--timeout")
     if connect_timeout is not None:
         check_seconds(connect_timeout, "--connect-timeout")
+
+
+def write_report(path, doc) -> None:
+    """A command's ``--output-json`` summary: atomic, mode 0644 (a report meant to be shared)."""
+    write_text_atomic(path, json.dumps(doc, indent=1, default=float), REPORT_MODE)
