@@ -44,6 +44,7 @@ from vfl.commands.common import (
 from vfl.commands.compare import compare
 from vfl.commands.predict import predict
 from vfl.commands.progress import round_metrics, round_timing
+from vfl.commands.trees import trees
 from vfl.core.dp_bins_file import read_dp_bins
 from vfl.core.dp_budget import DP_TREES
 from vfl.core.dp_noise import NOT_PRIVATE
@@ -652,6 +653,7 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
 
 main.add_command(compare)
 main.add_command(predict)
+main.add_command(trees)
 
 if __name__ == "__main__":
     main()
