@@ -25,7 +25,7 @@ from datasets.errors import InputError, ProtocolError
 from datasets.frames import party_data
 from datasets.loaders import read_party_table
 from datasets.pieces import PieceTable, open_piece_table
-from parties import dp, passive_align, passive_predict, passive_train
+from parties import dp, passive_align, passive_predict, passive_train, passive_warm
 from parties.passive_state import LookupTable, PassiveState
 from protocols import messages as m
 from protocols.serialization import check_message
@@ -66,6 +66,7 @@ HANDLERS = {
     m.HistogramRequest: passive_train.histogram_request,
     m.SplitRequest: passive_train.split_request,
     m.TrainEnd: passive_train.train_end,
+    m.TrainContinue: passive_warm.continue_model,
     m.PredictStart: passive_predict.predict_start,
     m.EvalStart: passive_predict.eval_start,
     m.RouteRequest: passive_predict.route,
@@ -467,6 +468,36 @@ class PassiveParty:
                 raise damaged(source, "dp_training_ids", "must list id digests (strings)")
             p._state.dp_training_ids = np.array(sorted(ids))
         return p
+
+    def allow_warm_start(self, d: dict | None = None, source: str = "passive model") -> str:
+        """Let a warm start continue a completed model of this party (``TrainContinue``): ``d`` its
+        model dict (its own file's content, checked), default the model this party holds now (its
+        last completed training). Returns the model id. Only this party's own calls register one:
+        the requester names a base, never sends it."""
+        if d is None:
+            d = self.model_dict()
+            records = [dict(r) for r in self.records]
+        else:
+            records = check_model_dict(d, source)
+            if d["party"] != self.name:
+                raise InputError(f"{source} is a model of party {d['party']!r}, not of {self.name!r}")
+        entry = passive_warm.base_entry(self.name, d["salt"], d["features"], records, d.get("trainer"),
+                                        bool(d.get("completed", True)), d["model_id"])
+        self._state.warm_bases[d["model_id"]] = entry
+        return d["model_id"]
+
+    def predicting_with(self, d: dict, source: str = "passive model") -> "PassiveParty":
+        """A party holding the completed model ``d`` that answers prediction queries about this
+        party's own training rows (a warm start in one process scores its training rows with the
+        base model this way)."""
+        other = type(self).from_model_dict(d, source)
+        if other.name != self.name or list(other.feature_names) != list(self.feature_names):
+            raise InputError(f"{source}: a model of party {other.name!r} with features {other.feature_names[:10]}, "
+                             f"not of party {self.name!r} with {self.feature_names[:10]}")
+        other._state.ids, other._state.X = self._state.ids, self._state.X
+        other._state.categories = dict(self._state.categories)
+        other.id_col = self.id_col
+        return other
 
     @classmethod
     def load_model(cls, path) -> "PassiveParty":

@@ -175,6 +175,7 @@ class PassiveState:
     dp_lifetime_epsilon: float | None = None   # the most epsilon the dataset may spend, over all trainings
     min_node_rows: int = 1                     # the least min_node_rows a TrainSetup may agree (federation)
     trainer: str | None = None                 # who trained the model (bound into the model file, issue 22)
+    warm_bases: dict = field(default_factory=dict)   # completed models a warm start may continue (passive_warm)
     max_depth: int | None = None               # the model's max_depth (agreed at setup): a row's route budget
     # own data
     ids: np.ndarray | None = None

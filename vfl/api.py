@@ -80,7 +80,7 @@ class Federation:
         return self.active.model
 
     def fit(self, params: TrainParams | None = None, on_round=None, validation=None, observers=None,
-            sample_weight=None, **kwargs) -> BoostedModel:
+            sample_weight=None, warm_start=None, **kwargs) -> BoostedModel:
         """Train; ``kwargs`` are :class:`TrainParams` fields (used when ``params`` is None).
 
         ``sample_weight``: one weight (>= 0) per row of the active party's frame (default: its
@@ -90,7 +90,12 @@ class Federation:
         party's with the label), aligned by id like the training set; gives per-round
         metrics (``model.history``) and enables ``early_stopping_rounds``.
         ``observers``: :class:`vfl.core.rounds.RoundObserver` objects that receive every round's
-        typed record (``on_round(round_idx, info)`` is the same as a plain function)."""
+        typed record (``on_round(round_idx, info)`` is the same as a plain function).
+        ``warm_start``: continue a completed model with more rounds (like XGBoost's ``xgb_model``;
+        ``n_estimators`` is the new total): this federation's current model (``fed.model``), a
+        :class:`Federation` holding one, or the directory :meth:`save` wrote. The result is a new
+        model that starts from its trees; with the same data and parameters, ``n`` rounds and then
+        a warm start to ``n + m`` give the trees of ``n + m`` rounds at once (docs/learner.md)."""
         if params is None:
             params = TrainParams(**kwargs)
         elif kwargs:
@@ -107,8 +112,39 @@ class Federation:
             for name, p in self.passives.items():
                 p.load_validation_data(validation[name])
             val_active = validation[self.active.name]
+        warm, warm_transport = self._warm_start(warm_start) if warm_start is not None else (None, None)
         return self.active.fit(self.transport, list(self.passives), params, on_round, validation=val_active,
-                               observers=observers, sample_weight=sample_weight)
+                               observers=observers, sample_weight=sample_weight, warm_start=warm,
+                               warm_transport=warm_transport)
+
+    def _warm_start(self, base):
+        """The model a warm start continues, each passive party told (locally: its own model) which
+        model it may continue, and a transport to parties holding that model over their training
+        rows (the saved model scores them before the first new round)."""
+        if _is_path(base):
+            base = Federation.load(base, self.active.id_col)
+        if isinstance(base, Federation):
+            model, dicts = base.model, {n: p.model_dict() for n, p in base.passives.items()}
+        elif isinstance(base, BoostedModel):
+            if self.model is None or base.model_id != self.model.model_id:
+                raise InputError(f"warm_start: model {base.model_id!r} is not this federation's current model; "
+                                 "give the directory it was saved to (Federation.save) or its Federation")
+            model = base
+            dicts = {n: p.model_dict() for n, p in self.passives.items() if p.model_id == base.model_id}
+        else:
+            raise InputError(f"warm_start must be a model directory, a Federation or this federation's model, "
+                             f"got {type(base).__name__}")
+        if model is None:
+            raise InputError("warm_start: the federation given holds no trained model")
+        missing = [n for n in model.passives if n not in dicts or n not in self.passives]
+        if missing:
+            raise InputError(f"warm_start: model {model.model_id!r} has no lookup table of party {missing[0]!r} "
+                             "here (a warm start continues a model of the same parties)")
+        handlers = {}
+        for n in model.passives:
+            self.passives[n].allow_warm_start(dicts[n], f"party {n!r}'s model")
+            handlers[n] = frame_handler(self.passives[n].predicting_with(dicts[n], f"party {n!r}'s model").handle)
+        return model, InMemoryTransport(self.active.name, handlers)
 
     @classmethod
     def from_files(cls, active: tuple[str, str | os.PathLike], passives: dict[str, str | os.PathLike],
