@@ -45,6 +45,7 @@ from vfl.commands.compare import compare
 from vfl.commands.predict import predict
 from vfl.commands.progress import round_metrics, round_timing
 from vfl.commands.trees import trees
+from vfl.commands.warm_start import echo_warm_start, warm_start_option
 from vfl.core.dp_bins_file import read_dp_bins
 from vfl.core.dp_budget import DP_TREES
 from vfl.core.dp_noise import NOT_PRIVATE
@@ -345,10 +346,11 @@ def _training_options(f):
 @click.option("--dp-lifetime-epsilon", type=float, default=None,
               help="With --dp-ledger-dir: each passive party refuses what would take its dataset's total "
                    "epsilon above this.")
+@warm_start_option
 def simulate(dataset, active, passives, id_col, label_col, parties, test_size, output_json, predictions,
              save_model, verbose, quiet, prediction, validation_size, jobs, categorical=(), weight_col=None,
              link_mbps=None, dask_spec=None, dask_tls_dir=None, dask_insecure=False, dp_ledger_dir=None,
-             dp_lifetime_epsilon=None, **train_options):
+             dp_lifetime_epsilon=None, warm_start=None, **train_options):
     """Run a whole federation in one process and report time, test metric and bytes.
 
     --categorical, --monotone and --weight-col name columns of whichever party holds them
@@ -396,7 +398,8 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
                                                            executor_for=executor_for if dask_spec else None,
                                                            link_mbps=link_mbps, categorical=list(categorical),
                                                            weight_col=weight_col, dp_ledger_dir=dp_ledger_dir,
-                                                           dp_lifetime_epsilon=dp_lifetime_epsilon, n_jobs=jobs)
+                                                           dp_lifetime_epsilon=dp_lifetime_epsilon, n_jobs=jobs,
+                                                           warm_start=warm_start)
         if dask_spec:
             result["dask"] = {"spec": dask_spec, "workers": {ex.name: ex.worker_peaks() for ex in executors}}
     finally:
@@ -405,6 +408,7 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     bar.close()
     for party, rep in result["alignment"].items():
         click.echo(f"aligned {party}: {rep['n_kept']} of {rep['n_rows']} rows kept")
+    echo_warm_start(result)
     click.echo(f"train: {result['n_train']} rows, test: {result['n_test']} rows")
     click.echo(f"train time: {result['train_seconds']:.2f} s")
     if mode == Mode.DP:
@@ -597,10 +601,12 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
 @_credit_options
 @net_options
 @dask_options
+@warm_start_option
 def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,
                  output_json, quiet, validation_data, link_mbps, tls_dir, insecure, token_file, max_message_mb,
                  log_level, categorical=(), weight_col=None, dask_scheduler=None, dask_tls_dir=None,
-                 dask_insecure=False, dask_via_scheduler=False, federation_file=None, **train_options):
+                 dask_insecure=False, dask_via_scheduler=False, federation_file=None, warm_start=None,
+                 **train_options):
     """Train with passive parties over the network (checkpoint after every tree)."""
     setup_logging(log_level)
     return_freed_memory()         # a long-lived driver: freed memory goes back to the system
@@ -628,7 +634,8 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
                                   resume=resume, force=force, align=params.align,
                                   max_frame_bytes=max_bytes(max_message_mb), connect_timeout=connect_timeout,
                                   on_round=on_round, validation_data=validation_data, executor=executor,
-                                  link_mbps=link_mbps, categorical=list(categorical), weight_col=weight_col)
+                                  link_mbps=link_mbps, categorical=list(categorical), weight_col=weight_col,
+                                  warm_start=warm_start)
         finally:
             if executor is not None:
                 executor.close()
@@ -636,6 +643,7 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
         click.echo(f"aligned {p}: {rep['n_kept']} of {rep['n_rows']} rows kept")
     if result["resumed_after_rounds"] is not None:
         click.echo(f"resumed after {result['resumed_after_rounds']} round(s)")
+    echo_warm_start(result)
     click.echo(f"train time: {result['train_seconds']:.2f} s")
     if result.get("n_validation"):
         best, metric = result["best_iteration"], result["eval_metric"]

@@ -346,6 +346,8 @@ class ActiveParty:
                                    and isinstance(r.info.get("model_hash"), str)}
         self.model.categories = {f: list(v) for f, v in self.categories.items()}
         monitor.finish(self.model)
+        if warm is not None:        # where the model came from (kept in its file)
+            self.model.history["warm_start"] = {"model_id": warm.model.model_id, "n_rounds": warm.n_rounds}
         if params.dp_model is not None:
             self.model.dp_model = self.dp_plan.to_dict()
             if self.dp_plan.private:    # metrics on the training rows are not part of the DP release

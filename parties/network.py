@@ -146,13 +146,15 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
                  force: bool = False, align: str = "hash", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  connect_timeout: float | None = None, on_round=None, validation_data=None,
                  link_mbps: float | None = None, executor=None, categorical=None,
-                 weight_col: str | None = None) -> dict:
+                 weight_col: str | None = None, warm_start=None) -> dict:
     """Train against passive servers; return a JSON-ready summary (see docs/deployment.md).
     ``validation_data``: CSV of validation rows (id, label, features; the passive parties serve
     theirs with ``--validation-data``): metric history and early stopping. ``link_mbps``: the
     links' throughput for the pre-shift cost model (None: measured on the gradient messages).
     ``categorical``: this party's categorical columns; ``weight_col``: its sample-weight column
-    (monotone constraints on its own features: ``params.monotone_constraints``)."""
+    (monotone constraints on its own features: ``params.monotone_constraints``).
+    ``warm_start``: the model directory of a completed model of these parties to continue with more
+    rounds (:mod:`parties.warm_start`): a new model, written to ``model_dir``."""
     if not peers:
         raise InputError("give at least one --peer NAME=HOST:PORT")
     if name in peers:
@@ -161,7 +163,11 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     dp_model = params.dp_model is not None and math.isfinite(params.dp_model)     # cannot resume either
     files = _ModelFiles(Path(model_dir), name, resumable=params.mode != Mode.DP and not dp_model,
                         dp_model=dp_model)
-    ck = files.prepare(resume, force)
+    if warm_start is not None and resume:
+        raise InputError("--warm-start starts a new training from a saved model; --resume continues an interrupted "
+                         "one: give one of them")
+    base = load_active_model(warm_start) if warm_start is not None else None    # read before the directory is
+    ck = files.prepare(resume, force)                                           # prepared (it may be the same)
     if ck is not None:
         check_writable_dir(files.dir, "--model-dir")      # resuming into a directory that became read-only
     # a Parquet table's numeric features are read after the alignment; the frame is handed over
@@ -178,7 +184,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True, categorical=categorical) \
         if validation_data is not None else None
     transport = GrpcTransport(name, peers, security, timeout=timeout, max_frame_bytes=max_frame_bytes)
-    done_before = ck.n_rounds if ck is not None else 0
+    done_before = ck.n_rounds if ck is not None else (base.n_rounds if base is not None else 0)
     counter = _RoundCounter(done_before, on_round)
     try:
         transport.connect(timeout=connect_timeout if connect_timeout is not None else timeout)
@@ -186,7 +192,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         try:
             model = active.fit(transport, list(peers), params, counter,
                                checkpoint=(lambda c: c.save(files.checkpoint)) if files.resumable else None,
-                               resume=ck, validation=vf.frame if vf is not None else None)
+                               resume=ck, validation=vf.frame if vf is not None else None, warm_start=base)
         except PeerError as exc:
             raise PeerError(f"training stopped after {counter.rounds} of {params.n_estimators} round(s): {exc}; "
                             f"{files.resume_hint(counter.rounds)}") from None
@@ -207,6 +213,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         "n_train": int(active.alignment_report.get(name, {}).get("n_kept", 0)),
         "train_seconds": train_seconds, "train_cpu_seconds": train_cpu_seconds,
         "resumed_after_rounds": done_before if ck is not None else None,
+        "warm_start": model.history.get("warm_start"),
         "n_trees": sum(len(r) for r in model.rounds), "model_id": model.model_id, "model_path": str(files.final),
         "alignment": active.alignment_report, "bytes_sent": transport.bytes_report(),
         "total_bytes": transport.total_bytes(),

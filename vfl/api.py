@@ -509,7 +509,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
              on_round=None, record: bool = False, prediction: str | None = None,
              validation_size: float | None = None, executor_for=None, link_mbps: float | None = None,
              categorical=None, weight_col: str | None = None, dp_ledger_dir=None,
-             dp_lifetime_epsilon: float | None = None, n_jobs: int | None = None):
+             dp_lifetime_epsilon: float | None = None, n_jobs: int | None = None, warm_start=None):
     """Split rows into train/test by the active party's ids, train, predict the test rows.
 
     ``categorical``: columns (of any party) to treat as categorical; ``weight_col``: the active
@@ -522,6 +522,8 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     ``vfl simulate --dask local:2``: a private Dask cluster per party); ``link_mbps``: see
     :class:`Federation`; ``n_jobs``: every party's worker processes (None: ``VFL_N_JOBS``, else all
     cores). The result records the settings the training ran with (``settings``: n_jobs, overlap).
+    ``warm_start``: a model directory to continue (:meth:`Federation.fit`): saved by a simulation with
+    the same split (``test_size``, ``seed``), it continues on the same training rows.
     Returns ``(federation, result, test_ids, test_output)``
     where ``test_output`` is the probability of class 1 (binary), the class probabilities
     ``(n, K)`` (multiclass) or the predictions (regression).
@@ -560,7 +562,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     elif dp_lifetime_epsilon is not None:
         raise InputError("dp_lifetime_epsilon needs dp_ledger_dir (where each party counts its spending)")
     t0 = time.perf_counter()
-    fed.fit(params, on_round=on_round, validation=validation)
+    fed.fit(params, on_round=on_round, validation=validation, warm_start=warm_start)
     train_seconds = time.perf_counter() - t0
     train_bytes = fed.transport.total_bytes()       # before prediction traffic
     test_frames = {pf.name: pf.frame for pf in test}
@@ -598,4 +600,6 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         result.update(fed.active.dp_report)
     if model.dp_model is not None:   # --dp-model: mechanism, epsilon (delta), the per-tree budget split
         result["dp_model"] = model.dp_model
+    if model.history.get("warm_start"):
+        result["warm_start"] = dict(model.history["warm_start"])
     return fed, result, test[0].frame[test[0].id_col].to_numpy(), proba
