@@ -386,7 +386,7 @@ class _VerticalBoosting(BaseEstimator):
         named = isinstance(X, pd.DataFrame) and all(isinstance(c, str) for c in labels)
         self._column_names = [str(c) for c in labels] if named else [f"f{j}" for j in range(len(labels))]
 
-    def _fit(self, X, y, weights, keep, eval_set, objective, **extra):
+    def _fit(self, X, y, weights, keep, eval_set, objective, xgb_model=None, **extra):
         params = self._train_params(objective, **extra)
         if not isinstance(self.importance_type, str) or self.importance_type not in ("gain", "split"):
             raise InputError(f"parameter importance_type must be 'gain' or 'split', got {self.importance_type!r}")
@@ -418,9 +418,23 @@ class _VerticalBoosting(BaseEstimator):
         elif params.early_stopping_rounds is not None:
             raise InputError("early_stopping_rounds needs an eval_set=(X_val, y_val) in fit")
         fit_kw = {} if weights is None else {"sample_weight": weights}
+        if xgb_model is not None:       # XGBoost's name: continue that model (n_estimators: the new total)
+            fit_kw["warm_start"] = self._warm_base(xgb_model)
         fed.fit(params, validation=validation, **fit_kw)
         self._set_fitted(fed, items, id_col)
         return self
+
+    def _warm_base(self, xgb_model):
+        """What ``fit(xgb_model=...)`` continues: a fitted estimator's federation, a Federation, or a
+        model directory (:meth:`vfl.api.Federation.fit`'s ``warm_start``)."""
+        if isinstance(xgb_model, _VerticalBoosting):
+            if not hasattr(xgb_model, "federation_"):
+                raise InputError("xgb_model: the estimator given is not fitted")
+            if type(xgb_model) is not type(self):
+                raise InputError(f"xgb_model: a {type(xgb_model).__name__} cannot be continued by a "
+                                 f"{type(self).__name__}")
+            return xgb_model.federation_
+        return xgb_model
 
     def _sample_weights(self, sample_weight, y):
         """``(weights, keep)``: the weights of the rows that train (None: unweighted) and the mask of
@@ -564,15 +578,17 @@ class VerticalBoostingClassifier(ClassifierMixin, _VerticalBoosting):
             raise InputError(f"sample_weight leaves one class only ({kept.tolist()}) with a positive weight: a "
                              f"classifier needs at least 2")
 
-    def fit(self, X, y, sample_weight=None, eval_set=None):
-        """Train on ``X`` (one table, or one DataFrame per party) and labels ``y``; returns self."""
+    def fit(self, X, y, sample_weight=None, eval_set=None, xgb_model=None):
+        """Train on ``X`` (one table, or one DataFrame per party) and labels ``y``; returns self.
+        ``xgb_model``: continue that model with more rounds (a fitted estimator of this class, a
+        :class:`vfl.api.Federation` or a model directory; ``n_estimators`` is the new total)."""
         y = self._y_1d(self._require_y(y))
         self._encode_y(y)           # checks y and sets classes_ before the objective is chosen
         weights, keep = self._sample_weights(sample_weight, y)
         if keep is not None:
             self._encode_y(y[keep])     # the classes of the rows that train
         objective = Objective.BINARY.value if len(self.classes_) == 2 else Objective.MULTICLASS.value
-        return self._fit(X, y, weights, keep, eval_set, objective)
+        return self._fit(X, y, weights, keep, eval_set, objective, xgb_model=xgb_model)
 
     def decision_function(self, X) -> np.ndarray:
         """Raw scores (log-odds): ``(n_samples,)`` for two classes (positive: ``classes_[1]``),
@@ -632,13 +648,15 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                              "a regression target must be finite")
         return y
 
-    def fit(self, X, y, sample_weight=None, eval_set=None):
-        """Train on ``X`` (one table, or one DataFrame per party) and targets ``y``; returns self."""
+    def fit(self, X, y, sample_weight=None, eval_set=None, xgb_model=None):
+        """Train on ``X`` (one table, or one DataFrame per party) and targets ``y``; returns self.
+        ``xgb_model``: continue that model with more rounds (as for the classifier)."""
         if self.objective not in (Objective.REGRESSION, Objective.PSEUDOHUBER):
             raise InputError(f"parameter objective must be 'regression' or 'pseudohuber', got {self.objective!r}")
         y = self._y_1d(self._require_y(y))
         weights, keep = self._sample_weights(sample_weight, y)
-        return self._fit(X, y, weights, keep, eval_set, self.objective, huber_slope=self.huber_slope)
+        return self._fit(X, y, weights, keep, eval_set, self.objective, xgb_model=xgb_model,
+                         huber_slope=self.huber_slope)
 
     def predict(self, X) -> np.ndarray:
         return self._raw(X)[:, 0]

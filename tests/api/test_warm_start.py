@@ -18,6 +18,7 @@ from protocols.transport import InMemoryTransport, PeerError, frame_handler
 from vfl.api import Federation, load_federation
 from vfl.core.errors import InputError, ProtocolError
 from vfl.core.params import TrainParams
+from vfl.estimators import VerticalBoostingClassifier, VerticalBoostingRegressor
 
 BASE = dict(max_depth=3, key_bits=KEY_BITS, min_node_rows=4)
 
@@ -187,3 +188,34 @@ def test_a_passive_party_refuses_continue_outside_a_fresh_setup():
     p.allow_warm_start()
     with pytest.raises(ProtocolError, match=f"the training of model '{fed.model.model_id}' already started its rounds"):
         p.handle(m.TrainContinue(fed.model.model_id, 1, 0))
+
+
+# --- the estimators: fit(..., xgb_model=...) as in XGBoost's scikit-learn API ------------------------
+def _table(n=200):
+    a, b, c = small_frames(n)
+    X = a.drop(columns=["id", "y"]).join(b.drop(columns="id")).join(c.drop(columns="id"))
+    return X, a["y"].to_numpy()
+
+
+def test_estimators_continue_a_fitted_estimator_or_a_directory(tmp_path):
+    X, y = _table()
+    kw = dict(mode="plain", max_depth=3, n_parties=3, subsample=0.8)
+    full = VerticalBoostingClassifier(n_estimators=5, **kw).fit(X, y)
+    part = VerticalBoostingClassifier(n_estimators=3, **kw).fit(X, y)
+    warm = VerticalBoostingClassifier(n_estimators=5, **kw).fit(X, y, xgb_model=part)
+    assert not np.array_equal(part.predict_proba(X), full.predict_proba(X))
+    np.testing.assert_array_equal(warm.predict_proba(X), full.predict_proba(X))
+    assert _trees(warm.model_) == _trees(full.model_) and part.model_.n_rounds == 3   # the base is kept
+    part.federation_.save(tmp_path / "m3")
+    again = VerticalBoostingClassifier(n_estimators=5, **kw).fit(X, y, xgb_model=tmp_path / "m3")
+    np.testing.assert_array_equal(again.predict_proba(X), full.predict_proba(X))
+    target = X.to_numpy() @ np.arange(1.0, 7.0)
+    reg_full = VerticalBoostingRegressor(n_estimators=4, **kw).fit(X, target)
+    reg_part = VerticalBoostingRegressor(n_estimators=2, **kw).fit(X, target)
+    reg_warm = VerticalBoostingRegressor(n_estimators=4, **kw).fit(X, target, xgb_model=reg_part)
+    np.testing.assert_array_equal(reg_warm.predict(X), reg_full.predict(X))
+    with pytest.raises(InputError, match="a VerticalBoostingRegressor cannot be continued by a "
+                                         "VerticalBoostingClassifier"):
+        VerticalBoostingClassifier(n_estimators=5, **kw).fit(X, y, xgb_model=reg_part)
+    with pytest.raises(InputError, match="the estimator given is not fitted"):
+        VerticalBoostingClassifier(n_estimators=5, **kw).fit(X, y, xgb_model=VerticalBoostingClassifier())
