@@ -318,6 +318,8 @@ class ActiveParty:
             kwargs = tracker.booster_kwargs() if tracker is not None else {}
             if warm is not None:
                 kwargs = warm.booster_kwargs(warm_raw, kwargs.get("rounds"))
+                if tracker is not None:         # a resume of this training keeps the saved model's base score
+                    tracker.template.base_score = warm.base_score()
                 monitor.restore(kwargs["rounds"], warm.model.history)
             w = None if weights is None else weights[rows]
             if w is not None and not w.sum() > 0:
@@ -325,6 +327,8 @@ class ActiveParty:
             base, rounds, _ = booster.fit(y, row_keys=rows, sample_weight=w, **kwargs)
             if warm is not None:
                 base = warm.base_score()
+            elif resume is not None and resume.base_score is not None:     # a warm-started training resumed
+                base = list(resume.base_score)
             completed = True
         finally:
             self.channel.close()

@@ -10,6 +10,7 @@ import pytest
 from support import KEY_BITS, small_frames
 
 from parties.active import ActiveParty
+from parties.checkpoint import Checkpoint
 from parties.federation import Access
 from parties.passive import PassiveParty
 from parties.server import PassiveServer
@@ -219,3 +220,48 @@ def test_estimators_continue_a_fitted_estimator_or_a_directory(tmp_path):
         VerticalBoostingClassifier(n_estimators=5, **kw).fit(X, y, xgb_model=reg_part)
     with pytest.raises(InputError, match="the estimator given is not fitted"):
         VerticalBoostingClassifier(n_estimators=5, **kw).fit(X, y, xgb_model=VerticalBoostingClassifier())
+
+
+class _Dies(Exception):
+    pass
+
+
+def test_a_warm_started_training_resumes_with_the_saved_models_base_score(tmp_path):
+    """A warm-started training interrupted after its first new round resumes from its checkpoint
+    (which holds the saved rounds too and the saved model's base score) to the all-at-once trees."""
+    a, b, _ = small_frames(160)
+    server = _server(tmp_path, b)
+    base = ActiveParty("bank", a).fit(_transport(server), ["telco"], PARAMS3)
+    saved = []
+
+    def die(r, info):
+        if r == 3:
+            raise _Dies()
+    with pytest.raises(_Dies):
+        ActiveParty("bank", a).fit(_transport(server), ["telco"], PARAMS5, warm_start=base, on_round=die,
+                                   checkpoint=saved.append)
+    saved[-1].save(tmp_path / "ck.json")
+    ck = Checkpoint.load(tmp_path / "ck.json")
+    assert ck.n_rounds == 4 and ck.base_score == base.base_score and ck.salt == base.salt
+    resumed = ActiveParty("bank", a).fit(_transport(server), ["telco"], PARAMS5, resume=ck)
+    ref = Federation(ActiveParty("bank", a), [PassiveParty("telco", b)])
+    ref.fit(PARAMS5)
+    assert _trees(resumed) == _trees(ref.model) and resumed.base_score == ref.model.base_score
+
+
+def test_a_warm_start_on_more_rows_keeps_the_saved_trees_and_base_score(tmp_path):
+    """New rows (as in XGBoost): the saved model scores every training row first; its trees and
+    base score stay, the new rounds fit the larger table."""
+    a, b, c = small_frames(200)
+    old = Federation(ActiveParty("bank", a.iloc[:150]), [PassiveParty("telco", b.iloc[:150]),
+                                                         PassiveParty("shop", c.iloc[:150])])
+    base = old.fit(TrainParams(mode="plain", n_estimators=3, **BASE))
+    old.save(tmp_path / "m3")
+    new = _fed(200)
+    warm = new.fit(TrainParams(mode="plain", n_estimators=5, **BASE), warm_start=tmp_path / "m3")
+    assert _trees(warm)[:3] == _trees(base) and warm.base_score == base.base_score
+    raw = new.predict_raw({"bank": a.drop(columns="y"), "telco": b, "shop": c})
+    assert raw.shape == (200, 1) and np.isfinite(raw).all()
+    ref = _fed(200)
+    ref.fit(TrainParams(mode="plain", n_estimators=5, **BASE))
+    assert _trees(warm) != _trees(ref.model)        # the first rounds saw 150 rows only
