@@ -66,6 +66,12 @@ Conventions:
   ``importance_type`` ``"gain"`` (total gain; the simulated active party shares each
   passive party's split gains with it, see docs/learner.md) or ``"split"``. Each party
   computes its own part.
+* Warm start (continue a model with more rounds; ``n_estimators`` is the new total, the other
+  hyperparameters those of that model): ``fit(X, y, xgb_model=...)`` as in XGBoost (a fitted
+  estimator of the same class, a :class:`vfl.api.Federation` or a model directory), or
+  scikit-learn's ``warm_start=True``: the next ``fit`` of a fitted estimator continues its own
+  model. With the same data, ``n`` rounds and then more give the trees of all rounds at once
+  (docs/learner.md).
 * A fitted estimator pickles (``pickle``/``joblib``): the federation is kept as the
   parties' model dicts (:meth:`vfl.api.Federation.model_dicts`, the model files'
   content), rebuilt on unpickling.
@@ -139,7 +145,7 @@ class _VerticalBoosting(BaseEstimator):
                  precision_bits=_D("precision_bits"), seed=_D("seed"), id_col="id", importance_type="gain",
                  align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature"),
                  parties=None, n_parties=2, label_party=None, random_state=None, categorical=None,
-                 monotone_constraints=None, dp_unsafe_noise_seed=_D("dp_unsafe_noise_seed")):
+                 monotone_constraints=None, dp_unsafe_noise_seed=_D("dp_unsafe_noise_seed"), warm_start=False):
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
@@ -171,6 +177,7 @@ class _VerticalBoosting(BaseEstimator):
         self.categorical = categorical
         self.monotone_constraints = monotone_constraints
         self.dp_unsafe_noise_seed = dp_unsafe_noise_seed       # NOT PRIVATE: tests only
+        self.warm_start = warm_start    # scikit-learn's: a fitted estimator's next fit continues its model
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -418,6 +425,10 @@ class _VerticalBoosting(BaseEstimator):
         elif params.early_stopping_rounds is not None:
             raise InputError("early_stopping_rounds needs an eval_set=(X_val, y_val) in fit")
         fit_kw = {} if weights is None else {"sample_weight": weights}
+        if not isinstance(self.warm_start, (bool, np.bool_)):
+            raise InputError(f"parameter warm_start must be True or False, got {self.warm_start!r}")
+        if xgb_model is None and self.warm_start and hasattr(self, "federation_"):
+            xgb_model = self.federation_        # scikit-learn's warm_start: continue the last fit
         if xgb_model is not None:       # XGBoost's name: continue that model (n_estimators: the new total)
             fit_kw["warm_start"] = self._warm_base(xgb_model)
         fed.fit(params, validation=validation, **fit_kw)
@@ -622,7 +633,7 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                  align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature"),
                  parties=None, n_parties=2, label_party=None, random_state=None, categorical=None,
                  monotone_constraints=None, objective=Objective.REGRESSION.value, huber_slope=_D("huber_slope"),
-                 dp_unsafe_noise_seed=_D("dp_unsafe_noise_seed")):
+                 dp_unsafe_noise_seed=_D("dp_unsafe_noise_seed"), warm_start=False):
         super().__init__(n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate,
                          max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight, gamma=gamma,
                          subsample=subsample, goss=goss, top_rate=top_rate, other_rate=other_rate,
@@ -632,7 +643,8 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                          id_col=id_col, importance_type=importance_type, align=align, epsilon=epsilon,
                          epsilon_per_feature=epsilon_per_feature, parties=parties, n_parties=n_parties,
                          label_party=label_party, random_state=random_state, categorical=categorical,
-                         monotone_constraints=monotone_constraints, dp_unsafe_noise_seed=dp_unsafe_noise_seed)
+                         monotone_constraints=monotone_constraints, dp_unsafe_noise_seed=dp_unsafe_noise_seed,
+                         warm_start=warm_start)
         self.objective = objective
         self.huber_slope = huber_slope
 

@@ -4,6 +4,7 @@ sampling and GOSS: the round index keys every round's randomness), in one proces
 passive party's server (its own model files); the passive party continues only its own completed
 models, for their trainer, under the new total's round bound; the saved model stays usable."""
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -215,6 +216,13 @@ def test_estimators_continue_a_fitted_estimator_or_a_directory(tmp_path):
     reg_part = VerticalBoostingRegressor(n_estimators=2, **kw).fit(X, target)
     reg_warm = VerticalBoostingRegressor(n_estimators=4, **kw).fit(X, target, xgb_model=reg_part)
     np.testing.assert_array_equal(reg_warm.predict(X), reg_full.predict(X))
+    # scikit-learn's warm_start=True: the next fit continues the estimator's own model (also unpickled)
+    est = VerticalBoostingClassifier(n_estimators=3, warm_start=True, **kw).fit(X, y)
+    est = pickle.loads(pickle.dumps(est))
+    est.set_params(n_estimators=5).fit(X, y)
+    np.testing.assert_array_equal(est.predict_proba(X), full.predict_proba(X))
+    with pytest.raises(InputError, match="parameter warm_start must be True or False, got 'yes'"):
+        VerticalBoostingClassifier(n_estimators=3, warm_start="yes", **kw).fit(X, y)
     with pytest.raises(InputError, match="a VerticalBoostingRegressor cannot be continued by a "
                                          "VerticalBoostingClassifier"):
         VerticalBoostingClassifier(n_estimators=5, **kw).fit(X, y, xgb_model=reg_part)
