@@ -8,8 +8,10 @@ import pickle
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from support import KEY_BITS, small_frames
 
+from cli import main
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
 from parties.federation import Access
@@ -273,3 +275,25 @@ def test_a_warm_start_on_more_rows_keeps_the_saved_trees_and_base_score(tmp_path
     ref = _fed(200)
     ref.fit(TrainParams(mode="plain", n_estimators=5, **BASE))
     assert _trees(warm) != _trees(ref.model)        # the first rounds saw 150 rows only
+
+
+# --- vfl simulate --warm-start ---------------------------------------------------------------------
+def _simulate(*args):
+    result = CliRunner().invoke(main, ["simulate", "--quiet", "--mode", "plain", "--depth", "3", *map(str, args)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_vfl_simulate_warm_start_equals_all_rounds_at_once(tmp_path):
+    _simulate("--rounds", 5, "--predictions", tmp_path / "p5.csv")
+    _simulate("--rounds", 3, "--save-model", tmp_path / "m3")
+    base_id = load_federation(tmp_path / "m3").model.model_id
+    out = _simulate("--rounds", 5, "--warm-start", tmp_path / "m3", "--predictions", tmp_path / "p35.csv",
+                    "--save-model", tmp_path / "m35", "--output-json", tmp_path / "r.json")
+    assert f"warm start: continued model {base_id} after 3 round(s)" in out
+    assert json.loads((tmp_path / "r.json").read_text())["warm_start"] == {"model_id": base_id, "n_rounds": 3}
+    assert (tmp_path / "p35.csv").read_bytes() == (tmp_path / "p5.csv").read_bytes()
+    result = CliRunner().invoke(main, ["simulate", "--quiet", "--mode", "plain", "--rounds", "5", "--depth", "4",
+                                       "--warm-start", str(tmp_path / "m3")])
+    assert result.exit_code != 0 and "max_depth 3 -> 4" in result.output
