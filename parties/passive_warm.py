@@ -16,13 +16,15 @@ new total agreed at setup, and the rounds continue upwards from the base's), plu
 * only the base's trainer continues it (the client recorded in the model file; a model trained
   without an identity is continued by a session without one);
 * the base's records are exactly those of its first ``n_rounds`` rounds, ``n_records`` of them;
-* not in mode dp (the one noisy release happens once per training) and before any round.
+* not in mode dp nor for a DP released model (each noisy release happens once per training),
+  and before any round.
 """
 from __future__ import annotations
 
 from datasets.errors import InputError, ProtocolError
 from parties.passive_state import PassiveState
 from protocols import messages as m
+from vfl.core.dp_bins import DPBinner
 from vfl.core.params import Mode
 
 
@@ -43,6 +45,9 @@ def continue_model(s: PassiveState, req: m.TrainContinue) -> m.Ack:
     if t.mode == Mode.DP:
         raise ProtocolError(f"party {s.name!r} refuses TrainContinue: a dp-mode training cannot continue a model "
                             "(its noisy release happens once per training)")
+    if isinstance(t.binner, DPBinner):
+        raise ProtocolError(f"party {s.name!r} refuses TrainContinue: a DP released model (dp_model) cannot be "
+                            "continued (its DP bin edges and noisy leaves are released once per training)")
     if proto.round is not None or len(s.table) or t.round_idx is not None:
         raise ProtocolError(f"party {s.name!r} refuses TrainContinue: the training of model {s.model_id!r} "
                             "already started its rounds")

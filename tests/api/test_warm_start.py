@@ -192,6 +192,12 @@ def test_a_passive_party_refuses_continue_outside_a_fresh_setup():
     p.allow_warm_start()
     with pytest.raises(ProtocolError, match=f"the training of model '{fed.model.model_id}' already started its rounds"):
         p.handle(m.TrainContinue(fed.model.model_id, 1, 0))
+    # a DP released model is never continued, whatever the requester sends
+    dp_party = PassiveParty("telco", small_frames(200)[1])
+    dp_fed = Federation(ActiveParty("bank", small_frames(200)[0]), [dp_party])
+    dp_fed.fit(TrainParams(mode="plain", n_estimators=2, max_depth=2, dp_model=4.0))
+    with pytest.raises(ProtocolError, match="a DP released model .dp_model. cannot be continued"):
+        dp_party.handle(m.TrainContinue(dp_fed.model.model_id, 1, 0))
 
 
 # --- the estimators: fit(..., xgb_model=...) as in XGBoost's scikit-learn API ------------------------
