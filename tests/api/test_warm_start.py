@@ -303,3 +303,21 @@ def test_vfl_simulate_warm_start_equals_all_rounds_at_once(tmp_path):
     result = CliRunner().invoke(main, ["simulate", "--quiet", "--mode", "plain", "--rounds", "5", "--depth", "4",
                                        "--warm-start", str(tmp_path / "m3")])
     assert result.exit_code != 0 and "max_depth 3 -> 4" in result.output
+
+
+def test_a_warm_start_with_a_validation_set_continues_the_metric_history():
+    """The saved rounds' validation scores are recomputed from their trees: the history (and so
+    early stopping) is that of all rounds at once."""
+    a, b, c = small_frames(300)
+
+    def fed():
+        return Federation(ActiveParty("bank", a.iloc[:200]), [PassiveParty("telco", b.iloc[:200]),
+                                                              PassiveParty("shop", c.iloc[:200])])
+    val = {"bank": a.iloc[200:], "telco": b.iloc[200:], "shop": c.iloc[200:]}
+    kw = dict(mode="plain", max_depth=3, eval_metric="auc", min_node_rows=4)
+    full = fed().fit(n_estimators=8, validation=val, **kw)
+    part = fed()
+    part.fit(n_estimators=4, validation=val, **kw)
+    warm = part.fit(n_estimators=8, validation=val, warm_start=part.model, **kw)
+    assert {k: v for k, v in warm.history.items() if k != "warm_start"} == full.history
+    assert len(full.history["validation"]["auc"]) == 8 and _trees(warm) == _trees(full)
