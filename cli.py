@@ -42,14 +42,18 @@ from vfl.commands.common import (
     passive_exchange_policy,
     security_from_options,
     setup_logging,
+    write_report,
 )
+from vfl.commands.compare import compare
 from vfl.commands.evaluation import drift_option, echo_evaluation, passive_drift_option, segment_option
 from vfl.commands.explain import explain as explain_command
 from vfl.commands.predict import predict
+from vfl.commands.progress import round_metrics, round_timing
 from vfl.commands.report import report
 from vfl.commands.screen import screen_command
 from vfl.commands.serve import passive_online_options, serve
-from vfl.compare import EPSILON_SCOPES, CompareConfig, format_epsilons, format_table, run_comparison
+from vfl.commands.trees import trees
+from vfl.commands.warm_start import echo_warm_start, warm_start_option
 from vfl.core.dp_bins_file import read_dp_bins
 from vfl.core.dp_budget import DP_TREES
 from vfl.core.dp_noise import NOT_PRIVATE
@@ -123,18 +127,6 @@ def _load_parties(dataset, active, passives, id_col, label_col, parties, allow_t
     return load_named(dataset, parties, id_col=id_col, label_col=label_col)
 
 
-_BREAKDOWN = ("encrypt", "histogram", "compress", "decrypt", "split_search", "total")
-
-
-def _fmt_breakdown(t: dict) -> str:
-    """One round's time breakdown: the hot-path stages first, then the rest, then bytes."""
-    keys = [k for k in _BREAKDOWN if k in t] + [k for k in t if k not in _BREAKDOWN and k != "bytes_sent"]
-    parts = [f"{k} {t[k]:.3f}s" for k in keys]
-    if "bytes_sent" in t:
-        parts.append(f"sent {format_bytes(int(t['bytes_sent']))}")
-    return ", ".join(parts)
-
-
 def _echo_dp_model(result: dict) -> None:
     """The released model's privacy (``--dp-model``): epsilon (delta), mechanism, per-tree split."""
     d = result.get("dp_model")
@@ -159,8 +151,7 @@ def _echo_dp_model(result: dict) -> None:
                f"{t['split_epsilon_per_level']:.4g} per level x {t['levels']}, {leaves}")
 
 
-def _write_json(path, doc) -> None:
-    write_text_atomic(path, json.dumps(doc, indent=1, default=float))
+_write_json = write_report          # a report: shareable (0644)
 
 
 # --- hyperparameters: defaults from TrainParams, one function builds TrainParams -----------------
@@ -372,10 +363,11 @@ def _training_options(f):
                    "epsilon above this.")
 @segment_option
 @drift_option
+@warm_start_option
 def simulate(dataset, active, passives, id_col, label_col, parties, test_size, output_json, predictions,
              save_model, verbose, quiet, prediction, validation_size, jobs, categorical=(), weight_col=None,
              link_mbps=None, dask_spec=None, dask_tls_dir=None, dask_insecure=False, dp_ledger_dir=None,
-             dp_lifetime_epsilon=None, segment=None, drift=False, **train_options):
+             dp_lifetime_epsilon=None, segment=None, drift=False, warm_start=None, **train_options):
     """Run a whole federation in one process and report time, test metric and bytes.
 
     --categorical, --monotone and --weight-col name columns of whichever party holds them
@@ -392,7 +384,8 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     if save_model:
         check_writable_dir(save_model, "--save-model directory")     # refused before training, not after
     mode = params.mode
-    names = ", ".join(f"{pf.name} ({len(pf.feature_names)} features)" for pf in party_frames)
+    names = ", ".join(f"{pf.name} ({len(pf.feature_names) - (i == 0 and weight_col in pf.feature_names)} features)"
+                      for i, pf in enumerate(party_frames))
     key = f", {params.key_bits}-bit {SCHEME_NAMES[params.scheme]}" if mode == Mode.HE else ""
     click.echo(f"parties: {names}; mode {mode}" + key
                + f"; objective {params.objective}")
@@ -405,9 +398,8 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     def on_round(r, info):
         bar.update(1)
         if verbose:
-            val = info.get("validation")
-            bar.write(f"round {r + 1}: " + _fmt_breakdown(info["timing"])
-                      + ("; validation " + ", ".join(f"{k} {v:.4f}" for k, v in val.items()) if val else ""))
+            line = round_metrics(info, train=params.dp_model is None)
+            bar.write(f"round {r + 1}: " + round_timing(info["timing"]) + (f"; {line}" if line else ""))
 
     executors = []
 
@@ -424,7 +416,7 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
                                                            link_mbps=link_mbps, categorical=list(categorical),
                                                            weight_col=weight_col, dp_ledger_dir=dp_ledger_dir,
                                                            dp_lifetime_epsilon=dp_lifetime_epsilon, n_jobs=jobs,
-                                                           segment=segment, drift=drift)
+                                                           segment=segment, drift=drift, warm_start=warm_start)
         if dask_spec:
             result["dask"] = {"spec": dask_spec, "workers": {ex.name: ex.worker_peaks() for ex in executors}}
     finally:
@@ -433,6 +425,7 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     bar.close()
     for party, rep in result["alignment"].items():
         click.echo(f"aligned {party}: {rep['n_kept']} of {rep['n_rows']} rows kept")
+    echo_warm_start(result)
     click.echo(f"train: {result['n_train']} rows, test: {result['n_test']} rows")
     click.echo(f"train time: {result['train_seconds']:.2f} s")
     if mode == Mode.DP:
@@ -466,64 +459,6 @@ def simulate(dataset, active, passives, id_col, label_col, parties, test_size, o
     if save_model:
         paths = fed.save(save_model)
         click.echo("saved model files: " + ", ".join(str(p) for p in paths))
-
-
-_COMPARE = CompareConfig()      # the defaults of `vfl compare` (its hyperparameters: TrainParams')
-
-
-@main.command()
-@click.option("--dataset", "datasets", multiple=True,
-              help="Repeatable. Default: breast_cancer, plus default_credit and give_credit when "
-                   "../shared/datasets exists.")
-@click.option("--modes", default=",".join(_COMPARE.modes), show_default=True,
-              help="Comma list of plain, he, dp, dp_old (the old DP mechanism: max-bin buckets, no "
-                   "debiasing), dp_select (dp with --dp-select), dp_all (dp releasing every feature: "
-                   "--dp-select none), local (active party alone), xgboost (centralized), "
-                   "dp-model (the DP released model; or --dp-model).")
-@click.option("--epsilons", default=format_epsilons(_COMPARE.epsilons), show_default=True,
-              help="DP budgets to sweep.")
-@click.option("--epsilon-scope", type=click.Choice(EPSILON_SCOPES), default=_COMPARE.epsilon_scope,
-              show_default=True, help="Whether an epsilon is each passive party's total or per feature.")
-@click.option("--seeds", default=_COMPARE.seeds, show_default=True,
-              help="Seeds 0..N-1 (train/test split, DP pilot rows; DP noise is fresh).")
-@click.option("--he-seeds", default=_COMPARE.he_seeds, show_default=True,
-              help="HE runs only for the first N seeds (HE grows plain's trees exactly; it costs time).")
-@click.option("--rounds", "--trees", "rounds", default=_COMPARE.n_estimators, show_default=True,
-              help="Boosting rounds (n_estimators). (--trees: deprecated alias.)")
-@click.option("--depth", default=_COMPARE.max_depth, show_default=True)
-@click.option("--learning-rate", default=_COMPARE.learning_rate, show_default=True)
-@click.option("--max-bin", default=_COMPARE.max_bin, show_default=True, help="Bins in every mode (DP: buckets q).")
-@click.option("--key-bits", default=_COMPARE.key_bits, show_default=True, help="Paillier key size of the HE runs.")
-@click.option("--test-size", default=_COMPARE.test_size, show_default=True)
-@click.option("--out-dir", default="compare_results", show_default=True, type=click.Path(file_okay=False))
-@click.option("--no-plots", is_flag=True, help="Only CSV/JSON (no matplotlib needed).")
-@click.option("--dp-select", "dp_select", default=_COMPARE.dp_select, show_default=True,
-              help="Arm dp_select: features released per passive party ('auto' or an integer).")
-@click.option("--quiet", is_flag=True, help="No line per run.")
-@click.option("--dp-model", "dp_model", is_flag=True,
-              help="Add the dp-model arm: the DP released model (--dp-model) at every --epsilons value, with its "
-                   "own depth/learning rate/split settings (vfl.compare.DP_MODEL_SETTINGS).")
-def compare(out_dir, quiet, **options):
-    """Compare plain, HE and DP (at several epsilons) on the same splits: CSV, JSON and PNG figures."""
-    doc = run_comparison(compare_config_from_options(**options), out_dir,
-                         progress=None if quiet else lambda s: click.echo(s, err=True))
-    click.echo(format_table(doc["summary"]))
-    for note in doc["notes"]:
-        click.echo(f"note: {note}")
-    click.echo("wrote: " + ", ".join(doc["files"]))
-
-
-def compare_config_from_options(datasets, modes, epsilons, epsilon_scope, seeds, he_seeds, rounds, depth,
-                                learning_rate, max_bin, key_bits, test_size, no_plots,
-                                dp_select=_COMPARE.dp_select, dp_model=False) -> CompareConfig:
-    """The CompareConfig of `vfl compare`'s options (also used by benchmarks/compare_modes.py);
-    ``dp_model``: add the dp-model arm."""
-    arms = [x.strip() for x in modes.split(",") if x.strip()]
-    arms += ["dp-model"] if dp_model and "dp-model" not in arms else []
-    return CompareConfig(datasets=tuple(datasets), modes=tuple(arms),
-                         epsilons=epsilons, epsilon_scope=epsilon_scope, seeds=seeds, he_seeds=he_seeds,
-                         n_estimators=rounds, max_depth=depth, learning_rate=learning_rate, max_bin=max_bin,
-                         key_bits=key_bits, test_size=test_size, plots=not no_plots, dp_select=dp_select)
 
 
 # --- network deployments: vfl certs, vfl party passive|active, vfl predict -------------------------
@@ -696,10 +631,12 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
 @min_iv_option
 @net_options
 @dask_options
+@warm_start_option
 def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, force, timeout, connect_timeout,
                  output_json, quiet, validation_data, link_mbps, tls_dir, insecure, token_file, max_message_mb,
                  log_level, categorical=(), weight_col=None, dask_scheduler=None, dask_tls_dir=None,
-                 dask_insecure=False, dask_via_scheduler=False, federation_file=None, **train_options):
+                 dask_insecure=False, dask_via_scheduler=False, federation_file=None, warm_start=None,
+                 **train_options):
     """Train with passive parties over the network (checkpoint after every tree)."""
     setup_logging(log_level)
     return_freed_memory()         # a long-lived driver: freed memory goes back to the system
@@ -717,6 +654,9 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
         def on_round(r, info):
             bar.n = r + 1
             bar.refresh()
+            line = round_metrics(info, train=params.dp_model is None)
+            if line and not quiet:
+                bar.write(f"round {r + 1}: {line}")
 
         executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "active", dask_via_scheduler,
                                   sec.ca_pem)
@@ -725,7 +665,8 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
                                   resume=resume, force=force, align=params.align,
                                   max_frame_bytes=max_bytes(max_message_mb), connect_timeout=connect_timeout,
                                   on_round=on_round, validation_data=validation_data, executor=executor,
-                                  link_mbps=link_mbps, categorical=list(categorical), weight_col=weight_col)
+                                  link_mbps=link_mbps, categorical=list(categorical), weight_col=weight_col,
+                                  warm_start=warm_start)
         finally:
             if executor is not None:
                 executor.close()
@@ -733,6 +674,7 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
         click.echo(f"aligned {p}: {rep['n_kept']} of {rep['n_rows']} rows kept")
     if result["resumed_after_rounds"] is not None:
         click.echo(f"resumed after {result['resumed_after_rounds']} round(s)")
+    echo_warm_start(result)
     click.echo(f"train time: {result['train_seconds']:.2f} s")
     if result.get("n_validation"):
         best, metric = result["best_iteration"], result["eval_metric"]
@@ -748,9 +690,10 @@ def party_active(name, data, id_col, label_col, peer_specs, model_dir, resume, f
         _write_json(output_json, result)
 
 
+main.add_command(compare)
 main.add_command(predict)
 main.add_command(report)
-
+main.add_command(trees)
 
 main.add_command(serve)
 main.add_command(explain_command)

@@ -17,9 +17,9 @@ import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cli import compare as compare_command  # noqa: E402
-from cli import compare_config_from_options  # noqa: E402
 from datasets.errors import VFLError  # noqa: E402
+from vfl.commands.compare import compare as compare_command  # noqa: E402
+from vfl.commands.compare import config_from_command  # noqa: E402
 from vfl.compare import run_comparison  # noqa: E402
 
 
@@ -36,9 +36,9 @@ def main(argv=None) -> int:
     out_dir = options.pop("out_dir")
     options.pop("quiet")                          # the progress lines always go to stderr here
     try:
-        doc = run_comparison(compare_config_from_options(**options), out_dir,
+        doc = run_comparison(config_from_command(**options), out_dir,
                              progress=lambda s: print(s, file=sys.stderr))
-    except VFLError as exc:
+    except (VFLError, click.UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out = {"benchmark": "compare_modes", "reference": "plain (same data, splits and hyperparameters)",

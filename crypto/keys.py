@@ -5,7 +5,10 @@ key; passive parties only ever receive the modulus ``n``.
 """
 from __future__ import annotations
 
+import sys
+import sysconfig
 import warnings
+from pathlib import Path
 
 import phe
 
@@ -17,7 +20,51 @@ MAX_KEY_BITS = 8192
 
 
 class WeakKeyWarning(UserWarning):
-    """A 1024-bit key: fine for tests and benchmarks, below current guidance for real data."""
+    """A 1024-bit key: fine for tests and benchmarks, below current guidance for real data.
+
+    Issued once per process and message (a grid search generates a key per fit), at the
+    caller's line: the first frame outside this toolkit, the standard library and installed
+    packages (your script or notebook cell). An "always" filter that matches it
+    (``warnings.simplefilter("always", WeakKeyWarning)``, ``pytest.warns``) issues it every time."""
+
+
+#: the weak-key messages issued so far in this process
+_ISSUED: set[str] = set()
+
+#: the toolkit's own packages and the installed/standard library code: not "the caller"
+_TOOLKIT = Path(__file__).resolve().parent.parent
+_NOT_CALLERS = tuple(str(p) for p in (*(_TOOLKIT / d for d in ("crypto", "protocols", "vfl", "parties", "datasets")),
+                                      _TOOLKIT / "cli.py")) + tuple(
+    {str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def _caller_stacklevel() -> int:
+    """``stacklevel`` (for a warning issued by this function's caller) of the first frame outside
+    the toolkit, the standard library and installed packages; the outermost frame if none is."""
+    frame, level, last = sys._getframe(2), 2, 2
+    while frame is not None:
+        name = frame.f_code.co_filename
+        path = name if name.startswith("<") else str(Path(name).resolve())
+        if not (path.startswith(_NOT_CALLERS) or path.startswith("<frozen")):
+            return level
+        frame, level, last = frame.f_back, level + 1, level
+    return last
+
+
+def _always(text: str) -> bool:
+    """Whether the first warnings filter matching a WeakKeyWarning of ``text`` says "always"."""
+    for action, msg, category, _module, _lineno in warnings.filters:
+        if issubclass(WeakKeyWarning, category) and (msg is None or msg.match(text)):
+            return action == "always"
+    return False
+
+
+def _warn_weak(text: str) -> None:
+    """Issue ``text`` as a WeakKeyWarning at the caller, once per process (see WeakKeyWarning)."""
+    if text in _ISSUED and not _always(text):
+        return
+    _ISSUED.add(text)
+    warnings.warn(text, WeakKeyWarning, stacklevel=_caller_stacklevel())
 
 
 def check_key_bits(bits: int, scheme: str = "Paillier") -> int:
@@ -35,9 +82,8 @@ def check_key_bits(bits: int, scheme: str = "Paillier") -> int:
     if bits % 8:
         raise InputError(f"key size must be a multiple of 8 bits, got {bits}")
     if bits < DEFAULT_KEY_BITS:
-        warnings.warn(
-            f"{bits}-bit {scheme} keys offer about 80-bit security: use {DEFAULT_KEY_BITS} bits or more "
-            "for real data", WeakKeyWarning, stacklevel=2)
+        _warn_weak(f"{bits}-bit {scheme} keys offer about 80-bit security: use {DEFAULT_KEY_BITS} bits or more "
+                   "for real data")
     return bits
 
 

@@ -28,6 +28,10 @@ from pathlib import Path
 from datasets.errors import WriteError
 
 FILE_MODE = 0o600
+#: outputs meant to be shared that hold no secret and no row of anyone's data: reports (the
+#: ``--output-json`` summaries, ``vfl compare``'s CSV/JSON) and figures. Keys, models, checkpoints,
+#: ledgers and predictions keep :data:`FILE_MODE`.
+REPORT_MODE = 0o644
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 

@@ -32,6 +32,7 @@ from parties.psi_align import align_predict, align_train
 from parties.remote import RemoteSource, end_prediction, leaf_mask_fetcher, source_map
 from parties.screen import restore_own_features, select_by_iv
 from parties.settings import Settings
+from parties.warm_start import WarmStart
 from protocols import alignment
 from protocols import messages as m
 from protocols.transport import Transport
@@ -191,7 +192,8 @@ class ActiveParty:
     def fit(self, transport: Transport, passives: list[str], params: TrainParams | None = None,
             on_round=None, checkpoint=None, resume=None,
             validation: pd.DataFrame | None = None,
-            observers: list[RoundObserver] | None = None, sample_weight=None) -> BoostedModel:
+            observers: list[RoundObserver] | None = None, sample_weight=None, warm_start=None,
+            warm_transport: Transport | None = None) -> BoostedModel:
         """Train with the passive parties ``passives`` (their names) behind ``transport``.
 
         ``on_round(round_idx, info)`` (optional) is called after every round with
@@ -206,6 +208,10 @@ class ActiveParty:
         and early stopping (:mod:`parties.monitor`).
         ``sample_weight``: one weight per row of this party's frame (default: the ``weight_col``
         given at construction, else none).
+        ``warm_start``: a completed :class:`BoostedModel` of these parties to continue with more
+        rounds (:mod:`parties.warm_start`; ``params.n_estimators`` is the new total): a new model
+        starting from its trees; ``warm_transport`` (default ``transport``) reaches the passive
+        parties holding that model, to score the training rows with it.
         """
         params = params or TrainParams()
         passives = list(passives)
@@ -229,10 +235,16 @@ class ActiveParty:
         val = self._validation_data(validation) if validation is not None else None
         if not passives and not self.feature_names:
             raise InputError(f"party {self.name!r} has no feature columns and there is no passive party")
+        if warm_start is not None and resume is not None:
+            raise InputError("give either a checkpoint to resume or a model to warm-start from, not both")
+        warm = None if warm_start is None else \
+            WarmStart(warm_start, self.name, passives, params, self.feature_names, self.categories)
         self.settings = Settings.from_environ().for_party(self.n_jobs)    # once per training
         salt, model_id = alignment.new_salt(), secrets.token_hex(8)
         if resume is not None:
             salt, model_id = bytes.fromhex(resume.salt), resume.model_id
+        if warm is not None:        # a new model under the saved model's salt
+            salt = warm.salt
         try:    # the passive parties opened a session at the alignment: a failure before the training
                 # loop (which ends with TrainEnd whatever happens) releases it at once
             rows = self._align(transport, passives, params, salt)
@@ -243,6 +255,11 @@ class ActiveParty:
             y = objective.check_labels(self.y_raw[rows], self.name, self.label_col, ids=self.ids[rows])
             if self.low_memory:
                 self.y_raw = None         # the aligned labels are all the training needs
+            # a warm start: the saved model's scores of the training rows (its prediction, before any round)
+            warm_raw = None if warm is None else self._predict_arrays(
+                warm_transport or transport, warm.model, self.ids[rows],
+                feature_matrix(self.X, rows) if self.feature_names else np.zeros((len(rows), 0)),
+                n_rounds=warm.n_rounds)
             tracker = None
             if checkpoint is not None or resume is not None:
                 tracker = CheckpointTracker(self.name, passives, params, salt, model_id, self.ids[rows], self.X, y,
@@ -274,6 +291,9 @@ class ActiveParty:
                     self._shuffled = params.mode != Mode.DP and binning is None
                     self.channel.candidates = self._shuffled
                     self.channel.active_only_rounds = params.active_only_rounds
+                    if warm is not None:
+                        transport.call_many({p: m.TrainContinue(warm.model.model_id, warm.n_rounds,
+                                                                warm.records.get(p, 0)) for p in passives})
                     if resume is not None:
                         acks = transport.call_many({p: m.TrainResume(model_id, resume.n_rounds,
                                                                      resume.records.get(p, 0)) for p in passives})
@@ -314,11 +334,20 @@ class ActiveParty:
                     monitor.start_validation(transport, passives, model_id, salt, self.name, self.feature_names, *val)
             if resume is not None:
                 monitor.restore(resume.rounds, resume.history)
+            kwargs = tracker.booster_kwargs() if tracker is not None else {}
+            if warm is not None:
+                kwargs = warm.booster_kwargs(warm_raw, kwargs.get("rounds"))
+                if tracker is not None:         # a resume of this training keeps the saved model's base score
+                    tracker.template.base_score = warm.base_score()
+                monitor.restore(kwargs["rounds"], warm.model.history)
             w = None if weights is None else weights[rows]
             if w is not None and not w.sum() > 0:
                 raise InputError(f"sample weights of party {self.name!r} are all zero on the aligned rows")
-            base, rounds, train_raw = booster.fit(y, row_keys=rows, sample_weight=w,
-                                          **(tracker.booster_kwargs() if tracker is not None else {}))
+            base, rounds, train_raw = booster.fit(y, row_keys=rows, sample_weight=w, **kwargs)
+            if warm is not None:
+                base = warm.base_score()
+            elif resume is not None and resume.base_score is not None:     # a warm-started training resumed
+                base = list(resume.base_score)
             completed = True
         finally:
             self.channel.close()
@@ -340,6 +369,8 @@ class ActiveParty:
                                    and isinstance(r.info.get("model_hash"), str)}
         self.model.categories = {f: list(v) for f, v in self.categories.items()}
         monitor.finish(self.model)
+        if warm is not None:        # where the model came from (kept in its file)
+            self.model.history["warm_start"] = {"model_id": warm.model.model_id, "n_rounds": warm.n_rounds}
         if params.dp_model is not None:
             self.model.dp_model = self.dp_plan.to_dict()
             if self.dp_plan.private:    # metrics on the training rows are not part of the DP release
@@ -550,6 +581,16 @@ class ActiveParty:
                 raise InputError(f"party {self.name!r}: prediction data lacks feature column(s) {missing}")
             ids, X = d.ids, d.X[:, [d.feature_names.index(f) for f in model.active_features]] \
                 if model.active_features else np.zeros((len(d.ids), 0))
+        return ids, self._predict_arrays(transport, model, ids, X, prediction, align, use=use, drift_run=drift_run,
+                                         last=last)
+
+    def _predict_arrays(self, transport: Transport, model: BoostedModel, ids, X, prediction: str | None = None,
+                        align: str | None = None, n_rounds: int | None = None, use=None, drift_run=None,
+                        last: bool = True):
+        """Raw scores of ``model`` (its first ``n_rounds`` rounds; default its own) for the rows ``ids``
+        with this party's features ``X`` (in ``model.active_features`` order); ``use`` (one-round
+        only) replaces the scoring and its result is returned; ``drift_run``/``last`` as in
+        :meth:`predict_raw`."""
         prediction = DEFAULT_PREDICTION if prediction is None else prediction
         align = model.params.get("align", "hash") if align is None else align
         if prediction not in PREDICTIONS:
@@ -573,17 +614,18 @@ class ActiveParty:
         try:
             if drift_run is not None:        # before the leaf masks end the session
                 drift_run.ask(transport, session_id, last)
-                ids, raw = self._predict_session(transport, model, X, ids, session_id, prediction, open_at, use)
+                raw = self._predict_session(transport, model, X, session_id, prediction, open_at, use, n_rounds)
                 drift_run.add(X, raw)
-                return ids, raw
-            return self._predict_session(transport, model, X, ids, session_id, prediction, open_at, use)
+                return raw
+            return self._predict_session(transport, model, X, session_id, prediction, open_at, use, n_rounds)
         finally:        # the passive parties free the session's rows (and its slot) at once
             end_prediction(transport, [p for p in model.passives if p in open_at], session_id)
 
     @staticmethod
-    def _predict_session(transport, model, X, ids, session_id, prediction, open_at, use=None):
-        """Score the open session's rows ``X``: leaf masks (one round) or node-by-node routing;
-        ``use(model, X, fetch_masks)`` (one-round only) replaces the scoring (explanations)."""
+    def _predict_session(transport, model, X, session_id, prediction, open_at, use=None, n_rounds=None):
+        """Score the open session's rows ``X`` (the first ``n_rounds`` rounds): leaf masks (one round)
+        or node-by-node routing; ``use(model, X, fetch_masks)`` (one-round only) replaces the scoring
+        (explanations)."""
         if prediction == Prediction.ONE_ROUND:
             fetch = leaf_mask_fetcher(transport, session_id)
 
@@ -593,13 +635,13 @@ class ActiveParty:
                 return masks
 
             if use is not None:
-                return ids, use(model, X, fetch_masks)
-            return ids, model.predict_raw_one_round(X, fetch_masks)
+                return use(model, X, fetch_masks)
+            return model.predict_raw_one_round(X, fetch_masks, n_rounds)
 
         def route(owner, record_ids, rows):
             return transport.call(owner, m.RouteRequest(session_id, record_ids, rows)).go_left
 
-        return ids, model.predict_raw(X, route)
+        return model.predict_raw(X, route, n_rounds)
 
     def predict_proba(self, transport, frame=None, source=None, prediction=None,
                       align=None) -> tuple[np.ndarray, np.ndarray]:

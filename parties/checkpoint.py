@@ -176,6 +176,7 @@ class Checkpoint:
     completed: bool = False
     history: dict = field(default_factory=dict)     # per-round metrics so far (parties.monitor)
     digest_layout: str = "columns"                  # how data_digest read the features (DIGEST_LAYOUTS)
+    base_score: list | None = None                  # a warm start's: the saved model's (else from the labels)
 
     @property
     def n_rounds(self) -> int:
@@ -190,7 +191,8 @@ class Checkpoint:
                 "data_digest_layout": self.digest_layout,
                 "n_rounds": self.n_rounds, "records": dict(self.records),
                 "raw": _encode_array(self.raw, raw_data) if self.raw is not None else None,
-                "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds], "history": self.history}
+                "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds], "history": self.history} \
+            | ({"base_score": list(self.base_score)} if self.base_score is not None else {})
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "checkpoint") -> "Checkpoint":
@@ -260,8 +262,14 @@ class Checkpoint:
                 for i, v in enumerate(need_list(vals, source, f"history.{part}.{k}")):
                     if v is not None:
                         need_float(v, source, f"history.{part}.{k}[{i}]", finite=False, allow_nan=True)
+        base = d.get("base_score")
+        if base is not None:
+            base = [need_float(b, source, f"base_score[{i}]")
+                    for i, b in enumerate(need_list(base, source, "base_score", min_len=1))]
+            if n_targets is not None and len(base) != n_targets:
+                raise damaged(source, "base_score", f"{len(base)} values for {n_targets} target(s)")
         ck = cls(active, passives, model_id, salt, dict(params), n_rows, digest, rounds, raw, records,
-                 history=dict(history), digest_layout=layout)
+                 history=dict(history), digest_layout=layout, base_score=base)
         ck.source = source          # named by the later checks (check_features)
         return ck
 
@@ -344,7 +352,8 @@ class CheckpointTracker(RoundObserver):
             resume.check_resume(active_party, passives, params.to_dict(), digest, len(y))
             resume.check_features(len(feature_names))
         self.template = Checkpoint(active_party, list(passives), model_id, salt.hex(), params.to_dict(),
-                                   int(len(y)), digest, digest_layout=layout)
+                                   int(len(y)), digest, digest_layout=layout,
+                                   base_score=resume.base_score if resume is not None else None)
         self.resume = resume
         self.rounds: list = [list(r) for r in resume.rounds] if resume is not None else []
 
@@ -360,4 +369,4 @@ class CheckpointTracker(RoundObserver):
             self.save(Checkpoint(t.active_party, t.passives, t.model_id, t.salt, t.params, t.n_rows,
                                  t.data_digest, list(self.rounds), np.array(record.raw, dtype=np.float64),
                                  records_per_party(self.rounds, t.passives), history=record.history,
-                                 digest_layout=t.digest_layout))
+                                 digest_layout=t.digest_layout, base_score=t.base_score))

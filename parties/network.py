@@ -154,7 +154,7 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     server = PartyServer(name, gate, listen, security, max_frame_bytes=max_frame_bytes)
     port = server.start()         # NOT_SERVING until the table is loaded
     stop = stop_event or threading.Event()
-    watcher = audit = None
+    watcher = audit = service = None
     try:
         audit = AuditLog(audit_log) if audit_log is not None else None
         table = table_loader(data, name, id_col, categorical)
@@ -189,8 +189,9 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
         server.set_serving(False)
         if watcher is not None:
             watcher.stop()
-        log.info("%s: shutting down (%d calls served, %d refused)", name, server.stats["calls"],
-                 server.stats["refused"])
+        refused = service.refused_requests if service is not None else 0   # answered with a refusal: counted once
+        log.info("%s: shutting down (%d calls served, %d refused)", name, server.stats["calls"] - refused,
+                 server.stats["refused"] + refused)
         server.stop(grace=2.0)
         if audit is not None:
             audit.close()
@@ -233,13 +234,15 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
                  force: bool = False, align: str = "hash", max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  connect_timeout: float | None = None, on_round=None, validation_data=None,
                  link_mbps: float | None = None, executor=None, categorical=None,
-                 weight_col: str | None = None) -> dict:
+                 weight_col: str | None = None, warm_start=None) -> dict:
     """Train against passive servers; return a JSON-ready summary (see docs/deployment.md).
     ``validation_data``: CSV of validation rows (id, label, features; the passive parties serve
     theirs with ``--validation-data``): metric history and early stopping. ``link_mbps``: the
     links' throughput for the pre-shift cost model (None: measured on the gradient messages).
     ``categorical``: this party's categorical columns; ``weight_col``: its sample-weight column
-    (monotone constraints on its own features: ``params.monotone_constraints``)."""
+    (monotone constraints on its own features: ``params.monotone_constraints``).
+    ``warm_start``: the model directory of a completed model of these parties to continue with more
+    rounds (:mod:`parties.warm_start`): a new model, written to ``model_dir``."""
     if not peers:
         raise InputError("give at least one --peer NAME=HOST:PORT")
     if name in peers:
@@ -248,7 +251,11 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     dp_model = params.dp_model is not None and math.isfinite(params.dp_model)     # cannot resume either
     files = _ModelFiles(Path(model_dir), name, resumable=params.mode != Mode.DP and not dp_model,
                         dp_model=dp_model)
-    ck = files.prepare(resume, force)
+    if warm_start is not None and resume:
+        raise InputError("--warm-start starts a new training from a saved model; --resume continues an interrupted "
+                         "one: give one of them")
+    base = load_active_model(warm_start) if warm_start is not None else None    # read before the directory is
+    ck = files.prepare(resume, force)                                           # prepared (it may be the same)
     if ck is not None:
         check_writable_dir(files.dir, "--model-dir")      # resuming into a directory that became read-only
     # a Parquet table's numeric features are read after the alignment; the frame is handed over
@@ -265,7 +272,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
     vf = _read_csv(validation_data, name, id_col, label_col, allow_text_label=True, categorical=categorical) \
         if validation_data is not None else None
     transport = GrpcTransport(name, peers, security, timeout=timeout, max_frame_bytes=max_frame_bytes)
-    done_before = ck.n_rounds if ck is not None else 0
+    done_before = ck.n_rounds if ck is not None else (base.n_rounds if base is not None else 0)
     counter = _RoundCounter(done_before, on_round)
     try:
         transport.connect(timeout=connect_timeout if connect_timeout is not None else timeout)
@@ -273,7 +280,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         try:
             model = active.fit(transport, list(peers), params, counter,
                                checkpoint=(lambda c: c.save(files.checkpoint)) if files.resumable else None,
-                               resume=ck, validation=vf.frame if vf is not None else None)
+                               resume=ck, validation=vf.frame if vf is not None else None, warm_start=base)
         except PeerError as exc:
             raise PeerError(f"training stopped after {counter.rounds} of {params.n_estimators} round(s): {exc}; "
                             f"{files.resume_hint(counter.rounds)}") from None
@@ -294,6 +301,7 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
         "n_train": int(active.alignment_report.get(name, {}).get("n_kept", 0)),
         "train_seconds": train_seconds, "train_cpu_seconds": train_cpu_seconds,
         "resumed_after_rounds": done_before if ck is not None else None,
+        "warm_start": model.history.get("warm_start"),
         "n_trees": sum(len(r) for r in model.rounds), "model_id": model.model_id, "model_path": str(files.final),
         "alignment": active.alignment_report, "bytes_sent": transport.bytes_report(),
         "total_bytes": transport.total_bytes(),
@@ -453,7 +461,8 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
                    timeout: float = DEFAULT_TIMEOUT, prediction: str = "one-round",
                    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, connect_timeout: float | None = None,
                    align: str | None = None, batch_rows: int = DEFAULT_BATCH_ROWS, collect: bool | None = None,
-                   drift: bool = False, label_col: str | None = None, segment: str | None = None):
+                   drift: bool = False, label_col: str | None = None, segment: str | None = None,
+                   points=None):
     """Score the rows of ``data`` (the active party's columns: CSV, Parquet file or directory);
     returns ``(ids, proba, summary)``.
 
@@ -466,10 +475,13 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
     keeps every batch's ids and predictions for the return value; without it ``ids`` and ``proba``
     are None. ``drift``: the summary's ``drift`` is every party's PSI of its own inputs on these rows
     (:class:`parties.drift.DriftRun`); ``label_col``: a column of ``data`` holding the true labels,
-    the summary's ``credit`` their credit metrics (per value of the column ``segment`` too)."""
+    the summary's ``credit`` their credit metrics (per value of the column ``segment`` too).
+    ``points``: a :class:`vfl.core.scorecard.PointsScale` adds each row's scorecard points to
+    ``out`` (a binary model only)."""
     check_prediction(prediction)
     collect = out is None if collect is None else collect
     model = load_active_model(model_dir)
+    model.check_points(points)
     check_peers(model, peers)
     batches = iter_party_batches(data, model.active_party, id_col, batch_rows=batch_rows,
                                  categorical=list(model.categories))
@@ -491,7 +503,8 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
                 if evaluation is not None:
                     evaluation.add_output(proba)
                 if fh is not None:
-                    fh.write(model.prediction_table(ids, proba, id_col).to_csv(index=False, header=n_batches == 0))
+                    fh.write(model.prediction_table(ids, proba, id_col, points).to_csv(index=False,
+                                                                                      header=n_batches == 0))
                 if collect:
                     kept_ids.append(ids)
                     kept_proba.append(proba)
@@ -510,6 +523,8 @@ def predict_active(model_dir, data, id_col: str, peers: dict[str, str], security
         summary["credit"] = evaluation.report()
     if run is not None:
         summary["drift"] = run.report()
+    if points is not None:
+        summary["points"] = points.to_dict()
     log.info("%s: predicted %d rows in %d batch(es) with model %s in %.2f s", model.active_party, n_rows,
              n_batches, model.model_id, seconds)
     return ids, proba, summary

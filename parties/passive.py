@@ -27,7 +27,16 @@ from datasets.errors import InputError, ProtocolError
 from datasets.frames import party_data
 from datasets.loaders import read_party_table
 from datasets.pieces import PieceTable, open_piece_table
-from parties import dp, passive_align, passive_explain, passive_predict, passive_screen, passive_splits, passive_train
+from parties import (
+    dp,
+    passive_align,
+    passive_explain,
+    passive_predict,
+    passive_screen,
+    passive_splits,
+    passive_train,
+    passive_warm,
+)
 from parties import drift as drift_exchange
 from parties.passive_state import LookupTable, PassiveState
 from protocols import messages as m
@@ -71,6 +80,7 @@ HANDLERS = {
     m.SplitRequest: passive_splits.split_request,
     m.CandidatePick: passive_splits.candidate_pick,
     m.TrainEnd: passive_train.train_end,
+    m.TrainContinue: passive_warm.continue_model,
     m.PredictStart: passive_predict.predict_start,
     m.EvalStart: passive_predict.eval_start,
     m.RouteRequest: passive_predict.route,
@@ -474,6 +484,10 @@ class PassiveParty:
         kept = self._state.feature_explanations
         return pd.concat(kept, ignore_index=True) if kept else None
 
+    def knows_split_gains(self) -> bool:
+        """Whether the active party has shared the gain of every split of this party's records."""
+        return all("gain" in r for r in self.records)
+
     def feature_importance(self, kind: str = "split", n_rounds: int | None = None) -> dict[str, float]:
         """This party's own features by name, from its own records: ``split`` (number of splits)
         or ``gain`` (total gain; needs the gains shared by the active party, see
@@ -562,6 +576,36 @@ class PassiveParty:
         if d.get("drift_withheld") is not None:
             p._state.drift_withheld = need_str(d["drift_withheld"], source, "drift_withheld")
         return p
+
+    def allow_warm_start(self, d: dict | None = None, source: str = "passive model") -> str:
+        """Let a warm start continue a completed model of this party (``TrainContinue``): ``d`` its
+        model dict (its own file's content, checked), default the model this party holds now (its
+        last completed training). Returns the model id. Only this party's own calls register one:
+        the requester names a base, never sends it."""
+        if d is None:
+            d = self.model_dict()
+            records = [dict(r) for r in self.records]
+        else:
+            records = check_model_dict(d, source)
+            if d["party"] != self.name:
+                raise InputError(f"{source} is a model of party {d['party']!r}, not of {self.name!r}")
+        entry = passive_warm.base_entry(self.name, d["salt"], d["features"], records, d.get("trainer"),
+                                        bool(d.get("completed", True)), d["model_id"])
+        self._state.warm_bases[d["model_id"]] = entry
+        return d["model_id"]
+
+    def predicting_with(self, d: dict, source: str = "passive model") -> "PassiveParty":
+        """A party holding the completed model ``d`` that answers prediction queries about this
+        party's own training rows (a warm start in one process scores its training rows with the
+        base model this way)."""
+        other = type(self).from_model_dict(d, source)
+        if other.name != self.name or list(other.feature_names) != list(self.feature_names):
+            raise InputError(f"{source}: a model of party {other.name!r} with features {other.feature_names[:10]}, "
+                             f"not of party {self.name!r} with {self.feature_names[:10]}")
+        other._state.ids, other._state.X = self._state.ids, self._state.X
+        other._state.categories = dict(self._state.categories)
+        other.id_col = self.id_col
+        return other
 
     @classmethod
     def load_model(cls, path) -> "PassiveParty":

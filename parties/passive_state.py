@@ -191,6 +191,7 @@ class PassiveState:
     full_features: tuple | None = None         # --min-iv: (X, names, dp_bins) before a FeatureSelect
     select_open: bool = False                  # a FeatureSelect may come (after an alignment, before a setup)
     last_screening: object = None              # the session of an in-process screening beside a model
+    warm_bases: dict = field(default_factory=dict)   # completed models a warm start may continue (passive_warm)
     max_depth: int | None = None               # the model's max_depth (agreed at setup): a row's route budget
     drift_policy: str = "positions"            # drift requests: PSI by position, by name, or "decline"
     drift_min_rows: int = 0                    # raises the fewest rows a drift run is answered over

@@ -157,6 +157,9 @@ class PassiveServer:
         self._lock = threading.Lock()             # the registry (sessions, models, training pointer): held briefly
         self._train_lock = threading.RLock()      # the training session's work
         self._model_locks: dict[str, threading.Lock] = {}
+        #: requests this party refused (a rule, bad input, a peer's error): answered, not served
+        self.refused_requests = 0
+        self._refused_lock = threading.Lock()
         self._load_models()
 
     def _new_party(self) -> PassiveParty:
@@ -239,6 +242,8 @@ class PassiveServer:
             log.info("%s: busy for %s from %s: %s", self.name, kind, who, exc)
             raise
         except VFLError as exc:
+            with self._refused_lock:
+                self.refused_requests += 1
             log.warning("%s: refused %s from %s: %s", self.name, kind, who, exc)
             raise
 
@@ -293,6 +298,8 @@ class PassiveServer:
                 with self._lock:
                     self.training, self.training_peer, self.training_client, self._digest = None, None, None, None
                 raise ProtocolError(f"party {self.name!r} already holds a finished model {mid!r}")
+            if isinstance(request, m.TrainContinue):
+                return self._on_continue(p, request, who)
             try:
                 return self._on_training_message(p, request, who)
             except ProtocolError:
@@ -501,6 +508,22 @@ class PassiveServer:
         log.info("%s: model %s resumed by %s after %d rounds (%d records kept, %d dropped)", self.name,
                  req.model_id, who, req.n_rounds, len(kept), len(d["records"]) - len(kept))
         return m.Ack({"n_records": len(kept), **({"completed": True} if reopen else {})})
+
+    def _on_continue(self, p: PassiveParty, req: m.TrainContinue, who):
+        """A warm start (:mod:`parties.passive_warm`): the base is one of this party's completed
+        models (its own file); the new model's file holds the base's records from now on."""
+        with self._lock:
+            base = self.models.get(req.base_model_id)
+        if base is None:
+            why = "is unfinished (resume its training instead)" if req.base_model_id in self.unfinished else \
+                f"is not in {self.model_dir}"
+            raise InputError(f"party {self.name!r}: model {req.base_model_id!r} {why}: nothing to continue")
+        p.allow_warm_start(base.model_dict())
+        reply = p.handle(req)
+        self._persist()
+        log.info("%s: model %s continues model %s for %s after %d rounds (%d records)", self.name, p.model_id,
+                 req.base_model_id, who, req.n_rounds, req.n_records)
+        return reply
 
     def _need_training(self, kind, client):
         if self.training is None:

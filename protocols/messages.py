@@ -559,6 +559,19 @@ class TrainResume:
     n_records: int = count()
 
 
+# --- warm start: continuing a completed model with more rounds (issue 37) ----
+@register
+@dataclass
+class TrainContinue:
+    """Start the model set up by :class:`TrainSetup` (a new model id, the id salt of the base)
+    from the receiver's completed model ``base_model_id``: its first ``n_rounds`` rounds, whose
+    ``n_records`` lookup-table records the receiver copies (record ids 0 .. n_records - 1);
+    the rounds trained next are numbered from ``n_rounds`` on, below the setup's total."""
+    base_model_id: str = text(ID_CHARS, nonempty=True)
+    n_rounds: int = count(1, MAX_ROUNDS)
+    n_records: int = count()
+
+
 # --- learner extras (issue 4): validation sets, split gains -----------------
 @register
 @dataclass
@@ -709,6 +722,7 @@ REPLIES: dict[type, tuple[type, ...]] = {
     AlignResult: (AlignAck,),
     TrainSetup: (BinningInfo,),
     TrainResume: (Ack,),
+    TrainContinue: (Ack,),
     PublicKey: (Ack,),
     Gradients: (Ack,),
     GradientsStart: (Ack,),

@@ -24,9 +24,10 @@ def check_seconds(value, what: str, maximum: float = MAX_SECONDS) -> float:
 
 
 def format_bytes(n: float) -> str:
-    """``512 B``, ``1.5 KB``, ``3.2 MB``, ``1.0 GB`` (powers of 1024; GB is the largest unit)."""
-    for unit in ("B", "KB", "MB"):
+    """``512 B``, ``1.5 KiB``, ``3.2 MiB``, ``1.0 GiB``: powers of 1024 named as such (IEC units,
+    the one convention of every output: ``--max-message-mb`` counts MiB too); GiB is the largest."""
+    for unit in ("B", "KiB", "MiB"):
         if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} GB"
+    return f"{n:.1f} GiB"

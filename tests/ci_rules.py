@@ -6,12 +6,16 @@ import os
 #: whether this run is CI's (``CI=true``, as CI services set it; .ci/run sets it too)
 CI = os.environ.get("CI", "").strip().lower() in ("true", "1")
 
+#: the one reason of every skip for missing shared data sets: it says how to point the suite at them
+SHARED_SKIP = ("shared datasets directory not found: set VFL_SHARED_DATASETS=/path/to/datasets (the directory "
+               "holding default_credit_hetero_guest.csv, ...) or place it at ../shared/datasets next to the "
+               "repository")
+
 #: the skips CI accepts: (a part of the test id, a part of the skip reason), each with why
 ALLOWED_SKIPS = (
     # the shared benchmark datasets (UCI/LIBSVM downloads) live outside the repository, in
     # ../shared/datasets or $VFL_SHARED_DATASETS; a CI machine without them skips these few tests
-    ("", "shared datasets directory (../shared/datasets or $VFL_SHARED_DATASETS) not present"),
-    ("", "../shared/datasets is not available"),
+    ("", SHARED_SKIP),
     # resetting the peak RSS needs a kernel (and container) that lets a process write /proc/self/clear_refs
     ("tests/parties/test_low_memory.py", "needs /proc/self/clear_refs to reset the peak RSS"),
     # scikit-learn's array-API estimator checks need SciPy's array-API mode (SCIPY_ARRAY_API=1 before

@@ -4,7 +4,7 @@ import os
 import warnings
 
 import pytest
-from ci_rules import CI, fail_skip
+from ci_rules import CI, SHARED_SKIP, fail_skip
 from hypothesis import HealthCheck, settings
 from support import KEY_BITS
 
@@ -87,7 +87,7 @@ def breast3():
 def shared_dir():
     d = shared_datasets_dir()
     if d is None:
-        pytest.skip("../shared/datasets is not available")
+        pytest.skip(SHARED_SKIP)
     return d
 
 

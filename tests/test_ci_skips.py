@@ -1,8 +1,10 @@
 """Under CI=true a skip fails the run unless tests/ci_rules.py's ALLOWED_SKIPS names it (issue 26,
 item 4): a module-level importorskip of a missing extra must not turn its tests into quiet skips."""
+import re
 from pathlib import Path
 
 import ci_rules
+import pytest
 from _pytest.reports import CollectReport, TestReport
 
 
@@ -25,7 +27,7 @@ def test_a_module_skipped_at_collection_fails_too():
 
 
 def test_allowed_skips_stay_skips_only_where_the_list_names_them():
-    shared = _test_report("tests/core/test_categorical.py::test_y", "../shared/datasets is not available")
+    shared = _test_report("tests/core/test_categorical.py::test_y", ci_rules.SHARED_SKIP)
     ci_rules.fail_skip(shared)
     assert shared.outcome == "skipped"
     malloc = "glibc malloc settings"
@@ -55,3 +57,21 @@ def test_every_allowed_skip_says_why():
     for i, line in enumerate(lines):
         if line.strip().startswith("(") and not lines[i - 1].strip().startswith(("#", "(")):
             raise AssertionError(f"ALLOWED_SKIPS entry without a comment: {line.strip()}")
+
+
+def test_every_skip_for_missing_shared_data_says_how_to_point_the_suite_at_it():
+    """Issue 37, item 10: the fixtures and helpers that skip without the shared data sets give
+    SHARED_SKIP (which names VFL_SHARED_DATASETS); no test skips for them with a reason of its own."""
+    assert "VFL_SHARED_DATASETS=" in ci_rules.SHARED_SKIP and "../shared/datasets" in ci_rules.SHARED_SKIP
+    tests = Path(ci_rules.__file__).parent
+    for f in tests.rglob("*.py"):
+        for call in re.findall(r"pytest\.skip\(([^)]*)\)", f.read_text()):
+            if "shared" in call.lower() or "dataset" in call.lower():
+                assert call.strip() == "SHARED_SKIP", f"{f}: pytest.skip({call})"
+
+
+def test_the_shared_data_fixture_skips_with_the_pointer(monkeypatch, tmp_path):
+    import conftest
+    monkeypatch.setenv("VFL_SHARED_DATASETS", str(tmp_path / "missing"))
+    with pytest.raises(pytest.skip.Exception, match="set VFL_SHARED_DATASETS=/path/to/datasets"):
+        conftest.shared_dir.__wrapped__()

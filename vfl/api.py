@@ -84,7 +84,7 @@ class Federation:
         return self.active.model
 
     def fit(self, params: TrainParams | None = None, on_round=None, validation=None, observers=None,
-            sample_weight=None, **kwargs) -> BoostedModel:
+            sample_weight=None, warm_start=None, **kwargs) -> BoostedModel:
         """Train; ``kwargs`` are :class:`TrainParams` fields (used when ``params`` is None).
 
         ``sample_weight``: one weight (>= 0) per row of the active party's frame (default: its
@@ -94,7 +94,12 @@ class Federation:
         party's with the label), aligned by id like the training set; gives per-round
         metrics (``model.history``) and enables ``early_stopping_rounds``.
         ``observers``: :class:`vfl.core.rounds.RoundObserver` objects that receive every round's
-        typed record (``on_round(round_idx, info)`` is the same as a plain function)."""
+        typed record (``on_round(round_idx, info)`` is the same as a plain function).
+        ``warm_start``: continue a completed model with more rounds (like XGBoost's ``xgb_model``;
+        ``n_estimators`` is the new total): this federation's current model (``fed.model``), a
+        :class:`Federation` holding one, or the directory :meth:`save` wrote. The result is a new
+        model that starts from its trees; with the same data and parameters, ``n`` rounds and then
+        a warm start to ``n + m`` give the trees of ``n + m`` rounds at once (docs/learner.md)."""
         if params is None:
             params = TrainParams(**kwargs)
         elif kwargs:
@@ -111,8 +116,39 @@ class Federation:
             for name, p in self.passives.items():
                 p.load_validation_data(validation[name])
             val_active = validation[self.active.name]
+        warm, warm_transport = self._warm_start(warm_start) if warm_start is not None else (None, None)
         return self.active.fit(self.transport, list(self.passives), params, on_round, validation=val_active,
-                               observers=observers, sample_weight=sample_weight)
+                               observers=observers, sample_weight=sample_weight, warm_start=warm,
+                               warm_transport=warm_transport)
+
+    def _warm_start(self, base):
+        """The model a warm start continues, each passive party told (locally: its own model) which
+        model it may continue, and a transport to parties holding that model over their training
+        rows (the saved model scores them before the first new round)."""
+        if _is_path(base):
+            base = Federation.load(base, self.active.id_col)
+        if isinstance(base, Federation):
+            model, dicts = base.model, {n: p.model_dict() for n, p in base.passives.items()}
+        elif isinstance(base, BoostedModel):
+            if self.model is None or base.model_id != self.model.model_id:
+                raise InputError(f"warm_start: model {base.model_id!r} is not this federation's current model; "
+                                 "give the directory it was saved to (Federation.save) or its Federation")
+            model = base
+            dicts = {n: p.model_dict() for n, p in self.passives.items() if p.model_id == base.model_id}
+        else:
+            raise InputError(f"warm_start must be a model directory, a Federation or this federation's model, "
+                             f"got {type(base).__name__}")
+        if model is None:
+            raise InputError("warm_start: the federation given holds no trained model")
+        missing = [n for n in model.passives if n not in dicts or n not in self.passives]
+        if missing:
+            raise InputError(f"warm_start: model {model.model_id!r} has no lookup table of party {missing[0]!r} "
+                             "here (a warm start continues a model of the same parties)")
+        handlers = {}
+        for n in model.passives:
+            self.passives[n].allow_warm_start(dicts[n], f"party {n!r}'s model")
+            handlers[n] = frame_handler(self.passives[n].predicting_with(dicts[n], f"party {n!r}'s model").handle)
+        return model, InMemoryTransport(self.active.name, handlers)
 
     def screen(self, params: ScreenParams | None = None, **kwargs) -> ScreenResult:
         """Screen every feature of every party before training (issue 33): per feature its bins, rows
@@ -284,17 +320,32 @@ class Federation:
         label-derived; see docs/learner.md), so each can compute gain importance locally."""
         return self.active.share_split_gains(self.transport)
 
-    def feature_importance(self, kind: str = "gain") -> dict[str, dict[str, float]]:
-        """``{party: {feature: value}}``, each party's part computed by that party itself
-        (``split`` count or total ``gain``). For ``gain`` the active party first shares the
-        split gains with the passive parties (:meth:`share_split_gains`)."""
+    def feature_importance(self, kind: str = "split", share_gains: bool = False) -> dict[str, float]:
+        """``{"party:feature": value}`` over every party's features (the active party's first),
+        each party's part computed by that party itself from its own records: ``split`` (number of
+        splits; the default, shares nothing) or ``gain`` (total gain). Names are prefixed by their
+        party, so two parties' columns of one name stay apart (``bank:x0``, ``telco:x0``).
+
+        ``gain`` needs each passive party to know the gains of its own splits, which only the
+        active party knows: they must have been shared (:meth:`share_split_gains`, opt-in leakage,
+        see docs/learner.md), or ``share_gains=True`` shares them first. Nothing is shared by
+        default: without either, ``gain`` is refused."""
+        if kind not in ("split", "gain"):
+            raise InputError(f"importance kind must be 'split' or 'gain', got {kind!r}")
         model = self.active._need_model()
         n = model.default_rounds
-        out = {self.active.name: model.feature_importance(kind, n)["features"]}
         if kind == "gain":
-            self.share_split_gains()
+            lacking = [name for name, p in self.passives.items() if not p.knows_split_gains()]
+            if lacking and not share_gains:
+                raise InputError(f"gain importance of the passive parties' features needs the gains of their splits, "
+                                 f"which party(ies) {lacking} do not know: share them first "
+                                 "(Federation.share_split_gains(), or feature_importance('gain', share_gains=True); "
+                                 "opt-in leakage: label-derived, see docs/learner.md), or use kind='split'")
+            if lacking:
+                self.share_split_gains()
+        out = {f"{self.active.name}:{f}": v for f, v in model.feature_importance(kind, n)["features"].items()}
         for name, p in self.passives.items():
-            out[name] = p.feature_importance(kind, n_rounds=n)
+            out.update({f"{name}:{f}": v for f, v in p.feature_importance(kind, n_rounds=n).items()})
         return out
 
     def unsafe_seed_dp_noise(self, seed: int) -> None:
@@ -565,7 +616,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
              validation_size: float | None = None, executor_for=None, link_mbps: float | None = None,
              categorical=None, weight_col: str | None = None, dp_ledger_dir=None,
              dp_lifetime_epsilon: float | None = None, n_jobs: int | None = None, segment: str | None = None,
-             drift: bool = False):
+             drift: bool = False, warm_start=None):
     """Split rows into train/test by the active party's ids, train, predict the test rows.
 
     The result's ``credit`` holds the credit metrics of the test rows
@@ -583,6 +634,8 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     ``vfl simulate --dask local:2``: a private Dask cluster per party); ``link_mbps``: see
     :class:`Federation`; ``n_jobs``: every party's worker processes (None: ``VFL_N_JOBS``, else all
     cores). The result records the settings the training ran with (``settings``: n_jobs, overlap).
+    ``warm_start``: a model directory to continue (:meth:`Federation.fit`): saved by a simulation with
+    the same split (``test_size``, ``seed``), it continues on the same training rows.
     Returns ``(federation, result, test_ids, test_output)``
     where ``test_output`` is the probability of class 1 (binary), the class probabilities
     ``(n, K)`` (multiclass) or the predictions (regression).
@@ -626,7 +679,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         for p in fed.passives.values():
             p.screen_allowed = True
     t0 = time.perf_counter()
-    fed.fit(params, on_round=on_round, validation=validation)
+    fed.fit(params, on_round=on_round, validation=validation, warm_start=warm_start)
     train_seconds = time.perf_counter() - t0
     train_bytes = fed.transport.total_bytes()       # before prediction traffic
     test_frames = {pf.name: pf.frame for pf in test}
@@ -672,4 +725,6 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     screening = getattr(fed.active, "screening", None)
     if params.min_iv is not None and screening is not None:     # --min-iv: what the screening kept
         result["min_iv"] = {"cut": params.min_iv, "iv": screening.iv(), "kept": screening.kept(params.min_iv)}
+    if model.history.get("warm_start"):
+        result["warm_start"] = dict(model.history["warm_start"])
     return fed, result, test[0].frame[test[0].id_col].to_numpy(), proba

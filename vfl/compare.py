@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from crypto.keys import WeakKeyWarning, check_key_bits
-from datasets import SHARED_DATASETS, SHARED_TASKS, load_named, shared_datasets_dir
+from datasets import SHARED_DATASETS, SHARED_TASKS, load_active_passive, load_named, shared_datasets_dir
 from datasets.errors import InputError
 from datasets.split import join_parties, train_test_split_parties
 from protocols.units import format_bytes
@@ -51,7 +51,7 @@ from vfl.api import simulate
 from vfl.core.credit_metrics import credit_report
 from vfl.core.dp import check_epsilon, json_epsilon
 from vfl.core.explain import summary_plot
-from vfl.core.files import write_bytes_atomic, write_text_atomic
+from vfl.core.files import REPORT_MODE, write_bytes_atomic, write_text_atomic
 from vfl.core.params import Mode, TrainParams, Vocabulary
 
 INF = float("inf")
@@ -138,8 +138,17 @@ class CompareConfig:
     dp_select: int | str = "auto"         # arm dp_select: features released per passive party
     extra: dict = field(default_factory=dict)   # further TrainParams fields
     dp_model: dict = field(default_factory=lambda: dict(DP_MODEL_SETTINGS))   # dp-model arm's own settings
+    #: your own tables instead of named data sets: {"name", "active", "passives", "id_col", "label_col"}
+    #: (``vfl compare --active FILE --passive FILE ...``; see :func:`tables_entry`)
+    tables: dict | None = None
 
     def validate(self) -> "CompareConfig":
+        if self.tables is not None:
+            self.tables = tables_entry(**self.tables)
+            if self.datasets and tuple(self.datasets) != (self.tables["name"],):
+                raise InputError("give either data set names (--dataset) or your own tables (--active/--passive), "
+                                 "not both")
+            self.datasets = (self.tables["name"],)
         self.datasets = tuple(self.datasets) or default_datasets()
         self.modes = tuple(self.modes)
         bad = [x for x in self.modes if x not in ARMS]
@@ -198,8 +207,36 @@ def dataset_names() -> list[str]:
                                 if SHARED_TASKS.get(n) == "binary"]
 
 
+def tables_entry(active, passives, name: str | None = None, id_col: str = "id", label_col: str = "y") -> dict:
+    """The ``tables`` of a :class:`CompareConfig`: the active party's table (ids, a binary label,
+    features) and the passive parties' (ids, features), each a CSV file, a Parquet file or a
+    directory of Parquet files, as ``vfl simulate --active/--passive`` takes them; ``name`` names
+    the data set in the outputs (default: the active table's file name without its suffix)."""
+    passives = [passives] if isinstance(passives, (str, Path)) else list(passives or ())
+    if not active or not passives:
+        raise InputError("your own tables need the active party's table and at least one passive party's "
+                         "(--active FILE --passive FILE ...)")
+    name = name or Path(str(active)).stem
+    if not isinstance(name, str) or not name or any(c in name for c in "/\\:") or name.startswith("."):
+        raise InputError(f"data set name {name!r} cannot name the output files (--name)")
+    return {"name": name, "active": str(active), "passives": [str(p) for p in passives], "id_col": str(id_col),
+            "label_col": str(label_col)}
+
+
+def load_tables(tables: dict):
+    """The party frames of your own tables (:func:`tables_entry`); the label must be binary (AUC)."""
+    frames = load_active_passive(tables["active"], tables["passives"], id_col=tables["id_col"],
+                                 label_col=tables["label_col"])
+    labels = np.unique(frames[0].frame[tables["label_col"]].to_numpy())
+    if len(labels) != 2:
+        raise InputError(f"compare needs a binary label (test AUC): column {tables['label_col']!r} of "
+                         f"{tables['active']} has {len(labels)} distinct value(s)")
+    return frames
+
+
 def load_dataset(name: str):
-    """``breast_cancer`` (bundled, 2 parties) or a binary data set of ``../shared/datasets``."""
+    """``breast_cancer`` (bundled, 2 parties) or a binary data set of the shared datasets directory
+    (``$VFL_SHARED_DATASETS``, else ``../shared/datasets`` next to the source tree)."""
     if name not in dataset_names():
         raise InputError(f"compare needs a binary data set (AUC); {name!r} is not one of "
                          f"{', '.join(dataset_names())}")
@@ -345,17 +382,24 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def format_table(summary: dict) -> str:
+    """The summary as a text table per data set, every column as wide as its widest cell (the mode
+    left-aligned, the numbers right-aligned), bytes in IEC units."""
+    header = ["mode", "epsilon", "runs", "AUC mean", "+-std", "min", "max", "train s", "train bytes"]
     lines = []
     for ds, s in summary.items():
-        lines.append(f"{ds}:")
-        lines.append(f"  {'mode':8} {'epsilon':>8} {'runs':>4} {'AUC mean':>9} {'+-std':>7} "
-                     f"{'min':>7} {'max':>7} {'train s':>8} {'train bytes':>12}")
+        rows = []
         for e in s["entries"]:
-            eps = "" if e["epsilon"] is None else str(e["epsilon"])
-            auc = "n/a" if e["auc_mean"] is None else f"{e['auc_mean']:.4f}"
-            lines.append(f"  {e['mode']:8} {eps:>8} {e['n_runs']:>4} {auc:>9} {e['auc_std']:>7.4f} "
-                         f"{(e['auc_min'] or 0):>7.4f} {(e['auc_max'] or 0):>7.4f} "
-                         f"{e['train_seconds_mean']:>8.2f} {e['train_bytes_mean']:>12.0f}")
+            rows.append([e["mode"], "" if e["epsilon"] is None else format_epsilons([check_epsilon(e["epsilon"])]),
+                         str(e["n_runs"]),
+                         "n/a" if e["auc_mean"] is None else f"{e['auc_mean']:.4f}", f"{e['auc_std']:.4f}",
+                         "n/a" if e["auc_min"] is None else f"{e['auc_min']:.4f}",
+                         "n/a" if e["auc_max"] is None else f"{e['auc_max']:.4f}", f"{e['train_seconds_mean']:.2f}",
+                         format_bytes(e["train_bytes_mean"]) if e["train_bytes_mean"] else "0"])
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        lines.append(f"{ds}:")
+        for r in [header, *rows]:
+            cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
+            lines.append("  " + " ".join(cells))
         if s["he_equals_plain"] is not None:
             lines.append(f"  HE AUC == plain AUC on the same split: {s['he_equals_plain']}")
     return "\n".join(lines)
@@ -387,9 +431,9 @@ def write_runs(runs: list[dict], out_dir: Path, cfg: CompareConfig, notes: list[
     w.writeheader()
     for r in runs:
         w.writerow({k: _csv_value(r.get(k)) for k in CSV_COLUMNS})
-    write_text_atomic(csv_path, text.getvalue())
+    write_text_atomic(csv_path, text.getvalue(), REPORT_MODE)
     write_text_atomic(json_path, json.dumps({"settings": cfg.to_dict(), "notes": notes, "summary": summarize(runs),
-                                             "runs": [_json_run(r) for r in runs]}, indent=1))
+                                             "runs": [_json_run(r) for r in runs]}, indent=1), REPORT_MODE)
     return [csv_path, json_path]
 
 
@@ -398,10 +442,18 @@ def dp_curves(cfg: CompareConfig) -> tuple:
     is selected (the default arm then releases every feature, as ``dp_all`` does)."""
     default = ("DP default (auto buckets, debiased, --dp-select auto)" if cfg.epsilon_scope == EpsilonScope.PARTY
                else "DP default (auto buckets, debiased; ε per feature: no selection)")
+    same = cfg.epsilon_scope == EpsilonScope.PARTY and str(cfg.dp_select) == "auto"     # the default's own
+    select = "DP, dp_select arm (the default's settings)" if same else f"DP, --dp-select {cfg.dp_select}"
     return ((Arm.DP_OLD.value, "tab:purple", "s--", "DP, old mechanism (32 buckets, no debiasing)"),
             (Arm.DP_ALL.value, "tab:orange", "v-", "DP, every feature (auto buckets, debiased)"),
             (Arm.DP.value, "tab:blue", "o-", default),
-            (Arm.DP_SELECT.value, "tab:green", "^-", f"DP, --dp-select {cfg.dp_select}"))
+            (Arm.DP_SELECT.value, "tab:green", "^-", select))
+
+
+def _legend_below(ax) -> None:
+    """The legend under the axes, never over the curves and their error bars (the figure grows
+    to hold it when saved: ``bbox_inches="tight"``)."""
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
 
 
 def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Path, notes: list[str]) -> list[Path]:
@@ -456,7 +508,7 @@ def plot_dataset(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: Pa
     ax.set_title(f"{dataset}: AUC vs privacy budget "
                  f"({cfg.n_estimators} trees, depth {cfg.max_depth}, {cfg.max_bin} bins)", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    _legend_below(ax)
     if "xgboost" in cfg.modes and ("xgboost", None) not in by:
         ax.text(0.01, 0.01, "centralized XGBoost line omitted: xgboost not installed",
                 transform=ax.transAxes, fontsize=7, color="gray")
@@ -532,7 +584,7 @@ def plot_dp_model(dataset: str, runs: list[dict], cfg: CompareConfig, out_dir: P
     ax.set_title(f"{dataset}: DP released model, AUC vs ε ({cfg.n_estimators} trees, depth "
                  f"{s.get('max_depth', cfg.max_depth)}, lr {s.get('learning_rate', cfg.learning_rate)})", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    _legend_below(ax)
     fig.tight_layout()
     path = out_dir / f"{dataset}_dp_model_auc_vs_epsilon.png"
     _save_figure(fig, path)         # the one atomic 0600 writer, like every other file
@@ -576,7 +628,8 @@ def run_comparison(cfg: CompareConfig, out_dir, progress: Callable[[str], None] 
                      f"2048-bit default for deployments")
     runs: list[dict] = []
     pngs: list[Path] = []
-    data = {ds: load_dataset(ds) for ds in cfg.datasets}      # a missing file fails before any training
+    data = ({cfg.tables["name"]: load_tables(cfg.tables)} if cfg.tables is not None      # a missing file fails
+            else {ds: load_dataset(ds) for ds in cfg.datasets})                          # before any training
     for ds, frames in data.items():
         for seed in range(cfg.seeds):
             todo = []
@@ -617,7 +670,8 @@ def run_comparison(cfg: CompareConfig, out_dir, progress: Callable[[str], None] 
 
 
 def _save_figure(fig, path: Path) -> None:
-    """A figure through the one atomic writer (rendered in memory first; mode 0600 like every file)."""
+    """A figure through the one atomic writer (rendered in memory first; mode 0644: meant to be
+    shared, it holds no secret)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format=path.suffix.lstrip(".") or "png")
-    write_bytes_atomic(path, buf.getvalue())
+    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", bbox_inches="tight")
+    write_bytes_atomic(path, buf.getvalue(), REPORT_MODE)

@@ -66,6 +66,12 @@ Conventions:
   ``importance_type`` ``"gain"`` (total gain; the simulated active party shares each
   passive party's split gains with it, see docs/learner.md) or ``"split"``. Each party
   computes its own part.
+* Warm start (continue a model with more rounds; ``n_estimators`` is the new total, the other
+  hyperparameters those of that model): ``fit(X, y, xgb_model=...)`` as in XGBoost (a fitted
+  estimator of the same class, a :class:`vfl.api.Federation` or a model directory), or
+  scikit-learn's ``warm_start=True``: the next ``fit`` of a fitted estimator continues its own
+  model. With the same data, ``n`` rounds and then more give the trees of all rounds at once
+  (docs/learner.md).
 * A fitted estimator pickles (``pickle``/``joblib``): the federation is kept as the
   parties' model dicts (:meth:`vfl.api.Federation.model_dicts`, the model files'
   content), rebuilt on unpickling.
@@ -141,7 +147,7 @@ class _VerticalBoosting(BaseEstimator):
                  align=_D("align"), epsilon=_D("epsilon"), epsilon_per_feature=_D("epsilon_per_feature"),
                  parties=None, n_parties=2, label_party=None, random_state=None, categorical=None,
                  monotone_constraints=None, dp_unsafe_noise_seed=_D("dp_unsafe_noise_seed"),
-                 active_only_rounds=_D("active_only_rounds"), min_node_rows=_D("min_node_rows")):
+                 active_only_rounds=_D("active_only_rounds"), min_node_rows=_D("min_node_rows"), warm_start=False):
         self.active_only_rounds = active_only_rounds     # first rounds on the label holder's features only
         self.min_node_rows = min_node_rows               # rows of every node and both children of every split
         self.n_estimators = n_estimators
@@ -175,6 +181,7 @@ class _VerticalBoosting(BaseEstimator):
         self.categorical = categorical
         self.monotone_constraints = monotone_constraints
         self.dp_unsafe_noise_seed = dp_unsafe_noise_seed       # NOT PRIVATE: tests only
+        self.warm_start = warm_start    # scikit-learn's: a fitted estimator's next fit continues its model
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -254,6 +261,14 @@ class _VerticalBoosting(BaseEstimator):
                 positions = []
                 for col in cols:
                     j = self._column_position(col, position, X)
+                    if j is None and not isinstance(X, pd.DataFrame) and isinstance(col, str):
+                        raise InputError(
+                            f"parties: party {name!r} names column {col!r}, but X is an array without column "
+                            f"names (a Pipeline step such as SimpleImputer or StandardScaler outputs arrays): "
+                            f"make the steps before this estimator output DataFrames, "
+                            f"pipeline.set_output(transform=\"pandas\") (keeps the names; a ColumnTransformer "
+                            f"also needs verbose_feature_names_out=False), or give parties column positions "
+                            f"0..{n - 1}")
                     if j is None:
                         have = "columns " + _show(labels) if isinstance(X, pd.DataFrame) else \
                             f"columns 0..{n - 1} (an array: give positions)"
@@ -382,7 +397,7 @@ class _VerticalBoosting(BaseEstimator):
         named = isinstance(X, pd.DataFrame) and all(isinstance(c, str) for c in labels)
         self._column_names = [str(c) for c in labels] if named else [f"f{j}" for j in range(len(labels))]
 
-    def _fit(self, X, y, weights, keep, eval_set, objective, **extra):
+    def _fit(self, X, y, weights, keep, eval_set, objective, xgb_model=None, **extra):
         params = self._train_params(objective, **extra)
         if not isinstance(self.importance_type, str) or self.importance_type not in ("gain", "split"):
             raise InputError(f"parameter importance_type must be 'gain' or 'split', got {self.importance_type!r}")
@@ -414,9 +429,27 @@ class _VerticalBoosting(BaseEstimator):
         elif params.early_stopping_rounds is not None:
             raise InputError("early_stopping_rounds needs an eval_set=(X_val, y_val) in fit")
         fit_kw = {} if weights is None else {"sample_weight": weights}
+        if not isinstance(self.warm_start, (bool, np.bool_)):
+            raise InputError(f"parameter warm_start must be True or False, got {self.warm_start!r}")
+        if xgb_model is None and self.warm_start and hasattr(self, "federation_"):
+            xgb_model = self.federation_        # scikit-learn's warm_start: continue the last fit
+        if xgb_model is not None:       # XGBoost's name: continue that model (n_estimators: the new total)
+            fit_kw["warm_start"] = self._warm_base(xgb_model)
         fed.fit(params, validation=validation, **fit_kw)
         self._set_fitted(fed, items, id_col)
         return self
+
+    def _warm_base(self, xgb_model):
+        """What ``fit(xgb_model=...)`` continues: a fitted estimator's federation, a Federation, or a
+        model directory (:meth:`vfl.api.Federation.fit`'s ``warm_start``)."""
+        if isinstance(xgb_model, _VerticalBoosting):
+            if not hasattr(xgb_model, "federation_"):
+                raise InputError("xgb_model: the estimator given is not fitted")
+            if type(xgb_model) is not type(self):
+                raise InputError(f"xgb_model: a {type(xgb_model).__name__} cannot be continued by a "
+                                 f"{type(self).__name__}")
+            return xgb_model.federation_
+        return xgb_model
 
     def _sample_weights(self, sample_weight, y):
         """``(weights, keep)``: the weights of the rows that train (None: unweighted) and the mask of
@@ -531,8 +564,9 @@ class _VerticalBoosting(BaseEstimator):
     def feature_importances_(self) -> np.ndarray:
         self._check_fitted()
         if self._importance_cache is None:
-            imp = self.federation_.feature_importance(self.importance_type)
-            vals = np.array([imp[p].get(f, 0.0) for p, f in self._features])
+            # in process, every party is this estimator's: sharing the gains leaks to no one
+            imp = self.federation_.feature_importance(self.importance_type, share_gains=True)
+            vals = np.array([imp.get(f"{p}:{f}", 0.0) for p, f in self._features])
             total = vals.sum()
             self._importance_cache = vals / total if total > 0 else vals
         return self._importance_cache
@@ -597,15 +631,17 @@ class VerticalBoostingClassifier(ClassifierMixin, _VerticalBoosting):
             raise InputError(f"sample_weight leaves one class only ({kept.tolist()}) with a positive weight: a "
                              f"classifier needs at least 2")
 
-    def fit(self, X, y, sample_weight=None, eval_set=None):
-        """Train on ``X`` (one table, or one DataFrame per party) and labels ``y``; returns self."""
+    def fit(self, X, y, sample_weight=None, eval_set=None, xgb_model=None):
+        """Train on ``X`` (one table, or one DataFrame per party) and labels ``y``; returns self.
+        ``xgb_model``: continue that model with more rounds (a fitted estimator of this class, a
+        :class:`vfl.api.Federation` or a model directory; ``n_estimators`` is the new total)."""
         y = self._y_1d(self._require_y(y))
         self._encode_y(y)           # checks y and sets classes_ before the objective is chosen
         weights, keep = self._sample_weights(sample_weight, y)
         if keep is not None:
             self._encode_y(y[keep])     # the classes of the rows that train
         objective = Objective.BINARY.value if len(self.classes_) == 2 else Objective.MULTICLASS.value
-        return self._fit(X, y, weights, keep, eval_set, objective)
+        return self._fit(X, y, weights, keep, eval_set, objective, xgb_model=xgb_model)
 
     def decision_function(self, X) -> np.ndarray:
         """Raw scores (log-odds): ``(n_samples,)`` for two classes (positive: ``classes_[1]``),
@@ -640,7 +676,7 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                  parties=None, n_parties=2, label_party=None, random_state=None, categorical=None,
                  monotone_constraints=None, objective=Objective.REGRESSION.value, huber_slope=_D("huber_slope"),
                  dp_unsafe_noise_seed=_D("dp_unsafe_noise_seed"), active_only_rounds=_D("active_only_rounds"),
-                 min_node_rows=_D("min_node_rows")):
+                 min_node_rows=_D("min_node_rows"), warm_start=False):
         super().__init__(active_only_rounds=active_only_rounds, min_node_rows=min_node_rows,
                          n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate,
                          max_bin=max_bin, reg_lambda=reg_lambda, min_child_weight=min_child_weight, gamma=gamma,
@@ -651,7 +687,8 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                          id_col=id_col, importance_type=importance_type, align=align, epsilon=epsilon,
                          epsilon_per_feature=epsilon_per_feature, parties=parties, n_parties=n_parties,
                          label_party=label_party, random_state=random_state, categorical=categorical,
-                         monotone_constraints=monotone_constraints, dp_unsafe_noise_seed=dp_unsafe_noise_seed)
+                         monotone_constraints=monotone_constraints, dp_unsafe_noise_seed=dp_unsafe_noise_seed,
+                         warm_start=warm_start)
         self.objective = objective
         self.huber_slope = huber_slope
 
@@ -667,13 +704,15 @@ class VerticalBoostingRegressor(RegressorMixin, _VerticalBoosting):
                              "a regression target must be finite")
         return y
 
-    def fit(self, X, y, sample_weight=None, eval_set=None):
-        """Train on ``X`` (one table, or one DataFrame per party) and targets ``y``; returns self."""
+    def fit(self, X, y, sample_weight=None, eval_set=None, xgb_model=None):
+        """Train on ``X`` (one table, or one DataFrame per party) and targets ``y``; returns self.
+        ``xgb_model``: continue that model with more rounds (as for the classifier)."""
         if self.objective not in (Objective.REGRESSION, Objective.PSEUDOHUBER):
             raise InputError(f"parameter objective must be 'regression' or 'pseudohuber', got {self.objective!r}")
         y = self._y_1d(self._require_y(y))
         weights, keep = self._sample_weights(sample_weight, y)
-        return self._fit(X, y, weights, keep, eval_set, self.objective, huber_slope=self.huber_slope)
+        return self._fit(X, y, weights, keep, eval_set, self.objective, xgb_model=xgb_model,
+                         huber_slope=self.huber_slope)
 
     def predict(self, X) -> np.ndarray:
         return self._raw(X)[:, 0]

@@ -262,4 +262,4 @@ def test_one_byte_formatter():
     from protocols.units import format_bytes
 
     assert [format_bytes(n) for n in (0, 1023, 1024, 1536, 5 * 2 ** 20, 3 * 2 ** 30, 2 ** 50)] == \
-        ["0 B", "1023 B", "1.0 KB", "1.5 KB", "5.0 MB", "3.0 GB", "1048576.0 GB"]
+        ["0 B", "1023 B", "1.0 KiB", "1.5 KiB", "5.0 MiB", "3.0 GiB", "1048576.0 GiB"]

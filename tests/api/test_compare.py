@@ -221,3 +221,120 @@ def test_the_default_dp_curve_says_selection_only_where_it_happens():
         return {arm: lab for arm, _, _, lab in dp_curves(CompareConfig(epsilon_scope=scope).validate())}["dp"]
     assert "--dp-select auto" in label("party")
     assert "no selection" in label("feature") and "--dp-select" not in label("feature")
+
+
+def test_cli_compare_on_your_own_tables(tmp_path):
+    """Issue 37: `vfl compare` takes --active FILE --passive FILE ... like `vfl simulate` (no
+    shared datasets directory needed); --name names the outputs."""
+    from support import small_frames
+    a, b, c = small_frames(n=160)
+    for name, f in (("bank", a), ("telco", b), ("shop", c)):
+        f.rename(columns={"id": "cid", "y": "bad"}).to_csv(tmp_path / f"{name}.csv", index=False)
+    out = tmp_path / "cmp"
+    r = CliRunner().invoke(main, ["compare", "--active", str(tmp_path / "bank.csv"), "--passive",
+                                  str(tmp_path / "telco.csv"), "--passive", str(tmp_path / "shop.csv"),
+                                  "--id-col", "cid", "--label-col", "bad", "--modes", "plain,local",
+                                  "--seeds", "1", "--rounds", "2", "--depth", "2", "--no-plots",
+                                  "--out-dir", str(out), "--quiet"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / "compare_runs.json").read_text())
+    assert [(x["dataset"], x["mode"]) for x in doc["runs"]] == [("bank", "plain"), ("bank", "local")]
+    assert doc["settings"]["tables"]["passives"] == [str(tmp_path / "telco.csv"), str(tmp_path / "shop.csv")]
+    assert doc["runs"][0]["test_auc"] > doc["runs"][1]["test_auc"]        # the partners' features help
+    r = CliRunner().invoke(main, ["compare", "--active", str(tmp_path / "bank.csv"), "--passive",
+                                  str(tmp_path / "telco.csv"), "--id-col", "cid", "--label-col", "bad",
+                                  "--name", "mine", "--modes", "plain", "--seeds", "1", "--rounds", "1",
+                                  "--no-plots", "--out-dir", str(out), "--quiet"])
+    assert r.exit_code == 0 and "mine:" in r.output, r.output
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--active", "a.csv"], "--active and at least one --passive are needed together"),
+    (["--passive", "b.csv"], "--active and at least one --passive are needed together"),
+    (["--active", "a.csv", "--passive", "b.csv", "--dataset", "breast_cancer"], "either --dataset or your own"),
+    (["--name", "x"], "--name names your own tables"),
+    (["--active", "a.csv", "--passive", "b.csv"], "does not exist"),
+    (["--active", "multi.csv", "--passive", "b2.csv"], "compare needs a binary label"),
+])
+def test_cli_compare_bad_tables(tmp_path, monkeypatch, args, msg):
+    import pandas as pd
+    monkeypatch.chdir(tmp_path)
+    pd.DataFrame({"id": range(9), "y": [0, 1, 2] * 3, "f": range(9)}).to_csv("multi.csv", index=False)
+    pd.DataFrame({"id": range(9), "g": range(9)}).to_csv("b2.csv", index=False)
+    r = CliRunner().invoke(main, ["compare", "--out-dir", "o", "--no-plots", *args])
+    assert r.exit_code != 0
+    assert msg in r.output and "Traceback" not in r.output, r.output
+
+
+# --- issue 37, item 8: the outputs -------------------------------------------------------------
+def _summary_entry(mode, eps, bytes_mean):
+    return {"mode": mode, "epsilon": eps, "n_runs": 3, "auc_mean": 0.71234, "auc_std": 0.0123, "auc_min": 0.7,
+            "auc_max": 0.72, "train_seconds_mean": 123.456, "train_bytes_mean": bytes_mean}
+
+
+def test_the_text_table_is_aligned_and_counts_bytes_in_iec_units():
+    from vfl.compare import format_table
+    summary = {"default_credit": {"he_equals_plain": True, "entries": [
+        _summary_entry("plain", None, 66_900_000), _summary_entry("dp_select", 0.5, 1_234),
+        _summary_entry("dp-model", "inf", 5e9), _summary_entry("xgboost", None, 0)]}}
+    lines = format_table(summary).splitlines()
+    rows = lines[1:6]
+    assert len({len(r) for r in rows}) == 1, "\n".join(rows)          # every column as wide as its widest cell
+    full = rows[2]                                                      # a row without an empty cell
+    ends = [i for i, c in enumerate(full) if c != " " and (i + 1 == len(full) or full[i + 1] == " ")]
+    assert len(ends) == 10                                              # (the bytes' unit: one more)
+    for r in rows:
+        assert all(r[i] != " " for i in ends[2:-2] + ends[-1:]), r                   # numbers end under their header
+    assert "63.8 MiB" in rows[1] and "1.2 KiB" in rows[2] and "4.7 GiB" in rows[3] and " MB" not in lines[2]
+
+
+def test_no_two_curves_share_a_label():
+    from vfl.compare import dp_curves
+    for cfg in (CompareConfig(), CompareConfig(dp_select=3), CompareConfig(epsilon_scope="feature")):
+        labels = [label for *_, label in dp_curves(cfg.validate())]
+        assert len(set(labels)) == len(labels), labels
+        assert sum("--dp-select auto" in label for label in labels) <= 1, labels
+
+
+def _runs():
+    runs = []
+    for seed in range(3):
+        runs.append({"dataset": "d", "mode": "plain", "epsilon": None, "seed": seed, "test_auc": 0.8,
+                     "train_seconds": 1.0, "train_bytes": 1000, "total_bytes": 1200, "epsilon_per_feature": None})
+        for arm in ("dp", "dp_select", "dp_all", "dp_old"):
+            for e in (0.5, 1.0, 2.0, float("inf")):
+                runs.append({"dataset": "d", "mode": arm, "epsilon": e, "seed": seed,
+                             "test_auc": 0.7 + 0.02 * seed + (0.05 if e == float("inf") else 0.0),
+                             "train_seconds": 0.5, "train_bytes": 500, "total_bytes": 600,
+                             "epsilon_per_feature": {"passive1": e}, "epsilon_per_party": {"passive1": e}})
+        runs.append({"dataset": "d", "mode": "local", "epsilon": None, "seed": seed, "test_auc": 0.65,
+                     "train_seconds": 0.1, "train_bytes": 0, "total_bytes": 0, "epsilon_per_feature": None})
+    return runs
+
+
+@pytest.mark.slow
+def test_the_legend_covers_no_curve_and_the_outputs_are_shareable(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import vfl.compare as vc
+    figures = []
+    real = vc._save_figure
+
+    def keep(fig, path):
+        figures.append(fig)
+        real(fig, path)
+    monkeypatch.setattr(vc, "_save_figure", keep)
+    cfg = CompareConfig(modes=("plain", "dp", "dp_select", "dp_all", "dp_old", "local"),
+                        epsilons=(0.5, 1, 2, float("inf"))).validate()
+    paths = vc.plot_dataset("d", _runs(), cfg, tmp_path, [])
+    fig = figures[0]
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    assert legend is not None and len(legend.get_texts()) == 7
+    assert not legend.get_window_extent().overlaps(ax.get_window_extent())     # outside the plotting area
+    files = vc.write_runs(_runs(), tmp_path, cfg, []) + paths
+    assert {stat_mode(f) for f in files} == {0o644}
+
+
+def stat_mode(path):
+    return path.stat().st_mode & 0o777

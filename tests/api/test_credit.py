@@ -93,6 +93,9 @@ def test_simulate_with_categorical_columns_monotone_constraints_and_weights(tmp_
     active = json.loads((tmp_path / "m" / "active.json").read_text())
     assert passive["monotone"] == {"days_late": 1} and "education" in passive["categories"]
     assert active["params"]["monotone_constraints"] == {"income": -1} and "w" not in active["active_features"]
+    assert f"active ({len(active['active_features'])} features)" in res.output    # the weights are no feature
+    assert out.stat().st_mode & 0o777 == 0o644                                    # a report: shareable
+    assert (tmp_path / "m" / "active.json").stat().st_mode & 0o777 == 0o600       # a model: private
     assert active["categories"] == {"segment": sorted(REGION)}
 
 

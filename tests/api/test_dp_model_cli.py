@@ -204,7 +204,7 @@ def test_compare_dp_model_figure(tmp_path):
     doc = run_comparison(cfg, tmp_path)
     assert str(tmp_path / "breast_cancer_dp_model_auc_vs_epsilon.png") in doc["files"]
     assert (tmp_path / "breast_cancer_dp_model_auc_vs_epsilon.png").stat().st_size > 1000
-    assert (tmp_path / "breast_cancer_dp_model_auc_vs_epsilon.png").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "breast_cancer_dp_model_auc_vs_epsilon.png").stat().st_mode & 0o777 == 0o644   # shareable
 
 
 def test_dp_setup_message_round_trips_and_bad_budgets_are_refused():

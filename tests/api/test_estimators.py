@@ -237,9 +237,10 @@ def test_table_dataframe_with_parties_mapping_follows_the_columns_of_x():
     assert clf.feature_names_in_.tolist() == list(X.columns)
     owner = {c: p for p, cols in mapping.items() for c in cols}
     assert clf.feature_parties_.tolist() == [owner[c] for c in X.columns]
+    importances = clf.feature_importances_                       # (shares the gains: all in process)
     by_party = clf.federation_.feature_importance("gain")
-    total = sum(sum(v.values()) for v in by_party.values())
-    assert np.allclose(clf.feature_importances_, [by_party[owner[c]].get(c, 0.0) / total for c in X.columns])
+    total = sum(by_party.values())
+    assert np.allclose(importances, [by_party[f"{owner[c]}:{c}"] / total for c in X.columns])
     assert clf.score(X, y) > 0.95
     order = np.random.default_rng(1).permutation(len(X))
     assert np.array_equal(clf.predict_proba(X.iloc[order]), clf.predict_proba(X)[order])

@@ -151,12 +151,15 @@ def test_simulate_refuses_an_unwritable_save_model_directory_before_training(tmp
     assert "train time" not in res.output            # refused up front
 
 
-def test_every_file_simulate_writes_is_private(tmp_path):
+def test_every_file_simulate_writes_is_private_but_its_report(tmp_path):
+    """Models and predictions 0600; the --output-json summary, a report meant to be shared (it holds
+    no secret and no row), 0644 (issue 37, item 8)."""
     out, preds, models = tmp_path / "r.json", tmp_path / "p.csv", tmp_path / "models"
     res = CliRunner().invoke(main, ["simulate", "--mode", "plain", "--rounds", "2", "--quiet", "--output-json",
                                     str(out), "--predictions", str(preds), "--save-model", str(models)])
     assert res.exit_code == 0, res.output
-    written = [out, preds, *models.iterdir()]
-    assert len(written) == 5
+    written = [preds, *models.iterdir()]
+    assert len(written) == 4
     for p in written:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644

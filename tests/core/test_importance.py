@@ -76,11 +76,43 @@ def test_gain_importance_needs_the_active_party_to_share_gains():
 
 def test_combined_importance_ranks_the_informative_feature_first():
     fed = federation()
-    imp = fed.feature_importance("gain")
-    assert set(imp) == {"a", "b", "c"} and set(imp["b"]) == {"b0", "b1"}
-    flat = {(p, f): v for p, d in imp.items() for f, v in d.items()}
-    assert max(flat, key=flat.get) == ("b", "b0")
-    assert flat[("b", "b0")] > flat[("a", "a0")] > flat[("c", "c0")]
+    imp = fed.feature_importance("gain", share_gains=True)
+    assert list(imp) == ["a:a0", "a:a1", "b:b0", "b:b1", "c:c0"]
+    assert max(imp, key=imp.get) == "b:b0"
+    assert imp["b:b0"] > imp["a:a0"] > imp["c:c0"]
+
+
+def test_combined_importance_shares_nothing_by_default():
+    """Issue 37: the default (split counts) sends no message; gain without consent is refused
+    before anything is sent, and names one party's columns apart from another's of that name."""
+    fed = federation()
+    sent = len(fed.transport.log)
+    imp = fed.feature_importance()
+    assert len(fed.transport.log) == sent
+    assert sum(imp.values()) == len(split_nodes(fed.model))
+    with pytest.raises(InputError, match=r"party\(ies\) \['b', 'c'\] do not know.*share_gains=True"):
+        fed.feature_importance("gain")
+    assert len(fed.transport.log) == sent
+    fed.feature_importance("gain", share_gains=True)
+
+    def shared():
+        return [r for _, r, f in fed.transport.log if isinstance(loads(f), m.SplitGains)]
+    assert sorted(shared()) == ["b", "c"]               # one SplitGains per passive party
+    fed.feature_importance("gain")                      # shared once: known from then on
+    assert sorted(shared()) == ["b", "c"]
+
+
+def test_combined_importance_prefixes_names_by_party():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(200, 2))
+    ids = np.arange(200)
+    a = pd.DataFrame({"id": ids, "y": (X[:, 0] + X[:, 1] > 0).astype(int), "x0": rng.normal(size=200)})
+    fed = Federation(ActiveParty("bank", a), [PassiveParty("telco", pd.DataFrame({"id": ids, "x0": X[:, 0]})),
+                                              PassiveParty("shop", pd.DataFrame({"id": ids, "x0": X[:, 1]}))])
+    fed.fit(mode="plain", n_estimators=3, max_depth=2)
+    imp = fed.feature_importance()
+    assert set(imp) == {"bank:x0", "telco:x0", "shop:x0"}
+    assert imp["telco:x0"] > 0 and imp["shop:x0"] > 0
 
 
 def test_importance_follows_the_rounds_used_by_prediction():
@@ -91,7 +123,7 @@ def test_importance_follows_the_rounds_used_by_prediction():
     imp = model.feature_importance("split")
     assert sum(imp["features"].values()) + sum(p["total"] for p in imp["parties"].values()) == len(first_two)
     combined = fed.feature_importance("split")
-    assert sum(combined["b"].values()) == sum(1 for n in first_two if n.owner == "b")
+    assert sum(v for k, v in combined.items() if k.startswith("b:")) == sum(1 for n in first_two if n.owner == "b")
 
 
 def test_passive_gains_survive_its_model_file(tmp_path):
@@ -108,5 +140,7 @@ def test_bad_importance_kind():
         fed.model.feature_importance("cover")
     with pytest.raises(InputError, match=r"importance kind must be 'split' or 'gain'"):
         fed.passives["b"].feature_importance("weight")
+    with pytest.raises(InputError, match=r"importance kind must be 'split' or 'gain', got 'cover'"):
+        fed.feature_importance("cover")
     with pytest.raises(InputError, match=r"has no trained model"):
         PassiveParty("z", pd.DataFrame({"id": [1], "f": [1.0]})).feature_importance("split")

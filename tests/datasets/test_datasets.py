@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from ci_rules import SHARED_SKIP
 
 from datasets import (
     PartyFrame,
@@ -46,7 +47,7 @@ def pf(frame, name="active", label="y", source="g.csv") -> PartyFrame:
 def need_shared() -> Path:
     root = shared_datasets_dir()
     if root is None:
-        pytest.skip("shared datasets directory (../shared/datasets or $VFL_SHARED_DATASETS) not present")
+        pytest.skip(SHARED_SKIP)
     return root
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 
 import pytest
@@ -144,3 +145,53 @@ def test_passive_errors(files):
         assert r.exit_code == 1 and "cannot listen on" in r.output
     finally:
         busy.close()
+
+
+@pytest.mark.slow
+def test_active_prints_the_training_metrics_of_every_round(files):
+    """Issue 37: without validation data `vfl party active` printed no metric at all; now each
+    round's training-rows metrics, as `vfl simulate --verbose` prints them."""
+    import threading
+
+    from parties import network
+    from protocols.grpc_security import Security
+
+    ready, stop, box = threading.Event(), threading.Event(), {}
+
+    def on_ready(port):
+        box["port"] = port
+        ready.set()
+
+    t = threading.Thread(target=network.serve_passive, daemon=True,
+                         args=("b", "127.0.0.1:0", files / "b.csv", "id", files / "mb", Security()),
+                         kwargs={"on_ready": on_ready, "stop_event": stop})
+    t.start()
+    try:
+        assert ready.wait(30)
+        r = run("party", "active", "--data", files / "a.csv", "--model-dir", files / "m", "--peer",
+                f"b=127.0.0.1:{box['port']}", "--insecure", "--mode", "plain", "--rounds", 3)
+        # scorecard points on predict (issue 37, item 9), the same scores as the probabilities say
+        p = run("predict", "--model-dir", files / "m", "--data", files / "a.csv", "--peer",
+                f"b=127.0.0.1:{box['port']}", "--insecure", "--out", files / "p.csv", "--points", "20,600,50",
+                "--output-json", files / "p.json")
+        bad = run("predict", "--model-dir", files / "m", "--data", files / "a.csv", "--peer",
+                  f"b=127.0.0.1:{box['port']}", "--insecure", "--out", files / "q.csv", "--points", "20,600")
+    finally:
+        stop.set()
+        t.join(10)
+    assert r.exit_code == 0, r.output
+    found = re.findall(r"round (\d+): train logloss ([0-9.]+), auc ([0-9.]+)", r.output)
+    assert [int(n) for n, _, _ in found] == [1, 2, 3], r.output
+    losses = [float(v) for _, v, _ in found]
+    assert losses[0] > losses[1] > losses[2]
+    assert p.exit_code == 0, p.output
+    import numpy as np
+    import pandas as pd
+
+    from vfl.core.scorecard import PointsScale
+    scores = pd.read_csv(files / "p.csv")
+    assert list(scores.columns) == ["id", "proba", "points"]
+    assert np.allclose(scores.points, PointsScale(20, 600, 50).from_proba(scores.proba.to_numpy()))
+    assert json.loads((files / "p.json").read_text())["points"]["pdo"] == 20
+    assert bad.exit_code == 1 and "--points takes PDO,BASE_SCORE,BASE_ODDS" in bad.output
+    assert not (files / "q.csv").exists()

@@ -245,3 +245,22 @@ def test_ids_written_133_0_and_133_align_in_network_mode_and_in_simulate(tmp_pat
     assert res.exit_code == 0, res.output
     assert "train: 64 rows, test: 16 rows" in res.output
     assert pd.read_csv(b_csv, dtype=str)["id"].iloc[0] == "0.0"      # the file really says "0.0"
+
+
+def test_the_shutdown_line_counts_a_refused_prediction_as_refused(tmp_path, caplog):
+    """Issue 37: a PredictStart for a model this party does not hold is refused (an ErrorReply,
+    logged); the shutdown line said '1 calls served, 0 refused' right after that log line."""
+    from protocols import messages as m
+    from protocols.grpc_client import GrpcTransport
+
+    _, b, c = small_frames(n=40)
+    with caplog.at_level("INFO", logger="vfl"):
+        ps = Passives(tmp_path, b, c)
+        t = GrpcTransport("a", {"b": ps.peers["b"]}, Security(), timeout=10)
+        with pytest.raises(Exception, match="no model"):
+            t.call("b", m.PredictStart("m-unknown", "s1", np.zeros((1, 16), dtype=np.uint8)))
+        t.close()
+        ps.close()
+    lines = [r.getMessage() for r in caplog.records if "shutting down" in r.getMessage()]
+    assert "b: shutting down (0 calls served, 1 refused)" in lines, lines
+    assert "c: shutting down (0 calls served, 0 refused)" in lines, lines

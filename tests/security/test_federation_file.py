@@ -60,7 +60,9 @@ def test_a_good_file(tmp_path):
     (lambda t: t.replace('"10.0.0.7:50051"', '"10.0.0.7"'), r"\[parties.telco\] address"),
     (lambda t: t.replace('"telco.internal"', '"bank"'), r"\[parties.telco\] hosts: 'bank' is the name of party"),
     (lambda t: t.replace('"telco.internal"', '"bank.internal"'), r"\[parties.telco\] hosts: 'bank.internal' is "
-                                                                 r"already a certificate name of party 'bank'"),
+                                                                 r"already a certificate name of party 'bank': two "
+                                                                 r"parties cannot share a host name; on one machine "
+                                                                 r"omit hosts \(peers are verified by party name"),
     (lambda t: t.replace('"telco.internal"', '"bad name!"'), r"\[parties.telco\] hosts"),
     (lambda t: t.replace('predict = ["bank", "telco"]', 'predict = ["bank", "mallory"]'),
      r"\[parties.insurer\] predict: 'mallory' is not a party"),

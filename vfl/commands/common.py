@@ -15,6 +15,7 @@ from crypto.cluster import check_dask_ca, dask_executor
 from datasets.errors import InputError
 from protocols.grpc_security import Security, parse_peers
 from protocols.units import check_seconds
+from vfl.core.files import REPORT_MODE, write_text_atomic
 
 #: the largest --max-message-mb (64 GiB: far beyond any frame; a larger value is a typo)
 MAX_MESSAGE_MB = 65536
@@ -198,3 +199,8 @@ def passive_exchange_policy(require_active_only_rounds: int, categorical_ordered
     """The policy entries of :func:`passive_exchange_options` (only those set)."""
     return {k: v for k, v in (("require_active_only_rounds", int(require_active_only_rounds)),
                               ("categorical_ordered", bool(categorical_ordered))) if v}
+
+
+def write_report(path, doc) -> None:
+    """A command's ``--output-json`` summary: atomic, mode 0644 (a report meant to be shared)."""
+    write_text_atomic(path, json.dumps(doc, indent=1, default=float), REPORT_MODE)

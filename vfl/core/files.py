@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datasets.files import (
     FILE_MODE,
+    REPORT_MODE,
     atomic_text_writer,
     check_writable_dir,
     fsync_dir,
@@ -17,5 +18,5 @@ from datasets.files import (
     write_text_atomic,
 )
 
-__all__ = ["FILE_MODE", "atomic_text_writer", "check_writable_dir", "fsync_dir", "json_bytes", "write_bytes_atomic",
-           "write_files_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = ["FILE_MODE", "REPORT_MODE", "atomic_text_writer", "check_writable_dir", "fsync_dir", "json_bytes",
+           "write_bytes_atomic", "write_files_atomic", "write_json_atomic", "write_text_atomic"]

@@ -370,11 +370,22 @@ class BoostedModel:
             return np.asarray(classes, dtype=object if any(isinstance(c, str) for c in classes) else None)[idx]
         return out
 
-    def prediction_table(self, ids, output, id_col: str = "id"):
-        """Predictions as a DataFrame: ``proba`` (binary), ``prediction`` and ``proba_<class>``
-        (multiclass, original labels), or ``prediction`` (regression)."""
+    def check_points(self, points) -> None:
+        """Refuse scorecard points (:class:`vfl.core.scorecard.PointsScale`) for a model without log-odds."""
+        if points is not None and self.objective != Objective.BINARY:
+            raise InputError(f"scorecard points (--points) scale the log-odds of a binary model; model "
+                             f"{self.model_id} is {self.objective}")
+
+    def prediction_table(self, ids, output, id_col: str = "id", points=None):
+        """Predictions as a DataFrame: ``proba`` (binary; with ``points``, a
+        :class:`vfl.core.scorecard.PointsScale`, also ``points``), ``prediction`` and
+        ``proba_<class>`` (multiclass, original labels), or ``prediction`` (regression)."""
+        self.check_points(points)
         if self.objective == Objective.BINARY:
-            return pd.DataFrame({id_col: ids, "proba": output})
+            table = pd.DataFrame({id_col: ids, "proba": output})
+            if points is not None:
+                table["points"] = points.from_proba(output)
+            return table
         if self.objective == Objective.MULTICLASS:
             classes = self.classes if self.classes is not None else list(range(self.n_targets))
             out = pd.DataFrame({id_col: ids, "prediction": [classes[i] for i in np.argmax(output, axis=1)]})
