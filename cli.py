@@ -27,6 +27,7 @@ from parties.dp_ledger import PrivacyLedger, summary
 from parties.federation import load_federation
 from parties.memory import return_freed_memory
 from parties.network import check_prediction, load_active_model, predict_active, serve_passive, train_active
+from parties.passive_policy import passive_policy
 from protocols.certs import make_certs
 from protocols.units import format_bytes
 from vfl.api import simulate as simulate_federation
@@ -617,12 +618,7 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
         click.echo(f"{name}: listening on {host}:{port}")
         sys.stdout.flush()
 
-    policy = {k: v for k, v in (("allowed_align", tuple(allow_align)),
-                                ("allowed_prediction", tuple(allow_prediction)),
-                                ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature),
-                                ("dp_ledger_path", dp_ledger), ("dp_lifetime_epsilon", dp_lifetime_epsilon)) if v}
-    if dp_lifetime_epsilon is not None and dp_ledger is None:
-        raise click.UsageError("--dp-lifetime-epsilon needs --dp-ledger FILE (where the spending is counted)")
+    policy = passive_policy(allow_align, allow_prediction, dp_max_epsilon_per_feature, dp_ledger, dp_lifetime_epsilon)
     executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive", dask_via_scheduler)
     try:
         serve_passive(name, listen, data, id_col, model_dir, sec, max_bytes(max_message_mb), on_ready=ready,

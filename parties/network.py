@@ -57,6 +57,8 @@ def passive_access(name: str, security, federation=None) -> Access:
         entry = federation.party(name)
         if entry.name == federation.active:
             raise InputError(f"{federation.path}: {name!r} is the federation's active party, not a passive one")
+        if entry.address is None:
+            raise InputError(f"{federation.path}: party {name!r} has no address: it only predicts and serves nothing")
     elif security.tls and not security.allowed_clients:
         raise InputError(f"party {name!r} would serve any certificate of its CA: give --federation FILE (who may "
                          "train and predict, see docs/federation.md) or --allow-client NAME (deny by default)")
