@@ -89,7 +89,7 @@ def setup_prediction(work: Path):
     return proc, addr
 
 
-def concurrent_predictions(work: Path, addr: str, clients: int, run: int, timeout: float = 60.0) -> dict:
+def concurrent_predictions(work: Path, addr: str, clients: int, run: int, timeout: float = 300.0) -> dict:
     """``clients`` `vfl predict` processes at once; each must finish within its --connect-timeout and
     --timeout (and a margin for starting Python)."""
     procs = []
