@@ -22,7 +22,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -30,6 +29,8 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import cli as vfl_cli  # noqa: E402  (the CLI under test, from this checkout)
 
 
 def cli(*args) -> list[str]:
@@ -131,80 +132,58 @@ def check_predict(clients: int, runs: int) -> dict:
 
 
 # -- dask: a killed worker never hangs a run ---------------------------------------------------------
-def _dask_workers(simulate_pid: int, role: str) -> list[int]:
-    """The pids of the Dask worker processes of ``role`` (the simulation's LocalCluster children,
-    named by the executor's process title ``vfl-dask-worker <role>``... or found through their
-    command lines)."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if ppid != simulate_pid and not _descends(int(pid), simulate_pid):
-            continue
-        if f"VFL_DASK_ROLE={role}".encode() in environ.split(b"\0"):
-            out.append(int(pid))
-    return sorted(out)
+def dask_child(side: str, kill_round: int, rounds: int) -> None:
+    """In a child process: `vfl simulate --dask local:2 ...` through the CLI itself, with the first
+    Dask worker of ``side`` SIGKILLed when round ``kill_round`` ends (a hook around the simulation)."""
+
+    real = vfl_cli.simulate_federation
+
+    def simulate_with_a_kill(*args, executor_for=None, on_round=None, **kw):
+        executors = {}
+
+        def executor_for_recorded(name):
+            executors[name] = executor_for(name)
+            return executors[name]
+
+        def on_round_killing(r, info):
+            if r + 1 == kill_round:
+                ex = executors[next(n for n in executors if (n == "active") == (side == "active"))]
+                pid = ex.pids[0]
+                print(f"killing Dask worker {pid} of {ex.name}", file=sys.stderr, flush=True)
+                os.kill(pid, signal.SIGKILL)
+            on_round(r, info)
+
+        return real(*args, executor_for=executor_for_recorded, on_round=on_round_killing, **kw)
+
+    vfl_cli.simulate_federation = simulate_with_a_kill
+    vfl_cli.main(["simulate", "--dask", "local:2", "--mode", "plain", "--rounds", str(rounds), "--depth", "3",
+              "--quiet"])
 
 
-def _descends(pid: int, ancestor: int) -> bool:
-    for _ in range(6):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            return False
-        if pid == ancestor:
-            return True
-        if pid <= 1:
-            return False
-    return False
-
-
-def killed_worker_run(side: str, rounds: int = 20, kill_round: int = 3, timeout: float = 30.0,
-                      limit: float = 240.0) -> dict:
-    """One `vfl simulate --dask local:2` with a worker of ``side`` (active or passive1) SIGKILLed
-    after round ``kill_round``; ``limit``: the wall-clock bound the run must end within."""
-    role = "active" if side == "active" else "passive1"
-    args = cli("simulate", "--dask", "local:2", "--mode", "plain", "--rounds", rounds, "--depth", 3, "--verbose",
-               "--quiet", "--dask-timeout", timeout)
+def killed_worker_run(side: str, rounds: int = 20, kill_round: int = 3, limit: float = 240.0) -> dict:
+    """One `vfl simulate --dask local:2` with a worker of ``side`` (active or passive) SIGKILLed after
+    round ``kill_round``; ``limit``: the wall-clock bound the run must end within."""
     t0 = time.monotonic()
-    p = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    killed = []
-    out_lines = []
-
-    def watch():
-        for line in p.stdout:
-            out_lines.append(line)
-            if not killed and line.startswith(f"round {kill_round}:"):
-                pids = _dask_workers(p.pid, role)
-                if pids:
-                    os.kill(pids[0], signal.SIGKILL)
-                    killed.append(pids[0])
-
-    th = threading.Thread(target=watch, daemon=True)
-    th.start()
+    p = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "dask-child", "--side", side,
+                          "--kill-round", str(kill_round), "--rounds", str(rounds)], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        _, err = p.communicate(timeout=limit)
+        out, err = p.communicate(timeout=limit)
         hung = False
     except subprocess.TimeoutExpired:
-        p.kill()
-        _, err = p.communicate()
+        os.killpg(p.pid, signal.SIGKILL)        # the run and its Dask workers (they hold its pipes)
+        out, err = p.communicate()
         hung = True
-    th.join(5)
-    return {"side": side, "killed_worker": killed[0] if killed else None, "exit": p.returncode, "hung": hung,
-            "seconds": round(time.monotonic() - t0, 1), "error": error_line(err),
-            "finished": any(ln.startswith("train time") for ln in out_lines)}
+    return {"side": side, "exit": p.returncode, "hung": hung, "seconds": round(time.monotonic() - t0, 1),
+            "killed": "killing Dask worker" in err, "error": error_line(err), "finished": "train time" in out,
+            "error_lines": len([ln for ln in err.splitlines() if ln.startswith("Error: ")]),
+            "traceback": "Traceback" in err}
 
 
-def check_dask(runs: int, sides, timeout: float = 30.0) -> dict:
-    results = [killed_worker_run(side, timeout=timeout) for side in sides for _ in range(runs)]
-    return {"check": "killed Dask worker", "runs": results, "none_hung": not any(r["hung"] for r in results)}
+def check_dask(runs: int, sides, limit: float = 240.0) -> dict:
+    results = [killed_worker_run(side, limit=limit) for side in sides for _ in range(runs)]
+    return {"check": "killed Dask worker", "limit_s": limit, "runs": results,
+            "none_hung": not any(r["hung"] for r in results)}
 
 
 def main(argv=None):
@@ -216,12 +195,18 @@ def main(argv=None):
     d = sub.add_parser("dask")
     d.add_argument("--runs", type=int, default=10)
     d.add_argument("--side", action="append", choices=("active", "passive"))
-    d.add_argument("--timeout", type=float, default=30.0)
+    d.add_argument("--limit", type=float, default=240.0, help="Seconds a run must end within.")
+    c = sub.add_parser("dask-child")
+    c.add_argument("--side", choices=("active", "passive"), required=True)
+    c.add_argument("--kill-round", type=int, default=3)
+    c.add_argument("--rounds", type=int, default=20)
     a = ap.parse_args(argv)
+    if a.check == "dask-child":
+        return dask_child(a.side, a.kill_round, a.rounds)
     if a.check == "predict":
         doc = check_predict(a.clients, a.runs)
     else:
-        doc = check_dask(a.runs, a.side or ["active", "passive"], a.timeout)
+        doc = check_dask(a.runs, a.side or ["active", "passive"], a.limit)
     print(json.dumps(doc, indent=1))
 
 

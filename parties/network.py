@@ -27,7 +27,7 @@ from datasets.loaders import DEFAULT_BATCH_ROWS, iter_party_batches, read_party_
 from datasets.pieces import open_piece_table
 from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
-from parties.federation import Access
+from parties.federation import Access, cert_names_of
 from parties.server import PassiveServer
 from protocols.grpc_client import GrpcTransport
 from protocols.grpc_security import check_address
@@ -65,6 +65,27 @@ def passive_access(name: str, security, federation=None) -> Access:
     return Access(name, bool(security.tls), federation, tuple(security.allowed_clients))
 
 
+def transport_admission(access: Access):
+    """The membership check a passive party's transport makes of every call before it is served
+    (None: no federation, or no TLS): the caller's certificate must identify a federation party that
+    may train or predict here (or the active party, which predicts with models from before trainers
+    were recorded). Sessions still apply their own rules (who trained which model)."""
+    fed = access.federation
+    if fed is None or not access.tls:
+        return None
+    members = {fed.active, *fed.trainers(access.party), *(fed.predictors(access.party) or ())}
+
+    def admit(client: str) -> str | None:
+        who = fed.party_of(cert_names_of(client) or ())
+        if who is None:
+            return (f"rule 'federation identity': certificate names {sorted(cert_names_of(client) or [])} are "
+                    f"not one federation party's own names ({fed.path})")
+        if who not in members:
+            return f"rule 'federation members': {who!r} may neither train nor predict here ({fed.path})"
+        return None
+    return admit
+
+
 def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security,
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, on_ready=None, stop_event=None,
                   policy: dict | None = None, validation_data=None, executor=None, categorical=None,
@@ -93,7 +114,8 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
                             validation_source=str(validation_data) if vf is not None else None,
                             executor=executor, categorical=categorical, monotone=monotone, dp_bins=dp_bins,
                             access=access)
-    server = PartyServer(name, service.handle_frame, listen, security, max_frame_bytes=max_frame_bytes)
+    server = PartyServer(name, service.handle_frame, listen, security, max_frame_bytes=max_frame_bytes,
+                         admit=transport_admission(access))
     port = server.start()
     stop = stop_event or threading.Event()
     if threading.current_thread() is threading.main_thread():

@@ -454,6 +454,16 @@ def _test_metrics(model: BoostedModel, y_test, raw) -> dict:
     return out
 
 
+def _simulation_executor(executor_for):
+    """``executor_for`` whose executors' faults advise running the simulation again (it has no --resume)."""
+    def make(name):
+        ex = executor_for(name)
+        if ex is not None and hasattr(ex, "advice"):
+            ex.advice = "run the simulation again"
+        return ex
+    return make
+
+
 def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: int = 0,
              on_round=None, record: bool = False, prediction: str | None = None,
              validation_size: float | None = None, executor_for=None, link_mbps: float | None = None,
@@ -489,7 +499,8 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     active_params = TrainParams.from_dict({**params.to_dict(),
                                            "monotone_constraints": per_party[party_frames[0].name] or None,
                                            "dp_bins": bins[party_frames[0].name] or None})
-    fed = federation_from_frames(train, record=record, link_mbps=link_mbps, executor_for=executor_for,
+    fed = federation_from_frames(train, record=record, link_mbps=link_mbps,
+                                 executor_for=_simulation_executor(executor_for) if executor_for else None,
                                  categorical=categorical,
                                  monotone={f"{name}:{f}": c for name, cs in per_party.items()
                                            if name != party_frames[0].name for f, c in cs.items()},

@@ -161,3 +161,56 @@ def test_item9_the_active_party_trains_only_with_the_parties_that_serve(pki, tmp
             p.kill()
             p.wait(timeout=10)
             p.stdout.close()
+
+
+# -- item 3: a killed Dask worker never hangs a run ------------------------------------------------------
+@pytest.mark.parametrize("side", ["active", "passive"])
+def test_item3_a_killed_dask_worker_ends_the_simulation_with_one_error(side):
+    """`vfl simulate --dask local:2` with one Dask worker of ``side`` SIGKILLed after round 3 of 20
+    (the CLI itself, in a child process: benchmarks/reprobe_checks.py dask-child): it ends, with exit
+    code 1 and one `Error:` line naming the worker and advising a new run (simulate has no --resume).
+    `python benchmarks/reprobe_checks.py dask --runs 10` repeats it ten times on each side."""
+    pytest.importorskip("distributed")
+    res = reprobe_checks.killed_worker_run(side, limit=600)
+    assert not res["hung"] and res["killed"], res
+    assert res["exit"] == 1 and res["error_lines"] == 1 and not res["traceback"], res
+    assert "Dask worker" in res["error"] and "run the simulation again" in res["error"], res
+    assert "--resume" not in res["error"], res
+
+
+# -- item 5: membership at the transport, before a worker is given -------------------------------------
+def test_item5_non_members_are_refused_by_the_transport(pki, tmp_path):
+    """A certificate of the federation's CA whose party may neither train nor predict at telco (and
+    one naming no federation party) is refused at the transport, at once, before any stream is read
+    (it held the server's workers until a session refused it); members are still served."""
+    _, b, _ = small_frames(n=40)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    r = _run("certs", "--out", pki / "certs", "--party", "mallory")        # the same CA, not in the federation
+    assert r.returncode == 0, r.stderr
+    fed = tmp_path / "federation.toml"
+    fed.write_text('[federation]\nactive = "bank"\n[parties.bank]\n[parties.telco]\naddress = "127.0.0.1:1"\n'
+                   '[parties.scorer]\naddress = "127.0.0.1:2"\n')
+    children = []
+    try:
+        addr = start_passive(children, tmp_path, "telco", "--data", tmp_path / "b.csv", "--model-dir",
+                             tmp_path / "mt", "--tls-dir", pki / "certs", "--federation", fed)
+        for who, rule in (("scorer", "federation members"), ("mallory", "federation identity")):
+            client = GrpcTransport(who, {"telco": addr}, Security.from_options(who, pki / "certs"), timeout=30)
+            try:
+                with pytest.raises(PeerError, match=f"refused our credentials: party 'telco': rule '{rule}'"):
+                    client.connect(timeout=30)
+                with pytest.raises(PeerError, match=f"rule '{rule}'"):
+                    client._exchange("telco", b"VFL1garbage")
+            finally:
+                client.close()
+        client = GrpcTransport("bank", {"telco": addr}, Security.from_options("bank", pki / "certs"), timeout=30)
+        try:
+            assert client.connect(timeout=30)["telco"]["party"] == "telco"
+        finally:
+            client.close()
+        assert "rule 'federation members'" in (tmp_path / "telco.err").read_text()
+    finally:
+        for p in children:
+            p.kill()
+            p.wait(timeout=10)
+            p.stdout.close()
