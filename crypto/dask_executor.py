@@ -42,6 +42,7 @@ workers only through a scheduler reached over TLS, unless ``insecure=True``
 """
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import socket
@@ -267,10 +268,14 @@ class DaskExecutor(Executor):
         try:
             if self._local_workers is not None:
                 if self._cluster is None:
+                    # a worker killed under a local cluster: its nanny's restart, cut short when the run ends,
+                    # is logged as a traceback (and the stray process reaped at exit): the Error line says it
+                    logging.getLogger("distributed.process").setLevel(logging.ERROR)
                     with dask.config.set(LEAN_CONFIG):      # the scheduler and worker processes start with it
                         self._cluster = LocalCluster(
                             n_workers=self._local_workers, threads_per_worker=1, processes=True,
-                            host="127.0.0.1", dashboard_address=None, silence_logs=40, security=self.security,
+                            host="127.0.0.1", dashboard_address=None, silence_logs=logging.CRITICAL,
+                            security=self.security,
                             # no dashboard; the scheduler's health endpoint on a free
                             # loopback port (not 8787, which another cluster may hold)
                             scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
