@@ -26,6 +26,7 @@ from parties.dp_ledger import PrivacyLedger, summary
 from parties.federation import load_federation
 from parties.memory import return_freed_memory
 from parties.network import serve_passive, train_active
+from parties.passive_policy import passive_policy
 from protocols.certs import make_certs
 from protocols.units import format_bytes
 from vfl.api import simulate as simulate_federation
@@ -580,11 +581,8 @@ def party_passive(name, listen, data, id_col, model_dir, allow_clients, allow_al
         click.echo(f"{name}: listening on {host}:{port}")
         sys.stdout.flush()
 
-    policy = {k: v for k, v in (("allowed_align", tuple(allow_align)),
-                                ("allowed_prediction", tuple(allow_prediction)),
-                                ("dp_max_epsilon_per_feature", dp_max_epsilon_per_feature),
-                                ("dp_ledger_path", dp_ledger), ("dp_lifetime_epsilon", dp_lifetime_epsilon),
-                                ("drift_policy", drift_answers), ("reveal_budget_path", reveal_budget)) if v} \
+    policy = passive_policy(allow_align, allow_prediction, dp_max_epsilon_per_feature, dp_ledger, dp_lifetime_epsilon) \
+        | {k: v for k, v in (("drift_policy", drift_answers), ("reveal_budget_path", reveal_budget)) if v} \
         | passive_exchange_policy(require_active_only_rounds, categorical_ordered)
     executor = party_executor(name, dask_scheduler, dask_tls_dir, dask_insecure, "passive", dask_via_scheduler,
                               sec.ca_pem)

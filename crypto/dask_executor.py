@@ -42,6 +42,7 @@ workers only through a scheduler reached over TLS, unless ``insecure=True``
 """
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import socket
@@ -63,6 +64,8 @@ from datasets.errors import InputError
 
 #: seconds between checks of the scheduler's worker list while waiting for tasks
 POLL_SECONDS = 1.0
+#: seconds a batch of finished results may take to arrive before the workers are checked again
+FETCH_SECONDS = 10.0
 #: Dask settings for a cluster that runs CPU-bound crypto tasks: no statistical profiler (it samples
 #: every thread of a worker every 10 ms), and the event-loop watchdog and system monitor woken
 #: less often (20 ms and 500 ms by default). The local clusters this module starts use them; give
@@ -215,6 +218,9 @@ class DaskExecutor(Executor):
     #: a task costs the scheduler, the client and the worker about a millisecond of CPU each:
     #: background requests (obfuscator fills) carry about 0.1 s of work
     task_seconds = 0.1
+    #: what a lost worker's or scheduler's error tells the user to do (a simulation, which cannot
+    #: resume, says "run the simulation again")
+    advice = "resume the training (--resume)"
 
     def __init__(self, scheduler: str = "local:2", *, name: str = "dask", security: Security | None = None,
                  tls_dir=None, insecure: bool = False, n_workers: int | None = None,
@@ -262,10 +268,14 @@ class DaskExecutor(Executor):
         try:
             if self._local_workers is not None:
                 if self._cluster is None:
+                    # a worker killed under a local cluster: its nanny's restart, cut short when the run ends,
+                    # is logged as a traceback (and the stray process reaped at exit): the Error line says it
+                    logging.getLogger("distributed.process").setLevel(logging.ERROR)
                     with dask.config.set(LEAN_CONFIG):      # the scheduler and worker processes start with it
                         self._cluster = LocalCluster(
                             n_workers=self._local_workers, threads_per_worker=1, processes=True,
-                            host="127.0.0.1", dashboard_address=None, silence_logs=40, security=self.security,
+                            host="127.0.0.1", dashboard_address=None, silence_logs=logging.CRITICAL,
+                            security=self.security,
                             # no dashboard; the scheduler's health endpoint on a free
                             # loopback port (not 8787, which another cluster may hold)
                             scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
@@ -352,7 +362,10 @@ class DaskExecutor(Executor):
                     pass
                 client.close()
             if cluster is not None:
-                cluster.close()
+                try:
+                    cluster.close(timeout=CLOSE_WAIT_SECONDS)     # a worker restarting after a kill: never a hang
+                except Exception:                 # (TimeoutError) its processes go with this one
+                    pass
         finally:
             if locked:
                 self._lock.release()
@@ -379,14 +392,14 @@ class DaskExecutor(Executor):
 
     def _gone(self, wi: int) -> WorkerError:
         return WorkerError(f"Dask worker {self._addresses[wi]} of {self.name!r} is gone (killed or lost) while it "
-                           "held row shards of the training; restart the worker and resume the training (--resume)")
+                           f"held row shards of the training; restart the worker and {self.advice}")
 
     def _scheduler_gone(self, exc: BaseException) -> WorkerError:
         # a lost scheduler shows either as the client's lost connection or as every task cancelled
         # (Dask's FuturesCancelledError, one line per future): the user is told which, in words
         why = "its tasks were cancelled" if isinstance(exc, CancelledError) else _first_line(exc)
         return WorkerError(f"the Dask scheduler of {self.name!r} at {self.spec} is gone or unreachable "
-                           f"({why}); restart it and its workers, then resume the training (--resume)")
+                           f"({why}); restart it and its workers, then {self.advice}")
 
     def _check_alive(self, watch: Sequence[int]) -> None:
         """Raise :class:`WorkerError` naming the first worker of ``watch`` the scheduler no longer lists."""
@@ -422,20 +435,19 @@ class DaskExecutor(Executor):
                     if lost:
                         raise WorkerError(f"{len(lost)} task(s) of {self.name!r} were lost on the Dask workers "
                                           f"{[self._addresses[wi] for wi in sorted(set(watch))]} (killed or "
-                                          "restarted) while they held row shards of the training; resume the "
-                                          "training (--resume)")
+                                          f"restarted) while they held row shards of the training; {self.advice}")
             for f, wi in zip(futures, pinned if pinned is not None else [None] * len(futures)):
                 if f.status == "error":
                     exc = f.exception()
                     if isinstance(exc, KeyError) and wi is not None:     # its slots are gone: a new process
                         raise WorkerError(f"Dask worker {self._addresses[wi]} of {self.name!r} lost the row shards "
-                                          f"of the training (restarted or replaced: {_first_line(exc)}); resume the "
-                                          "training (--resume)")
+                                          f"of the training (restarted or replaced: {_first_line(exc)}); "
+                                          f"{self.advice}")
                     where = self._addresses[wi] if wi is not None else \
                         ", ".join(self._addresses[i] for i in sorted(set(watch)))
                     raise WorkerError(f"a task of {self.name!r} failed on its Dask worker ({where}): "
                                       f"{_first_line(exc)}")
-            out = list(client.gather(futures)) if futures else []    # one batch, not a call per result
+            out = self._fetch(client, futures)
         except WorkerError:
             self._abort(futures)
             raise
@@ -448,6 +460,23 @@ class DaskExecutor(Executor):
         with self._lock:
             self.cpu_seconds += cpu
         return out
+
+    def _fetch(self, client, futures: list) -> list:
+        """The finished ``futures``' results in one batch, never waiting for good on a worker that
+        died after its task finished (its result is gone; the pinned task can run nowhere else, so
+        Dask would wait for that worker for ever: issue 36, item 3). Every :data:`FETCH_SECONDS`
+        without the results, every worker of this executor is checked."""
+        if not futures:
+            return []
+        while True:
+            try:
+                return list(client.sync(client._gather, futures, callback_timeout=FETCH_SECONDS))
+            except (TimeoutError, distributed.TimeoutError):
+                self._check_alive(range(len(self._addresses)))
+                lost = [f for f in futures if f.status != "finished"]
+                if lost:
+                    raise WorkerError(f"{len(lost)} result(s) of {self.name!r} were lost with their Dask worker "
+                                      f"(killed or restarted) before they were fetched; {self.advice}") from None
 
     def _abort(self, futures) -> None:
         """After a failure: cancel the tasks and forget the connection and every slot (the shards of

@@ -520,8 +520,10 @@ class EncryptionStream:
                     while True:
                         if self.cancelled:
                             return
-                        ready = bool(inflight) and inflight[0][1].done()
                         room = k < self.n and k < self.lead + self.window
+                        # with no room the head shard is all there is to wait for: wait in its result(),
+                        # which notices a lost worker (its pinned tasks are never done: issue 36, item 3)
+                        ready = bool(inflight) and (inflight[0][1].done() or not room)
                         if ready or room:
                             break
                         self.cond.wait()

@@ -45,7 +45,36 @@ def _reading(path: Path, name: str | None, bad_csv):
         raise InputError(f"cannot read {where}: {exc.strerror or exc}") from None
 
 
+#: a CSV header line longer than this is no header (it would be read whole into memory)
+MAX_HEADER_BYTES = 1 << 20
+_SCAN_BYTES = 1 << 20
+
+
+def _check_text_file(path: Path, name: str | None) -> None:
+    """Refuse, in constant memory, a file that cannot be a CSV table: a NUL byte anywhere (a binary
+    or sparse file, a corrupted id; named by line and byte offset) or a first line longer than
+    :data:`MAX_HEADER_BYTES` (issue 36, item 11: a 2 GB sparse file was read whole to be refused)."""
+    where = f"{str(path)!r}{_party_label(name)}"
+    line, offset, header_done = 1, 0, False
+    with _reading(path, name, str):
+        with open(path, "rb") as fh:
+            while chunk := fh.read(_SCAN_BYTES):
+                nul = chunk.find(b"\0")
+                if nul >= 0:
+                    line += chunk.count(b"\n", 0, nul)
+                    raise InputError(f"{where} is not a CSV text file: a NUL byte at line {line}, byte offset "
+                                     f"{offset + nul}")
+                if not header_done:
+                    header_done = b"\n" in chunk
+                    if not header_done and offset + len(chunk) > MAX_HEADER_BYTES:
+                        raise InputError(f"{where} is not a CSV table: its first line (the header) is longer than "
+                                         f"{MAX_HEADER_BYTES} bytes")
+                line += chunk.count(b"\n")
+                offset += len(chunk)
+
+
 def _read_header(path: Path, name: str | None) -> list[str]:
+    _check_text_file(path, name)
     with _reading(path, name, lambda exc: f"cannot read {str(path)!r}{_party_label(name)}: bad CSV header ({exc})"):
         with open(path, newline="", encoding="utf-8-sig") as fh:
             header = next(csv.reader(fh), None)

@@ -212,6 +212,20 @@ def train_test_split_parties(
     return train_parties, test_parties
 
 
+def common_rows(parties: list[PartyFrame], what: str = "test") -> list[PartyFrame]:
+    """Every party's rows whose id all the parties hold (THE id rule), each in its own row order:
+    the rows that can be scored. A split by the active party's ids leaves, with a partial
+    overlap, test rows some passive party has no features for (issue 36, item 1)."""
+    canon = [pd.Series(normalize_ids(pf.frame[pf.id_col]), dtype=object) for pf in parties]
+    shared = set(canon[0])
+    for c in canon[1:]:
+        shared &= set(c)
+    if not shared:
+        raise InputError(f"no {what} row is held by every party ({', '.join(describe_party(pf) for pf in parties)}): "
+                         "their ids do not overlap there")
+    return [_subset(pf, c.isin(shared).to_numpy()) for pf, c in zip(parties, canon)]
+
+
 def join_parties(parties: list[PartyFrame]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The centralised view of a vertical split: ``(X, y, ids)``.
 

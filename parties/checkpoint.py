@@ -39,7 +39,7 @@ from datasets.errors import InputError
 from protocols import alignment
 from vfl.core.binning import feature_column, feature_matrix, n_features
 from vfl.core.files import atomic_text_writer, write_json_atomic
-from vfl.core.model import canonical_bytes, check_content_hash, content_hash, read_model_json
+from vfl.core.model import canonical_bytes, check_content_hash, content_hash, read_model_json, require_content_hash
 from vfl.core.params import Mode, TrainParams
 from vfl.core.rounds import RoundObserver, RoundRecord
 from vfl.core.tree import Tree, damaged, need_dict, need_float, need_int, need_key, need_list, need_str
@@ -313,7 +313,7 @@ class Checkpoint:
 
     @classmethod
     def load(cls, path) -> "Checkpoint":
-        return cls.from_dict(read_model_json(path, "checkpoint"), str(path))
+        return cls.from_dict(require_content_hash(read_model_json(path, "checkpoint"), str(path)), str(path))
 
     # -- resuming -----------------------------------------------------------
     def check_resume(self, active_party: str, passives, params: dict, digest: str, n_rows: int) -> None:

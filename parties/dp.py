@@ -198,7 +198,7 @@ def release(s: PassiveState, req: m.DPReleaseRequest) -> m.DPRelease:
     binner = _need_dp(s, req)
     eps = check_epsilon(req.epsilon_per_feature, "epsilon_per_feature")
     cap = s.dp_max_epsilon_per_feature
-    if cap is not None and eps > check_epsilon(cap, "dp_max_epsilon_per_feature"):
+    if cap is not None and not eps <= float(cap):       # a cap of 0 refuses every release
         raise InputError(f"party {s.name!r} releases at most epsilon_per_feature={cap}, "
                          f"asked for {eps}")
     dom = s.train.dp_domain

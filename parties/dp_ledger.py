@@ -61,8 +61,8 @@ def _num(e):
 def check_lifetime(value, what: str = "dp_lifetime_epsilon"):
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not value > 0:
-        raise InputError(f"{what} must be a number > 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not value >= 0:
+        raise InputError(f"{what} must be a number >= 0 (0: nothing may be spent), got {value!r}")
     return float(value)
 
 
@@ -92,6 +92,13 @@ class PrivacyLedger:
         for fp, entries in doc["datasets"].items():
             if not isinstance(entries, list) or not all(isinstance(e, dict) and "epsilon" in e for e in entries):
                 raise InputError(f"{where}: dataset {fp!r} must list entries with an epsilon")
+            for e in entries:       # every entry checked on read: `show --json` prints no NaN, no list kind
+                if not isinstance(e.get("kind", ""), str):
+                    raise InputError(f"{where}: dataset {fp!r}: an entry's kind must be a string, got {e['kind']!r}")
+                try:
+                    self._eps(e)
+                except InputError as exc:
+                    raise InputError(f"{where}: dataset {fp!r}: {exc}") from None
         return doc
 
     @staticmethod

@@ -120,8 +120,9 @@ class Federation:
 
     @property
     def passives(self) -> dict[str, str]:
-        """``{passive party: address}`` in file order (what ``--peer`` would give)."""
-        return {p.name: p.address for p in self.parties.values() if p.name != self.active}
+        """``{passive party: address}`` in file order (what ``--peer`` would give): the parties with
+        an address; a party without one only predicts (a client, never trained with)."""
+        return {p.name: p.address for p in self.parties.values() if p.name != self.active and p.address}
 
     def party(self, name: str, what: str = "--name") -> PartyEntry:
         if name not in self.parties:
@@ -265,8 +266,8 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
                 check_address(address)
             except InputError:
                 raise _err(path, table, "address", f"{address!r} is not HOST:PORT (e.g. 10.0.0.7:50051)") from None
-        elif name != active:
-            raise _err(path, table, "address", "missing: a passive party needs the HOST:PORT it listens on")
+            if name == active:
+                raise _err(path, table, "address", "the active party serves nothing: its table takes no address")
         hosts = t.get("hosts", [])
         if not isinstance(hosts, list):
             raise _err(path, table, "hosts", f"expected a list of DNS names or IP addresses, got {hosts!r}")
@@ -289,6 +290,9 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
                     raise _err(path, table, key, "the active party serves no training or prediction (only a "
                                                  "passive party's table says who may ask it)")
                 lists[key] = _names(path, table, key, t[key], names)
+        if lists and address is None and name != active:
+            raise _err(path, table, "address", "missing: a passive party needs the HOST:PORT it listens on "
+                                               "(a party without an address only predicts: it serves nothing)")
         if name in lists.get("train", ()) or name in lists.get("predict", ()):
             raise _err(path, table, "train" if name in lists.get("train", ()) else "predict",
                        "a party cannot be its own client")
@@ -332,6 +336,12 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
                                    lists.get("screen", ()), eps, require_active_only_rounds=int(rounds),
                                    categorical_ordered=ordered, limits=limits, explain_features=explain,
                                    **serve_limits)
+    clients = {c for e in entries.values() for c in (*(e.train or ()), *(e.predict or ()))}
+    for e in entries.values():
+        if e.name != active and e.address is None and e.name not in clients:
+            raise _err(path, f"parties.{e.name}", "address", "missing: a passive party needs the HOST:PORT it "
+                                                             "listens on (only a party named in a train or "
+                                                             "predict list may go without one: it only asks)")
     return Federation(str(path), active, entries, int(min_rows), None if dp_rows is None else int(dp_rows))
 
 
@@ -345,7 +355,7 @@ def load_federation(path) -> Federation:
     except OSError as exc:
         raise FederationError(f"cannot read federation file {p}: {exc.strerror or exc}") from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(raw.decode("utf-8-sig"))       # a byte-order mark some editors write
     except UnicodeDecodeError:
         raise FederationError(f"federation file {p}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:

@@ -29,7 +29,7 @@ from parties.active import ActiveParty
 from parties.checkpoint import Checkpoint
 from parties.drift import DriftRun, with_last
 from parties.evaluation import BatchEvaluation
-from parties.federation import Access, stricter_drift
+from parties.federation import Access, cert_names_of, stricter_drift
 from parties.passive_explain import EXPLAIN_DIR
 from parties.passive_online import AuditLog, OnlineScoring, ServeLimits
 from parties.reveal_budget import default_paths
@@ -67,6 +67,8 @@ def passive_access(name: str, security, federation=None) -> Access:
         entry = federation.party(name)
         if entry.name == federation.active:
             raise InputError(f"{federation.path}: {name!r} is the federation's active party, not a passive one")
+        if entry.address is None:
+            raise InputError(f"{federation.path}: party {name!r} has no address: it only predicts and serves nothing")
     elif security.tls and not security.allowed_clients:
         raise InputError(f"party {name!r} would serve any certificate of its CA: give --federation FILE (who may "
                          "train and predict, see docs/federation.md) or --allow-client NAME (deny by default)")
@@ -95,6 +97,27 @@ class _Gate:
 
     def _loading(self, request):
         raise BusyError(f"party {self.name!r} is loading its table; retry", retry_after=0.5)
+
+
+def transport_admission(access: Access):
+    """The membership check a passive party's transport makes of every call before it is served
+    (None: no federation, or no TLS): the caller's certificate must identify a federation party that
+    may train or predict here (or the active party, which predicts with models from before trainers
+    were recorded). Sessions still apply their own rules (who trained which model)."""
+    fed = access.federation
+    if fed is None or not access.tls:
+        return None
+    members = {fed.active, *fed.trainers(access.party), *(fed.predictors(access.party) or ())}
+
+    def admit(client: str) -> str | None:
+        who = fed.party_of(cert_names_of(client) or ())
+        if who is None:
+            return (f"rule 'federation identity': certificate names {sorted(cert_names_of(client) or [])} are "
+                    f"not one federation party's own names ({fed.path})")
+        if who not in members:
+            return f"rule 'federation members': {who!r} may neither train nor predict here ({fed.path})"
+        return None
+    return admit
 
 
 def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security,
@@ -151,7 +174,8 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
     gate = _Gate(name)
     if hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGHUP, signal.SIG_IGN)      # while the table loads: nothing to reload yet
-    server = PartyServer(name, gate, listen, security, max_frame_bytes=max_frame_bytes)
+    server = PartyServer(name, gate, listen, security, max_frame_bytes=max_frame_bytes,
+                         admit=transport_admission(access))
     port = server.start()         # NOT_SERVING until the table is loaded
     stop = stop_event or threading.Event()
     watcher = audit = service = None

@@ -30,6 +30,8 @@ from datasets.errors import InputError, VFLError
 from datasets.files import write_bytes_atomic
 
 NET_EXTRA_HINT = "install the network extra: pip install '.[net]' (grpcio, cryptography)"
+#: the longest validity `vfl certs --days` accepts (an X.509 date ends in the year 9999)
+MAX_DAYS = 36500
 _NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 
 
@@ -160,8 +162,8 @@ def make_certs(out, parties, hosts=(), days: int = 825, overwrite: bool = False,
         raise InputError(f"party names must be unique, got {parties}")
     if "ca" in parties:
         raise InputError("'ca' is reserved for the CA's own files; choose another party name")
-    if days < 1:
-        raise InputError(f"--days must be at least 1, got {days}")
+    if not 1 <= days <= MAX_DAYS:
+        raise InputError(f"--days must be at least 1 and at most {MAX_DAYS} (100 years), got {days}")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"{out} exists and is not a directory")
@@ -214,4 +216,32 @@ def load_party_tls(tls_dir, party: str) -> tuple[bytes, bytes, bytes]:
     if party not in names:
         raise InputError(f"certificate {files[party + '.pem']} was issued for {sorted(names)}, not for party "
                          f"{party!r}")
+    _check_tls_files(files["ca.pem"], files[f"{party}.pem"], files[f"{party}.key"], ca, cert, key)
     return ca, cert, key
+
+
+def _check_tls_files(ca_path: Path, cert_path: Path, key_path: Path, ca: bytes, cert: bytes, key: bytes) -> None:
+    """Refuse, naming the file, TLS material gRPC would only reject as "cannot listen" or a failed
+    handshake: a CA file that holds no certificate, a key that is not a PEM private key or does not
+    match the certificate, a certificate not issued by the CA."""
+    x509, _, serialization, _, _, _ = require_cryptography()
+    from cryptography.exceptions import InvalidSignature
+    try:
+        cas = x509.load_pem_x509_certificates(ca)
+    except ValueError as exc:
+        raise InputError(f"{ca_path} is not a PEM CA certificate: {exc}") from None
+    try:
+        private = serialization.load_pem_private_key(key, password=None)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"{key_path} is not an unencrypted PEM private key: {exc}") from None
+    own = x509.load_pem_x509_certificate(cert)
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    if private.public_key().public_bytes(*spki) != own.public_key().public_bytes(*spki):
+        raise InputError(f"{key_path} is not the key of the certificate {cert_path} (they do not match)")
+    for issuer in cas:
+        try:
+            own.verify_directly_issued_by(issuer)
+            return
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+    raise InputError(f"certificate {cert_path} was not issued by the CA in {ca_path}")

@@ -59,6 +59,24 @@ def probe_plaintext(address: str, timeout: float = 2.0) -> str | None:
     return "plaintext" if len(head) == 9 and head[3] == 0x04 else "other"
 
 
+#: what a TLS failure that proves nothing about the certificates says (retried while connecting)
+HANDSHAKE_UNFINISHED = "retried until --connect-timeout"
+#: what only a refused certificate makes OpenSSL or gRPC say: a wrong CA, a certificate not issued for
+#: the peer's name, our certificate refused by the peer (an alert), a TLS version mismatch
+_TLS_REFUSALS = ("certificate_verify_failed", "certificate verify failed", "hostname verification",
+                 "unknown_ca", "unknown ca", "bad_certificate", "bad certificate", "certificate_unknown",
+                 "certificate_expired", "certificate_revoked", "unsupported_certificate", "wrong_version_number",
+                 "no_shared_cipher", "handshake_failure", "peer did not return a certificate")
+
+
+def tls_refusal(details: str) -> bool:
+    """Whether a failed TLS handshake was a refusal of certificates (never retried), not a
+    handshake cut short by a loaded server (a closed socket, a reset, a timeout: issue 36, item 4,
+    64 concurrent clients of one passive party were told "wrong CA" and not retried)."""
+    low = (details or "").lower()
+    return any(w in low for w in _TLS_REFUSALS)
+
+
 class GrpcTransport(Transport):
     """Client side: talks to named peers at ``peers = {name: "host:port"}``.
 
@@ -127,9 +145,12 @@ class GrpcTransport(Transport):
             return PeerError(text)
         elif code == grpc.StatusCode.UNAVAILABLE:
             low = details.lower()
-            if any(w in low for w in ("handshake", "ssl", "certificate", "tls", "verification")):
+            if tls_refusal(details):
                 text = (f"TLS handshake with {where} failed (wrong CA, or a certificate not issued for "
                         f"{peer!r}, or our certificate was refused): {details}")
+            elif any(w in low for w in ("handshake", "ssl", "certificate", "tls", "verification")):
+                text = (f"TLS handshake with {where} did not complete (an overloaded server or network; "
+                        f"{HANDSHAKE_UNFINISHED}): {details}")
             else:
                 text = f"{where} is unavailable (did the process stop?): {details}"
         elif code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
@@ -190,7 +211,7 @@ class GrpcTransport(Transport):
                     with self._lock:
                         self.failed.pop(peer, None)
                     text = str(exc)
-                    retry = "is unavailable" in text or "did not answer" in text
+                    retry = "is unavailable" in text or "did not answer" in text or HANDSHAKE_UNFINISHED in text
                     if not retry or time.monotonic() + 0.25 >= deadline:
                         if retry:
                             raise PeerError(f"party {peer!r} at {self.peers[peer]} is not reachable after "

@@ -108,9 +108,12 @@ class Security:
 def read_token(path) -> str:
     p = Path(path)
     try:
-        token = p.read_text().strip()
+        token = p.read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise InputError(f"cannot read token file {p}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"token file {p} is not UTF-8 text (byte {exc.start}): a token is printable "
+                         "characters") from None
     if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token) or not token.isprintable():
         raise InputError(f"token in {p} must be at least {MIN_TOKEN_CHARS} printable characters without "
                          "spaces (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')")

@@ -170,10 +170,15 @@ class PartyServer:
 
     def __init__(self, name: str, handler: FrameHandler, listen: str, security: Security,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, max_workers: int = 16, role: str = "passive",
-                 read_timeout: float = DEFAULT_READ_TIMEOUT, max_streams_per_client: int | None = None):
+                 read_timeout: float = DEFAULT_READ_TIMEOUT, max_streams_per_client: int | None = None,
+                 admit=None):
         """``max_streams_per_client``: request streams one client may have in progress at once
-        (default: half of ``max_workers``); more are answered "busy, retry" at once, unread."""
+        (default: half of ``max_workers``); more are answered "busy, retry" at once, unread.
+        ``admit(client)``: the membership check of a caller's identity (:attr:`Caller.client`), made
+        before a call is given a worker's time: None admits it, a text refuses it (issue 36, item 5:
+        any certificate of the CA held the workers before its session was refused)."""
         self.name, self.handler, self.role = name, handler, role
+        self.admit = admit
         per_client = max(1, max_workers // 2) if max_streams_per_client is None else int(max_streams_per_client)
         if not 1 <= per_client <= max_workers:
             raise InputError(f"max_streams_per_client must be 1..{max_workers} (the worker threads), got {per_client}")
@@ -292,6 +297,9 @@ class PartyServer:
                 self._refuse(context, grpc.StatusCode.PERMISSION_DENIED, who,
                              f"client certificate {sorted(names)} is not among the allowed clients "
                              f"{list(self.security.allowed_clients)}")
+        refusal = self.admit(who.client) if self.admit is not None else None
+        if refusal:
+            self._refuse(context, grpc.StatusCode.PERMISSION_DENIED, who, refusal)
         return who
 
     # -- methods ------------------------------------------------------------

@@ -33,7 +33,7 @@ from datasets.errors import InputError
 from datasets.frames import PartyFrame, validate_party_frame
 from datasets.loaders import DEFAULT_BATCH_ROWS, iter_party_batches, read_party_table
 from datasets.pieces import open_piece_table
-from datasets.split import _check_int, train_test_split_parties
+from datasets.split import _check_int, common_rows, train_test_split_parties
 from parties.active import ActiveParty
 from parties.channel import ASSUMED_LINK_MBPS
 from parties.drift import DriftRun, with_last
@@ -44,7 +44,7 @@ from vfl.core import credit_metrics, metrics
 from vfl.core.dp_bins_file import check_dp_bins
 from vfl.core.explain import Explanation, explanation_table
 from vfl.core.files import check_writable_dir, json_bytes, write_files_atomic
-from vfl.core.model import BoostedModel, read_model_json
+from vfl.core.model import BoostedModel, read_model_json, require_content_hash
 from vfl.core.objectives import check_sample_weight, get_objective
 from vfl.core.params import DEFAULT_PREDICTION, Mode, Objective, TrainParams, check_monotone
 
@@ -412,7 +412,7 @@ class Federation:
             if role == "active":
                 if active_model is not None:
                     raise InputError(f"{where} holds several active-party models; keep one per directory")
-                active_model = BoostedModel.from_dict(content, str(f))
+                active_model = BoostedModel.from_dict(require_content_hash(content, str(f)), str(f))
             elif role == "passive":
                 passives.append((f, PassiveParty.from_model_dict(content, str(f))))
         if active_model is None:
@@ -611,6 +611,16 @@ def _test_metrics(model: BoostedModel, y_test, raw) -> dict:
     return out
 
 
+def _simulation_executor(executor_for):
+    """``executor_for`` whose executors' faults advise running the simulation again (it has no --resume)."""
+    def make(name):
+        ex = executor_for(name)
+        if ex is not None and hasattr(ex, "advice"):
+            ex.advice = "run the simulation again"
+        return ex
+    return make
+
+
 def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: int = 0,
              on_round=None, record: bool = False, prediction: str | None = None,
              validation_size: float | None = None, executor_for=None, link_mbps: float | None = None,
@@ -644,18 +654,20 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
         check_segment_column(party_frames[0].frame, segment, party_frames[0].name)
     train, test = train_test_split_parties(party_frames, test_size=test_size, seed=seed,
                                            what="test_size (--test-size, the share of rows held out for testing)")
+    test = common_rows(test)        # the test rows every party holds (a partial overlap leaves others)
     validation = None
     if validation_size:
         train, val = train_test_split_parties(train, test_size=validation_size, seed=seed,
                                               what="validation_size (--validation-size, the share of the training "
                                                    "rows held out for validation)")
-        validation = {pf.name: pf.frame for pf in val}
+        validation = {pf.name: pf.frame for pf in common_rows(val, "validation")}
     per_party = split_constraints(party_frames, params.monotone_constraints, weight_col)
     bins = split_dp_bins(party_frames, params.dp_bins)
     active_params = TrainParams.from_dict({**params.to_dict(),
                                            "monotone_constraints": per_party[party_frames[0].name] or None,
                                            "dp_bins": bins[party_frames[0].name] or None})
-    fed = federation_from_frames(train, record=record, link_mbps=link_mbps, executor_for=executor_for,
+    fed = federation_from_frames(train, record=record, link_mbps=link_mbps,
+                                 executor_for=_simulation_executor(executor_for) if executor_for else None,
                                  categorical=categorical,
                                  monotone={f"{name}:{f}": c for name, cs in per_party.items()
                                            if name != party_frames[0].name for f, c in cs.items()},
@@ -669,7 +681,7 @@ def simulate(party_frames, params: TrainParams, test_size: float = 0.2, seed: in
     if params.dp_unsafe_noise_seed is not None:     # NOT PRIVATE: an explicit test option, never --seed
         fed.unsafe_seed_dp_noise(params.dp_unsafe_noise_seed)
     if dp_ledger_dir is not None:       # each passive party's lifetime privacy ledger (parties.dp_ledger)
-        Path(dp_ledger_dir).mkdir(parents=True, exist_ok=True)
+        check_writable_dir(dp_ledger_dir, "--dp-ledger-dir")     # a read-only one named, not a raw [Errno 30]
         for name, p in fed.passives.items():
             p.dp_ledger_path = str(Path(dp_ledger_dir) / f"{name}.dp-ledger.json")
             p.dp_lifetime_epsilon = dp_lifetime_epsilon

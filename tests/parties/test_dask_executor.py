@@ -380,7 +380,7 @@ def test_a_lost_scheduler_is_told_in_words_whichever_way_it_shows():
     from types import SimpleNamespace
 
     from distributed.client import FuturesCancelledError
-    ex = SimpleNamespace(name="passive:passive", spec="tcp://127.0.0.1:1")
+    ex = SimpleNamespace(name="passive:passive", spec="tcp://127.0.0.1:1", advice=DaskExecutor.advice)
     cancelled = DaskExecutor._scheduler_gone(ex, FuturesCancelledError([]))
     lost = DaskExecutor._scheduler_gone(ex, OSError("Timed out trying to connect"))
     for err in (cancelled, lost):

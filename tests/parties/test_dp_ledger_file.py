@@ -85,8 +85,10 @@ def test_an_entry_with_a_bad_epsilon_is_named(tmp_path, value):
 
 def test_check_lifetime():
     assert check_lifetime(None) is None and check_lifetime(3) == 3.0
-    for bad in (0, -2.0, float("nan"), True, "5"):
-        with pytest.raises(InputError, match=r"--dp-lifetime-epsilon must be a number > 0, got"):
+    assert check_lifetime(0) == 0.0         # nothing may be spent (issue 36, item 2: 0 is no "no limit")
+    for bad in (-2.0, float("nan"), True, "5"):
+        with pytest.raises(InputError, match=r"--dp-lifetime-epsilon must be a number >= 0 .0: nothing may be "
+                                             r"spent., got"):
             check_lifetime(bad, "--dp-lifetime-epsilon")
 
 

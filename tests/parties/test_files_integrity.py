@@ -26,6 +26,7 @@ from parties.server import PassiveServer  # noqa: E402
 from protocols.grpc_security import Security  # noqa: E402
 from protocols.transport import InMemoryTransport  # noqa: E402
 from vfl.api import Federation, PassiveParty  # noqa: E402
+from vfl.core.model import content_hash  # noqa: E402
 from vfl.core.params import TrainParams  # noqa: E402
 
 pytestmark = pytest.mark.slow     # gRPC servers in threads; a few seconds
@@ -218,7 +219,7 @@ def test_a_corrupt_checkpoint_is_refused_on_resume(world):
     doc = json.loads(ck.read_text())
     split = next(n for r in doc["rounds"] for t in r for n in t["nodes"] if not n["is_leaf"])
     split["left"] = 99
-    doc.pop("content_hash")
+    doc["content_hash"] = content_hash(doc)        # a consistent hash: the structural check must catch it
     ck.write_text(json.dumps(doc))
     with pytest.raises(InputError, match=r"checkpoint\.json is damaged: field rounds\[0\]\[0\]\.nodes\[0\]\.left: "
                                          r"99 is out of range"):

@@ -13,7 +13,7 @@ from vfl.core.errors import InputError  # noqa: E402
     ([], {}, "give at least one --party NAME"),
     (["bank", "bank"], {}, r"party names must be unique, got \['bank', 'bank'\]"),
     (["bank", "ca"], {}, "'ca' is reserved for the CA's own files"),
-    (["bank"], {"days": 0}, "--days must be at least 1, got 0"),
+    (["bank"], {"days": 0}, "--days must be at least 1 and at most 36500 .100 years., got 0"),
     (["bank", "telco"], {"hosts": ("telco",)}, "host 'telco' for the certificate of party 'bank' is the name of "
                                                "party 'telco'"),
     (["bank", "telco"], {"party_hosts": {"telco": ("bank",)}}, "host 'bank' for the certificate of party 'telco'"),

@@ -56,7 +56,10 @@ def test_a_good_file(tmp_path):
     (lambda t: t.replace("min_node_rows = 20", "min_node_rows = 0"), r"\[federation\] min_node_rows"),
     (lambda t: t.replace("min_node_rows = 20", "min_node_rows = true"), r"\[federation\] min_node_rows"),
     (lambda t: t.replace("min_node_rows = 20", "min_rows = 2"), r"\[federation\] min_rows: unknown key"),
-    (lambda t: t.replace('address = "10.0.0.7:50051"\n', ""), r"\[parties.telco\] address: missing"),
+    (lambda t: t.replace('address = "10.0.0.7:50051"\n', "").replace('"bank", "telco"', '"bank"'),
+     r"\[parties.telco\] address: missing"),
+    (lambda t: t.replace('hosts = ["bank.internal"]', 'address = "10.0.0.1:5"'),
+     r"\[parties.bank\] address: the active party serves nothing"),
     (lambda t: t.replace('"10.0.0.7:50051"', '"10.0.0.7"'), r"\[parties.telco\] address"),
     (lambda t: t.replace('"telco.internal"', '"bank"'), r"\[parties.telco\] hosts: 'bank' is the name of party"),
     (lambda t: t.replace('"telco.internal"', '"bank.internal"'), r"\[parties.telco\] hosts: 'bank.internal' is "

@@ -74,6 +74,15 @@ def check_content_hash(d: dict, source: str, field_name: str = "content_hash", e
                          f"recorded {field_name} (an edited or damaged file; restore it or train again)")
 
 
+def require_content_hash(d: dict, source: str, field_name: str = "content_hash") -> dict:
+    """A model or checkpoint *file* must record its content hash: one whose hash was deleted could
+    have been edited unnoticed (issue 36, item 10). Every file this toolkit writes records it."""
+    if isinstance(d, dict) and field_name not in d:
+        raise InputError(f"{source} records no {field_name}: an edit of it could go unnoticed, so it is not "
+                         "used (a file this toolkit writes always records it; restore the file or train again)")
+    return d
+
+
 def _categories_of(value) -> dict:
     """The ``categories`` of a model file: ``{feature: [category, ...]}``."""
     if value is None:
@@ -249,7 +258,7 @@ class BoostedModel:
 
     @classmethod
     def load(cls, path) -> "BoostedModel":
-        return cls.from_dict(read_model_json(path), str(path))
+        return cls.from_dict(require_content_hash(read_model_json(path), str(path)), str(path))
 
     def predict_raw(self, X_active: np.ndarray, route_remote: RemoteRouter,
                     n_rounds: int | None = None) -> np.ndarray:
