@@ -2,16 +2,24 @@
 scoring gathered (each party's left/right at its own nodes), deriving the passive parties' leaf
 masks itself. The reference is the explanations of one-round prediction (``Federation.explanation``)
 of the same rows, and the decisions are computed independently from every party's own table."""
+import contextlib
+import time
+
 import numpy as np
 import pytest
 from test_explain import OBJECTIVES, _fit, _truth
 
 from datasets.errors import InputError
-from parties.online_active import ModelVersion
+from parties.online_active import MicroBatcher, ModelVersion, OnlineScorer
+from protocols import alignment
+from protocols import messages as m
+from protocols.serialization import dumps, loads
 from vfl.core.explain import explain_decisions, explanation_table, reason_records, unpack_leaf_bits
 from vfl.core.flat_trees import FlatTrees
 from vfl.core.leafmask import leaf_masks
-from vfl.serving import ReasonCodes
+
+pytest.importorskip("fastapi")     # vfl.serving (extra serve)
+from vfl.serving import ReasonCodes  # noqa: E402
 
 
 def _decisions(fed, frames, flat: FlatTrees) -> dict:
@@ -132,3 +140,68 @@ def test_explanation_table_and_records_agree_on_player_names():
     recs = reason_records(ex, 4)
     table = explanation_table(ex, np.arange(ex.n_rows), top=4)
     assert [r["player"] for r in recs[0]] == [table.loc[0, f"reason_{j + 1}"] for j in range(len(recs[0]))]
+
+
+class _RecordingPartners:
+    """A transport for :class:`OnlineScorer` whose passive parties answer from their own tables
+    (the decisions of :func:`_decisions`), recording every message sent to them as bytes."""
+
+    def __init__(self, decisions: dict, ids: list):
+        self.decisions, self.row = decisions, {h.tobytes(): i for i, h in enumerate(ids)}
+        self.sent: list[tuple[str, str, bytes]] = []
+        self.peers = {p: "in memory" for p in decisions}
+
+    @contextlib.contextmanager
+    def deadline(self, seconds):
+        yield
+
+    def reset(self, peer):
+        pass
+
+    def call(self, peer, message):
+        frame = dumps(message)
+        self.sent.append((peer, type(message).__name__, frame))
+        message = loads(frame)
+        if isinstance(message, m.ServeOpen):
+            return m.Ack()
+        rows = [self.row[h.tobytes()] for h in message.hashes]
+        return m.ScoreResponse(np.packbits(self.decisions[peer][rows], axis=1), np.ones(len(rows), dtype=bool))
+
+
+@pytest.mark.parametrize("objective", ["binary", "multiclass"])
+def test_explain_sends_the_passive_parties_the_very_messages_of_plain_scoring(objective):
+    """The same ``ScoreRequest`` bytes with and without ``explain``; only the explained request's
+    future carries the decisions, and they give ``Federation.explanation``'s values."""
+    fed, frames = _fit(objective)
+    model = fed.model
+    v = ModelVersion(model, "in memory", 0.0)
+    v.owners = model.node_owners()
+    v.trees = FlatTrees(model)
+    for p in v.owners:
+        v.skeletons[p] = model.skeleton(p)
+        v.channels[p] = f"channel{p}"
+    dec = _decisions(fed, frames, v.trees)
+    ids = frames["a"]["id"].tolist()[:10]
+    X = frames["a"][list(model.active_features)].to_numpy(dtype=np.float64)[:10]
+    hashes = alignment.hash_ids(ids, bytes.fromhex(model.salt))
+    partners = _RecordingPartners({p: dec[p][:10] for p in v.owners}, list(hashes))
+    scorer = OnlineScorer(partners)
+    scorer.open_all(v, 10.0)
+    batcher = MicroBatcher(scorer, max_rows=64, max_wait=0.0, workers=1)
+    try:
+        sent = []
+        results = []
+        for explain in (False, True):
+            start = len(partners.sent)
+            results.append(batcher.submit(v, ids, X, time.monotonic() + 60, explain=explain).result(timeout=60))
+            sent.append(sorted((p, k, f) for p, k, f in partners.sent[start:]))
+    finally:
+        batcher.close()
+    assert sent[0] == sent[1] and {k for _, k, _ in sent[1]} == {"ScoreRequest"} and len(sent[1]) == len(v.owners)
+    (raw0, _, _, none), (raw1, _, _, used) = results
+    assert none is None and set(used) == set(v.trees.nodes)
+    np.testing.assert_array_equal(raw0, raw1)
+    got = explain_decisions(model, v.trees, used, raw1)
+    _, want = fed.explanation({p: f.iloc[:10] for p, f in frames.items()})
+    np.testing.assert_allclose(got.values, want.values, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(got.margin, want.margin)
