@@ -158,6 +158,7 @@ class BatchResult:
     raw: np.ndarray
     unknown: dict           # party -> bool per row (the party did not know the applicant)
     degraded: dict          # party -> reason (its default directions were used for every row)
+    decisions: dict | None = None   # keep_decisions: party -> (rows, its nodes) bool, the decisions used
 
 
 class OnlineScorer:
@@ -221,9 +222,12 @@ class OnlineScorer:
         return errors
 
     # -- one batch ----------------------------------------------------------------
-    def score(self, v: ModelVersion, ids: list, X: np.ndarray, deadline: float) -> BatchResult:
+    def score(self, v: ModelVersion, ids: list, X: np.ndarray, deadline: float,
+              keep_decisions: bool = False) -> BatchResult:
         """Raw scores of one batch, every passive party asked once, concurrently, by ``deadline``
-        (a ``time.monotonic()`` value)."""
+        (a ``time.monotonic()`` value). ``keep_decisions``: the result also carries every party's
+        decisions at its own nodes as used (a passive party's answer, or its default directions):
+        what explanations need, with no other message to the passive parties."""
         n = len(ids)
         self.metrics.batch.observe(n)
         hashes = alignment.hash_ids(ids, bytes.fromhex(v.model.salt))
@@ -267,7 +271,7 @@ class OnlineScorer:
                         self.metrics.fallback.labels(p, "unknown applicant").inc(int(unknown[p].sum()))
         raw = trees.raw(decisions)
         self.metrics.rows.inc(n)
-        return BatchResult(raw, unknown, degraded)
+        return BatchResult(raw, unknown, degraded, decisions if keep_decisions else None)
 
     def _ask(self, v: ModelVersion, party: str, hashes: np.ndarray, deadline: float):
         """A party's ``ScoreResponse``, or ``(cause, reason)``, or ``("quota", QuotaRefused)``."""
@@ -318,6 +322,7 @@ class _Item:
     X: np.ndarray
     deadline: float
     future: Future
+    explain: bool = False
 
 
 class MicroBatcher:
@@ -326,7 +331,8 @@ class MicroBatcher:
     ``max_rows`` rows, or ``max_wait`` seconds after it opened once a worker is free: while every
     worker is busy, requests keep joining the waiting batch (under load, batches grow by themselves
     instead of queueing one round trip per request). Each request's future gets
-    ``(raw rows, {party: unknown flags}, {party: reason})`` or the batch's error."""
+    ``(raw rows, {party: unknown flags}, {party: reason}, {party: decisions} or None)`` (the
+    decisions only for a request submitted with ``explain``) or the batch's error."""
 
     def __init__(self, scorer: OnlineScorer, max_rows: int = 64, max_wait: float = 0.002, workers: int = 4):
         if max_rows < 1:
@@ -339,9 +345,10 @@ class MicroBatcher:
         self._thread = threading.Thread(target=self._run, name="vfl-batcher", daemon=True)
         self._thread.start()
 
-    def submit(self, version: ModelVersion, ids: list, X: np.ndarray, deadline: float) -> Future:
+    def submit(self, version: ModelVersion, ids: list, X: np.ndarray, deadline: float,
+               explain: bool = False) -> Future:
         fut: Future = Future()
-        self._queue.put(_Item(version, list(ids), X, deadline, fut))
+        self._queue.put(_Item(version, list(ids), X, deadline, fut, bool(explain)))
         return fut
 
     def close(self) -> None:
@@ -406,7 +413,8 @@ class MicroBatcher:
         X = np.concatenate([it.X for it in live], axis=0)
         deadline = min(it.deadline for it in live)
         try:
-            res = self.scorer.score(live[0].version, ids, X, deadline)
+            res = self.scorer.score(live[0].version, ids, X, deadline,
+                                    keep_decisions=any(it.explain for it in live))
         except BaseException as exc:  # noqa: BLE001  (every request of the batch gets the error)
             for it in live:
                 it.future.set_exception(exc)
@@ -415,7 +423,8 @@ class MicroBatcher:
         for it in live:
             k = len(it.ids)
             sl = slice(start, start + k)
-            it.future.set_result((res.raw[sl], {p: u[sl] for p, u in res.unknown.items()}, dict(res.degraded)))
+            dec = {p: d[sl] for p, d in res.decisions.items()} if it.explain and res.decisions is not None else None
+            it.future.set_result((res.raw[sl], {p: u[sl] for p, u in res.unknown.items()}, dict(res.degraded), dec))
             start += k
 
 

@@ -3,8 +3,9 @@
 Endpoints:
 
 * ``POST /v1/score`` — one applicant ``{"id": ..., "features": {name: value or null}}``, a list of
-  them, or ``{"applicants": [...]}``; query ``explain=true`` (reason codes, when an explainer is
-  installed), ``deadline_ms`` (at most the server's ``--max-deadline-ms``). Answers the probability
+  them, or ``{"applicants": [...]}``; query ``explain=true`` (reason codes, ``base`` and ``margin``:
+  ``vfl serve --explain-top K``), ``deadline_ms`` (at most the server's ``--max-deadline-ms``).
+  Answers the probability
   (binary), the class probabilities and predicted class (multiclass) or the value (regression),
   the model version, and per applicant the passive parties that did not know it (``unknown_at``);
   ``default_routed`` names the parties that could not answer (down, slower than the deadline) and
@@ -42,6 +43,7 @@ from parties.online_active import (
     model_signature,
 )
 from parties.serve_metrics import ServeMetrics
+from vfl.core.explain import ADVERSE, explain_decisions, plan_for, reason_records
 
 log = logging.getLogger("vfl.serve")
 
@@ -49,11 +51,45 @@ log = logging.getLogger("vfl.serve")
 MAX_REQUEST_ROWS = 1000
 
 
+class ReasonCodes:
+    """The explainer of ``vfl serve``: reason codes from grouped path-dependent TreeSHAP
+    (:mod:`vfl.core.explain`) computed from the decisions online scoring gathered (the passive
+    parties' answers, or their default directions where they could not answer): no message
+    beyond scoring's. Per applicant ``reasons`` (the ``top`` players that pushed the score most
+    towards the ``adverse`` side, with their signed values), ``base`` (the expected margin) and
+    ``margin`` (the raw score: ``base`` + every player's value); multiclass: per class."""
+
+    def __init__(self, top: int = 3, adverse: str = "high", id_col: str = "id"):
+        if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+            raise InputError(f"--explain-top must be a positive integer, got {top!r}")
+        if adverse not in ADVERSE:
+            raise InputError(f"--adverse must be one of {ADVERSE}, got {adverse!r}")
+        self.top, self.adverse, self.id_col = top, adverse, id_col
+
+    def prepare(self, v: ModelVersion) -> None:
+        """Tabulate the model's explanation plan before the version is used."""
+        plan_for(v.model)
+
+    def __call__(self, v: ModelVersion, raw, decisions: dict) -> list[dict]:
+        model = v.model
+        ex = explain_decisions(model, v.trees, decisions, raw)
+        reasons = reason_records(ex, self.top, self.adverse, model.classes, self.id_col)
+        K = ex.values.shape[1]
+        if K == 1:
+            return [{"reasons": reasons[i], "base": float(ex.base[0]), "margin": float(ex.margin[i, 0])}
+                    for i in range(ex.n_rows)]
+        names = [str(c) for c in (model.classes if model.classes is not None else range(K))]
+        base = {names[k]: float(ex.base[k]) for k in range(K)}
+        return [{"reasons": reasons[i], "base": base, "margin": {names[k]: float(ex.margin[i, k]) for k in range(K)}}
+                for i in range(ex.n_rows)]
+
+
 class ScoringService:
     """The model in use, the scorer and the micro-batcher of ``vfl serve``.
 
-    ``explainer(version, ids, X, raw) -> [reason codes per applicant]`` is the hook of the
-    explanations (None: ``explain=true`` answers 501)."""
+    ``explainer(version, raw, decisions) -> [fields per applicant]`` is the hook of the
+    explanations (:class:`ReasonCodes`; None: ``explain=true`` answers 501); its ``prepare(version)``
+    runs before a version is used."""
 
     def __init__(self, model_dir, transport, *, id_col: str = "id", require_all: bool = False,
                  deadline_ms: float = 200.0, max_deadline_ms: float = 10000.0, batch_rows: int = 64,
@@ -89,6 +125,7 @@ class ScoringService:
         path = find_active_model_file(self.model_dir)
         v = ModelVersion.load(path)
         self._check_peers(v)
+        self._prepare(v)
         errors = self.scorer.open_all(v, open_timeout)
         for p, why in errors.items():
             log.warning("model %s: the scoring channel to %r is not open yet: %s", v.version, p, why)
@@ -100,6 +137,11 @@ class ScoringService:
         if missing:
             raise InputError(f"model {v.version} needs passive part{'y' if len(missing) == 1 else 'ies'} "
                              f"{missing}: give --peer NAME=HOST:PORT or a federation file that names them")
+
+    def _prepare(self, v: ModelVersion) -> None:
+        prepare = getattr(self.explainer, "prepare", None)
+        if prepare is not None:
+            prepare(v)
 
     def _use(self, v: ModelVersion, signature) -> None:
         old, self.current, self._signature = self.current, v, signature
@@ -121,6 +163,7 @@ class ScoringService:
                     return False
                 v = ModelVersion.load(path)
                 self._check_peers(v)
+                self._prepare(v)
                 errors = self.scorer.open_all(v, open_timeout)
                 if errors:
                     raise InputError("; ".join(f"party {p!r}: {why}" for p, why in errors.items()))
@@ -259,9 +302,9 @@ def create_app(service: ScoringService) -> FastAPI:
             X = v.features(ids, feats, service.id_col)
         except InputError as exc:
             return _error(422, str(exc))
-        fut = service.batcher.submit(v, ids, X, deadline)
+        fut = service.batcher.submit(v, ids, X, deadline, explain=explain)
         try:
-            raw, unknown, degraded = await asyncio.wait_for(asyncio.wrap_future(fut),
+            raw, unknown, degraded, decisions = await asyncio.wait_for(asyncio.wrap_future(fut),
                                                             timeout=max(0.0, deadline - time.monotonic()) + 0.005)
         except (asyncio.TimeoutError, DeadlinePassed):
             fut.cancel()
@@ -275,12 +318,18 @@ def create_app(service: ScoringService) -> FastAPI:
             metrics.errors.labels("peer", "-").inc()
             return _error(502, str(exc))
         results = v.output(raw)
-        reasons = service.explainer(v, ids, X, raw) if explain else None
+        explained = None
+        if explain:
+            try:
+                explained = await asyncio.to_thread(service.explainer, v, raw, decisions)
+            except VFLError as exc:
+                metrics.errors.labels("explain", "-").inc()
+                return _error(500, f"the applicant(s) were scored but could not be explained: {exc}")
         for i, r in enumerate(results):
             r["id"] = ids[i]
             r["unknown_at"] = [p for p, u in unknown.items() if u[i]]
-            if reasons is not None:
-                r["reasons"] = reasons[i]
+            if explained is not None:
+                r.update(explained[i])
         doc = {"model_version": v.version}
         if degraded:
             doc["default_routed"] = degraded

@@ -185,6 +185,13 @@ def applicant(frame: pd.DataFrame, i: int) -> dict:
 def in_process(fed, model_dir, active_rows: pd.DataFrame, missing: dict) -> np.ndarray:
     """The saved model and the passive parties' saved lookup tables, in one process: each passive
     party's features of the rows, NaN for the ids in ``missing[party]`` (or every row: ``"all"``)."""
+    active, transport = in_process_parties(fed, model_dir, active_rows, missing)
+    _, proba = active.predict_proba(transport, active_rows.drop(columns="y", errors="ignore"))
+    return proba
+
+
+def in_process_parties(fed, model_dir, active_rows: pd.DataFrame, missing: dict):
+    """``(active party, in-memory transport)`` of :func:`in_process`."""
     model = BoostedModel.load(Path(model_dir) / "active.json")
     handlers = {}
     for name in model.passives:
@@ -199,10 +206,7 @@ def in_process(fed, model_dir, active_rows: pd.DataFrame, missing: dict) -> np.n
         full.loc[mask, feats] = np.nan
         party.load_prediction_data(full)
         handlers[name] = frame_handler(party.handle)
-    active = ActiveParty.from_model(model)
-    _, proba = active.predict_proba(InMemoryTransport("active", handlers), active_rows.drop(columns="y",
-                                                                                           errors="ignore"))
-    return proba
+    return ActiveParty.from_model(model), InMemoryTransport("active", handlers)
 
 
 def post(url, body, **params):
@@ -273,6 +277,62 @@ def test_serve_scores_exactly_like_vfl_predict_single_and_batched(fed):
     assert not any(str(int(known["id"][0])) == h for e in audit for h in e["ids"])
     bad = post(url, {"id": 1, "features": {"nope": 1.0}})
     assert bad.status_code == 422 and "unknown feature" in bad.json()["error"]
+
+
+def test_explain_true_serves_the_reason_codes_of_vfl_explain_with_no_other_message(fed):
+    """``explain=true``: per applicant the top 3 reasons, base and margin, equal to `vfl explain
+    --top 3` against the same passive servers (known applicants) and to the in-process explanation
+    with passive1's features missing (applicants passive1 does not know); base + every player's
+    value = margin. The passive parties receive one ScoreRequest per batch as without explain
+    (their audit log), and only scoring's messages: the explanation is computed from the
+    decisions scoring already gathered."""
+    known = known_rows(fed).iloc[:12].reset_index(drop=True)
+    held = fed.test["active"][fed.test["active"]["id"].isin(fed.held)].reset_index(drop=True)
+    url = fed.serve_main()                     # --explain-top 3, --adverse high: the defaults
+    data = fed.tmp / "known_explain.csv"
+    known.drop(columns="y").to_csv(data, index=False)
+    r = run_cli("explain", "--model-dir", fed.models["a"], "--data", data, "--federation", fed.federation,
+                "--tls-dir", fed.certs, "--out", fed.tmp / "explain_known.csv", "--top", 3)
+    assert r.returncode == 0, r.stderr
+    table = pd.read_csv(fed.tmp / "explain_known.csv")
+    model = BoostedModel.load(fed.models["a"] / "active.json")
+    players = list(model.active_features) + list(model.passives)
+    audit_path = fed.tmp / "audit_passive1.jsonl"
+    audit_before = len(audit_path.read_text().splitlines())
+
+    plain = post(url, {"applicants": [applicant(known, i) for i in range(len(known))]}).json()["results"]
+    doc = post(url, {"applicants": [applicant(known, i) for i in range(len(known))]}, explain="true")
+    assert doc.status_code == 200, doc.text
+    got = doc.json()["results"]
+    assert [g["probability"] for g in got] == [p["probability"] for p in plain]
+    assert all("reasons" not in p for p in plain)
+    for i, g in enumerate(got):
+        row = table[table["id"] == g["id"]].iloc[0]
+        want = [(row[f"reason_{k}"], row[f"reason_{k}_value"]) for k in (1, 2, 3)
+                if isinstance(row[f"reason_{k}"], str)]
+        assert [x["player"] for x in g["reasons"]] == [w[0] for w in want]
+        np.testing.assert_allclose([x["value"] for x in g["reasons"]], [w[1] for w in want], rtol=0, atol=1e-9)
+        assert {x["kind"] for x in g["reasons"]} <= {"feature", "party"}
+        assert g["base"] == pytest.approx(row["base"], abs=1e-9) and g["margin"] == pytest.approx(row["margin"],
+                                                                                                   abs=1e-9)
+        assert abs(row["base"] + row[players].sum() - g["margin"]) < 1e-9          # additivity
+    assert any(x["kind"] == "party" for g in got for x in g["reasons"])
+
+    one = post(url, applicant(held, 0), explain="true").json()     # unknown at passive1: default routing
+    assert one["unknown_at"] == ["passive1"]
+    active, transport = in_process_parties(fed, fed.models["a"], held.iloc[:1], {"passive1": fed.held})
+    _, ex = active.explain(transport, held.iloc[:1].drop(columns="y"))
+    order = np.argsort(-ex.values[0, 0], kind="stable")[:3]
+    want = [(ex.players[j], ex.values[0, 0, j]) for j in order if ex.values[0, 0, j] > 0]
+    assert [x["player"] for x in one["reasons"]] == [w[0] for w in want]
+    np.testing.assert_allclose([x["value"] for x in one["reasons"]], [w[1] for w in want], rtol=0, atol=1e-9)
+    assert one["margin"] == pytest.approx(float(ex.margin[0, 0]), abs=1e-12)
+
+    audit = [json.loads(x) for x in audit_path.read_text().splitlines()][audit_before:]
+    assert [e["rows"] for e in audit] == [len(known), len(known), 1]     # one ScoreRequest per batch, as without
+    assert all(e["outcome"] == "ok" for e in audit)
+    metrics = httpx.get(f"{fed.serve_main()}/metrics").text
+    assert 'cause="explain"' not in metrics
 
 
 def known_rows(fed) -> pd.DataFrame:

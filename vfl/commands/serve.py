@@ -86,13 +86,19 @@ def _require_serve_extra():
 @click.option("--timeout", default=10.0, show_default=True,
               help="Seconds to open the scoring channels of a model at the passive parties.")
 @click.option("--connect-timeout", type=float, help="Seconds to wait for the peers at start [default: --timeout].")
+@click.option("--explain-top", type=click.IntRange(0, 1000), default=3, show_default=True,
+              help="Reason codes per applicant of POST /v1/score?explain=true (TreeSHAP from the decisions scoring "
+                   "gathered: no other message to the passive parties); 0: explain=true answers 501.")
+@click.option("--adverse", type=click.Choice(["high", "low"]), default="high", show_default=True,
+              help="Reason codes name the players that pushed the score towards this side (high: a larger score, "
+                   "e.g. the probability of default, is adverse).")
 @click.option("--http-cert", type=click.Path(dir_okay=False), help="TLS certificate (PEM) of the HTTP service.")
 @click.option("--http-key", type=click.Path(dir_okay=False), help="TLS key (PEM) of the HTTP service.")
 @net_options
 @log_format_option
 def serve(model_dir, federation_file, peer_specs, listen, id_col, deadline_ms, max_deadline_ms, require_all,
-          batch_rows, batch_wait_ms, workers, retry_seconds, watch_interval, timeout, connect_timeout, http_cert,
-          http_key, tls_dir, insecure, token_file, max_message_mb, log_level, log_format):
+          batch_rows, batch_wait_ms, workers, retry_seconds, watch_interval, timeout, connect_timeout, explain_top,
+          adverse, http_cert, http_key, tls_dir, insecure, token_file, max_message_mb, log_level, log_format):
     """Score applicants online: POST /v1/score (see docs/serving.md), GET /healthz, /readyz, /metrics."""
     uvicorn, serving = _require_serve_extra()
     setup_logging(log_level, log_format, loggers=("vfl", "uvicorn"))
@@ -113,10 +119,12 @@ def serve(model_dir, federation_file, peer_specs, listen, id_col, deadline_ms, m
                    "TLS-terminating proxy", err=True)
     transport = GrpcTransport(model.active_party, {p: peers[p] for p in model.passives if p in peers}, sec,
                               timeout=timeout, max_frame_bytes=max_bytes(max_message_mb))
+    explainer = serving.ReasonCodes(explain_top, adverse, id_col) if explain_top else None
     service = serving.ScoringService(model_dir, transport, id_col=id_col, require_all=require_all,
                                      deadline_ms=deadline_ms, max_deadline_ms=max_deadline_ms, batch_rows=batch_rows,
                                      batch_wait_ms=batch_wait_ms, workers=workers, retry_seconds=retry_seconds,
-                                     watch_interval=watch_interval)
+                                     watch_interval=watch_interval,
+                                     explainer=explainer)
     try:
         try:
             transport.connect(timeout=connect_timeout if connect_timeout is not None else timeout)

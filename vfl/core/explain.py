@@ -37,6 +37,7 @@ import pandas as pd
 
 from datasets.errors import InputError
 from vfl.core.files import write_bytes_atomic
+from vfl.core.flat_trees import FlatTrees
 from vfl.core.model import BoostedModel, OneRound
 from vfl.core.tree import Tree
 
@@ -700,6 +701,47 @@ def explain_margins(model: BoostedModel, X_active: np.ndarray, fetch_masks, n_ro
     :meth:`BoostedModel.one_round`: the passive parties answer exactly a prediction request), then
     the grouped TreeSHAP values from the masks it gathered."""
     return explain_one_round(model, model.one_round(X_active, fetch_masks, n_rounds), n_rounds)
+
+
+def explain_decisions(model: BoostedModel, trees: FlatTrees, decisions: dict, raw: np.ndarray) -> Explanation:
+    """The explanation of rows scored online (``vfl serve``) from what scoring gathered: every
+    party's decisions at its own nodes ``{party: (n, its nodes) bool}`` (:class:`FlatTrees`
+    order; a passive party's as it answered them, or its default directions where it could not)
+    and the raw scores ``raw`` computed from them. A passive party's leaf masks are derived from
+    its decisions (:meth:`FlatTrees.leaf_masks`), so nothing beyond scoring's messages is needed
+    and the values are those of :func:`explain_one_round` for the same decisions."""
+    plan = plan_for(model)
+    act = trees.nodes.get(model.active_party, np.zeros(0, dtype=np.int64))
+    if not np.array_equal(plan.active_nodes, act):
+        raise InputError("the scoring and the explanation do not use the same trees")
+    raw = np.asarray(raw, dtype=np.float64)
+    n = raw.shape[0]
+    go_left = decisions.get(model.active_party, np.zeros((n, 0), dtype=bool)) if act.size else np.zeros((n, 0), bool)
+    leaf_bits = {p: trees.leaf_masks(p, decisions[p]) for p in model.passives if p in trees.nodes}
+    values = plan.values(go_left, leaf_bits)
+    return Explanation(players_of(model), plan.base.copy(), values, raw, len(model.active_features))
+
+
+def reason_records(ex: Explanation, top: int, adverse: str = "high", classes=None, id_col: str = "id") -> list:
+    """Per row, JSON-ready reason codes (``vfl serve``'s ``reasons``): the ``top`` players that
+    pushed the margin most towards the adverse side, strongest first, each ``{"player": column
+    name as in :func:`explanation_table`, "kind": "feature" | "party", "value": signed value}``.
+    Binary and regression: a list per row; multiclass: ``{class: list}`` per row (towards each
+    class). The same players and values as :func:`explanation_table`'s ``reason_*`` columns."""
+    if adverse not in ADVERSE:
+        raise InputError(f"adverse must be one of {ADVERSE}, got {adverse!r}")
+    cols = player_columns(ex.players, ex.active_players, id_col)
+    kind = {c: ("feature" if j < ex.active_players else "party") for j, c in enumerate(cols)}
+    K = ex.values.shape[1]
+    per_target = []
+    for k in range(K):
+        sign = 1.0 if (adverse == "high" or K > 1) else -1.0
+        codes = reason_codes(ex.values[:, k, :], cols, top, sign)
+        per_target.append([[{"player": c, "kind": kind[c], "value": v} for c, v in row] for row in codes])
+    if K == 1:
+        return per_target[0]
+    names = [str(classes[k]) if classes is not None else str(k) for k in range(K)]
+    return [{names[k]: per_target[k][r] for k in range(K)} for r in range(ex.n_rows)]
 
 
 # --------------------------------------------------------------------------- the naive twin

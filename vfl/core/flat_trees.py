@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from datasets.errors import InputError
 from vfl.core.split import goes_left
 
 
@@ -83,3 +84,51 @@ class FlatTrees:
             raw[:, k] = np.add.accumulate(np.concatenate([np.full((n, 1), self.base[k]), cols], axis=1),
                                           axis=1)[:, -1]
         return raw
+
+    def leaf_masks(self, party: str, decisions: np.ndarray) -> np.ndarray:
+        """A party's leaf masks ``(n_rows, total leaves)`` bool from its decisions ``(n_rows, its
+        nodes)``: a leaf is in the mask iff the row goes the leaf path's way at every one of the
+        party's nodes on that path (what :mod:`vfl.core.leafmask` encodes for one-round
+        prediction). Leaves in flat order: trees concatenated, each tree's leaves by node id."""
+        cols, wanted = self._leaf_literals(party)
+        D = np.asarray(decisions, dtype=bool)
+        n = D.shape[0]
+        if D.shape != (n, len(self.nodes.get(party, ()))):
+            raise InputError(f"expected {party!r}'s decisions at {len(self.nodes.get(party, ()))} nodes, "
+                             f"got shape {D.shape}")
+        if cols.shape[1] == 0:
+            return np.ones((n, cols.shape[0]), dtype=bool)
+        ext = np.concatenate([D, np.ones((n, 1), dtype=bool)], axis=1)      # last column: padding, agrees
+        return (ext[:, cols] == wanted[None]).all(axis=2)
+
+    def _leaf_literals(self, party: str) -> tuple[np.ndarray, np.ndarray]:
+        """Per leaf (flat order), the party's nodes on its path as columns of its decisions and the
+        path's direction there (go left), padded to the longest such path with a column that
+        always agrees. Computed once per party."""
+        cache = self.__dict__.setdefault("_literals", {})
+        if party in cache:
+            return cache[party]
+        own = self.nodes.get(party, np.zeros(0, dtype=np.int64))
+        col_of = {int(g): j for j, g in enumerate(own.tolist())}
+        pad = len(own)
+        parent: dict[int, tuple[int, bool]] = {}
+        for g in np.flatnonzero(~self.is_leaf).tolist():
+            t0 = int(self.offsets[np.searchsorted(self.offsets, g, side="right") - 1])
+            parent[t0 + int(self.left[g])] = (g, True)
+            parent[t0 + int(self.right[g])] = (g, False)
+        paths = []
+        for leaf in np.flatnonzero(self.is_leaf).tolist():
+            lits, node = [], leaf
+            while node in parent:
+                node, went_left = parent[node]
+                if node in col_of:
+                    lits.append((col_of[node], went_left))
+            paths.append(lits[::-1])
+        width = max((len(p) for p in paths), default=0)
+        cols = np.full((len(paths), width), pad, dtype=np.int64)
+        wanted = np.ones((len(paths), width), dtype=bool)
+        for i, p in enumerate(paths):
+            for k, (c, w) in enumerate(p):
+                cols[i, k], wanted[i, k] = c, w
+        cache[party] = (cols, wanted)
+        return cols, wanted
