@@ -72,6 +72,7 @@ class ModelVersion:
     trees: FlatTrees | None = None                       # the trees as arrays (routing, default directions)
     channels: dict = field(default_factory=dict)         # party -> channel id
     opened: set = field(default_factory=set)             # parties whose channel is open
+    defaults: dict = field(default_factory=dict)         # party -> default side of each of its nodes (at open)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -205,9 +206,15 @@ class OnlineScorer:
         req = m.ServeOpen(v.channels[party], v.model.model_id, sk.tree_sizes, sk.left, sk.right, sk.record_ids,
                           v.model.party_hashes.get(party, ""))
         with self.transport.deadline(deadline - time.monotonic()):
-            self.transport.call(party, req)
+            ack = self.transport.call(party, req)
+        defaults = (getattr(ack, "info", None) or {}).get("default_left")
+        k = len(v.trees.nodes[party])
+        if not isinstance(defaults, str) or len(defaults) != k or set(defaults) - {"0", "1"}:
+            raise PeerError(f"party {party!r} opened the scoring channel without the default side of its {k} "
+                            "node(s)")
         with v.lock:
             v.opened.add(party)
+            v.defaults[party] = np.array([c == "1" for c in defaults], dtype=bool)
 
     def open_all(self, v: ModelVersion, timeout: float) -> dict[str, str]:
         """Open ``v``'s channel at every party; ``{party: error}`` of those that could not."""
@@ -257,7 +264,12 @@ class OnlineScorer:
                     self.metrics.errors.labels(kind, p).inc()
                     if self.require_all:
                         raise PartyUnavailable(p, why)
-                    decisions[p] = np.repeat(trees.default_left[p][None, :], n, axis=0)
+                    # the party's own default sides, told when its channel opened (a party never reached since
+                    # the model loaded: the right child, and the reason says so)
+                    known = v.defaults.get(p)
+                    if known is None:
+                        why = f"{why}; its nodes' default sides are not known (never reached): routed right"
+                    decisions[p] = np.repeat((trees.default_left[p] if known is None else known)[None, :], n, axis=0)
                     degraded[p] = why
                     self.metrics.fallback.labels(p, kind).inc(n)
                 else:

@@ -450,6 +450,10 @@ class PassiveParty:
             self.check_model_hash(request.model_hash)
         return passive_predict.serve_plan(self._state, request)
 
+    def serve_defaults(self, plan):
+        """The default side of each of the channel's own nodes, in node order."""
+        return self._state.table.default_left(plan[2]).tolist()
+
     def serve_charge(self, client, plan, rows):
         """The prediction limits of an online answer (:func:`passive_predict.serve_charge`)."""
         passive_predict.serve_charge(self._state, client, plan, rows)

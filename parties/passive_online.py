@@ -194,7 +194,10 @@ class OnlineScoring:
             self._channels[req.channel_id] = _Channel(req.channel_id, client, mid, plan, now)
             self.metrics.channels.set(len(self._channels))
         log.info("%s: scoring channel %s for model %s opened by %s", self.server.name, req.channel_id, mid, who)
-        return m.Ack({"table_version": self.server.table_version})
+        # the default side of each of its nodes of the channel (where a missing value goes): what the active
+        # party routes by while this party is down (one bit per node, no threshold, no row)
+        defaults = "".join("1" if d else "0" for d in party.serve_defaults(plan))
+        return m.Ack({"table_version": self.server.table_version, "default_left": defaults})
 
     def _score(self, req: m.ScoreRequest, who: str, client: str):
         t0 = time.perf_counter()

@@ -158,6 +158,10 @@ class LookupTable:
         return np.array([keys.setdefault((r["round"], r["tree"]), len(keys)) if r["round"] >= 0 and r["tree"] >= 0
                          else -1 for r in self.records], dtype=np.int64)
 
+    def default_left(self, record_ids: np.ndarray) -> np.ndarray:
+        """Each record's default side (where a missing value goes)."""
+        return self._columns()[3][np.asarray(record_ids, dtype=np.int64)]
+
     def features(self, record_ids: np.ndarray) -> np.ndarray:
         """The feature column of each record."""
         return np.array([self.records[r]["feature_idx"] for r in record_ids.tolist()], dtype=np.int64)
