@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import socket
 import threading
 import time
@@ -101,6 +102,9 @@ class GrpcTransport(Transport):
         self.busy_max_wait = self.timeout      # "busy, retry" waits count against the call's own deadline
         self._deadline = threading.local()     # the call in progress (per thread): when its --timeout ends
         self.failed: dict[str, str] = {}
+        #: this transport's tag, sent with every call (``x-vfl-session``): a passive party tells this
+        #: process apart from another one with the same certificate (issue 36, item 7)
+        self.session_tag = secrets.token_hex(8)
         self.peer_info: dict[str, dict] = {}
         self._channels, self._exchange_stubs, self._hello_stubs = {}, {}, {}
         self._lock = threading.Lock()
@@ -123,7 +127,7 @@ class GrpcTransport(Transport):
 
     # -- helpers ------------------------------------------------------------
     def _metadata(self, extra=()):
-        md = [("x-vfl-party", self.local_name), *extra]
+        md = [("x-vfl-party", self.local_name), ("x-vfl-session", self.session_tag), *extra]
         if self.security.token:
             md.append(("authorization", f"Bearer {self.security.token}"))
         return md

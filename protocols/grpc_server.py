@@ -8,6 +8,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -37,14 +38,22 @@ FrameHandler = Callable[[bytes, str], bytes]
 class Caller(str):
     """The ``who`` a server passes its handler: a description of the caller for logs (the
     string), and ``client``, its identity for session ownership and per-client limits: the
-    certificate names under TLS, else the claimed party name and the caller's host."""
+    certificate names under TLS, else the claimed party name and the caller's host; ``session``, the
+    tag its process sends (``x-vfl-session``, one per client transport) or None: two processes of
+    one identity differ (issue 36, item 7: a newer training session takes over, the older is told)."""
 
     client: str
+    session: str | None
 
-    def __new__(cls, description: str, client: str):
+    def __new__(cls, description: str, client: str, session: str | None = None):
         obj = super().__new__(cls, description)
         obj.client = client
+        obj.session = session
         return obj
+
+
+#: a client transport's session tag (``x-vfl-session``): hex, 8 to 64 characters; anything else is ignored
+_SESSION_TAG = re.compile(r"[0-9a-f]{8,64}")
 
 
 def _host_of(peer: str) -> str:
@@ -263,12 +272,14 @@ class PartyServer:
     def _who(self, context) -> Caller:
         md = dict(context.invocation_metadata())
         claimed = str(md.get("x-vfl-party", "?"))[:64]
+        tag = str(md.get("x-vfl-session", ""))
+        tag = tag if _SESSION_TAG.fullmatch(tag) else None
         names = self._cert_names(context)
         where = context.peer()
         if names:
             cert = "/".join(sorted(names))
-            return Caller(f"{claimed} (certificate {cert}, {where})", f"certificate {cert}")
-        return Caller(f"{claimed} ({where})", f"{claimed}@{_host_of(where)}")
+            return Caller(f"{claimed} (certificate {cert}, {where})", f"certificate {cert}", tag)
+        return Caller(f"{claimed} ({where})", f"{claimed}@{_host_of(where)}", tag)
 
     @staticmethod
     def _cert_names(context) -> set[str]:

