@@ -19,6 +19,8 @@ pytest.importorskip("cryptography")
 
 from support import cli_command, small_frames, start_passive  # noqa: E402
 
+from protocols.certs import _load_ca, issue_party_cert  # noqa: E402
+
 pytestmark = pytest.mark.slow   # real sockets, servers and party processes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,5 +97,49 @@ def test_item7_a_second_process_with_the_same_certificate_takes_over(pki, tmp_pa
         assert "party 'telco'" in errors[0] and "was taken over by a newer session" in errors[0], errors
         assert "Traceback" not in err and "restart the failed party" not in errors[0]
         assert "taken over" in (tmp_path / "telco.err").read_text()
+    finally:
+        _stop_all(children)
+
+
+# -- item 9: the active party checks that a passive server's certificate carries only its own names ------
+def _rogue_certs(pki, out: Path, hosts: tuple[str, ...]) -> Path:
+    """A copy of the federation's CA and bank's files, with a telco certificate issued by that CA that
+    also carries ``hosts`` (e.g. bank's or scorer's name)."""
+    out.mkdir()
+    for f in ("ca.pem", "ca.key", "bank.pem", "bank.key"):
+        (out / f).write_bytes((pki / "certs" / f).read_bytes())
+    (out / "bank.key").chmod(0o600)
+    (out / "ca.key").chmod(0o600)
+    ca_cert, ca_key = _load_ca(out)
+    issue_party_cert(out, "telco", ca_cert, ca_key, hosts=hosts)
+    return out
+
+
+@pytest.mark.parametrize("extra", [("scorer",), ("bank", "127.0.0.1")])
+def test_item9_a_server_certificate_carrying_another_partys_name_is_refused(pki, tmp_path, extra):
+    """telco serves with a certificate of the federation's CA that also carries scorer's (or bank's)
+    name: the active party refuses it before training, one `Error:` line naming telco and the rule;
+    the same training against telco's own certificate succeeds."""
+    a, b, _ = small_frames(n=60)
+    a.to_csv(tmp_path / "a.csv", index=False)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    rogue = _rogue_certs(pki, tmp_path / "rogue", extra)
+    children = []
+    try:
+        for tls_dir, ok in ((rogue, False), (pki / "certs", True)):
+            addr = start_passive(children, tmp_path, "telco", "--data", tmp_path / "b.csv", "--model-dir",
+                                 tmp_path / f"mt{ok}", "--tls-dir", tls_dir, "--allow-client", "bank")
+            r = _run("party", "active", "--tls-dir", pki / "certs", "--name", "bank", "--peer", f"telco={addr}",
+                     "--data", tmp_path / "a.csv", "--model-dir", tmp_path / f"mb{ok}", "--mode", "plain",
+                     "--rounds", 1, "--depth", 2, "--quiet", "--connect-timeout", 60)
+            if ok:
+                assert r.returncode == 0, r.stderr
+                continue
+            assert r.returncode == 1, r.stdout + r.stderr
+            errors = [line for line in r.stderr.splitlines() if line.startswith("Error:")]
+            assert len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
+            assert "party 'telco'" in errors[0] and "rule 'own names'" in errors[0], errors
+            assert repr(extra[0]) in errors[0], errors
+            assert not (tmp_path / "mbFalse").exists() or not any((tmp_path / "mbFalse").glob("*.json"))
     finally:
         _stop_all(children)
