@@ -193,6 +193,7 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
         service.online = OnlineScoring(service, ServeLimits.from_federation(federation, name), audit, metrics)
         service.online.warm()
         gate.target = service.handle_frame
+        server.in_session = service.holds_session      # calls of callers without a session: capped
         server.set_serving(True)
         if metrics_listen is not None:
             mport = start_metrics_server(metrics_listen, metrics)

@@ -473,6 +473,15 @@ class PassiveServer:
                      request.session_id, who, "PSI" if isinstance(request, m.PsiRequest) else "hash", self.n_rows)
             return reply
 
+    def holds_session(self, client: str) -> bool:
+        """Whether ``client`` holds a training, prediction or scoring session (channel) here (the transport caps the
+        calls of callers holding none: :class:`protocols.grpc_server.PartyServer`)."""
+        with self._lock:
+            if self.training_client == client or any(x.client == client for x in self._sessions.values()):
+                return True
+        online = self.online
+        return online is not None and online.has_channel(client)
+
     def _check_owner(self, kind: str, client: str, who=None) -> None:
         if self.training_client != client:
             raise ProtocolError(f"party {self.name!r}: {kind} for a training session that belongs to another "

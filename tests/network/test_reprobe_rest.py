@@ -9,6 +9,7 @@ import os
 import select
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +21,8 @@ pytest.importorskip("cryptography")
 from support import cli_command, small_frames, start_passive  # noqa: E402
 
 from protocols.certs import _load_ca, issue_party_cert  # noqa: E402
+from protocols.grpc_client import GrpcTransport  # noqa: E402
+from protocols.grpc_security import Security  # noqa: E402
 
 pytestmark = pytest.mark.slow   # real sockets, servers and party processes
 
@@ -143,3 +146,72 @@ def test_item9_a_server_certificate_carrying_another_partys_name_is_refused(pki,
             assert not (tmp_path / "mbFalse").exists() or not any((tmp_path / "mbFalse").glob("*.json"))
     finally:
         _stop_all(children)
+
+
+# -- item 5: members without a session stalling uploads cannot hold the server --------------------------
+class _Stalls:
+    """``n`` request streams of member ``name`` (one connection) that send a few bytes and then
+    nothing, renewed as soon as one ends (cut by the read watch, or answered "busy")."""
+
+    def __init__(self, name: str, addr: str, security: Security, n: int):
+        self.transport = GrpcTransport(name, {"telco": addr}, security, timeout=120)
+        self.stub = self.transport._exchange_stubs["telco"]
+        self.release, self.stopped = threading.Event(), threading.Event()
+        self.calls = [self._open() for _ in range(n)]
+        self.thread = threading.Thread(target=self._renew, daemon=True)
+        self.thread.start()
+
+    def _stalled(self):
+        yield b"VFL1"
+        self.release.wait(120)
+
+    def _open(self):
+        return self.stub(self._stalled(), timeout=120, metadata=self.transport._metadata())
+
+    def _renew(self):
+        while not self.stopped.wait(0.1):
+            for i, c in enumerate(self.calls):
+                if c.done():
+                    self.calls[i] = self._open()
+
+    def stop(self):
+        self.stopped.set()
+        self.thread.join(10)
+        self.release.set()
+        for c in self.calls:
+            c.cancel()
+        self.transport.close()
+
+
+def test_item5_stalled_uploads_of_members_without_a_session_cannot_hold_the_server(pki, tmp_path):
+    """scorer and shop, members that may predict at telco but hold no session, keep 16 stalled uploads
+    each open (renewed as soon as one ends). Before: they held all 16 workers (8 each, the per-client
+    cap) and an honest training waited on them past its --timeout. Now: calls without a session are
+    capped per connection and in all ("busy, retry", named), so bank trains within its --timeout."""
+    r = _run("certs", "--out", pki / "certs", "--party", "shop")
+    assert r.returncode == 0 or "already exist" in r.stderr, r.stderr
+    a, b, _ = small_frames(n=80)
+    a.to_csv(tmp_path / "a.csv", index=False)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    fed = tmp_path / "federation.toml"
+    fed.write_text('[federation]\nactive = "bank"\n[parties.bank]\n[parties.telco]\naddress = "127.0.0.1:1"\n'
+                   'predict = ["bank", "scorer", "shop"]\n[parties.scorer]\n[parties.shop]\n')
+    children, stalls = [], []
+    try:
+        addr = start_passive(children, tmp_path, "telco", "--data", tmp_path / "b.csv", "--model-dir",
+                             tmp_path / "mt", "--tls-dir", pki / "certs", "--federation", fed)
+        fed.write_text(fed.read_text().replace("127.0.0.1:1", addr))
+        stalls = [_Stalls(who, addr, Security.from_options(who, pki / "certs"), 16) for who in ("scorer", "shop")]
+        r = _run("party", "active", "--federation", fed, "--tls-dir", pki / "certs", "--data", tmp_path / "a.csv",
+                 "--model-dir", tmp_path / "mb", "--mode", "plain", "--rounds", 2, "--depth", 2, "--quiet",
+                 "--timeout", 15, "--connect-timeout", 60)
+        assert r.returncode == 0, r.stderr
+        assert "saved model" in r.stdout
+    finally:
+        for s in stalls:
+            s.stop()
+        _stop_all(children)
+    log = (tmp_path / "telco.err").read_text()
+    for who in ("scorer", "shop"):
+        assert any(f"{who} (certificate {who}" in line and "holds no session and 2 calls without a session" in line
+                   for line in log.splitlines()), log[-3000:]
