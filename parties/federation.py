@@ -40,7 +40,7 @@ from pathlib import Path
 from datasets.errors import InputError, ProtocolError
 from parties.passive_limits import KEYS as LIMIT_KEYS
 from parties.passive_limits import Limits, parse_limits
-from protocols.certs import check_party_name
+from protocols.certs import check_party_name, party_like
 from protocols.grpc_security import check_address
 
 try:                       # the standard library from Python 3.11 on
@@ -367,15 +367,7 @@ def load_federation(path) -> Federation:
 CERT_PREFIX = "certificate "
 
 
-def _party_like(name: str) -> bool:
-    """A certificate name that could be a party's name: a single DNS label (not ``localhost``, not an
-    IP address, not a dotted host name)."""
-    try:
-        ipaddress.ip_address(name)
-        return False
-    except ValueError:
-        pass
-    return "." not in name and name.casefold() != "localhost"
+_party_like = party_like     # the rule 'own names' (protocols.certs)
 
 
 def cert_names_of(client: str) -> set[str] | None:

@@ -34,7 +34,7 @@ from parties.passive_explain import EXPLAIN_DIR
 from parties.passive_online import AuditLog, OnlineScoring, ServeLimits
 from parties.reveal_budget import default_paths
 from parties.serve_metrics import PassiveMetrics, start_metrics_server
-from parties.server import PassiveServer
+from parties.server import TAKEN_OVER, PassiveServer
 from parties.table_reload import TableWatcher
 from protocols.grpc_client import GrpcTransport
 from protocols.grpc_security import check_address
@@ -193,6 +193,7 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
         service.online = OnlineScoring(service, ServeLimits.from_federation(federation, name), audit, metrics)
         service.online.warm()
         gate.target = service.handle_frame
+        server.in_session = service.holds_session      # calls of callers without a session: capped
         server.set_serving(True)
         if metrics_listen is not None:
             mport = start_metrics_server(metrics_listen, metrics)
@@ -306,8 +307,12 @@ def train_active(data, id_col: str, label_col: str, name: str, peers: dict[str, 
                                checkpoint=(lambda c: c.save(files.checkpoint)) if files.resumable else None,
                                resume=ck, validation=vf.frame if vf is not None else None, warm_start=base)
         except PeerError as exc:
+            hint = files.resume_hint(counter.rounds)
+            if TAKEN_OVER in str(exc):       # issue 36, item 7: not a failed party; the newer process trains
+                hint = ("another process training with this certificate owns the session now; " + hint.replace(
+                    "restart the failed party and run", "once it has finished, run"))
             raise PeerError(f"training stopped after {counter.rounds} of {params.n_estimators} round(s): {exc}; "
-                            f"{files.resume_hint(counter.rounds)}") from None
+                            f"{hint}") from None
         except WriteError as exc:
             raise WriteError(f"training stopped after {counter.rounds} of {params.n_estimators} round(s): {exc}; "
                              f"{files.resume_hint(counter.rounds)}", exc.path, exc.errno) from None

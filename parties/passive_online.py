@@ -175,6 +175,11 @@ class OnlineScoring:
             return self._open(request, who, client)
         return self._score(request, who, client)
 
+    def has_channel(self, client: str) -> bool:
+        """Whether ``client`` has a scoring channel open (a session, for the transport's caps)."""
+        with self._lock:
+            return any(c.client == client for c in self._channels.values())
+
     def _open(self, req: m.ServeOpen, who: str, client: str) -> m.Ack:
         mid = req.model_id
         with self.server._lock:

@@ -49,6 +49,16 @@ from vfl.core.files import check_writable_dir, write_json_atomic
 log = logging.getLogger("vfl.passive")
 
 
+#: what a request of a training session taken over by a newer session of the same client is told
+TAKEN_OVER = "was taken over by a newer session"
+
+
+def session_tag(who) -> str | None:
+    """The tag of the caller's process (:attr:`protocols.grpc_server.Caller.session`, one per
+    transport), or None (in-memory callers, older clients): two processes of one identity differ."""
+    return getattr(who, "session", None)
+
+
 def client_identity(who, client: str | None = None) -> str:
     """The identity a request is charged to (training-session ownership, per-client limits): the
     ``client`` given, else the transport's :attr:`protocols.grpc_server.Caller.client` (the
@@ -102,6 +112,8 @@ class PassiveServer:
     MAX_SESSIONS_PER_CLIENT = 32
     #: a prediction session unused this long (and no request in flight) may be evicted
     SESSION_IDLE_SECONDS = 120.0
+    #: training sessions taken over whose process is told so at its next request
+    TAKEN_OVER_KEPT = 64
     #: a training session unused this long may be taken over by another client
     TRAINING_IDLE_SECONDS = 600.0
     #: the retry hint of a "busy, retry" refusal, seconds
@@ -143,6 +155,12 @@ class PassiveServer:
         self.training: PassiveParty | None = None
         self.training_peer: str | None = None
         self.training_client: str | None = None
+        #: the session tag of the process that opened the training (``Caller.session``, issue 36 item 7):
+        #: a later training session of the same client takes over; the earlier process is told so
+        self.training_tag: str | None = None
+        #: tags of training sessions taken over -> (client, model id): their next request is told so,
+        #: also after the newer session ended (the last TAKEN_OVER_KEPT of them)
+        self._taken_over: dict[str, tuple[str, str | None]] = {}
         self._training_used = 0.0
         self._digest: str | None = None
         self._wrote = False         # the session wrote its model's file (a new model, or a resume accepted)
@@ -273,13 +291,13 @@ class PassiveServer:
             with self._train_lock:
                 t = self.training
                 if t is not None and sid is not None and sid == t.eval_session:
-                    self._check_owner(kind, client)
+                    self._check_owner(kind, client, who)
                     return t.handle(request)      # the validation rows of the training under way
             raise ProtocolError(f"unknown or expired prediction session {request.session_id!r}")
         if not PassiveParty.accepts(type(request)) and not isinstance(request, m.TrainResume):
             raise ProtocolError(f"party {self.name!r} does not accept {kind}")
         with self._train_lock:
-            p = self._need_training(kind, client)
+            p = self._need_training(kind, client, who)
             if isinstance(request, (m.ScreenSetup, m.ScreenEnd)):
                 return self._on_screen(p, request, who, client)
             if isinstance(request, m.TrainSetup):
@@ -438,21 +456,55 @@ class PassiveServer:
                 raise
             if t is not None:
                 log.warning("%s: %s starts a new training session; the unfinished session of model %s (from %s) "
-                            "is abandoned", self.name, who, t.model_id, self.training_peer)
+                            "is %s", self.name, who, t.model_id, self.training_peer,
+                            "taken over" if self.training_client == client else "abandoned")
                 t.close_executor()
             with self._lock:
+                old_tag, new_tag = self.training_tag, session_tag(who)
+                if t is not None and self.training_client == client and old_tag not in (None, new_tag):
+                    self._taken_over[old_tag] = (client, t.model_id)
+                    while len(self._taken_over) > self.TAKEN_OVER_KEPT:
+                        self._taken_over.pop(next(iter(self._taken_over)))
                 self.training, self.training_peer, self.training_client = party, who, client
+                self.training_tag = new_tag
                 self._digest, self._training_used, self._reopening = None, time.monotonic(), None
                 self._wrote = False
             log.info("%s: training session %s opened by %s (%s alignment, %d rows)", self.name,
                      request.session_id, who, "PSI" if isinstance(request, m.PsiRequest) else "hash", self.n_rows)
             return reply
 
-    def _check_owner(self, kind: str, client: str) -> None:
+    def holds_session(self, client: str) -> bool:
+        """Whether ``client`` holds a training, prediction or scoring session (channel) here (the transport caps the
+        calls of callers holding none: :class:`protocols.grpc_server.PartyServer`)."""
+        with self._lock:
+            if self.training_client == client or any(x.client == client for x in self._sessions.values()):
+                return True
+        online = self.online
+        return online is not None and online.has_channel(client)
+
+    def _check_owner(self, kind: str, client: str, who=None) -> None:
         if self.training_client != client:
             raise ProtocolError(f"party {self.name!r}: {kind} for a training session that belongs to another "
                                 "client")
+        tag, mine = session_tag(who), self.training_tag
+        if tag is not None and mine is not None and tag != mine:
+            # the same identity (certificate) trains from another process: the newer session owns the
+            # party; the older process is told so, instead of corrupting the newer session's state
+            self._refuse_taken_over(client, tag)
         self._training_used = time.monotonic()
+
+    def _refuse_taken_over(self, client: str, tag: str | None) -> None:
+        """Refuse a request of a training session that a newer session of the same client took over
+        (issue 36, item 7; nothing when ``tag`` names no such session)."""
+        if tag is None or (tag not in self._taken_over and tag == self.training_tag):
+            return
+        was = self._taken_over.get(tag)
+        if was is None and self.training is None:
+            return
+        model = f" of model {was[1]!r}" if was is not None and was[1] else ""
+        raise ProtocolError(f"party {self.name!r}: this training session{model} {TAKEN_OVER} "
+                            f"of the same client ({client}): another process is training with the same "
+                            "certificate; this one ends")
 
     def _on_setup(self, req: m.TrainSetup, who):
         p = self.training
@@ -525,11 +577,14 @@ class PassiveServer:
                  req.base_model_id, who, req.n_rounds, req.n_records)
         return reply
 
-    def _need_training(self, kind, client):
+    def _need_training(self, kind, client, who=None):
+        tag = session_tag(who)
+        if tag is not None and tag in self._taken_over:
+            self._refuse_taken_over(client, tag)
         if self.training is None:
             raise ProtocolError(f"party {self.name!r} has no training session in progress for {kind} "
                                 "(a session starts with alignment)")
-        self._check_owner(kind, client)
+        self._check_owner(kind, client, who)
         return self.training
 
     # -- prediction ---------------------------------------------------------

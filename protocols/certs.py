@@ -185,6 +185,30 @@ def make_certs(out, parties, hosts=(), days: int = 825, overwrite: bool = False,
     return written
 
 
+def party_like(name: str) -> bool:
+    """A certificate name that could be a party's name: a single DNS label (not ``localhost``, not an
+    IP address, not a dotted host name)."""
+    try:
+        ipaddress.ip_address(name)
+        return False
+    except ValueError:
+        pass
+    return "." not in name and name.casefold() != "localhost"
+
+
+def own_names_refusal(party: str, names) -> str | None:
+    """Why a certificate presented as ``party``'s breaks the rule 'own names' (None: it keeps it): it
+    must carry ``party``'s name and no other party-like name (another party's name would let the
+    holder pass as that party too). Hosts (IP addresses, dotted names, ``localhost``) are allowed."""
+    names = {str(n) for n in names}
+    if party.casefold() not in {n.casefold() for n in names}:
+        return f"it does not carry the name {party!r}"
+    others = sorted(n for n in names if n.casefold() != party.casefold() and party_like(n))
+    if others:
+        return f"it also carries the name(s) {others} (another party's)"
+    return None
+
+
 def certificate_names(pem: bytes) -> set[str]:
     """The common name and DNS names a certificate was issued for."""
     x509, _, _, _, _, NameOID = require_cryptography()

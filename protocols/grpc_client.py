@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import socket
+import ssl
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 
 from datasets.errors import InputError, PeerError
-from protocols.certs import check_party_name
+from protocols.certs import check_party_name, own_names_refusal
 from protocols.grpc_security import Security, check_address
 from protocols.grpc_wire import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -59,6 +63,30 @@ def probe_plaintext(address: str, timeout: float = 2.0) -> str | None:
     return "plaintext" if len(head) == 9 and head[3] == 0x04 else "other"
 
 
+def server_certificate_names(address: str, security: Security, timeout: float) -> set[str]:
+    """The names (common name, DNS names) of the certificate the TLS server at ``address`` presents,
+    read in a mutual TLS handshake of our own (gRPC's Python client does not show the server's
+    certificate); it must be issued by our CA (raises ``ssl.SSLError``/``OSError`` otherwise)."""
+    host, _, port = address.rpartition(":")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False          # gRPC checked the name the peer is dialled by; here: all its names
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_verify_locations(cadata=security.ca_pem.decode())
+    ctx.set_alpn_protocols(["h2"])
+    with tempfile.TemporaryDirectory(prefix="vfl-tls-") as d:     # 0700: the key never leaves it
+        cert, key = Path(d) / "cert.pem", Path(d) / "key.pem"
+        key.touch(mode=0o600)
+        key.write_bytes(security.key_pem)
+        cert.write_bytes(security.cert_pem)
+        ctx.load_cert_chain(cert, key)
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
+        with ctx.wrap_socket(sock) as tls:
+            peer = tls.getpeercert() or {}
+    names = {v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"}
+    names |= {v for k, v in peer.get("subjectAltName", ()) if k == "DNS"}
+    return names
+
+
 #: what a TLS failure that proves nothing about the certificates says (retried while connecting)
 HANDSHAKE_UNFINISHED = "retried until --connect-timeout"
 #: what only a refused certificate makes OpenSSL or gRPC say: a wrong CA, a certificate not issued for
@@ -101,6 +129,9 @@ class GrpcTransport(Transport):
         self.busy_max_wait = self.timeout      # "busy, retry" waits count against the call's own deadline
         self._deadline = threading.local()     # the call in progress (per thread): when its --timeout ends
         self.failed: dict[str, str] = {}
+        #: this transport's tag, sent with every call (``x-vfl-session``): a passive party tells this
+        #: process apart from another one with the same certificate (issue 36, item 7)
+        self.session_tag = secrets.token_hex(8)
         self.peer_info: dict[str, dict] = {}
         self._channels, self._exchange_stubs, self._hello_stubs = {}, {}, {}
         self._lock = threading.Lock()
@@ -123,7 +154,7 @@ class GrpcTransport(Transport):
 
     # -- helpers ------------------------------------------------------------
     def _metadata(self, extra=()):
-        md = [("x-vfl-party", self.local_name), *extra]
+        md = [("x-vfl-party", self.local_name), ("x-vfl-session", self.session_tag), *extra]
         if self.security.token:
             md.append(("authorization", f"Bearer {self.security.token}"))
         return md
@@ -206,6 +237,8 @@ class GrpcTransport(Transport):
                     with self._lock:
                         self.failed.pop(peer, None)
                     log.info("%s: connected to party %r at %s", self.local_name, peer, self.peers[peer])
+                    if self.security.tls:
+                        self._check_server_names(peer, deadline)
                     return info
                 except PeerError as exc:
                     with self._lock:
@@ -222,6 +255,27 @@ class GrpcTransport(Transport):
         infos = self._map(one, peers)
         self.peer_info.update(infos)
         return infos
+
+    def _check_server_names(self, peer: str, deadline: float) -> None:
+        """Issue 36, item 9: the server's certificate must carry only ``peer``'s own names (the rule
+        the passive side applies to its callers): one issued for another party too, or carrying
+        several parties' names, would let its holder pass as them; refused, never retried. A
+        handshake of ours cut short (a loaded server) is retried until ``deadline``."""
+        addr = self.peers[peer]
+        while True:
+            try:
+                names = server_certificate_names(addr, self.security, max(0.5, min(5.0, deadline - time.monotonic())))
+                break
+            except (OSError, ValueError) as exc:    # ssl.SSLError is an OSError
+                if time.monotonic() + 0.25 >= deadline:
+                    raise PeerError(f"could not read the certificate of party {peer!r} at {addr}: {exc}") from None
+                time.sleep(0.25)
+        why = own_names_refusal(peer, names)
+        if why is not None:
+            with self._lock:
+                self.failed[peer] = f"party {peer!r} refused: its certificate breaks the rule 'own names'"
+            raise PeerError(f"refused the server of party {peer!r} at {addr}: rule 'own names': its certificate "
+                            f"{sorted(names)} must carry only {peer!r}'s own names, but {why}")
 
     # -- Transport ----------------------------------------------------------
     def call(self, peer: str, message):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -37,14 +38,22 @@ FrameHandler = Callable[[bytes, str], bytes]
 class Caller(str):
     """The ``who`` a server passes its handler: a description of the caller for logs (the
     string), and ``client``, its identity for session ownership and per-client limits: the
-    certificate names under TLS, else the claimed party name and the caller's host."""
+    certificate names under TLS, else the claimed party name and the caller's host; ``session``, the
+    tag its process sends (``x-vfl-session``, one per client transport) or None: two processes of
+    one identity differ (issue 36, item 7: a newer training session takes over, the older is told)."""
 
     client: str
+    session: str | None
 
-    def __new__(cls, description: str, client: str):
+    def __new__(cls, description: str, client: str, session: str | None = None):
         obj = super().__new__(cls, description)
         obj.client = client
+        obj.session = session
         return obj
+
+
+#: a client transport's session tag (``x-vfl-session``): hex, 8 to 64 characters; anything else is ignored
+_SESSION_TAG = re.compile(r"[0-9a-f]{8,64}")
 
 
 def _host_of(peer: str) -> str:
@@ -132,6 +141,44 @@ class _StreamLimit:
             return self._open.get(client, 0)
 
 
+class _NonSessionLimit:
+    """Request streams of callers holding no session at this party (``in_session(client)`` false):
+    at most ``per_connection`` per connection and per client, and ``total`` in all (issue 36,
+    item 5: two members without a session stalling their uploads held every worker). The other
+    workers stay for the sessions under way, and for the first request of a new one."""
+
+    def __init__(self, per_connection: int, total: int):
+        self.per_connection, self.total = int(per_connection), int(total)
+        self._by_conn: dict[str, int] = {}
+        self._by_client: dict[str, int] = {}
+        self._open = 0
+        self._lock = threading.Lock()
+
+    def enter(self, client: str, conn: str) -> str | None:
+        """None when admitted, else why not."""
+        with self._lock:
+            if self._by_conn.get(conn, 0) >= self.per_connection:
+                return f"{self.per_connection} calls without a session are in progress on this connection"
+            if self._by_client.get(client, 0) >= self.per_connection:
+                return f"{self.per_connection} calls without a session of this client are in progress"
+            if self._open >= self.total:
+                return f"{self.total} calls without a session are in progress in all"
+            self._by_conn[conn] = self._by_conn.get(conn, 0) + 1
+            self._by_client[client] = self._by_client.get(client, 0) + 1
+            self._open += 1
+            return None
+
+    def leave(self, client: str, conn: str) -> None:
+        with self._lock:
+            for table, key in ((self._by_conn, conn), (self._by_client, client)):
+                n = table.get(key, 0) - 1
+                if n > 0:
+                    table[key] = n
+                else:
+                    table.pop(key, None)
+            self._open = max(0, self._open - 1)
+
+
 def _add_health(server):
     """The standard gRPC health service on ``server`` (NOT_SERVING until told otherwise), or None
     when grpcio-health-checking is not installed (extra [net])."""
@@ -167,6 +214,8 @@ class PartyServer:
 
     #: seconds a client refused at its stream limit is told to wait before it retries
     BUSY_RETRY_AFTER = 0.2
+    #: request streams of a caller holding no session, per connection and per client (issue 36, item 5)
+    NON_SESSION_PER_CONNECTION = 2
 
     def __init__(self, name: str, handler: FrameHandler, listen: str, security: Security,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, max_workers: int = 16, role: str = "passive",
@@ -183,6 +232,10 @@ class PartyServer:
         if not 1 <= per_client <= max_workers:
             raise InputError(f"max_streams_per_client must be 1..{max_workers} (the worker threads), got {per_client}")
         self._streams = _StreamLimit(per_client)
+        #: ``in_session(client) -> bool``: whether the caller holds a session here (a passive party's
+        #: training or prediction session); None: every call counts as a session's (no further cap)
+        self.in_session = None
+        self._non_session = _NonSessionLimit(self.NON_SESSION_PER_CONNECTION, max(1, max_workers // 2))
         self._watch = _ReadWatch(check_seconds(read_timeout, "the read timeout"))
         self.listen = check_address(listen, "--listen address")
         if not security.tls and not is_loopback(self.listen.rsplit(":", 1)[0]):
@@ -263,12 +316,14 @@ class PartyServer:
     def _who(self, context) -> Caller:
         md = dict(context.invocation_metadata())
         claimed = str(md.get("x-vfl-party", "?"))[:64]
+        tag = str(md.get("x-vfl-session", ""))
+        tag = tag if _SESSION_TAG.fullmatch(tag) else None
         names = self._cert_names(context)
         where = context.peer()
         if names:
             cert = "/".join(sorted(names))
-            return Caller(f"{claimed} (certificate {cert}, {where})", f"certificate {cert}")
-        return Caller(f"{claimed} ({where})", f"{claimed}@{_host_of(where)}")
+            return Caller(f"{claimed} (certificate {cert}, {where})", f"certificate {cert}", tag)
+        return Caller(f"{claimed} ({where})", f"{claimed}@{_host_of(where)}", tag)
 
     @staticmethod
     def _cert_names(context) -> set[str]:
@@ -323,7 +378,21 @@ class PartyServer:
                 "client are in progress; retry", self.BUSY_RETRY_AFTER)))
             return
         try:
-            yield from self._serve_stream(request_iterator, context, who)
+            in_session = self.in_session
+            if in_session is None or in_session(client):
+                yield from self._serve_stream(request_iterator, context, who)
+                return
+            conn = context.peer()
+            why = self._non_session.enter(client, conn)
+            if why is not None:
+                log.info("%s: %s holds no session and %s: busy, retry", self.name, who, why)
+                yield from chunks(dumps(msg.ErrorReply(
+                    msg.ErrorKind.BUSY, f"party {self.name!r} is busy: {why}; retry", self.BUSY_RETRY_AFTER)))
+                return
+            try:
+                yield from self._serve_stream(request_iterator, context, who)
+            finally:
+                self._non_session.leave(client, conn)
         finally:
             self._streams.leave(client)
 

@@ -130,6 +130,7 @@ def test_item4_64_concurrent_predictions_succeed(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        proc.stdout.close()
     assert res["succeeded"] == 64, res["errors"]
 
 
