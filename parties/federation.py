@@ -279,9 +279,9 @@ def parse_federation(data: dict, path="federation.toml") -> Federation:
                                                  "another party's name would let this party pass as it")
             if owner.get(h.casefold(), name) != name:
                 raise _err(path, table, "hosts", f"{h!r} is already a certificate name of party "
-                                                 f"{owner[h.casefold()]!r} (names are compared ignoring case): two "
-                                                 "parties cannot share a host name; on one machine omit hosts "
-                                                 "(peers are verified by party name, not by address)")
+                                                 f"{owner[h.casefold()]!r}: two parties cannot share a host name; on "
+                                                 "one machine omit hosts (peers are verified by party name, not by "
+                                                 "address; names are compared ignoring case)")
             owner[h.casefold()] = name
         lists = {}
         for key in ("train", "predict", "screen"):

@@ -143,7 +143,7 @@ def test_item9_the_active_party_trains_only_with_the_parties_that_serve(pki, tmp
     try:
         fed = tmp_path / "federation.toml"
         fed.write_text('[federation]\nactive = "bank"\n[parties.bank]\n[parties.telco]\naddress = "127.0.0.1:1"\n'
-                       'predict = ["bank", "scorer"]\n[parties.scorer]\n')
+                       'predict = ["bank", "scorer"]\npredict_training_rows = true\n[parties.scorer]\n')
         addr = start_passive(children, tmp_path, "telco", "--data", tmp_path / "b.csv", "--model-dir",
                              tmp_path / "mt", "--tls-dir", pki / "certs", "--federation", fed)
         fed.write_text(fed.read_text().replace("127.0.0.1:1", addr))
