@@ -371,11 +371,13 @@ class PassiveServer:
         elif isinstance(request, m.GradientsStart):
             log.info("%s: round %d: %s gradients of %d samples streamed from %s", self.name, request.round_idx,
                      "encrypted" if request.encrypted else "PLAINTEXT", request.n_samples, who)
-        elif isinstance(request, (m.SplitRequest, m.DPSplitRegister)):
-            if isinstance(request, m.SplitRequest):    # kept for --resume (dp mode cannot resume: TrainEnd writes it)
+        elif isinstance(request, (m.SplitRequest, m.CandidatePick, m.DPSplitRegister)):
+            # a split answered (by (feature, bin), or by a shuffled candidate's position): the records are kept for
+            # --resume (dp mode cannot resume: TrainEnd writes it)
+            if isinstance(request, (m.SplitRequest, m.CandidatePick)):
                 self._persist()
             log.debug("%s: %d split(s) for %s; %d records", self.name, len(request.node_ids if isinstance(
-                      request, m.SplitRequest) else request.feature_idx), who, len(p.records))
+                      request, (m.SplitRequest, m.CandidatePick)) else request.feature_idx), who, len(p.records))
         elif isinstance(request, m.DPReleaseRequest):
             log.info("%s: model %s: noisy (DP) bucket release to %s, epsilon %s per feature", self.name,
                      request.model_id, who, request.epsilon_per_feature)
