@@ -6,6 +6,7 @@ TLS) runs as written, on free ports."""
 from __future__ import annotations
 
 import os
+import signal
 import re
 import socket
 import subprocess
@@ -96,8 +97,20 @@ def test_the_one_machine_recipe_runs_as_written(tmp_path):
                          timeout=120)
     assert res.returncode == 0, res.stderr
     (tmp_path / "federation.toml").write_text(toml)
-    res = subprocess.run(["bash", "-e", "-c", bash], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=600)
+    # its own process group: if a step fails (bash -e), the passive parties it started in the background
+    # are killed with it instead of holding the output pipes open
+    proc = subprocess.Popen(["bash", "-e", "-c", bash], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=600)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if proc.poll() is None:
+            out, err = proc.communicate()
+    res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-5000:]}"
     assert "saved model" in res.stdout and "wrote scores.csv" in res.stdout
     assert re.search(r"round 5: train logloss [0-9.]+, auc 0\.9", res.stdout + res.stderr)
