@@ -6,8 +6,8 @@ TLS) runs as written, on free ports."""
 from __future__ import annotations
 
 import os
-import signal
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -99,7 +99,8 @@ def test_the_one_machine_recipe_runs_as_written(tmp_path):
     (tmp_path / "federation.toml").write_text(toml)
     # its own process group: if a step fails (bash -e), the passive parties it started in the background
     # are killed with it instead of holding the output pipes open
-    proc = subprocess.Popen(["bash", "-e", "-c", bash], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+    script = "trap 'kill $(jobs -p) 2>/dev/null' EXIT\n" + bash      # a failing step stops the background jobs
+    proc = subprocess.Popen(["bash", "-e", "-c", script], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=600)
