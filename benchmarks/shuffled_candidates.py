@@ -31,7 +31,8 @@ import _common
 from datasets import shared_datasets_dir
 
 HERE = Path(__file__).resolve().parent
-STAGES = ("encrypt", "histogram", "candidates", "compress", "rerandomize", "decrypt", "split_search", "total")
+STAGES = ("encrypt", "histogram", "candidates", "compress", "rerandomize", "rerandomize_bg", "decrypt", "split_search",
+          "total")
 
 
 def _run(tree: Path, config: str, rounds: int, mode: str) -> dict:
