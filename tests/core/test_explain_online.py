@@ -144,10 +144,13 @@ def test_explanation_table_and_records_agree_on_player_names():
 
 class _RecordingPartners:
     """A transport for :class:`OnlineScorer` whose passive parties answer from their own tables
-    (the decisions of :func:`_decisions`), recording every message sent to them as bytes."""
+    (the decisions of :func:`_decisions`), recording every message sent to them as bytes. A
+    ``ServeOpen`` is answered like the real passive server does (``passive_online._open``): an
+    ``Ack`` carrying the default side of each of the party's nodes, from the party's own plan."""
 
-    def __init__(self, decisions: dict, ids: list):
+    def __init__(self, decisions: dict, ids: list, parties: dict):
         self.decisions, self.row = decisions, {h.tobytes(): i for i, h in enumerate(ids)}
+        self.parties = parties
         self.sent: list[tuple[str, str, bytes]] = []
         self.peers = {p: "in memory" for p in decisions}
 
@@ -163,7 +166,9 @@ class _RecordingPartners:
         self.sent.append((peer, type(message).__name__, frame))
         message = loads(frame)
         if isinstance(message, m.ServeOpen):
-            return m.Ack()
+            party = self.parties[peer]
+            defaults = "".join("1" if d else "0" for d in party.serve_defaults(party.serve_plan(message)))
+            return m.Ack({"default_left": defaults})
         rows = [self.row[h.tobytes()] for h in message.hashes]
         return m.ScoreResponse(np.packbits(self.decisions[peer][rows], axis=1), np.ones(len(rows), dtype=bool))
 
@@ -184,7 +189,7 @@ def test_explain_sends_the_passive_parties_the_very_messages_of_plain_scoring(ob
     ids = frames["a"]["id"].tolist()[:10]
     X = frames["a"][list(model.active_features)].to_numpy(dtype=np.float64)[:10]
     hashes = alignment.hash_ids(ids, bytes.fromhex(model.salt))
-    partners = _RecordingPartners({p: dec[p][:10] for p in v.owners}, list(hashes))
+    partners = _RecordingPartners({p: dec[p][:10] for p in v.owners}, list(hashes), fed.passives)
     scorer = OnlineScorer(partners)
     scorer.open_all(v, 10.0)
     batcher = MicroBatcher(scorer, max_rows=64, max_wait=0.0, workers=1)

@@ -15,6 +15,7 @@ pytest.importorskip("cryptography")
 from support import small_frames  # noqa: E402
 
 from cli import main  # noqa: E402
+from vfl.core.model import content_hash  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -89,6 +90,9 @@ def test_model_dir_states(files):
     (files / "m" / "checkpoint.json").write_text("{}")
     r = run(*base)
     assert r.exit_code == 1 and "unfinished training" in r.output and "--resume" in r.output
+    r = run(*base, "--resume")      # issue 36: a checkpoint without its content hash is not used
+    assert r.exit_code == 1 and "records no content_hash" in r.output
+    (files / "m" / "checkpoint.json").write_text(json.dumps({"content_hash": content_hash({})}))
     r = run(*base, "--resume")
     assert r.exit_code == 1 and "not a training checkpoint" in r.output
     (files / "m" / "checkpoint.json").unlink()
@@ -120,6 +124,10 @@ def test_predict_errors(files):
              "base_score": [0.0], "learning_rate": 0.3, "active_party": "active", "active_features": ["a0"],
              "passive_parties": ["b", "c"], "model_id": "x1", "salt": "00" * 16, "rounds": []}
     (files / "m" / "active.json").write_text(json.dumps(model))
+    r = run("predict", "--model-dir", files / "m", "--data", files / "a.csv", "--insecure", "--out", files / "p.csv",
+            "--peer", "b=127.0.0.1:1")      # issue 36: a model file without its content hash is not used
+    assert r.exit_code == 1 and "records no content_hash" in r.output
+    (files / "m" / "active.json").write_text(json.dumps({**model, "content_hash": content_hash(model)}))
     r = run("predict", "--model-dir", files / "m", "--data", files / "a.csv", "--insecure", "--out", files / "p.csv",
             "--peer", "b=127.0.0.1:1")
     assert r.exit_code == 1 and "needs passive party 'c': give --peer c=HOST:PORT" in r.output

@@ -263,7 +263,7 @@ def test_histogram_work_checks_the_deadline(trained):
     with caller_deadline(lambda: False):
         with pytest.raises(ProtocolError, match="deadline passed.*histograms stopped"):
             p.handle(req)
-    assert isinstance(p.handle(req), m.HistogramResponse)
+    assert isinstance(p.handle(req), m.CandidateResponse)      # issue 31: shuffled candidates, not per-bin sums
 
 
 def test_prediction_does_not_wait_for_the_training_lock(trained):
@@ -341,13 +341,16 @@ def test_sizes_are_checked_against_the_session(trained):
     with pytest.raises(ProtocolError, match="a node is named twice"):
         p.handle(m.HistogramRequest(0, np.array([0, 0], np.int32), np.array([0, 0], np.int32), a))
     assert isinstance(p.handle(m.HistogramRequest(0, np.array([0], np.int32), np.array([0], np.int32), a)),
-                      m.HistogramResponse)
-    with pytest.raises(ProtocolError, match="SplitRequest.tree_idx: tree 1 is out of range"):
-        p.handle(m.SplitRequest(0, np.array([0]), np.array([1]), np.array([0]), np.array([0]), np.array([True])))
-    k = 300          # nodes without rows (a DP released model's full levels): a few are allowed, not more
-    with pytest.raises(ProtocolError, match="SplitRequest.node_ids: 300 nodes of tree 0 hold no row"):
-        p.handle(m.SplitRequest(0, np.arange(1, k + 1, dtype=np.int32), np.zeros(k, np.int32), np.zeros(k, np.int32),
-                                np.zeros(k, np.int32), np.ones(k, bool)))
+                      m.CandidateResponse)           # issue 31: shuffled candidates, not per-bin sums
+    # issue 31: a split is named by a candidate's position (CandidatePick), checked against the session too
+    with pytest.raises(ProtocolError, match="CandidatePick.tree_idx: tree 1 is out of range"):
+        p.handle(m.CandidatePick(0, np.array([0], np.int32), np.array([1], np.int32), np.array([1], np.int32),
+                                 np.array([0], np.int32), np.array([-1], np.int32), np.array([True])))
+    k = 300          # nodes the last answer did not offer candidates for: refused at the first, before any work
+    with pytest.raises(ProtocolError, match="refuses CandidatePick.*node 1 of tree 0 has no candidates of the last "
+                                            "answer"):
+        p.handle(m.CandidatePick(0, np.arange(1, k + 1, dtype=np.int32), np.zeros(k, np.int32), np.ones(k, np.int32),
+                                 np.zeros(k, np.int32), np.full(k, -1, np.int32), np.ones(k, bool)))
     assert len(p.records) == 0           # nothing was recorded by the refused requests
 
 
