@@ -31,10 +31,12 @@ active = "bank"
 [parties.bureau]
 address = "127.0.0.1:1"
 drift = "names"
+predict_training_rows = true   # new.csv scores training rows (issue 31 refuses them by default)
 
 [parties.telco]
 address = "127.0.0.1:2"
 drift = "decline"
+predict_training_rows = true
 """
 
 

@@ -145,8 +145,9 @@ def test_passive_features_over_mutual_tls_only_for_a_party_whose_federation_entr
     addr = {n: f"127.0.0.1:{_free_port()}" for n in ("b", "c")}
     fed = tmp_path / "federation.toml"
     fed.write_text(f'[federation]\nactive = "a"\n\n[parties.a]\n\n'
-                   f'[parties.b]\naddress = "{addr["b"]}"\nhosts = ["127.0.0.1"]\nexplain_features = true\n\n'
-                   f'[parties.c]\naddress = "{addr["c"]}"\nhosts = ["localhost"]\n')
+                   f'[parties.b]\naddress = "{addr["b"]}"\nhosts = ["127.0.0.1"]\nexplain_features = true\n'
+                   f'predict_training_rows = true\n\n'     # a_new.csv holds the training rows (issue 31)
+                   f'[parties.c]\naddress = "{addr["c"]}"\nhosts = ["localhost"]\npredict_training_rows = true\n')
     certs = tmp_path / "certs"
     r = run_cli("certs", "--out", certs, "--federation", fed)
     assert r.returncode == 0, r.stderr
