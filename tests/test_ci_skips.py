@@ -71,7 +71,12 @@ def test_every_skip_for_missing_shared_data_says_how_to_point_the_suite_at_it():
 
 
 def test_the_shared_data_fixture_skips_with_the_pointer(monkeypatch, tmp_path):
-    import conftest
+    # tests/conftest.py by its path: under the whole suite the module name "conftest" may be
+    # tests/network/conftest.py (both import as "conftest"), which has no shared_dir
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_tests_conftest", Path(ci_rules.__file__).parent / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
     monkeypatch.setenv("VFL_SHARED_DATASETS", str(tmp_path / "missing"))
     with pytest.raises(pytest.skip.Exception, match="set VFL_SHARED_DATASETS=/path/to/datasets"):
         conftest.shared_dir.__wrapped__()

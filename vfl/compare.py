@@ -615,6 +615,7 @@ def run_comparison(cfg: CompareConfig, out_dir, progress: Callable[[str], None] 
     """Run every (data set, seed, mode, epsilon); write CSV/JSON (and PNGs); return the JSON document."""
     cfg.validate()
     out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)    # the explanations plot is written after the first run
     if cfg.plots:
         require_matplotlib()                       # fail before hours of training, not after
     say = progress or (lambda s: None)
@@ -649,7 +650,8 @@ def run_comparison(cfg: CompareConfig, out_dir, progress: Callable[[str], None] 
                 ex = run.pop("_explanation", None)
                 if ex is not None and cfg.plots:
                     path = out_dir / f"{ds}_explanations.png"
-                    summary_plot(ex, path, title=f"{ds}: plain model, {ex.n_rows} test rows explained")
+                    summary_plot(ex, path, title=f"{ds}: plain model, {ex.n_rows} test rows explained",
+                                 mode=REPORT_MODE)
                     pngs.append(path)
                 runs.append(run)
                 say(f"[{ds}] seed {seed} {mode}{'' if eps is None else f' eps={eps:g}'}: "

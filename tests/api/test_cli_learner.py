@@ -211,9 +211,9 @@ def test_train_params_from_options_is_the_one_builder():
     ctx = cli.simulate.make_context("simulate", ["--rounds", "3", "--depth", "2", "--mode", "dp", "--epsilon", "2",
                                                  "--goss", "--objective", "regression"])
     options = {k: v for k, v in ctx.params.items() if k in {p.name for p in cli.party_active.params}
-               and k not in ("name", "data", "id_col", "label_col", "peer_specs", "model_dir", "resume", "force",
-                             "timeout", "connect_timeout", "output_json", "quiet", "validation_data", "tls_dir",
-                             "insecure", "token_file", "max_message_mb", "log_level", "link_mbps",
+               and k not in ("name", "data", "id_col", "label_col", "peer_specs", "model_dir", "resume", "warm_start",
+                             "force", "timeout", "connect_timeout", "output_json", "quiet", "validation_data",
+                             "tls_dir", "insecure", "token_file", "max_message_mb", "log_level", "link_mbps",
                              "dask_scheduler", "dask_tls_dir", "dask_insecure")}
     params = cli.train_params_from_options(options)
     assert params == TrainParams(n_estimators=3, max_depth=2, mode="dp", epsilon=2.0, goss=True,

@@ -397,7 +397,8 @@ def test_zero_weights_leave_rows_out_exactly():
     (dict(parties={"bank": list(range(13)), "telco": []}), "array",
      r"parties: passive party 'telco' has no column \(a passive party holds at least one feature\)"),
     (dict(parties={"bank": ["f0"], "telco": [3]}), "array",
-     r"party 'bank' names column 'f0', which X does not have \(X has columns 0..12 \(an array: give positions\)\)"),
+     r"parties: party 'bank' names column 'f0', but X is an array without column names \(a Pipeline step .*"
+     r"pipeline\.set_output\(transform=\"pandas\"\).*or give parties column positions 0\.\.12$"),
     (dict(parties={"bank": "f0"}), "df", r"parties: party 'bank' must map to a list of columns, got 'f0'"),
     (dict(parties={1: ["f0"]}), "df", r"parties: party names must be non-empty strings, got 1"),
     (dict(parties="f0"), "df", r"parameter parties must be a dict \{party name: \[columns\]\} or a list"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import stat
 import threading
 
@@ -255,13 +256,18 @@ def test_the_shutdown_line_counts_a_refused_prediction_as_refused(tmp_path, capl
     from protocols.grpc_client import GrpcTransport
 
     _, b, c = small_frames(n=40)
-    with caplog.at_level("INFO", logger="vfl"):
-        ps = Passives(tmp_path, b, c)
-        t = GrpcTransport("a", {"b": ps.peers["b"]}, Security(), timeout=10)
-        with pytest.raises(Exception, match="no model"):
-            t.call("b", m.PredictStart("m-unknown", "s1", np.zeros((1, 16), dtype=np.uint8)))
-        t.close()
-        ps.close()
+    logger = logging.getLogger("vfl")   # an in-process CLI run (this file has some) stops "vfl" propagating
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level("INFO", logger="vfl"):
+            ps = Passives(tmp_path, b, c)
+            t = GrpcTransport("a", {"b": ps.peers["b"]}, Security(), timeout=10)
+            with pytest.raises(Exception, match="no model"):
+                t.call("b", m.PredictStart("m-unknown", "s1", np.zeros((1, 16), dtype=np.uint8)))
+            t.close()
+            ps.close()
+    finally:
+        logger.removeHandler(caplog.handler)
     lines = [r.getMessage() for r in caplog.records if "shutting down" in r.getMessage()]
     assert "b: shutting down (0 calls served, 1 refused)" in lines, lines
     assert "c: shutting down (0 calls served, 0 refused)" in lines, lines

@@ -644,12 +644,12 @@ def feature_split_input(model: BoostedModel, one: OneRound, party: str,
 
 
 def summary_plot(ex: Explanation, path, target: int = 0, max_players: int = 20, title: str | None = None,
-                 target_name: str | None = None) -> None:
+                 target_name: str | None = None, mode: int | None = None) -> None:
     """A beeswarm-style summary: one line per player (largest mean |attribution| on top), one dot
     per row at its attribution, jittered by density; an active feature's dots coloured by the
     row's value of it (low blue, high red; missing grey), a passive party's grey (its values
-    stay with it). Written to ``path`` (PNG, SVG or PDF by extension). Needs matplotlib (extra
-    ``plot``)."""
+    stay with it). Written to ``path`` (PNG, SVG or PDF by extension; file permissions ``mode``,
+    the writer's private default when None). Needs matplotlib (extra ``plot``)."""
     try:
         import matplotlib  # noqa: PLC0415 (optional extra [plot])
         matplotlib.use("Agg")
@@ -693,7 +693,10 @@ def summary_plot(ex: Explanation, path, target: int = 0, max_players: int = 20, 
     buf = io.BytesIO()              # rendered in memory, written by the one atomic writer
     fig.savefig(buf, dpi=110, format=Path(path).suffix.lstrip(".").lower() or "png")
     plt.close(fig)
-    write_bytes_atomic(path, buf.getvalue())
+    if mode is None:
+        write_bytes_atomic(path, buf.getvalue())
+    else:
+        write_bytes_atomic(path, buf.getvalue(), mode)
 
 
 def explain_margins(model: BoostedModel, X_active: np.ndarray, fetch_masks, n_rounds: int | None = None) -> Explanation:
