@@ -25,6 +25,8 @@ Prints one JSON object. The load generator runs on the same machine (its CPU use
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import http.client
 import json
 import select
@@ -192,6 +194,9 @@ def main():
     ap.add_argument("--batch-wait-ms", type=float, default=2.0)
     ap.add_argument("--deadline-ms", type=float, default=1000.0)
     ap.add_argument("--insecure", action="store_true", help="Plaintext instead of mutual TLS.")
+    ap.add_argument("--work-dir", help="Keep the tables, certificates and model here and reuse them in a later run "
+                                       "with the same data set, rows, rounds, depth, mode and security (no training "
+                                       "then); default: a temporary folder.")
     args = ap.parse_args()
 
     parties = load_shared(args.dataset)
@@ -205,18 +210,24 @@ def main():
     out = {"dataset": args.dataset, "rows": int(len(active.frame)), "rounds": args.rounds, "depth": args.depth,
            "mode": args.mode, "tls": not args.insecure, "clients": args.clients, "batch_rows": args.batch_rows,
            "batch_wait_ms": args.batch_wait_ms, "target_p99_ms": args.target_p99_ms}
-    with tempfile.TemporaryDirectory(prefix="vfl-bench-serve-") as tmp:
-        tmp = Path(tmp)
+    settings = {k: out[k] for k in ("dataset", "rows", "rounds", "depth", "mode", "tls")}
+    with contextlib.ExitStack() as stack:
+        if args.work_dir:
+            tmp = Path(args.work_dir)
+            tmp.mkdir(parents=True, exist_ok=True)
+        else:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vfl-bench-serve-")))
+        kept = tmp / "settings.json"
+        reuse = kept.exists() and json.loads(kept.read_text()) == settings and (tmp / "model").is_dir()
+        sec = ["--insecure"] if args.insecure else ["--tls-dir", tmp / "certs"]
         try:
-            for pf in passives:
-                pf.frame.to_csv(tmp / f"{pf.name}.csv", index=False)
-            train[0].frame.to_csv(tmp / "train_active.csv", index=False)
-            if args.insecure:
-                sec = ["--insecure"]
-            else:
-                run(cli("certs", "--out", tmp / "certs", "--party", active.name,
-                        *sum([["--party", p.name] for p in passives], [])), "vfl certs")
-                sec = ["--tls-dir", tmp / "certs"]
+            if not reuse:
+                for pf in passives:
+                    pf.frame.to_csv(tmp / f"{pf.name}.csv", index=False)
+                train[0].frame.to_csv(tmp / "train_active.csv", index=False)
+                if not args.insecure:
+                    run(cli("certs", "--out", tmp / "certs", "--party", active.name,
+                            *sum([["--party", p.name] for p in passives], [])), "vfl certs")
             peers = []
             for pf in passives:
                 addr = start(["party", "passive", "--name", pf.name, "--listen", "127.0.0.1:0", "--data",
@@ -224,17 +235,22 @@ def main():
                               *([] if args.insecure else ["--allow-client", active.name]), "--reload-interval", 0],
                              tmp / f"{pf.name}.err", "listening on", procs)
                 peers += ["--peer", f"{pf.name}={addr}"]
-            t0 = time.perf_counter()
-            run(cli("party", "active", "--name", active.name, "--data", tmp / "train_active.csv", "--id-col",
-                    active.id_col, "--label-col", active.label_col, *peers, "--model-dir", tmp / "model", *sec,
-                    "--mode", args.mode, "--rounds", args.rounds, "--depth", args.depth, "--quiet", "--timeout",
-                    3600), "vfl party active")
-            out["train_seconds"] = round(time.perf_counter() - t0, 1)
+            if reuse:
+                out["train_seconds"] = "reused"
+            else:
+                t0 = time.perf_counter()
+                run(cli("party", "active", "--name", active.name, "--data", tmp / "train_active.csv", "--id-col",
+                        active.id_col, "--label-col", active.label_col, *peers, "--model-dir", tmp / "model", *sec,
+                        "--mode", args.mode, "--rounds", args.rounds, "--depth", args.depth, "--quiet", "--timeout",
+                        3600), "vfl party active")
+                out["train_seconds"] = round(time.perf_counter() - t0, 1)
+                kept.write_text(json.dumps(settings))
             serve = ["serve", "--model-dir", tmp / "model", "--id-col", active.id_col, *peers, *sec, "--listen",
                      "127.0.0.1:0", "--deadline-ms", args.deadline_ms, "--log-level", "warning"]
             url = start([*serve, "--batch-rows", args.batch_rows, "--batch-wait-ms", args.batch_wait_ms],
                         tmp / "serve.err", "serving model", procs)
             payloads = bodies(test[0].frame, active.id_col, active.label_col)
+            gc.freeze()     # the generator's own long-lived objects (the data, the payloads): no GC pause in its timing
             closed_loop(url, payloads, 1.0, 2)          # warm-up: connections, channels, first batches
             out["open_loop"] = [open_loop(url, payloads, float(r), args.duration, args.clients)
                                 for r in args.rates.split(",")]

@@ -33,7 +33,7 @@ from parties.federation import Access, cert_names_of, stricter_drift
 from parties.passive_explain import EXPLAIN_DIR
 from parties.passive_online import AuditLog, OnlineScoring, ServeLimits
 from parties.reveal_budget import default_paths
-from parties.serve_metrics import PassiveMetrics, start_metrics_server
+from parties.serve_metrics import PassiveMetrics, settle_heap, start_metrics_server
 from parties.server import TAKEN_OVER, PassiveServer
 from parties.table_reload import TableWatcher
 from protocols.grpc_client import GrpcTransport
@@ -97,6 +97,12 @@ class _Gate:
 
     def _loading(self, request):
         raise BusyError(f"party {self.name!r} is loading its table; retry", retry_after=0.5)
+
+
+def _after_reload(service, own_process: bool) -> None:
+    service.online.warm()
+    if own_process:
+        settle_heap()
 
 
 def transport_admission(access: Access):
@@ -192,6 +198,9 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
         table = None
         service.online = OnlineScoring(service, ServeLimits.from_federation(federation, name), audit, metrics)
         service.online.warm()
+        own_process = threading.current_thread() is threading.main_thread()
+        if own_process:
+            settle_heap()       # the table and its indexes live as long as the process (see settle_heap)
         gate.target = service.handle_frame
         server.in_session = service.holds_session      # calls of callers without a session: capped
         server.set_serving(True)
@@ -199,7 +208,8 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
             mport = start_metrics_server(metrics_listen, metrics)
             log.info("%s: metrics at http://%s:%d/metrics", name, metrics_listen.rpartition(":")[0], mport)
         watcher = TableWatcher(service, data, lambda: table_loader(data, name, id_col, categorical),
-                               interval=reload_interval, after=lambda _v: service.online.warm(), metrics=metrics)
+                               interval=reload_interval, after=lambda _v: _after_reload(service, own_process),
+                               metrics=metrics)
         watcher.start()
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):

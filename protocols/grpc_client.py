@@ -20,6 +20,8 @@ from datasets.errors import InputError, PeerError
 from protocols.certs import check_party_name, own_names_refusal
 from protocols.grpc_security import Security, check_address
 from protocols.grpc_wire import (
+    CALL,
+    CHUNK_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_TIMEOUT,
     EXCHANGE,
@@ -133,10 +135,11 @@ class GrpcTransport(Transport):
         #: process apart from another one with the same certificate (issue 36, item 7)
         self.session_tag = secrets.token_hex(8)
         self.peer_info: dict[str, dict] = {}
-        self._channels, self._exchange_stubs, self._hello_stubs = {}, {}, {}
+        self._channels, self._exchange_stubs, self._hello_stubs, self._call_stubs = {}, {}, {}, {}
+        self._no_call: set[str] = set()         # peers without the Call method (older versions): Exchange only
         self._lock = threading.Lock()
         for peer, addr in self.peers.items():
-            opts = grpc_options(self.max_frame_bytes) + [
+            opts = grpc_options(self.max_frame_bytes, "client") + [
                 ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
                 ("grpc.max_reconnect_backoff_ms", 2000)]
             if security.tls:
@@ -150,6 +153,7 @@ class GrpcTransport(Transport):
                 ch = grpc.insecure_channel(addr, options=opts)
             self._channels[peer] = ch
             self._exchange_stubs[peer] = ch.stream_stream(EXCHANGE)
+            self._call_stubs[peer] = ch.unary_unary(CALL)
             self._hello_stubs[peer] = ch.unary_unary(HELLO)
 
     # -- helpers ------------------------------------------------------------
@@ -326,21 +330,35 @@ class GrpcTransport(Transport):
                              f"of {format_bytes(self.max_frame_bytes)} (raise --max-message-mb)")
         md = self._metadata([("x-vfl-frame-bytes", str(len(frame)))])
         try:
-            call = self._exchange_stubs[peer](chunks(frame), timeout=self._attempt_timeout(), metadata=md)
-            out = bytearray()
-            for chunk in call:
-                out += chunk
-                if len(out) > self.max_frame_bytes:
-                    call.cancel()
-                    raise PeerError(f"party {peer!r} sent a reply of more than {format_bytes(self.max_frame_bytes)} "
-                                    "(the frame cap): refused")
-            if not out:     # a server closes a call it dropped (e.g. queued past its deadline) with no reply
-                raise PeerError(f"party {peer!r} at {self.peers[peer]} ended the call without a reply (it dropped "
-                                f"the request: the call's deadline of {self.timeout:g} s (--timeout) ran out "
-                                "before it was served, or the stream was cancelled)")
-            return bytes(out)
+            if len(frame) <= CHUNK_BYTES and peer not in self._no_call:
+                try:        # one message each way, no stream (see protocols.grpc_wire)
+                    return self._read_reply(peer, (self._call_stubs[peer](frame, timeout=self._attempt_timeout(),
+                                                                          metadata=md),))
+                except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                        raise
+                    with self._lock:            # an older server: it never ran the request
+                        self._no_call.add(peer)
+            return self._read_reply(peer, self._exchange_stubs[peer](chunks(frame), timeout=self._attempt_timeout(),
+                                                                     metadata=md))
         except grpc.RpcError as exc:
             raise self._error(peer, exc) from None
+
+    def _read_reply(self, peer: str, call) -> bytes:
+        """The reply frame of a call (its chunks, or a Call's one message), joined within the frame cap."""
+        out = bytearray()
+        for chunk in call:
+            out += chunk
+            if len(out) > self.max_frame_bytes:
+                if hasattr(call, "cancel"):
+                    call.cancel()
+                raise PeerError(f"party {peer!r} sent a reply of more than {format_bytes(self.max_frame_bytes)} "
+                                "(the frame cap): refused")
+        if not out:     # a server closes a call it dropped (e.g. queued past its deadline) with no reply
+            raise PeerError(f"party {peer!r} at {self.peers[peer]} ended the call without a reply (it dropped "
+                            f"the request: the call's deadline of {self.timeout:g} s (--timeout) ran out "
+                            "before it was served, or the stream was cancelled)")
+        return bytes(out)
 
     def _map(self, fn, peers):
         """Run ``fn(peer)`` for every peer concurrently; raise the first error in peer order."""

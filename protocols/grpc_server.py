@@ -260,9 +260,10 @@ class PartyServer:
                                                 thread_name_prefix=f"vfl-{self.name}"),
                              # never share the port with another process: a second server on a busy
                              # port must fail, not silently receive half of the calls
-                             options=grpc_options(self.max_frame_bytes) + [("grpc.so_reuseport", 0)])
+                             options=grpc_options(self.max_frame_bytes, "server") + [("grpc.so_reuseport", 0)])
         handlers = grpc.method_handlers_generic_handler(SERVICE, {
             "Exchange": grpc.stream_stream_rpc_method_handler(self._exchange),
+            "Call": grpc.unary_unary_rpc_method_handler(self._call),
             "Hello": grpc.unary_unary_rpc_method_handler(self._hello),
         })
         server.add_generic_rpc_handlers((handlers,))
@@ -362,6 +363,11 @@ class PartyServer:
         self._authorize(context)
         return json.dumps({"party": self.name, "role": self.role, "frame_format": "VFL1",
                            "max_frame_bytes": self.max_frame_bytes}).encode()
+
+    def _call(self, request: bytes, context) -> bytes:
+        """A request frame in one message, its reply in one (:data:`protocols.grpc_wire.CALL`):
+        served as an exchange (b"": dropped unserved, as an exchange's reply without a chunk)."""
+        return b"".join(self._exchange(iter((request,)), context))
 
     def _exchange(self, request_iterator, context):
         who = self._authorize(context)

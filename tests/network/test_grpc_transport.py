@@ -171,6 +171,60 @@ def test_large_frames_are_streamed_in_chunks(server_factory):
     assert t.bytes_report()["bank->telco"] > 16 * n
 
 
+def big_reply_handler():
+    def reply(req):         # a few rows: 40 kB each; many rows: one byte each
+        n = len(req.hashes)
+        return m.ScoreResponse(np.ones((n, 40_000 if n <= 1000 else 1), np.uint8), np.ones(n, bool))
+    fh = frame_handler(reply)
+    return lambda frame, who: fh(frame)
+
+
+def test_small_requests_take_the_unary_call_and_large_ones_the_stream(server_factory, monkeypatch):
+    """Issue 35: a request frame of at most one chunk goes as one message (/vfl.Party/Call), its
+    reply as one message even beyond gRPC's 4 MiB default (up to the frame cap); a larger request
+    streams in chunks (/vfl.Party/Exchange)."""
+    addr = server_factory(Security(), handler=big_reply_handler())
+    t = client("bank", addr, Security(), timeout=30)
+    used = []
+    for name in ("_call_stubs", "_exchange_stubs"):
+        stub = getattr(t, name)["telco"]
+        getattr(t, name)["telco"] = lambda *a, _s=stub, _n=name, **k: (used.append(_n), _s(*a, **k))[1]
+    small = t.call("telco", m.ScoreRequest("ch", np.zeros((150, 16), np.uint8)))       # a 6 MB reply
+    assert small.decisions.shape == (150, 40_000) and used == ["_call_stubs"]
+    big = t.call("telco", m.ScoreRequest("ch", np.zeros((70_000, 16), np.uint8)))      # 1.1 MB request
+    assert len(big.known) == 70_000 and used == ["_call_stubs", "_exchange_stubs"]
+    capped = client("bank", addr, Security(), timeout=30, max_frame_bytes=5 << 20)
+    with pytest.raises(PeerError, match="party 'telco'"):        # a one-message reply above our frame cap
+        capped.call("telco", m.ScoreRequest("ch", np.zeros((150, 16), np.uint8)))
+
+
+def test_a_server_without_the_call_method_is_served_by_the_stream(server_factory, monkeypatch):
+    """An older passive party (no /vfl.Party/Call): UNIMPLEMENTED, before it ran anything; the
+    client uses Exchange from then on, and the request is served once."""
+    seen = []
+    fh = frame_handler(lambda req: (seen.append(type(req).__name__), m.Ack({"n": 1}))[1])
+    real_start = PartyServer.start
+
+    def start_without_call(self):
+        grpc = pytest.importorskip("grpc")
+        orig = grpc.method_handlers_generic_handler
+
+        def only_old(service, methods):
+            return orig(service, {k: v for k, v in methods.items() if k != "Call"})
+        monkeypatch.setattr(grpc, "method_handlers_generic_handler", only_old)
+        try:
+            return real_start(self)
+        finally:
+            monkeypatch.setattr(grpc, "method_handlers_generic_handler", orig)
+    monkeypatch.setattr(PartyServer, "start", start_without_call)
+    addr = server_factory(Security(), handler=lambda frame, who: fh(frame))
+    t = client("bank", addr, Security(), timeout=10)
+    assert t.call("telco", m.PredictStart("m", "s", np.zeros((3, 16), np.uint8))).info == {"n": 1}
+    assert t._no_call == {"telco"} and seen == ["PredictStart"]
+    assert t.call("telco", m.PredictStart("m", "s", np.zeros((3, 16), np.uint8))).info == {"n": 1}
+    assert seen == ["PredictStart", "PredictStart"]
+
+
 def test_timeout_names_the_peer_and_marks_it_failed(server_factory):
     addr = server_factory(Security(), handler=echo_handler(delay=3.0))
     t = client("bank", addr, Security(), timeout=0.5)

@@ -73,6 +73,7 @@ for i in range(n):
     book.charge("fp", 0.5, "dp-release", "m")
     budget.charge_training("fp", 10, "m", "bank")
     budget.charge_splits("fp", 10, np.arange(10))
+    budget.charge_predictions("fp", 10, "bank", "m", ["r0", "r1"], np.array([1, 2]), "ScoreRequest")
 """
 
 
@@ -91,6 +92,7 @@ def test_two_concurrent_trainings_charge_the_ledgers_correctly(tmp_path):
     doc = RevealBudget(rb, Limits()).read()
     assert len(doc["datasets"]["fp"]["trainings"]) == n * procs
     assert split_answers(doc, "fp").tolist() == [n * procs] * 10
+    assert doc["datasets"]["fp"]["predictions"] == {"bank": {"m": {"r0": n * procs, "r1": 2 * n * procs}}}
     assert (tmp_path / "dp.json").stat().st_mode & 0o777 == 0o600
 
 

@@ -123,8 +123,7 @@ def serve(model_dir, federation_file, peer_specs, listen, id_col, deadline_ms, m
     service = serving.ScoringService(model_dir, transport, id_col=id_col, require_all=require_all,
                                      deadline_ms=deadline_ms, max_deadline_ms=max_deadline_ms, batch_rows=batch_rows,
                                      batch_wait_ms=batch_wait_ms, workers=workers, retry_seconds=retry_seconds,
-                                     watch_interval=watch_interval,
-                                     explainer=explainer)
+                                     watch_interval=watch_interval, explainer=explainer, freeze_heap=True)
     try:
         try:
             transport.connect(timeout=connect_timeout if connect_timeout is not None else timeout)

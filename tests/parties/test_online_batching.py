@@ -1,0 +1,162 @@
+"""vfl serve's batching and watching in process (issue 35's latency work): a batch just sent is
+awaited before the next one starts (the next gathers the requests meanwhile), unless it takes
+longer than ``overlap_after``; the model directory is read only when its listing changes; the
+score route's query parameters; the heap settled by the serving processes."""
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from parties.online_active import BatchResult, MicroBatcher, directory_signature
+from vfl.core.errors import InputError
+
+
+class _Scorer:
+    """Scores instantly, except the calls told to wait for a release."""
+
+    def __init__(self, hold_first: int = 0):
+        self.calls, self.hold_first = [], hold_first
+        self.release = threading.Event()
+        self.started = threading.Semaphore(0)
+        self._lock = threading.Lock()
+
+    def score(self, v, ids, X, deadline, keep_decisions=False):
+        with self._lock:
+            k = len(self.calls)
+            self.calls.append(list(ids))
+        self.started.release()
+        if k < self.hold_first:
+            assert self.release.wait(30)
+        return BatchResult(np.zeros((len(ids), 1)), {}, {})
+
+
+def _submit(b, i):
+    return b.submit("v", [i], np.zeros((1, 0)), time.monotonic() + 60)
+
+
+def test_the_next_batch_gathers_while_one_is_in_flight():
+    scorer = _Scorer(hold_first=1)
+    b = MicroBatcher(scorer, max_rows=64, max_wait=0.0, workers=4, overlap_after=60.0)
+    try:
+        first = _submit(b, 0)
+        assert scorer.started.acquire(timeout=30)
+        later = [_submit(b, i) for i in range(1, 6)]
+        time.sleep(0.05)                    # free workers, yet nothing else is sent while the batch is answered
+        assert scorer.calls == [[0]]
+        scorer.release.set()
+        for f in [first, *later]:
+            f.result(timeout=30)
+    finally:
+        b.close()
+    assert scorer.calls == [[0], [1, 2, 3, 4, 5]]
+
+
+def test_a_slow_batch_is_overlapped_after_overlap_after_and_never_beyond_the_workers():
+    scorer = _Scorer(hold_first=2)
+    b = MicroBatcher(scorer, max_rows=64, max_wait=0.0, workers=2, overlap_after=0.02)
+    try:
+        futs = [_submit(b, 0)]
+        assert scorer.started.acquire(timeout=30)
+        futs.append(_submit(b, 1))          # the first is slow: a second batch starts beside it
+        assert scorer.started.acquire(timeout=30)
+        futs.append(_submit(b, 2))          # both workers held: it waits for one
+        time.sleep(0.1)
+        assert scorer.calls == [[0], [1]]
+        scorer.release.set()
+        for f in futs:
+            f.result(timeout=30)
+    finally:
+        b.close()
+    assert scorer.calls == [[0], [1], [2]]
+
+
+def test_the_directory_signature_changes_with_its_json_files_only(tmp_path):
+    (tmp_path / "model.json").write_text("{}")
+    one = directory_signature(tmp_path)
+    (tmp_path / "notes.txt").write_text("x")
+    assert directory_signature(tmp_path) == one
+    (tmp_path / "model.json").write_text("{ }")          # rewritten: another size (and time)
+    two = directory_signature(tmp_path)
+    assert two != one
+    os.replace(tmp_path / "model.json", tmp_path / "m2.json")
+    assert directory_signature(tmp_path) != two
+    assert directory_signature(tmp_path / "missing") is None
+
+
+class _NoPeers:
+    peers: dict = {}
+
+    def close(self):
+        pass
+
+
+def test_the_watcher_reads_the_model_directory_only_when_it_changed(tmp_path, monkeypatch):
+    pytest.importorskip("fastapi")
+    import vfl.serving as serving
+
+    reads = []
+
+    def find(model_dir):
+        reads.append(time.monotonic())
+        raise InputError("no model here (test)")
+    monkeypatch.setattr(serving, "find_active_model_file", find)
+    (tmp_path / "model.json").write_text("{}")
+    service = serving.ScoringService(tmp_path, _NoPeers(), watch_interval=0.01)
+    try:
+        service.start_watching()
+        time.sleep(0.3)
+        assert reads == []                  # about 30 looks, no read: the listing did not change
+        (tmp_path / "model.json").write_text("{\"changed\": 1}")
+        deadline = time.monotonic() + 30
+        while not reads and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(reads) >= 1
+        n = len(reads)
+        service.request_reload()            # SIGHUP: read even though nothing changed
+        while len(reads) == n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(reads) == n + 1
+    finally:
+        service.close()
+
+
+def test_the_score_routes_query_parameters(tmp_path):
+    pytest.importorskip("fastapi")
+    httpx = pytest.importorskip("httpx")
+
+    import vfl.serving as serving
+    service = serving.ScoringService(tmp_path, _NoPeers())
+    body = {"id": 1, "features": {}}
+
+    async def ask():
+        transport = httpx.ASGITransport(app=serving.create_app(service))
+        async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
+            out = [await client.post(f"/v1/score{q}", json=body) for q in (
+                "?explain=maybe", "?deadline_ms=soon", "?deadline_ms=-5", "", "?explain=false",
+                "?explain=0&deadline_ms=100", "?explain=TRUE")]
+            return out, await client.get("/v1/score")
+    try:
+        (bad_flag, bad_number, negative, *fine), get = asyncio.run(ask())
+    finally:
+        service.close()
+    assert bad_flag.status_code == 422 and "explain must be true or false, got 'maybe'" in bad_flag.json()["error"]
+    assert bad_number.status_code == 422 and "deadline_ms must be a number, got 'soon'" in bad_number.json()["error"]
+    assert negative.status_code == 422 and "deadline_ms must be more than 0" in negative.json()["error"]
+    assert [(r.status_code, r.json()["error"]) for r in fine] == [(503, "no model is loaded yet")] * 4
+    assert get.status_code == 405
+
+
+def test_settle_heap_freezes_what_is_alive():
+    from parties.serve_metrics import settle_heap
+    before = gc.get_freeze_count()
+    try:
+        settle_heap()
+        assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()
