@@ -211,7 +211,8 @@ class ScoringService:
             if sig is not None and sig != self._signature:
                 time.sleep(0.05)      # a file being replaced: let it settle
                 listing = directory_signature(self.model_dir)
-                self.reload()
+                if not self.reload():
+                    listing = None    # not taken (a party without the model yet): look again next time
 
     def close(self) -> None:
         self._stop.set()

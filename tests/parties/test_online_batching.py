@@ -126,6 +126,32 @@ def test_the_watcher_reads_the_model_directory_only_when_it_changed(tmp_path, mo
         service.close()
 
 
+def test_a_new_model_not_taken_is_tried_again_without_another_change(tmp_path, monkeypatch):
+    """A reload refused (a passive party without the new model yet) is tried at every interval
+    until it is taken, as before the listing was watched."""
+    pytest.importorskip("fastapi")
+    import vfl.serving as serving
+
+    (tmp_path / "model.json").write_text("{}")
+    monkeypatch.setattr(serving, "find_active_model_file", lambda d: tmp_path / "model.json")
+    monkeypatch.setattr(serving, "model_signature", lambda p: ("new",))
+    service = serving.ScoringService(tmp_path, _NoPeers(), watch_interval=0.01)
+    tries = []
+    service.reload = lambda: tries.append(1) or len(tries) >= 3       # taken at the third try
+    try:
+        service.start_watching()
+        (tmp_path / "model.json").write_text("{\"new\": 1}")
+        deadline = time.monotonic() + 30
+        while len(tries) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(tries) == 3
+        service._signature = ("new",)          # what a reload taken records
+        time.sleep(0.2)
+        assert len(tries) == 3
+    finally:
+        service.close()
+
+
 def test_the_score_routes_query_parameters(tmp_path):
     pytest.importorskip("fastapi")
     httpx = pytest.importorskip("httpx")
