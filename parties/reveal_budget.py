@@ -34,7 +34,10 @@ A row's total is the file's ``predictions`` count (kept from earlier versions) p
 line's increment. Each process keeps the totals in memory and, under the lock, reads only what
 other processes appended since its last charge: a charge costs the request's rows, not the file's
 size. :meth:`RevealBudget.read` gives both merged. A line torn by a crash (no newline at the end
-of the file) was never answered: it is sealed and skipped.
+of the file) was never answered: it is sealed and skipped. Once the journal holds more than
+:data:`COMPACT_BYTES` and more than twice the file, its counts are folded into the file's
+``predictions`` and an empty journal replaces it (the journal grows with requests, the file only
+with distinct rows).
 
 ``vfl party passive`` keeps it in ``--reveal-budget FILE``, by default
 ``MODEL_DIR/ledgers/reveal-budget.json`` (beside ``MODEL_DIR/ledgers/dp-ledger.json``).
@@ -55,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from datasets.errors import InputError, ProtocolError
-from datasets.files import write_json_atomic
+from datasets.files import write_bytes_atomic, write_json_atomic
 from parties.dp_ledger import dataset_fingerprint
 from parties.ledger_lock import locked
 from parties.passive_limits import Limits
@@ -69,6 +72,8 @@ DP_LEDGER_FILE = "dp-ledger.json"
 #: the prediction charges' journal beside the budget file ``FILE``: ``FILE`` + this
 JOURNAL_SUFFIX = ".predictions.jsonl"
 JOURNAL_FORMAT = "vfl-reveal-journal"
+#: the journal is folded into the budget file once it holds more than this, and more than twice the file
+COMPACT_BYTES = 32 << 20
 
 log = logging.getLogger("vfl.passive")
 
@@ -229,6 +234,26 @@ class RevealBudget:
                              f"{client!r}, at most {cap} (lifetime_prediction_decisions_per_row)")
             journal.append({"fp": fp, "n_rows": int(n_rows), "client": client, "model": model_id, "add": add},
                            self.where)
+            file_bytes = journal.file_sig[2] if journal.file_sig is not None else 0
+            if journal.offset > max(COMPACT_BYTES, 2 * file_bytes):
+                self._compact(journal)
+
+    def _compact(self, journal: "_Journal") -> None:
+        """Fold the journal's counts into the file's ``predictions`` and start an empty journal
+        (under the lock), so that the journal grows with the requests only up to
+        :data:`COMPACT_BYTES` or twice the file. The file is replaced first: a crash before the
+        journal is replaced counts its lines twice, over and never under."""
+        doc = self._read_file()
+        for fp, (n_rows, by_client) in journal.totals.items():
+            d = self._dataset(doc, fp, n_rows)
+            for client, by_model in by_client.items():
+                for model, counts in by_model.items():
+                    seen = d["predictions"].setdefault(client, {}).setdefault(model, {})
+                    for k, n in counts.items():
+                        seen[k] = seen.get(k, 0) + n
+        write_json_atomic(self.path, doc, indent=None)
+        journal.restart(self.where)
+        journal.file_sig, journal.file_datasets = None, None        # read the file again at the next charge
 
     def _file_predictions(self, fp: str, n_rows: int, journal: "_Journal") -> dict:
         """The ``predictions`` of dataset ``fp`` in the file itself (counts kept from before the
@@ -323,6 +348,15 @@ class _Journal:
         self._write(data, where)
         self.offset += len(data)
         self._apply(line, where)
+
+    def restart(self, where: str) -> None:
+        """Replace the journal by a new, empty one (a new name line), atomically: every process
+        reading it sees another journal and reads it anew."""
+        head = (json.dumps({"format": JOURNAL_FORMAT, "version": 1, "id": os.urandom(12).hex()},
+                           separators=(",", ":")) + "\n").encode("utf-8")
+        write_bytes_atomic(self.path, head)
+        self._reset(head)
+        self.offset = len(head)
 
     def _write(self, data: bytes, where: str) -> None:
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)

@@ -115,3 +115,32 @@ def test_a_journal_made_anew_is_read_anew(tmp_path):
     assert len(b.journal_path.read_bytes()) == len(old)
     _charge(b, ["a"], [1])                          # the new journal's 9 + 1: no stale offset
     assert b.read()["datasets"]["fp"]["predictions"]["bank"]["m"]["a"] == 10
+
+
+def test_a_long_journal_is_folded_into_the_budget_file(tmp_path, monkeypatch):
+    """The journal grows with every request; past COMPACT_BYTES (and twice the file) its counts move
+    into the file's predictions and an empty journal, with another name, replaces it. The totals,
+    the cap and another process's view are unchanged."""
+    import parties.reveal_budget as rb
+    monkeypatch.setattr(rb, "COMPACT_BYTES", 600)
+    b = _budget(tmp_path, cap=100)
+    b.charge_training("fp", 5, "m", "bank")
+    _charge(b, ["a"], [0])                                        # no decision: nothing written
+    assert not b.journal_path.exists()
+    _charge(b, ["b"], [1])
+    first = _journal(b)[0]["id"]
+    for i in range(12):
+        _charge(b, ["a", "b"], [3, 1])
+        _charge(b, ["a"], [2], client="shop")
+    want = {"bank": {"m": {"a": 36, "b": 13}}, "shop": {"m": {"a": 24}}}
+    assert b.read()["datasets"]["fp"]["predictions"] == want
+    assert _journal(b)[0]["id"] != first                         # replaced at least once
+    assert b.journal_path.stat().st_size < 600 + 200
+    in_file = json.loads(b.path.read_text())["datasets"]["fp"]
+    assert in_file["predictions"]["bank"]["m"]["a"] >= 3 and len(in_file["trainings"]) == 1
+    rb._JOURNALS.clear()                                          # a process starting now
+    assert b.read()["datasets"]["fp"]["predictions"] == want
+    _charge(b, ["a"], [64])                                       # 36 + 64 = the cap
+    with pytest.raises(ProtocolError, match="101 split decisions"):
+        _charge(b, ["a"], [1])
+    assert b.journal_path.stat().st_mode & 0o777 == 0o600
