@@ -358,8 +358,8 @@ def create_app(service: ScoringService) -> FastAPI:
             return JSONResponse({**doc, **results[0]})
         return JSONResponse({**doc, "results": results})
 
-    # a plain route (the request parsed here, not by FastAPI's dependency and validation machinery: a third of
-    # the service's time per request at 200 requests per second)
+    # a plain route: its two query parameters parsed here, not by FastAPI's dependency solving and validation,
+    # which ran for every request (a few percent of the service's time per request in a profile at 200 req/s)
     app.add_route("/v1/score", score, methods=["POST"])
     return app
 
