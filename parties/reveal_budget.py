@@ -30,14 +30,14 @@ second: :class:`_Flusher`)::
 
     {"fp": FINGERPRINT, "n_rows": N, "client": CLIENT, "model": MODEL, "add": {ROW_DIGEST: count}}
 
-A row's total is the file's ``predictions`` count (kept from earlier versions) plus every journal
-line's increment. Each process keeps the totals in memory and, under the lock, reads only what
-other processes appended since its last charge: a charge costs the request's rows, not the file's
-size. :meth:`RevealBudget.read` gives both merged. A line torn by a crash (no newline at the end
-of the file) was never answered: it is sealed and skipped. Once the journal holds more than
-:data:`COMPACT_BYTES` and more than twice the file, its counts are folded into the file's
-``predictions`` and an empty journal replaces it (the journal grows with requests, the file only
-with distinct rows).
+A row's total is the file's ``predictions`` count (journals folded in, and budgets of earlier
+versions) plus every journal line's increment. Each process keeps the totals in memory and,
+under the lock, reads only what other processes appended since its last charge: a charge costs
+the request's rows, not the file's size. :meth:`RevealBudget.read` gives both merged. A line
+torn by a crash (no newline at the end of the file) was never answered: it is sealed and
+skipped. Once the journal holds more than :data:`COMPACT_BYTES` and more than twice the file,
+its counts are folded into the file's ``predictions`` and an empty journal replaces it (the
+journal grows with requests, the file only with distinct rows).
 
 ``vfl party passive`` keeps it in ``--reveal-budget FILE``, by default
 ``MODEL_DIR/ledgers/reveal-budget.json`` (beside ``MODEL_DIR/ledgers/dp-ledger.json``).
@@ -256,8 +256,8 @@ class RevealBudget:
         journal.file_sig, journal.file_datasets = None, None        # read the file again at the next charge
 
     def _file_predictions(self, fp: str, n_rows: int, journal: "_Journal") -> dict:
-        """The ``predictions`` of dataset ``fp`` in the file itself (counts kept from before the
-        journal), read again only when the file changed; its ``n_rows`` checked."""
+        """The ``predictions`` of dataset ``fp`` in the file itself (journals folded in, budgets of
+        earlier versions), read again only when the file changed; its ``n_rows`` checked."""
         try:
             st = os.stat(self.path)
             sig = (st.st_ino, st.st_mtime_ns, st.st_size)
