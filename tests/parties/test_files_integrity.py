@@ -166,7 +166,8 @@ def test_every_file_a_network_training_writes_is_private(world):
     for party in ("b", "c"):        # the lifetime ledgers, on by default (issue 31), beside the lookup table
         ledgers = sorted(f.name for f in (tmp / f"models-{party}" / "ledgers").iterdir())
         assert ledgers == sorted(["dp-ledger.json", "dp-ledger.json.lock", "reveal-budget.json",
-                                  "reveal-budget.json.lock", f"{_model_id(tmp)}.training-rows.json"])
+                                  "reveal-budget.json.lock", "reveal-budget.json.predictions.jsonl",
+                                  f"{_model_id(tmp)}.training-rows.json"])     # the journal: the prediction's charges
         written += [*(tmp / f"models-{party}" / "ledgers").iterdir()]
         assert {f.name for f in (tmp / f"models-{party}").iterdir()} == {f"{_model_id(tmp)}.json", "ledgers"}
     for p in written:
