@@ -26,6 +26,7 @@ from protocols.grpc_wire import (
     DEFAULT_TIMEOUT,
     EXCHANGE,
     HELLO,
+    MAX_ONE_MESSAGE,
     chunks,
     grpc_options,
     require_grpc,
@@ -330,7 +331,7 @@ class GrpcTransport(Transport):
                              f"of {format_bytes(self.max_frame_bytes)} (raise --max-message-mb)")
         md = self._metadata([("x-vfl-frame-bytes", str(len(frame)))])
         try:
-            if len(frame) <= CHUNK_BYTES and peer not in self._no_call:
+            if len(frame) <= CHUNK_BYTES and self.max_frame_bytes < MAX_ONE_MESSAGE and peer not in self._no_call:
                 try:        # one message each way, no stream (see protocols.grpc_wire)
                     return self._read_reply(peer, (self._call_stubs[peer](frame, timeout=self._attempt_timeout(),
                                                                           metadata=md),))

@@ -56,12 +56,19 @@ def chunks(frame: bytes):
         yield bytes(view[i:i + CHUNK_BYTES])
 
 
+#: the largest gRPC message (a length is a signed 32-bit number): a client whose frame cap is larger
+#: takes ``Exchange`` for every call, since a reply that large cannot be one message
+MAX_ONE_MESSAGE = (1 << 31) - 1
+
+
 def grpc_options(max_frame_bytes: int, side: str):
     """The per-message limits of a ``server`` or ``client``: requests (chunks, or a ``Call``'s one
-    message) are at most :data:`GRPC_MESSAGE_LIMIT` each way; a ``Call``'s reply is one message
-    of up to a whole frame (``max_frame_bytes``, the cap a reassembled reply has anyway)."""
-    frame = max(GRPC_MESSAGE_LIMIT, min(int(max_frame_bytes), (1 << 31) - 1))
+    message) are at most :data:`GRPC_MESSAGE_LIMIT` each way; a ``Call``'s reply is one message,
+    sent whatever its size (the server's own cap is on what it receives) and received up to the
+    client's frame cap (``max_frame_bytes``: the cap a reassembled reply has anyway)."""
     if side == "server":
-        return [("grpc.max_send_message_length", frame), ("grpc.max_receive_message_length", GRPC_MESSAGE_LIMIT)]
+        return [("grpc.max_send_message_length", MAX_ONE_MESSAGE),
+                ("grpc.max_receive_message_length", GRPC_MESSAGE_LIMIT)]
+    frame = max(GRPC_MESSAGE_LIMIT, min(int(max_frame_bytes), MAX_ONE_MESSAGE))
     return [("grpc.max_send_message_length", GRPC_MESSAGE_LIMIT), ("grpc.max_receive_message_length", frame)]
 

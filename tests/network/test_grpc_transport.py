@@ -196,6 +196,11 @@ def test_small_requests_take_the_unary_call_and_large_ones_the_stream(server_fac
     capped = client("bank", addr, Security(), timeout=30, max_frame_bytes=5 << 20)
     with pytest.raises(PeerError, match="party 'telco'"):        # a one-message reply above our frame cap
         capped.call("telco", m.ScoreRequest("ch", np.zeros((150, 16), np.uint8)))
+    huge = client("bank", addr, Security(), timeout=30, max_frame_bytes=4 << 30)   # past one message's 2 GiB
+    calls = []
+    huge._call_stubs["telco"] = lambda *a, **k: calls.append(1)
+    assert huge.call("telco", m.ScoreRequest("ch", np.zeros((2, 16), np.uint8))).decisions.shape == (2, 40_000)
+    assert calls == []                                            # every call streams
 
 
 def test_a_server_without_the_call_method_is_served_by_the_stream(server_factory, monkeypatch):
