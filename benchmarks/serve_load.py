@@ -5,6 +5,7 @@ servers, all on 127.0.0.1 (issue 35).
                                                     # 50..400 req/s (several minutes on 2 cores)
     python benchmarks/serve_load.py --rows 3000 --rounds 5 --depth 3 --rates 20,50 --duration 3 \\
         --throughput-seconds 3                      # a quick check
+    python benchmarks/serve_load.py --work-dir /tmp/serve-bench   # train once, reuse the model in later runs
 
 The data set's passive columns are split between two passive parties (``passive1``,
 ``passive2``; default_credit has one passive file: its columns are cut in half). The model is
