@@ -123,21 +123,20 @@ class RevealBudget:
     def read(self) -> dict:
         """The budget as a document: the file with the journal's prediction charges merged in."""
         with locked(self.path, self.where):
-            doc = self._read_file()
             journal = _journal_for(self.journal_path)
             journal.refresh(self.where)
-            for fp, (n_rows, by_client) in journal.totals.items():
-                d = doc["datasets"].get(fp)
-                if d is None:
-                    d = doc["datasets"][fp] = {"n_rows": n_rows, "trainings": [],
-                                               "split_answers": _encode(np.zeros(n_rows, np.int64)),
-                                               "predictions": {}}
-                for client, by_model in by_client.items():
-                    for model, counts in by_model.items():
-                        seen = d["predictions"].setdefault(client, {}).setdefault(model, {})
-                        for k, n in counts.items():
-                            seen[k] = seen.get(k, 0) + n
-            return doc
+            return self._fold(self._read_file(), journal)
+
+    def _fold(self, doc: dict, journal: "_Journal") -> dict:
+        """``doc`` (the file's contents) with the journal's counts added to its predictions."""
+        for fp, (n_rows, by_client) in journal.totals.items():
+            d = self._dataset(doc, fp, n_rows)
+            for client, by_model in by_client.items():
+                for model, counts in by_model.items():
+                    seen = d["predictions"].setdefault(client, {}).setdefault(model, {})
+                    for k, n in counts.items():
+                        seen[k] = seen.get(k, 0) + n
+        return doc
 
     def _read_file(self) -> dict:
         if not self.path.exists():
@@ -243,15 +242,7 @@ class RevealBudget:
         (under the lock), so that the journal grows with the requests only up to
         :data:`COMPACT_BYTES` or twice the file. The file is replaced first: a crash before the
         journal is replaced counts its lines twice, over and never under."""
-        doc = self._read_file()
-        for fp, (n_rows, by_client) in journal.totals.items():
-            d = self._dataset(doc, fp, n_rows)
-            for client, by_model in by_client.items():
-                for model, counts in by_model.items():
-                    seen = d["predictions"].setdefault(client, {}).setdefault(model, {})
-                    for k, n in counts.items():
-                        seen[k] = seen.get(k, 0) + n
-        write_json_atomic(self.path, doc, indent=None)
+        write_json_atomic(self.path, self._fold(self._read_file(), journal), indent=None)
         journal.restart(self.where)
         journal.file_sig, journal.file_datasets = None, None        # read the file again at the next charge
 
@@ -273,6 +264,12 @@ class RevealBudget:
         if have[0] != n_rows:
             raise InputError(f"{self.where}: dataset {fp[:16]} has {have[0]} rows there, {n_rows} here")
         return have[1]
+
+
+def _name_line() -> bytes:
+    """A new journal's first line: its format and a random id."""
+    return (json.dumps({"format": JOURNAL_FORMAT, "version": 1, "id": os.urandom(12).hex()},
+                       separators=(",", ":")) + "\n").encode("utf-8")
 
 
 class _Journal:
@@ -342,8 +339,7 @@ class _Journal:
         line = (json.dumps(entry, separators=(",", ":"), sort_keys=True) + "\n").encode("utf-8")
         data = line
         if self.head is None:       # a new journal: its first line names it
-            self.head = (json.dumps({"format": JOURNAL_FORMAT, "version": 1, "id": os.urandom(12).hex()},
-                                    separators=(",", ":")) + "\n").encode("utf-8")
+            self.head = _name_line()
             data = self.head + line
         self._write(data, where)
         self.offset += len(data)
@@ -352,8 +348,7 @@ class _Journal:
     def restart(self, where: str) -> None:
         """Replace the journal by a new, empty one (a new name line), atomically: every process
         reading it sees another journal and reads it anew."""
-        head = (json.dumps({"format": JOURNAL_FORMAT, "version": 1, "id": os.urandom(12).hex()},
-                           separators=(",", ":")) + "\n").encode("utf-8")
+        head = _name_line()
         write_bytes_atomic(self.path, head)
         self._reset(head)
         self.offset = len(head)
