@@ -164,8 +164,7 @@ class RevealBudget:
     def _dataset(self, doc: dict, fp: str, n_rows: int) -> dict:
         d = doc["datasets"].setdefault(fp, {"n_rows": int(n_rows), "trainings": [],
                                             "split_answers": _encode(np.zeros(n_rows, np.int64)), "predictions": {}})
-        if d["n_rows"] != n_rows:
-            raise InputError(f"{self.where}: dataset {fp[:16]} has {d['n_rows']} rows there, {n_rows} here")
+        self._same_rows(fp, d["n_rows"], n_rows)
         return d
 
     def _refuse(self, what: str, rule: str, detail: str):
@@ -207,7 +206,7 @@ class RevealBudget:
                            decisions: np.ndarray, what: str) -> None:
         """``decisions[i]`` split decisions revealed about the row with digest ``digests[i]`` to
         ``client`` by model ``model_id``: checked against the totals so far, then appended to the
-        journal (flushed to disk) before the answer leaves."""
+        journal before the answer leaves (flushed to disk within a second: :class:`_Flusher`)."""
         decisions = np.asarray(decisions, dtype=np.int64)
         if not decisions.size or not int(decisions.max()):
             return
@@ -218,8 +217,8 @@ class RevealBudget:
             journal.refresh(self.where)
             base = self._file_predictions(fp, n_rows, journal)
             known = journal.totals.get(fp)
-            if known is not None and known[0] != n_rows:
-                raise InputError(f"{self.where}: dataset {fp[:16]} has {known[0]} rows there, {n_rows} here")
+            if known is not None:
+                self._same_rows(fp, known[0], n_rows)
             have = known[1].get(client, {}).get(model_id, {}) if known is not None else {}
             old = base.get(client, {}).get(model_id, {})
             add: dict[str, int] = {}
@@ -243,7 +242,7 @@ class RevealBudget:
         :data:`COMPACT_BYTES` or twice the file. The file is replaced first: a crash before the
         journal is replaced counts its lines twice, over and never under."""
         write_json_atomic(self.path, self._fold(self._read_file(), journal), indent=None)
-        journal.restart(self.where)
+        journal.restart()
         journal.file_sig, journal.file_datasets = None, None        # read the file again at the next charge
 
     def _file_predictions(self, fp: str, n_rows: int, journal: "_Journal") -> dict:
@@ -254,16 +253,19 @@ class RevealBudget:
             sig = (st.st_ino, st.st_mtime_ns, st.st_size)
         except FileNotFoundError:
             sig = None
-        if journal.file_sig != sig or journal.file_sig is None and journal.file_datasets is None:
+        if journal.file_datasets is None or journal.file_sig != sig:
             doc = self._read_file()
             journal.file_datasets = {k: (d["n_rows"], d["predictions"]) for k, d in doc["datasets"].items()}
             journal.file_sig = sig
         have = journal.file_datasets.get(fp)
         if have is None:
             return {}
-        if have[0] != n_rows:
-            raise InputError(f"{self.where}: dataset {fp[:16]} has {have[0]} rows there, {n_rows} here")
+        self._same_rows(fp, have[0], n_rows)
         return have[1]
+
+    def _same_rows(self, fp: str, there: int, here: int) -> None:
+        if there != here:
+            raise InputError(f"{self.where}: dataset {fp[:16]} has {there} rows there, {here} here")
 
 
 def _name_line() -> bytes:
@@ -329,13 +331,16 @@ class _Journal:
         except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("%s: a line of %s that is not a charge is skipped", where, self.path)
             return
-        entry = self.totals.setdefault(fp, (n_rows, {}))
-        seen = entry[1].setdefault(client, {}).setdefault(model, {})
+        self._add(fp, n_rows, client, model, add)
+
+    def _add(self, fp: str, n_rows: int, client: str, model: str, add: dict) -> None:
+        seen = self.totals.setdefault(fp, (n_rows, {}))[1].setdefault(client, {}).setdefault(model, {})
         for k, v in add.items():
             seen[k] = seen.get(k, 0) + v
 
     def append(self, entry: dict, where: str) -> None:
-        """One charge, on disk when this returns (call :meth:`refresh` first, under the lock)."""
+        """One charge, written to the journal when this returns (the kernel holds it; on disk
+        within a second). Call :meth:`refresh` first, under the lock."""
         line = (json.dumps(entry, separators=(",", ":"), sort_keys=True) + "\n").encode("utf-8")
         data = line
         if self.head is None:       # a new journal: its first line names it
@@ -343,9 +348,9 @@ class _Journal:
             data = self.head + line
         self._write(data, where)
         self.offset += len(data)
-        self._apply(line, where)
+        self._add(entry["fp"], entry["n_rows"], entry["client"], entry["model"], entry["add"])
 
-    def restart(self, where: str) -> None:
+    def restart(self) -> None:
         """Replace the journal by a new, empty one (a new name line), atomically: every process
         reading it sees another journal and reads it anew."""
         head = _name_line()
