@@ -120,11 +120,15 @@ class ScoringService:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
+        # the listing the watcher starts from, taken before any model file is read: a file written after
+        # it (while the first model loads, or before the watcher thread first runs) is a change to look at
+        self._listing = directory_signature(self.model_dir)
 
     # -- model versions -------------------------------------------------------------
     def load(self, open_timeout: float) -> ModelVersion:
         """Load the model of ``model_dir`` and open its channels (a party that cannot be reached is
         retried at the first request); the first model must load, or :class:`InputError`."""
+        self._listing = directory_signature(self.model_dir)
         path = find_active_model_file(self.model_dir)
         v = ModelVersion.load(path)
         self._check_peers(v)
@@ -193,7 +197,7 @@ class ScoringService:
     def _watch(self) -> None:
         # the directory's listing with each file's size and times: the model files are read (parsed) only when
         # it changed (or on SIGHUP); parsing a large model every second held up the requests scored meanwhile
-        listing = directory_signature(self.model_dir)
+        listing = self._listing
         while not self._stop.is_set():
             self._wake.wait(self.watch_interval if self.watch_interval > 0 else None)
             asked = self._wake.is_set()
