@@ -111,14 +111,8 @@ class RevealBudget:
 
     def __init__(self, path, limits: Limits, party: str = ""):
         self.path, self.limits, self.party = Path(path), limits, party
-
-    @property
-    def where(self) -> str:
-        return f"reveal budget {str(self.path)!r}"
-
-    @property
-    def journal_path(self) -> Path:
-        return Path(str(self.path) + JOURNAL_SUFFIX)
+        self.where = f"reveal budget {str(self.path)!r}"
+        self.journal_path = Path(str(self.path) + JOURNAL_SUFFIX)
 
     def read(self) -> dict:
         """The budget as a document: the file with the journal's prediction charges merged in."""
@@ -442,10 +436,21 @@ def _journal_for(path: Path) -> _Journal:
 
 
 # -- the passive party's side: charge before the answer leaves ------------------------------------------
+_BOOKS: dict[tuple, RevealBudget] = {}
+
+
 def _budget(s) -> RevealBudget | None:
+    """The party's :class:`RevealBudget` (one object per file, limits and party, made once: it is
+    asked for every online request)."""
     if s.limits is None or s.reveal_budget_path is None:
         return None
-    return RevealBudget(s.reveal_budget_path, s.limits, s.name)
+    key = (str(s.reveal_budget_path), id(s.limits), s.name)
+    book = _BOOKS.get(key)
+    if book is None or book.limits is not s.limits:
+        if len(_BOOKS) >= 64:       # parties come and go in one process (tests, the Python API)
+            _BOOKS.clear()
+        book = _BOOKS[key] = RevealBudget(s.reveal_budget_path, s.limits, s.name)
+    return book
 
 
 def _fp(s) -> tuple[str, int]:
