@@ -90,22 +90,59 @@ class AuditLog:
             self._fh.write(line)        # line-buffered: one write(2) of a whole line, O_APPEND
             self._fh.flush()
 
+    #: lines of an earlier day read in a row before the scan of :meth:`rows_today` stops (lines of
+    #: several processes interleave within milliseconds around midnight)
+    EARLIER_LINES = 1000
+    BLOCK = 1 << 20
+
     def rows_today(self, day: str) -> dict[str, int]:
-        """Applicants answered per caller on UTC day ``day`` (``YYYY-MM-DD``), from the log so far."""
+        """Applicants answered per caller on UTC day ``day`` (``YYYY-MM-DD``), from the log so far.
+        The log is read from its end back to the lines of earlier days only: a start-up reads
+        today's lines, not a year of them."""
         counts: dict[str, int] = {}
+        earlier = 0
         try:
-            with open(self.path, encoding="utf-8") as fh:
-                for n, line in enumerate(fh, 1):
-                    try:
-                        e = json.loads(line)
-                    except json.JSONDecodeError:
-                        log.warning("audit log %s: line %d is not JSON (ignored for the daily quota)", self.path, n)
-                        continue
-                    if isinstance(e, dict) and e.get("outcome") == "ok" and str(e.get("time", "")).startswith(day):
-                        counts[e.get("caller", "?")] = counts.get(e.get("caller", "?"), 0) + int(e.get("rows", 0))
+            for at, line in self._lines_from_end():
+                try:
+                    e = json.loads(line)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    log.warning("audit log %s: the line at byte %d is not JSON (ignored for the daily quota)",
+                                self.path, at)
+                    continue
+                if not isinstance(e, dict):
+                    continue
+                when = str(e.get("time", ""))[:10]
+                if when < day:
+                    earlier += 1
+                    if earlier >= self.EARLIER_LINES:
+                        break
+                    continue
+                earlier = 0
+                if when == day and e.get("outcome") == "ok":
+                    counts[e.get("caller", "?")] = counts.get(e.get("caller", "?"), 0) + int(e.get("rows", 0))
         except OSError:
             pass
         return counts
+
+    def _lines_from_end(self):
+        """``(byte offset, line)`` of the log's non-empty lines, last first, read in blocks."""
+        with open(self.path, "rb") as fh:
+            end, tail = fh.seek(0, os.SEEK_END), b""
+            while end > 0:
+                start = max(0, end - self.BLOCK)
+                fh.seek(start)
+                chunk = fh.read(end - start) + tail        # the file's bytes from start on, contiguous
+                parts = chunk.split(b"\n")
+                offsets, at = [], start
+                for part in parts:
+                    offsets.append(at)
+                    at += len(part) + 1
+                first = 1 if start > 0 else 0               # a line begun in the block before: read with it
+                tail = parts[0] if start > 0 else b""
+                for k in range(len(parts) - 1, first - 1, -1):
+                    if parts[k].strip():
+                        yield offsets[k], parts[k]
+                end = start
 
     def close(self) -> None:
         with self._lock:
