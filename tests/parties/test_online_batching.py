@@ -180,6 +180,39 @@ def test_the_score_routes_query_parameters(tmp_path):
     assert get.status_code == 405
 
 
+def test_the_score_route_served_first_answers_a_bug_with_a_json_500_and_leaves_the_other_routes(
+        tmp_path, monkeypatch, caplog):
+    """POST /v1/score bypasses FastAPI's middleware (vfl.serving._ScoreFirst): an error in its
+    handler is still a logged JSON 500, and every other route is still FastAPI's."""
+    pytest.importorskip("fastapi")
+    httpx = pytest.importorskip("httpx")
+    import logging
+
+    import vfl.serving as serving
+    service = serving.ScoringService(tmp_path, _NoPeers())
+
+    def broken(value, name):
+        raise RuntimeError("a bug in the handler (test)")
+    monkeypatch.setattr(serving, "_flag", broken)
+
+    async def ask():
+        transport = httpx.ASGITransport(app=serving.create_app(service))
+        async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
+            return (await client.post("/v1/score", json={"id": 1, "features": {}}), await client.get("/healthz"),
+                    await client.put("/v1/score", json={}), await client.post("/v1/scores", json={}),
+                    await client.get("/readyz"))
+    try:
+        with caplog.at_level(logging.ERROR, logger="vfl.serve"):
+            bug, health, put, other, ready = asyncio.run(ask())
+    finally:
+        service.close()
+    assert bug.status_code == 500 and "internal error while scoring" in bug.json()["error"]
+    assert "a bug in the handler (test)" in caplog.text
+    assert health.status_code == 200 and health.json() == {"status": "ok"}
+    assert put.status_code == 405 and other.status_code == 404
+    assert ready.status_code == 503 and ready.json()["ready"] is False
+
+
 def test_settle_heap_freezes_what_is_alive():
     from parties.serve_metrics import settle_heap
     before = gc.get_freeze_count()

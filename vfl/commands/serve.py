@@ -133,8 +133,10 @@ def serve(model_dir, federation_file, peer_specs, listen, id_col, deadline_ms, m
             click.echo(f"warning: {exc}; serving anyway (that party is retried at the requests)", err=True)
         service.load(timeout)
         service.start_watching()
+        # no proxy-header rewriting: the service does not use the client's address (and no access log)
         config = uvicorn.Config(serving.create_app(service), host=host.strip("[]"), port=int(port), log_config=None,
-                                access_log=False, lifespan="off", ssl_certfile=http_cert, ssl_keyfile=http_key)
+                                access_log=False, proxy_headers=False, lifespan="off", ssl_certfile=http_cert,
+                                ssl_keyfile=http_key)
         server = uvicorn.Server(config)
         if hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGHUP, lambda *_: service.request_reload())
