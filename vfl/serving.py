@@ -289,6 +289,8 @@ def create_app(service: ScoringService):
         data, ctype = metrics.exposition()
         return Response(content=data, media_type=ctype)
 
+    outcomes = {}       # the request counter's child per outcome, looked up once
+
     async def score(request: Request):
         t0 = time.perf_counter()
         outcome = "error"
@@ -303,7 +305,10 @@ def create_app(service: ScoringService):
             outcome = "ok" if response.status_code == 200 else str(response.status_code)
             return response
         finally:
-            metrics.requests.labels(outcome).inc()
+            child = outcomes.get(outcome)
+            if child is None:
+                child = outcomes[outcome] = metrics.requests.labels(outcome)
+            child.inc()
             metrics.latency.observe(time.perf_counter() - t0)
 
     async def _score(request: Request, explain: bool, deadline_ms: float | None):
@@ -329,8 +334,7 @@ def create_app(service: ScoringService):
             return _error(422, str(exc))
         fut = service.batcher.submit(v, ids, X, deadline, explain=explain)
         try:
-            raw, unknown, degraded, decisions = await asyncio.wait_for(asyncio.wrap_future(fut),
-                                                            timeout=max(0.0, deadline - time.monotonic()) + 0.005)
+            raw, unknown, degraded, decisions = await _result(fut, max(0.0, deadline - time.monotonic()) + 0.005)
         except (asyncio.TimeoutError, DeadlinePassed):
             fut.cancel()
             metrics.errors.labels("deadline", "-").inc()
@@ -368,6 +372,38 @@ def create_app(service: ScoringService):
     routes = app.router.routes      # the scoring route matched first: it takes nearly every request
     routes.insert(0, routes.pop())
     return _ScoreFirst(app, score)
+
+
+def _result(fut, timeout: float):
+    """An awaitable of the batcher's future ``fut`` (set in another thread), ending with
+    :class:`asyncio.TimeoutError` after ``timeout`` s: one loop future and one timer, where
+    ``asyncio.wait_for(asyncio.wrap_future(fut))`` chained three futures per request."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+
+    def copy(done):
+        if waiter.done():
+            return
+        if done.cancelled():
+            waiter.cancel()
+        elif done.exception() is not None:
+            waiter.set_exception(done.exception())
+        else:
+            waiter.set_result(done.result())
+
+    def timed_out():
+        if not waiter.done():
+            waiter.set_exception(asyncio.TimeoutError())
+
+    timer = loop.call_later(timeout, timed_out)
+    waiter.add_done_callback(lambda _: timer.cancel())
+    def hand_over(done):
+        try:
+            loop.call_soon_threadsafe(copy, done)
+        except RuntimeError:        # the loop closed meanwhile (the service stopped): nobody waits
+            pass
+    fut.add_done_callback(hand_over)
+    return waiter
 
 
 class _ScoreFirst:

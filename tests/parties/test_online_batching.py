@@ -213,6 +213,31 @@ def test_the_score_route_served_first_answers_a_bug_with_a_json_500_and_leaves_t
     assert ready.status_code == 503 and ready.json()["ready"] is False
 
 
+def test_a_batch_result_is_awaited_from_another_thread_with_its_timeout():
+    pytest.importorskip("fastapi")
+    import threading
+    from concurrent.futures import Future
+
+    import vfl.serving as serving
+
+    async def main():
+        ok, bad, late = Future(), Future(), Future()
+        threading.Timer(0.05, ok.set_result, ("scored",)).start()
+        threading.Timer(0.05, bad.set_exception, (ValueError("from the batch"),)).start()
+        out = [await serving._result(ok, 30)]
+        with pytest.raises(ValueError, match="from the batch"):
+            await serving._result(bad, 30)
+        t0 = time.monotonic()
+        with pytest.raises(asyncio.TimeoutError):
+            await serving._result(late, 0.05)
+        out.append(time.monotonic() - t0)
+        late.set_result("after its deadline")          # nobody waits any more: no error
+        await asyncio.sleep(0.05)
+        return out
+    got, waited = asyncio.run(main())
+    assert got == "scored" and 0.04 <= waited < 10
+
+
 def test_settle_heap_freezes_what_is_alive():
     from parties.serve_metrics import settle_heap
     before = gc.get_freeze_count()
