@@ -397,6 +397,7 @@ def _result(fut, timeout: float):
 
     timer = loop.call_later(timeout, timed_out)
     waiter.add_done_callback(lambda _: timer.cancel())
+
     def hand_over(done):
         try:
             loop.call_soon_threadsafe(copy, done)
