@@ -211,7 +211,7 @@ def serve_passive(name: str, listen: str, data, id_col: str, model_dir, security
                                interval=reload_interval, after=lambda _v: _after_reload(service, own_process),
                                metrics=metrics)
         watcher.start()
-        if threading.current_thread() is threading.main_thread():
+        if own_process:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: stop.set())
             if hasattr(signal, "SIGHUP"):
