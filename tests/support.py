@@ -1,5 +1,7 @@
 """Small shared helpers of the test suite (fixtures are in conftest.py)."""
+import contextlib
 import copy
+import logging
 import math
 import select
 import subprocess
@@ -177,3 +179,17 @@ def examples(n: int) -> int:
     """A property test's example count: ``n`` under the dev and ci hypothesis profiles, scaled with
     the profile in force (``thorough``: ten times; see tests/conftest.py)."""
     return max(1, round(n * settings().max_examples / 100))
+
+
+@contextlib.contextmanager
+def logs_of(caplog, name, level="WARNING"):
+    """Capture logger ``name``'s records in ``caplog`` with its own handler: a CLI run earlier in
+    the same process (``setup_logging``) may have stopped ``vfl`` propagating to the root logger,
+    where ``caplog`` listens."""
+    logger = logging.getLogger(name)
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(level, logger=name):
+            yield
+    finally:
+        logger.removeHandler(caplog.handler)

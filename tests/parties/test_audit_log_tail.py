@@ -3,10 +3,10 @@ only (a year-old log is not read whole), with the same counts as reading it all.
 from __future__ import annotations
 
 import json
-import logging
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import logs_of
 
 from parties.passive_online import AuditLog
 
@@ -92,7 +92,7 @@ def test_a_line_that_is_not_json_is_skipped_with_its_byte_offset(tmp_path, caplo
     path.write_text(good + "{torn\n" + good)
     log = AuditLog(path)
     try:
-        with caplog.at_level(logging.WARNING, logger="vfl.passive"):
+        with logs_of(caplog, "vfl.passive"):
             assert log.rows_today("2026-12-02") == {"bank": 8}
     finally:
         log.close()

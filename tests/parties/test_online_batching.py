@@ -186,7 +186,7 @@ def test_the_score_route_served_first_answers_a_bug_with_a_json_500_and_leaves_t
     handler is still a logged JSON 500, and every other route is still FastAPI's."""
     pytest.importorskip("fastapi")
     httpx = pytest.importorskip("httpx")
-    import logging
+    from support import logs_of
 
     import vfl.serving as serving
     service = serving.ScoringService(tmp_path, _NoPeers())
@@ -202,7 +202,7 @@ def test_the_score_route_served_first_answers_a_bug_with_a_json_500_and_leaves_t
                     await client.put("/v1/score", json={}), await client.post("/v1/scores", json={}),
                     await client.get("/readyz"))
     try:
-        with caplog.at_level(logging.ERROR, logger="vfl.serve"):
+        with logs_of(caplog, "vfl.serve", "ERROR"):
             bug, health, put, other, ready = asyncio.run(ask())
     finally:
         service.close()

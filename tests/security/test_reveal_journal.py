@@ -5,11 +5,11 @@ line is sealed and skipped, and a journal made anew is read anew."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 
 import numpy as np
 import pytest
+from support import logs_of
 
 from parties.passive_limits import Limits
 from parties.reveal_budget import JOURNAL_SUFFIX, RevealBudget, _journal_for
@@ -89,13 +89,8 @@ def test_another_processes_lines_are_read_before_a_charge(tmp_path):
 
 
 def test_a_torn_last_line_is_sealed_and_skipped(tmp_path, caplog):
-    logger = logging.getLogger("vfl.passive")         # its own handler: an earlier CLI run in this process may
-    logger.addHandler(caplog.handler)                  # have stopped 'vfl' propagating to the root logger
-    try:
-        with caplog.at_level("WARNING", logger="vfl.passive"):
-            _torn_line(tmp_path)
-    finally:
-        logger.removeHandler(caplog.handler)
+    with logs_of(caplog, "vfl.passive"):
+        _torn_line(tmp_path)
     assert "torn line" in caplog.text
 
 
