@@ -3,7 +3,8 @@
 :class:`SimulatedExecutor` has ``n_workers`` simulated workers (16, 64, ... on a 2-core machine).
 Each request runs the real worker operation (:func:`crypto.worker.run`, over the simulated
 worker's own slots, so the round that drives it is the real one: the gradient stream, the passive
-party's intake, the levels) and then sleeps for the work it did, counted in units and priced by
+party's intake, the levels) and then sleeps for the rest of the work it did (a task lasts its
+counted seconds from its start, the real operation's time included), counted in units and priced by
 :class:`SimCosts`: values packed and encrypted, homomorphic additions, values moved into or out of
 a slot, values decrypted. The operations run in mode ``plain`` cost little real CPU, so the
 sleeps dominate and the model's wall time is the schedule's: whatever keeps workers idle while
@@ -128,19 +129,27 @@ class SimulatedExecutor(Executor):
             self.tasks += 1
         return seconds
 
+    @staticmethod
+    def _finish(started: float, seconds: float) -> None:
+        """Sleep until ``seconds`` after ``started``: a task takes its counted time, the real
+        operation's included (a machine under load stretches the real part, not the task)."""
+        time.sleep(max(0.0, started + seconds - time.perf_counter()))
+
     def _execute(self, i: int, header: dict, blobs: Sequence[bytes]) -> Frame:
+        started = time.perf_counter()
         reply = worker.run(dict(header), list(blobs), self._state[i])
         seconds = self._charge(header, blobs, reply)
-        time.sleep(seconds)
+        self._finish(started, seconds)
         with self._count:
             self.busy[i] += seconds
             self.cpu_seconds += float(reply[0].get("cpu", 0.0))
         return reply
 
     def _run_here(self, header: dict, blobs: Sequence[bytes]) -> Frame:
+        started = time.perf_counter()
         reply = worker.run(header, list(blobs), {})
         seconds = self._charge(header, blobs, reply)
-        time.sleep(seconds)
+        self._finish(started, seconds)
         with self._count:
             self.driver_seconds += seconds
         return reply

@@ -12,9 +12,12 @@ has work finishes the round in about ``active work / W + passive work / W``; the
 at most 1.3 times that. Whatever runs one task at a time where many could run shows up as the
 difference (issue 24 measured none of the 16 cores of a server used beyond 2).
 
-The simulated costs are large next to the real CPU of the plain operations (a 2-core machine under
-load adds tens of milliseconds to a round of seconds), and the assertion is on a ratio of seconds
-the test itself measures: no machine-speed constant."""
+The simulated costs are large next to the real CPU of the plain operations, and a task lasts its
+counted time from its start (the real operation inside it), so load stretches only the drivers'
+own CPU between the stages, a fixed amount: three busy processes on a 2-core machine made the
+12-second round 1.09x its ideal; the CI run of the full suite made the 6-second round this test used
+to run 1.33x (2 s over). The assertion is on a ratio of seconds the test itself measures: no
+machine-speed constant."""
 import numpy as np
 import pandas as pd
 import pytest
@@ -63,7 +66,7 @@ def model_round(monkeypatch, n_workers: int, n_rows: int, n_features: int, depth
 
 # multi-second (the model's tasks sleep for their counted work): slow, as the marker defines it
 @pytest.mark.slow
-@pytest.mark.parametrize("n_workers,n_rows,scale", [(16, 16384, 1.0), (64, 32768, 6.0)], ids=["16", "64"])
+@pytest.mark.parametrize("n_workers,n_rows,scale", [(16, 16384, 2.0), (64, 32768, 12.0)], ids=["16", "64"])
 def test_a_round_on_many_simulated_workers_per_party_keeps_them_busy(monkeypatch, n_workers, n_rows, scale):
     """Fails before issue 24 (2.7x on 16 workers: the stream encrypted a wave at a time, the intake
     wrote and summed one shard at a time, the driver summed every shard's partial)."""
