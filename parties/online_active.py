@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import secrets
 import threading
 import time
+from collections import deque
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -61,6 +61,10 @@ class QuotaRefused(VFLError):
 
 class DeadlinePassed(VFLError):
     """The request's deadline passed before it could be scored (HTTP 504)."""
+
+
+class ServiceStopping(VFLError):
+    """The service stopped before the request was scored (HTTP 503)."""
 
 
 @dataclass(eq=False)
@@ -351,96 +355,111 @@ class MicroBatcher:
     worker is busy, requests keep joining the waiting batch (under load, batches grow by themselves
     instead of queueing one round trip per request). Each request's future gets
     ``(raw rows, {party: unknown flags}, {party: reason}, {party: decisions} or None)`` (the
-    decisions only for a request submitted with ``explain``) or the batch's error."""
+    decisions only for a request submitted with ``explain``) or the batch's error.
+
+    The gathering thread sleeps on one condition until something it waits for happens: a request
+    arrives, a batch is answered, the batch's ``max_wait`` ends, or a batch in flight reaches
+    ``overlap_after``. A batch waiting for the one in flight leaves as soon as that one is answered.
+    (It looked every millisecond before, through queue timeouts: the same throughput measured, a
+    thousand wake-ups a second fewer for the interpreter lock while batches are answered.)"""
 
     def __init__(self, scorer: OnlineScorer, max_rows: int = 64, max_wait: float = 0.002, workers: int = 4,
                  overlap_after: float = 0.010):
         if max_rows < 1:
             raise InputError(f"--batch-rows must be at least 1, got {max_rows}")
+        if workers < 1:
+            raise InputError(f"--workers must be at least 1, got {workers}")
         self.scorer, self.max_rows, self.max_wait = scorer, int(max_rows), float(max_wait)
-        self.overlap_after = float(overlap_after)
+        self.overlap_after, self.workers = float(overlap_after), int(workers)
+        self._cv = threading.Condition()
+        self._items: deque[_Item] = deque()         # requests not in a batch yet, in arrival order
         self._flight: dict[int, float] = {}         # batches in flight: their start (time.monotonic())
-        self._flight_lock = threading.Lock()
-        self._queue: queue.Queue = queue.Queue()
+        self._stop = False
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vfl-batch")
-        self._free = threading.Semaphore(workers)
-        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vfl-batcher", daemon=True)
         self._thread.start()
 
     def submit(self, version: ModelVersion, ids: list, X: np.ndarray, deadline: float,
                explain: bool = False) -> Future:
         fut: Future = Future()
-        self._queue.put(_Item(version, list(ids), X, deadline, fut, bool(explain)))
+        item = _Item(version, list(ids), X, deadline, fut, bool(explain))
+        with self._cv:
+            if self._stop:
+                fut.set_exception(ServiceStopping("the scoring service is stopping"))
+                return fut
+            self._items.append(item)
+            self._cv.notify()
         return fut
 
     def close(self) -> None:
-        self._stop.set()
-        self._queue.put(None)
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
         self._thread.join(timeout=5)
         self._pool.shutdown(wait=True)
+        with self._cv:
+            left, self._items = list(self._items), deque()
+        for it in left:       # arrived as the service stopped: answered, not left to their deadline
+            it.future.set_exception(ServiceStopping("the scoring service is stopping"))
 
     def _run(self) -> None:
-        carry = None
-        while not self._stop.is_set():
-            first = carry if carry is not None else self._queue.get()
-            carry = None
-            if first is None:
-                return
-            batch, rows = [first], len(first.ids)
-            close_at = time.monotonic() + self.max_wait
-            free = False
-            while rows < self.max_rows:
-                if not free:            # a free worker: from now on the batch closes at close_at
-                    free = self._free.acquire(blocking=False)
-                # every worker busy, or a batch just sent (its answer is due within overlap_after): take arrivals
-                # and look again within a millisecond
-                ready = free and self._may_overlap(time.monotonic())
-                left = close_at - time.monotonic() if ready else 0.001
-                try:
-                    nxt = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
-                except queue.Empty:
-                    if ready:
-                        break
-                    continue
-                if nxt is None:
-                    self._stop.set()
-                    break
-                if nxt.version is not first.version or rows + len(nxt.ids) > self.max_rows:
-                    carry = nxt            # another model version, or too many rows: the next batch
-                    break
-                batch.append(nxt)
-                rows += len(nxt.ids)
-            if not free:
-                self._free.acquire()
-            self._send(batch)
-        if carry is not None:
-            self._free.acquire()
-            self._send([carry])
+        while True:
+            with self._cv:
+                batch = self._gather()
+                if batch is None:
+                    return
+                self._flight[id(batch)] = time.monotonic()
+            self._pool.submit(self._score, batch)
 
-    def _may_overlap(self, now: float) -> bool:
-        """Whether a batch may start now: none is in flight, or every one in flight has taken
-        ``overlap_after`` seconds already (a slow partner does not hold the next batch back). While
-        a batch is answered promptly the next one gathers the requests meanwhile: fewer, larger
+    def _gather(self) -> list[_Item] | None:
+        """The next batch, taken from the queue once it may leave (called holding ``_cv``); None
+        when the batcher stops (the batch being gathered is sent first)."""
+        cv, items = self._cv, self._items
+        while not items:
+            if self._stop:
+                return None
+            cv.wait()
+        first = items.popleft()
+        batch, rows = [first], len(first.ids)
+        close_at = time.monotonic() + self.max_wait
+        while True:
+            while items and rows < self.max_rows:
+                nxt = items[0]
+                if nxt.version is not first.version or rows + len(nxt.ids) > self.max_rows:
+                    rows = self.max_rows    # another model version, or too many rows: it opens the next batch
+                    break
+                batch.append(items.popleft())
+                rows += len(nxt.ids)
+            now = time.monotonic()
+            free = len(self._flight) < self.workers
+            if free and (self._stop or rows >= self.max_rows):
+                return batch
+            # a full batch waits for a free worker only; one with room waits for more requests until it may leave
+            wake = None
+            if free and rows < self.max_rows:
+                ready_at = self._overlap_at()
+                if ready_at <= now and close_at <= now:
+                    return batch
+                wake = max(ready_at, close_at) - now
+            cv.wait(wake)
+
+    def _overlap_at(self) -> float:
+        """When a batch may start: now when none is in flight, else once the batch sent last has
+        taken ``overlap_after`` seconds (a slow partner does not hold the next batch back). While a
+        batch is answered promptly the next one gathers the requests meanwhile: fewer, larger
         batches, less work per applicant (on 2 cores at 200 requests per second: p99 25-28 ms instead
         of 61 ms with up to four small batches in flight)."""
-        with self._flight_lock:
-            return not self._flight or now - max(self._flight.values()) >= self.overlap_after
-
-    def _send(self, batch: list[_Item]) -> None:
-        """Hand ``batch`` to a worker (one was acquired for it)."""
-        with self._flight_lock:
-            self._flight[id(batch)] = time.monotonic()
-        self._pool.submit(self._score, batch)
+        if not self._flight:
+            return 0.0
+        return max(self._flight.values()) + self.overlap_after
 
     def _score(self, batch: list[_Item]) -> None:
-        key = id(batch)
         try:
             self._score_batch(batch)
         finally:
-            with self._flight_lock:
-                self._flight.pop(key, None)
-            self._free.release()
+            with self._cv:
+                self._flight.pop(id(batch), None)
+                self._cv.notify()
 
     def _score_batch(self, batch: list[_Item]) -> None:
         now = time.monotonic()

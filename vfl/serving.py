@@ -40,6 +40,7 @@ from parties.online_active import (
     OnlineScorer,
     PartyUnavailable,
     QuotaRefused,
+    ServiceStopping,
     directory_signature,
     model_signature,
 )
@@ -343,6 +344,8 @@ def create_app(service: ScoringService):
             return _error(429, str(exc), party=exc.party, rule=exc.rule, retry_after=exc.retry_after)
         except PartyUnavailable as exc:
             return _error(503, str(exc), party=exc.party)
+        except ServiceStopping as exc:
+            return _error(503, str(exc))
         except (PeerError, VFLError) as exc:
             metrics.errors.labels("peer", "-").inc()
             return _error(502, str(exc))

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from parties.online_active import BatchResult, MicroBatcher, directory_signature
+from parties.online_active import BatchResult, MicroBatcher, ServiceStopping, directory_signature
 from vfl.core.errors import InputError
 
 
@@ -74,6 +74,41 @@ def test_a_slow_batch_is_overlapped_after_overlap_after_and_never_beyond_the_wor
     finally:
         b.close()
     assert scorer.calls == [[0], [1], [2]]
+
+
+def test_the_batcher_sleeps_until_what_it_waits_for_happens():
+    """No polling: while a batch is answered and the next waits for it, the gathering thread wakes
+    for arrivals and answers only (it looked every millisecond before: hundreds of wake-ups here)."""
+    scorer = _Scorer(hold_first=1)
+    b = MicroBatcher(scorer, max_rows=64, max_wait=0.0, workers=4, overlap_after=60.0)
+    try:
+        first = _submit(b, 0)
+        assert scorer.started.acquire(timeout=30)
+        waits = []
+        real = b._cv.wait
+
+        def counted(timeout=None):
+            waits.append(timeout)
+            return real(timeout)
+
+        b._cv.wait = counted
+        later = _submit(b, 1)
+        time.sleep(0.3)
+        assert scorer.calls == [[0]]
+        assert 1 <= len(waits) <= 3, waits      # the arrival (and at most a spurious wake-up or two)
+        scorer.release.set()
+        first.result(timeout=30)
+        later.result(timeout=30)                # it left when the first was answered, not after overlap_after
+    finally:
+        b.close()
+    assert scorer.calls == [[0], [1]]
+
+
+def test_a_request_arriving_as_the_service_stops_gets_an_answer():
+    b = MicroBatcher(_Scorer(), max_rows=64, max_wait=0.0, workers=1)
+    b.close()
+    with pytest.raises(ServiceStopping, match="stopping"):
+        _submit(b, 0).result(timeout=30)
 
 
 def test_the_directory_signature_changes_with_its_json_files_only(tmp_path):
