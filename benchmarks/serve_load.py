@@ -2,7 +2,7 @@
 servers, all on 127.0.0.1 (issue 35).
 
     python benchmarks/serve_load.py                 # default_credit, 100 rounds, depth 5, mutual TLS,
-                                                    # 50..400 req/s (several minutes on 2 cores)
+                                                    # 50..1200 req/s (several minutes on 2 cores)
     python benchmarks/serve_load.py --rows 3000 --rounds 5 --depth 3 --rates 20,50 --duration 3 \\
         --throughput-seconds 3                      # a quick check
     python benchmarks/serve_load.py --work-dir /tmp/serve-bench   # train once, reuse the model in later runs
@@ -258,7 +258,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--depth", type=int, default=5)
     ap.add_argument("--mode", default="plain")
-    ap.add_argument("--rates", default="50,100,200,300,400", help="Open-loop rates (requests per second).")
+    ap.add_argument("--rates", default="50,100,200,400,600,800,1000,1200",
+                    help="Open-loop rates (requests per second).")
     ap.add_argument("--duration", type=float, default=10.0, help="Seconds per rate.")
     ap.add_argument("--clients", type=int, default=16, help="Concurrent client threads.")
     ap.add_argument("--target-p99-ms", type=float, default=25.0)
