@@ -273,7 +273,7 @@ def main():
                     help="Closed-loop client counts, comma-separated (default: --clients); the first is 'throughput', "
                          "all are in 'throughput_by_clients'.")
     ap.add_argument("--batch-rows", type=int, default=64)
-    ap.add_argument("--batch-wait-ms", type=float, default=2.0)
+    ap.add_argument("--batch-wait-ms", type=float, default=1.0, help="vfl serve's --batch-wait-ms (its default).")
     ap.add_argument("--deadline-ms", type=float, default=1000.0)
     ap.add_argument("--insecure", action="store_true", help="Plaintext instead of mutual TLS.")
     ap.add_argument("--work-dir", help="Keep the tables, certificates and model here and reuse them in a later run "

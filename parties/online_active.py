@@ -363,7 +363,7 @@ class MicroBatcher:
     (It looked every millisecond before, through queue timeouts: the same throughput measured, a
     thousand wake-ups a second fewer for the interpreter lock while batches are answered.)"""
 
-    def __init__(self, scorer: OnlineScorer, max_rows: int = 64, max_wait: float = 0.002, workers: int = 4,
+    def __init__(self, scorer: OnlineScorer, max_rows: int = 64, max_wait: float = 0.001, workers: int = 4,
                  overlap_after: float = 0.010):
         if max_rows < 1:
             raise InputError(f"--batch-rows must be at least 1, got {max_rows}")

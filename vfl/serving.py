@@ -95,7 +95,7 @@ class ScoringService:
 
     def __init__(self, model_dir, transport, *, id_col: str = "id", require_all: bool = False,
                  deadline_ms: float = 200.0, max_deadline_ms: float = 10000.0, batch_rows: int = 64,
-                 batch_wait_ms: float = 2.0, workers: int = 4, retry_seconds: float = 1.0,
+                 batch_wait_ms: float = 1.0, workers: int = 4, retry_seconds: float = 1.0,
                  watch_interval: float = 1.0, explainer=None, metrics: ServeMetrics | None = None,
                  freeze_heap: bool = False):
         for what, v in (("--deadline-ms", deadline_ms), ("--max-deadline-ms", max_deadline_ms)):

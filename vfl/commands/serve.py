@@ -74,7 +74,7 @@ def _require_serve_extra():
                    "[default: score by that party's default directions and say so].")
 @click.option("--batch-rows", type=click.IntRange(1, 4096), default=64, show_default=True,
               help="A micro-batch closes at this many applicants ...")
-@click.option("--batch-wait-ms", type=float, default=2.0, show_default=True,
+@click.option("--batch-wait-ms", type=float, default=1.0, show_default=True,
               help="... or this long after its first request (one round trip per passive party per batch).")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Micro-batches in flight at once.")
