@@ -421,22 +421,24 @@ class MicroBatcher:
             cv.wait()
         first = items.popleft()
         batch, rows = [first], len(first.ids)
+        full = rows >= self.max_rows
         close_at = time.monotonic() + self.max_wait
         while True:
-            while items and rows < self.max_rows:
+            while items and not full:
                 nxt = items[0]
                 if nxt.version is not first.version or rows + len(nxt.ids) > self.max_rows:
-                    rows = self.max_rows    # another model version, or too many rows: it opens the next batch
+                    full = True             # another model version, or too many rows: it opens the next batch
                     break
                 batch.append(items.popleft())
                 rows += len(nxt.ids)
+                full = rows >= self.max_rows
             now = time.monotonic()
             free = len(self._flight) < self.workers
-            if free and (self._stop or rows >= self.max_rows):
+            if free and (self._stop or full):
                 return batch
             # a full batch waits for a free worker only; one with room waits for more requests until it may leave
             wake = None
-            if free and rows < self.max_rows:
+            if free:
                 ready_at = self._overlap_at()
                 if ready_at <= now and close_at <= now:
                     return batch

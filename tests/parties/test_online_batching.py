@@ -76,6 +76,28 @@ def test_a_slow_batch_is_overlapped_after_overlap_after_and_never_beyond_the_wor
     assert scorer.calls == [[0], [1], [2]]
 
 
+def test_a_batch_closes_at_max_rows_and_never_mixes_model_versions():
+    scorer = _Scorer(hold_first=1)
+    b = MicroBatcher(scorer, max_rows=3, max_wait=0.0, workers=4, overlap_after=60.0)
+
+    def submit(version, ids):
+        return b.submit(version, ids, np.zeros((len(ids), 0)), time.monotonic() + 60)
+
+    try:
+        futs = [submit("v1", [0])]
+        assert scorer.started.acquire(timeout=30)
+        futs += [submit("v1", [1, 2]), submit("v1", [3]),     # full at three rows: leaves beside the first
+                 submit("v1", [4, 5]), submit("v2", [6]),     # another version: each its own batch
+                 submit("v1", [7])]
+        assert scorer.started.acquire(timeout=30)
+        scorer.release.set()
+        for f in futs:
+            f.result(timeout=30)
+    finally:
+        b.close()
+    assert scorer.calls == [[0], [1, 2, 3], [4, 5], [6], [7]]
+
+
 def test_the_batcher_sleeps_until_what_it_waits_for_happens():
     """No polling: while a batch is answered and the next waits for it, the gathering thread wakes
     for arrivals and answers only (it looked every millisecond before: hundreds of wake-ups here)."""
