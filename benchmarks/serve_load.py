@@ -106,9 +106,8 @@ def bodies(test_frame, id_col, label_col):
 class Client:
     """One keep-alive HTTP/1.1 connection on a plain socket: the request's bytes are built once per
     payload, the answer read by its ``Content-Length``. The generator shares the machine's two cores
-    with what it measures; ``http.client`` spent about 0.2 ms of interpreter time per request (16
-    threads under one GIL), a fifth of the machine's CPU per scored applicant at 1,200 requests per
-    second."""
+    with what it measures; ``http.client`` took 0.29 of a core at about 1,500 requests per second
+    (16 threads under one GIL), a fifth of the machine's CPU per scored applicant; this takes 0.08."""
 
     _built: dict = {}       # (head, body) -> the request's bytes, shared by the clients (threads)
 
@@ -126,16 +125,16 @@ class Client:
             r = self._built[key] = self._head + str(len(body)).encode() + b"\r\n\r\n" + body
         return r
 
+    def _more(self, buf: bytes) -> bytes:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("the service closed the connection")
+        return buf + chunk
+
     def _answer(self) -> int:
         buf = self.buf
-        while True:
-            end = buf.find(b"\r\n\r\n")
-            if end >= 0:
-                break
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("the service closed the connection")
-            buf += chunk
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            buf = self._more(buf)
         head = buf[:end].split(b"\r\n")
         status = int(head[0].split(b" ", 2)[1])
         length = None
@@ -147,10 +146,7 @@ class Client:
             raise ConnectionError("an answer without Content-Length")
         need = end + 4 + length
         while len(buf) < need:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("the service closed the connection")
-            buf += chunk
+            buf = self._more(buf)
         self.buf = buf[need:]
         return status
 
@@ -247,10 +243,9 @@ def alternate(urls, payloads, seconds, rounds, clients):
     for r in range(rounds):
         for n in (names if r % 2 == 0 else names[::-1]):
             per[n].append(closed_loop(urls[n], payloads, seconds / rounds, clients))
-    out = {n: {"requests_per_second": round(sum(w["ok"] for w in ws) / sum(w["seconds_measured"] for w in ws), 1),
-               "errors": sum(w["errors"] for w in ws), "by_round": [w["requests_per_second"] for w in ws]}
-           for n, ws in per.items()}
-    return out
+    return {n: {"requests_per_second": round(sum(w["ok"] for w in ws) / sum(w["seconds_measured"] for w in ws), 1),
+                "errors": sum(w["errors"] for w in ws), "by_round": [w["requests_per_second"] for w in ws]}
+            for n, ws in per.items()}
 
 
 def main():

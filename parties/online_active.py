@@ -67,6 +67,9 @@ class ServiceStopping(VFLError):
     """The service stopped before the request was scored (HTTP 503)."""
 
 
+_STOPPING = "the scoring service is stopping"
+
+
 @dataclass(eq=False)
 class ModelVersion:
     """A loaded model, ready for online scoring."""
@@ -385,7 +388,7 @@ class MicroBatcher:
         item = _Item(version, list(ids), X, deadline, fut, bool(explain))
         with self._cv:
             if self._stop:
-                fut.set_exception(ServiceStopping("the scoring service is stopping"))
+                fut.set_exception(ServiceStopping(_STOPPING))
                 return fut
             self._items.append(item)
             self._cv.notify()
@@ -400,7 +403,7 @@ class MicroBatcher:
         with self._cv:
             left, self._items = list(self._items), deque()
         for it in left:       # arrived as the service stopped: answered, not left to their deadline
-            it.future.set_exception(ServiceStopping("the scoring service is stopping"))
+            it.future.set_exception(ServiceStopping(_STOPPING))
 
     def _run(self) -> None:
         while True:
