@@ -356,7 +356,10 @@ class MicroBatcher:
     with at most ``workers`` batches in flight. A batch opens with its first request and closes at
     ``max_rows`` rows, or ``max_wait`` seconds after it opened once a worker is free: while every
     worker is busy, requests keep joining the waiting batch (under load, batches grow by themselves
-    instead of queueing one round trip per request). Each request's future gets
+    instead of queueing one round trip per request). It also leaves before ``max_wait`` ends once
+    it holds as many rows as the batch answered last: the requests that batch answered are back
+    (clients that wait for an answer before they send again), and waiting on only delays them (at
+    16 such clients on 2 cores the wait was a fifth of every batch's cycle). Each request's future gets
     ``(raw rows, {party: unknown flags}, {party: reason}, {party: decisions} or None)`` (the
     decisions only for a request submitted with ``explain``) or the batch's error.
 
@@ -377,6 +380,7 @@ class MicroBatcher:
         self._cv = threading.Condition()
         self._items: deque[_Item] = deque()         # requests not in a batch yet, in arrival order
         self._flight: dict[int, float] = {}         # batches in flight: their start (time.monotonic())
+        self._answered = self.max_rows              # rows of the batch answered last (none yet: no early leave)
         self._stop = False
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vfl-batch")
         self._thread = threading.Thread(target=self._run, name="vfl-batcher", daemon=True)
@@ -443,9 +447,10 @@ class MicroBatcher:
             wake = None
             if free:
                 ready_at = self._overlap_at()
-                if ready_at <= now and close_at <= now:
+                back = rows >= self._answered
+                if ready_at <= now and (close_at <= now or back):
                     return batch
-                wake = max(ready_at, close_at) - now
+                wake = (ready_at if back else max(ready_at, close_at)) - now
             cv.wait(wake)
 
     def _overlap_at(self) -> float:
@@ -464,6 +469,7 @@ class MicroBatcher:
         finally:
             with self._cv:
                 self._flight.pop(id(batch), None)
+                self._answered = sum(len(it.ids) for it in batch)
                 self._cv.notify()
 
     def _score_batch(self, batch: list[_Item]) -> None:

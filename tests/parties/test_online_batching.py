@@ -98,6 +98,32 @@ def test_a_batch_closes_at_max_rows_and_never_mixes_model_versions():
     assert scorer.calls == [[0], [1, 2, 3], [4, 5], [6], [7]]
 
 
+def test_a_batch_leaves_early_once_the_rows_of_the_batch_answered_last_are_back():
+    """Clients that wait for their answer before sending again: once as many rows as the last batch
+    answered have arrived, the batch leaves without waiting out ``max_wait``; with fewer it waits."""
+    scorer = _Scorer()
+    b = MicroBatcher(scorer, max_rows=64, max_wait=0.2, workers=4, overlap_after=60.0)
+    try:
+        b.submit("v", [0, 1], np.zeros((2, 0)), time.monotonic() + 60)
+        b.submit("v", [2], np.zeros((1, 0)), time.monotonic() + 60).result(timeout=30)   # by its wait: 3 rows
+        b.max_wait = 600.0                  # from here on only the early leave can send a batch in this test
+        two = [_submit(b, 3), _submit(b, 4)]
+        time.sleep(0.3)
+        assert scorer.calls == [[0, 1, 2]] and not any(f.done() for f in two)    # two of three: it waits
+        third = _submit(b, 5)
+        for f in [*two, third]:
+            f.result(timeout=30)            # the third row back: it left (max_wait was ten minutes)
+        assert scorer.calls == [[0, 1, 2], [3, 4, 5]]
+        one = _submit(b, 6)
+        time.sleep(0.3)
+        assert not one.done()               # the batch answered last had three rows: one waits
+        b.submit("v", [7, 8], np.zeros((2, 0)), time.monotonic() + 60).result(timeout=30)
+        one.result(timeout=30)
+    finally:
+        b.close()
+    assert scorer.calls == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+
+
 def test_the_batcher_sleeps_until_what_it_waits_for_happens():
     """No polling: while a batch is answered and the next waits for it, the gathering thread wakes
     for arrivals and answers only (it looked every millisecond before: hundreds of wake-ups here)."""

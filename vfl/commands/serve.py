@@ -75,7 +75,8 @@ def _require_serve_extra():
 @click.option("--batch-rows", type=click.IntRange(1, 4096), default=64, show_default=True,
               help="A micro-batch closes at this many applicants ...")
 @click.option("--batch-wait-ms", type=float, default=1.0, show_default=True,
-              help="... or this long after its first request (one round trip per passive party per batch).")
+              help="... or this long after its first request, or sooner once it holds as many applicants as "
+                   "the batch answered last (one round trip per passive party per batch).")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Micro-batches in flight at once.")
 @click.option("--retry-seconds", type=float, default=1.0, show_default=True,
