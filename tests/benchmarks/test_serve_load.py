@@ -143,3 +143,18 @@ def test_the_throughput_windows_alternate_between_the_services(monkeypatch):
     assert {s for _, s, _ in calls} == {2.0} and {c for _, _, c in calls} == {16}
     assert got["batched"] == {"requests_per_second": 100.0, "errors": 0, "by_round": [100.0] * 4}
     assert got["single"]["requests_per_second"] == 20.0
+
+
+def test_the_sustained_rate_stops_at_the_first_rate_missed_and_says_whether_the_ceiling_was_reached():
+    def w(rate, p99, errors=0):
+        return {"rate": rate, "p99_ms": p99, "errors": errors}
+
+    got = serve_load.sustained_rates([w(50, 3), w(200, 9), w(400, 30), w(800, 12)], 25)
+    assert got == {"rates_held_p99_under_target": [50, 200, 800], "highest_rate_p99_under_target": 200,
+                   "ceiling_reached": True}
+    got = serve_load.sustained_rates([w(50, 3), w(200, 9, errors=1)], 25)
+    assert got["highest_rate_p99_under_target"] == 50 and got["ceiling_reached"]
+    got = serve_load.sustained_rates([w(50, 3), w(200, 9)], 25)
+    assert got["highest_rate_p99_under_target"] == 200 and not got["ceiling_reached"]   # every rate held
+    got = serve_load.sustained_rates([w(50, None, errors=5)], 25)
+    assert got["highest_rate_p99_under_target"] is None and got["ceiling_reached"]
