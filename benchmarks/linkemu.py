@@ -33,6 +33,24 @@ PROFILES: dict[str, tuple[float | None, float]] = {
 }
 
 
+class LinkSchedule:
+    """When the chunks of one direction are delivered: a chunk of ``n`` bytes arriving at ``now``
+    starts to leave when the link is free (or at once), occupies it for ``n / rate_bytes`` seconds
+    and is delivered ``delay`` seconds after its last byte left (unlimited rate: ``now + delay``).
+    Pure arithmetic on the times it is given, so it is tested without a clock."""
+
+    def __init__(self, rate_bytes: float | None, delay: float):
+        self.rate_bytes, self.delay = rate_bytes, float(delay)
+        self.link_free = 0.0
+
+    def deliver_at(self, now: float, n: int) -> float:
+        if self.rate_bytes is None:
+            return now + self.delay
+        start = max(now, self.link_free)
+        self.link_free = start + n / self.rate_bytes
+        return self.link_free + self.delay
+
+
 class _Direction:
     """One direction of one connection: a reader thread schedules chunks, a writer delivers them."""
 
@@ -40,7 +58,7 @@ class _Direction:
         self.link, self.src, self.dst, self.name = link, src, dst, name
         self.queue: deque[tuple[float, bytes]] = deque()
         self.queued = 0
-        self.link_free = 0.0
+        self.schedule = LinkSchedule(link.rate_bytes, link.delay)
         self.eof = False
         self.cond = threading.Condition()
         self.threads = [threading.Thread(target=self._read, daemon=True),
@@ -59,13 +77,7 @@ class _Direction:
                 with self.cond:
                     while self.queued >= link.buffer_bytes and not link.closed:
                         self.cond.wait(0.05)
-                    if link.rate_bytes is None:
-                        deliver = now + link.delay
-                    else:
-                        start = max(now, self.link_free)
-                        self.link_free = start + len(data) / link.rate_bytes
-                        deliver = self.link_free + link.delay
-                    self.queue.append((deliver, data))
+                    self.queue.append((self.schedule.deliver_at(now, len(data)), data))
                     self.queued += len(data)
                     self.cond.notify_all()
         except OSError:
